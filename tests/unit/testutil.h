@@ -1,0 +1,29 @@
+/* Helpers shared by the Check tests: seeded random data, tolerant comparison,
+ * temp directories, and the location of the source tree and dataset. */
+#ifndef PS_TESTUTIL_H
+#define PS_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Deterministic xorshift generator: same seed, same numbers, on every machine. */
+typedef struct { uint64_t s; } ps_test_rng;
+void ps_test_rng_seed(ps_test_rng *r, uint64_t seed);
+/* Uniform float in [lo, hi). */
+float ps_test_rng_uniform(ps_test_rng *r, float lo, float hi);
+/* Fills x[0..n) with uniform floats in [lo, hi). */
+void ps_test_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi);
+/* Returns the index of the first i with |a-b| > atol + rtol*|b|, or -1 if all are close. */
+long ps_test_first_mismatch(const float *a, const float *b, size_t n, float atol, float rtol);
+/* Makes a fresh directory under $TMPDIR (or /tmp); returns a malloc'd path. */
+char *ps_test_mkdtemp(void);
+/* Removes a directory made by ps_test_mkdtemp and the files in it (not recursive). */
+void ps_test_rmdir(const char *dir);
+/* $PS_SOURCE_ROOT, or "." when unset. */
+const char *ps_test_source_root(void);
+/* Directory of the Fashion-MNIST IDX files ($PS_DATA_DIR or the Debian package path). */
+const char *ps_test_data_dir(void);
+/* Writes n bytes to path; returns 0 on success. */
+int ps_test_write_file(const char *path, const void *data, size_t n);
+
+#endif
