@@ -1,1 +1,111 @@
-/* placeholder: not written yet */
+/* The one dispatch table: checks run in a fixed order (frames present, header
+ * decodes, protocol version, known request type, payload frames match the
+ * header) before any handler; every failure gets an Error reply. */
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+#include "ps_error.h"
+#include "server.h"
+
+typedef int (*handler_fn)(ps_server *, ps_request *, char *, size_t);
+
+typedef struct {
+    Ps__Header__BodyCase body;
+    const char *name;
+    handler_fn fn;
+    int has_payloads; /* 1: payload frames allowed (checked by the handler against its metas) */
+} dispatch_entry;
+
+static const dispatch_entry table[] = {
+    {PS__HEADER__BODY_HELLO, "Hello", ps__handle_hello, 0},
+    {PS__HEADER__BODY_CREATE_VARS, "CreateVars", ps__handle_create_vars, 1},
+    {PS__HEADER__BODY_PULL, "Pull", ps__handle_pull, 0},
+    {PS__HEADER__BODY_PUSH, "Push", ps__handle_push, 1},
+    {PS__HEADER__BODY_STATS, "Stats", ps__handle_stats, 0},
+    {PS__HEADER__BODY_SHUTDOWN, "Shutdown", ps__handle_shutdown, 0},
+};
+
+static const dispatch_entry *lookup(Ps__Header__BodyCase body) {
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (table[i].body == body) return &table[i];
+    return NULL;
+}
+
+void ps__server_dispatch(ps_server *s, ps_frames *f) {
+    s->stats.requests++;
+    s->stats.bytes_in += f->bytes;
+    if (f->n < 1) return;
+    const void *id = zmq_msg_data(&f->frames[0]);
+    size_t id_len = zmq_msg_size(&f->frames[0]);
+    char err[512] = "";
+    int rc;
+    Ps__Header *hdr = NULL;
+    uint64_t req_id = 0;
+    const char *what = "request";
+
+    if (f->n < 2) {
+        rc = PS_EPROTO;
+        snprintf(err, sizeof err, "message has no header frame");
+    } else if (f->truncated) {
+        rc = PS_EPROTO;
+        snprintf(err, sizeof err, "message has more than %u frames", PS_WIRE_MAX_FRAMES);
+    } else {
+        rc = ps_header_decode(zmq_msg_data(&f->frames[1]), zmq_msg_size(&f->frames[1]), &hdr, err,
+                              sizeof err);
+        if (hdr) req_id = hdr->request_id;
+    }
+    if (rc == PS_OK) {
+        const dispatch_entry *e = lookup(hdr->body_case);
+        if (!e) {
+            rc = PS_EPROTO;
+            snprintf(err, sizeof err, "request type %d is not something psd serves",
+                     (int)hdr->body_case);
+        } else if (!e->has_payloads && f->n > 2) {
+            what = e->name;
+            rc = PS_EPROTO;
+            snprintf(err, sizeof err, "%s takes no payload frames but %zu followed", e->name,
+                     f->n - 2);
+        } else {
+            what = e->name;
+            ps_request r = {id, id_len, hdr, f->frames + 2, f->n - 2};
+            rc = e->fn(s, &r, err, sizeof err);
+            if (r.hdr == NULL) hdr = NULL; /* the handler kept it (deferred pull) */
+        }
+    }
+    if (rc != PS_OK) {
+        s->stats.errors++;
+        if (rc == PS_ESTALE) s->stats.stale_pushes++;
+        PS_DEBUG("%s %llu: %s: %s", what, (unsigned long long)req_id, ps_errname(rc), err);
+        ps__server_reply_error(s, id, id_len, req_id, rc, err);
+    }
+    if (hdr) ps__header__free_unpacked(hdr, NULL);
+}
+
+int ps__server_reply(ps_server *s, const void *identity, size_t identity_len, uint64_t request_id,
+                     Ps__Header *hdr, const ps_payload *payloads, size_t n_payloads) {
+    hdr->protocol_version = PS_PROTOCOL_VERSION;
+    hdr->request_id = request_id;
+    for (size_t i = 0; i < n_payloads; i++) s->stats.bytes_out += payloads[i].len;
+    /* Never block the loop: a peer that is gone or not reading loses its reply. */
+    int rc = ps_wire_send(s->router, identity, identity_len, hdr, payloads, n_payloads,
+                          ZMQ_DONTWAIT);
+    if (rc != PS_OK) {
+        s->stats.dropped_replies++;
+        PS_WARN("reply to request %llu dropped: %s", (unsigned long long)request_id,
+                zmq_strerror(zmq_errno()));
+    }
+    return rc;
+}
+
+void ps__server_reply_error(ps_server *s, const void *identity, size_t identity_len,
+                            uint64_t request_id, int code, const char *msg) {
+    Ps__Header h = PS__HEADER__INIT;
+    Ps__Error e = PS__ERROR__INIT;
+    e.code = code;
+    e.code_name = (char *)ps_errname(code);
+    e.message = (char *)msg;
+    h.body_case = PS__HEADER__BODY_ERROR;
+    h.error = &e;
+    ps__server_reply(s, identity, identity_len, request_id, &h, NULL, 0);
+}

@@ -1,1 +1,267 @@
-/* placeholder: not written yet */
+/* The worker's training loop (see train.h). */
+#include "train.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client.h"
+#include "data.h"
+#include "kernels.h"
+#include "log.h"
+#include "model.h"
+#include "placement.h"
+#include "ps_error.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Places the model's variables on the shards (the same on every worker) and
+ * registers each piece with the client, pointing into the model's buffers. */
+static int register_vars(ps_model *m, ps_client *c, unsigned n_shards, char *err, size_t errlen) {
+    size_t n = ps_model_num_vars(m);
+    ps_place_var *in = calloc(n, sizeof *in);
+    if (!in) return PS_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        const ps_model_var *v = ps_model_var_at(m, i);
+        in[i] = (ps_place_var){v->name, v->shape[0], v->numel / v->shape[0]};
+    }
+    ps_placement pl;
+    int rc = ps_place(in, n, n_shards, PS_PLACE_MIN_SLICE_BYTES, &pl);
+    if (rc != PS_OK) {
+        free(in);
+        snprintf(err, errlen, "placing variables: %s", ps_strerror(rc));
+        return rc;
+    }
+    for (size_t k = 0; k < pl.n && rc == PS_OK; k++) {
+        const ps_place_piece *pc = &pl.pieces[k];
+        const ps_model_var *v = ps_model_var_at(m, pc->var);
+        size_t row = v->numel / v->shape[0];
+        ps_client_tensor t = {.shard = pc->shard, .rank = (size_t)v->rank};
+        snprintf(t.name, sizeof t.name, "%s", pc->name);
+        t.shape[0] = pc->row_end - pc->row_begin;
+        t.shape[1] = v->rank > 1 ? v->shape[1] : 0;
+        t.param = ps_model_params(m) + v->offset + pc->row_begin * row;
+        t.grad = ps_model_grads(m) + v->offset + pc->row_begin * row;
+        t.opt = *ps_model_optimizer(m);
+        rc = ps_client_add(c, &t);
+        PS_DEBUG("%s -> psd %u", t.name, t.shard);
+    }
+    ps_placement_free(&pl);
+    free(in);
+    return rc;
+}
+
+/* Non-chief workers wait until the chief has created the variables. */
+static int wait_for_vars(ps_client *c, int timeout_ms, char *err, size_t errlen) {
+    double deadline = now_s() + timeout_ms / 1000.0;
+    int noted = 0;
+    for (;;) {
+        int rc = ps_client_pull(c, 0, NULL);
+        if (rc != PS_ENOENT) {
+            if (rc != PS_OK) snprintf(err, errlen, "%s", ps_client_error(c));
+            return rc;
+        }
+        if (!noted++) PS_INFO("waiting for the chief to create the variables");
+        if (now_s() > deadline) {
+            snprintf(err, errlen, "the chief did not create the variables within %d ms", timeout_ms);
+            return PS_ETIMEDOUT;
+        }
+        nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+    }
+}
+
+static int write_summary(const ps_train_config *cfg, const ps_train_result *res, char *err,
+                         size_t errlen) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "test_accuracy", res->test_accuracy);
+    cJSON_AddNumberToObject(o, "test_loss", res->test_loss);
+    cJSON_AddNumberToObject(o, "epochs", cfg->epochs);
+    cJSON_AddNumberToObject(o, "steps", (double)res->steps);
+    cJSON_AddStringToObject(o, "mode", res->async ? "async" : "sync");
+    cJSON_AddNumberToObject(o, "workers", cfg->workers);
+    cJSON_AddNumberToObject(o, "shards", (double)cfg->n_ps);
+    cJSON_AddNumberToObject(o, "samples_per_sec", res->samples_per_sec);
+    cJSON_AddNumberToObject(o, "wall_seconds", res->wall_seconds);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!text) return PS_ENOMEM;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", cfg->summary_path);
+    FILE *f = fopen(tmp, "w");
+    int ok = f && fprintf(f, "%s\n", text) >= 0;
+    if (f && fclose(f) != 0) ok = 0;
+    free(text);
+    if (!ok || rename(tmp, cfg->summary_path) != 0) {
+        snprintf(err, errlen, "cannot write summary %s", cfg->summary_path);
+        return PS_EIO;
+    }
+    return PS_OK;
+}
+
+typedef struct {
+    ps_model *model;
+    ps_client *client;
+    ps_dataset train, test;
+    ps_batcher batcher;
+    float *x;
+    int32_t *y;
+} train_state;
+
+static void state_free(train_state *st) {
+    ps_batcher_free(&st->batcher);
+    ps_dataset_free(&st->train);
+    ps_dataset_free(&st->test);
+    ps_client_close(st->client);
+    ps_model_free(st->model);
+    free(st->x);
+    free(st->y);
+}
+
+static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, char *err,
+                 size_t errlen) {
+    int rc = cfg->model_path ? ps_model_load(cfg->model_path, &st->model, err, errlen)
+                             : ps_model_from_json(ps_model_default_spec(), &st->model, err, errlen);
+    if (rc != PS_OK) return rc;
+    ps_model_init_params(st->model, cfg->seed);
+    *batch = cfg->batch ? cfg->batch : ps_model_batch_size(st->model);
+    rc = ps_dataset_load_dir(cfg->data_dir, 1, cfg->max_train, &st->train, err, errlen);
+    if (rc == PS_OK && cfg->index == 0)
+        rc = ps_dataset_load_dir(cfg->data_dir, 0, cfg->max_test, &st->test, err, errlen);
+    if (rc != PS_OK) return rc;
+    if (st->train.dim != ps_model_input_dim(st->model)) {
+        snprintf(err, errlen, "the data has %zu features per sample, the model expects %zu",
+                 st->train.dim, ps_model_input_dim(st->model));
+        return PS_EINVAL;
+    }
+    if ((size_t)st->train.num_classes > ps_model_num_classes(st->model)) {
+        snprintf(err, errlen, "the data has %d classes, the model outputs %zu",
+                 st->train.num_classes, ps_model_num_classes(st->model));
+        return PS_EINVAL;
+    }
+    rc = ps_batcher_init(&st->batcher, &st->train, cfg->index, cfg->workers, *batch, cfg->seed);
+    if (rc != PS_OK) {
+        snprintf(err, errlen, "cannot shard %zu samples over %u workers with batch %zu",
+                 st->train.n, cfg->workers, *batch);
+        return rc;
+    }
+    st->x = malloc(*batch * st->train.dim * sizeof(float));
+    st->y = malloc(*batch * sizeof(int32_t));
+    if (!st->x || !st->y) return PS_ENOMEM;
+    rc = ps_client_open(&st->client, cfg->ps, cfg->n_ps, cfg->index, cfg->workers, err, errlen);
+    if (rc != PS_OK) return rc;
+    ps_client_set_timeout(st->client, cfg->timeout_ms);
+    return register_vars(st->model, st->client, (unsigned)cfg->n_ps, err, errlen);
+}
+
+/* Chief: pulls the latest values and evaluates on the test set. */
+static int evaluate(const ps_train_config *cfg, train_state *st, uint64_t min_version, float *loss,
+                    double *acc, char *err, size_t errlen) {
+    int rc = ps_client_pull(st->client, min_version, NULL);
+    if (rc != PS_OK) {
+        snprintf(err, errlen, "%s", ps_client_error(st->client));
+        return rc;
+    }
+    size_t correct = 0;
+    rc = ps_model_evaluate(st->model, st->test.x, st->test.y, st->test.n, loss, &correct);
+    (void)cfg;
+    if (rc != PS_OK) snprintf(err, errlen, "evaluation failed: %s", ps_strerror(rc));
+    *acc = st->test.n ? (double)correct / (double)st->test.n : 0;
+    return rc;
+}
+
+int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, size_t errlen) {
+    double t0 = now_s();
+    memset(res, 0, sizeof *res);
+    res->test_accuracy = res->test_loss = -1;
+    train_state st = {0};
+    size_t batch = 0;
+    int rc = setup(cfg, &st, &batch, err, errlen);
+    int async = 0;
+    uint64_t step = 0;
+    if (rc == PS_OK && (rc = ps_client_hello(st.client, &async, &step)) != PS_OK)
+        snprintf(err, errlen, "%s", ps_client_error(st.client));
+    if (rc == PS_OK) {
+        if (cfg->index == 0) {
+            size_t created = 0;
+            rc = ps_client_create_vars(st.client, &created);
+            if (rc != PS_OK) snprintf(err, errlen, "%s", ps_client_error(st.client));
+            else PS_INFO("created %zu variables (%zu parameters) on %zu shards", created,
+                         ps_model_num_params(st.model), cfg->n_ps);
+        } else {
+            rc = wait_for_vars(st.client, cfg->timeout_ms, err, errlen);
+        }
+    }
+    res->async = async;
+    if (rc == PS_OK && cfg->index == 0)
+        PS_INFO("%s training: %u workers x batch %zu = global batch %zu; %zu samples per worker",
+                async ? "async" : "sync", cfg->workers, batch, batch * cfg->workers,
+                st.batcher.shard_n);
+
+    ps_progress prog;
+    ps_progress_init(&prog, cfg->progress, stdout, cfg->epochs, cfg->workers);
+    double train_secs = 0;
+    size_t job_samples = 0;
+    for (unsigned epoch = 0; rc == PS_OK && epoch < cfg->epochs; epoch++) {
+        size_t steps = ps_batcher_steps_per_epoch(&st.batcher);
+        if (cfg->max_steps && steps > cfg->max_steps) steps = cfg->max_steps;
+        ps_batcher_start_epoch(&st.batcher, epoch);
+        ps_progress_begin_epoch(&prog, epoch, steps);
+        double te = now_s();
+        for (size_t s = 0; s < steps; s++) {
+            size_t nb = ps_batcher_next(&st.batcher, st.x, st.y);
+            /* sync: the parameters after `step` applies; async: whatever is newest */
+            rc = ps_client_pull(st.client, async ? 0 : step, NULL);
+            if (rc != PS_OK) break;
+            float loss = 0;
+            size_t correct = 0;
+            rc = ps_model_train_step(st.model, st.x, st.y, nb, &loss, &correct);
+            if (rc != PS_OK) {
+                snprintf(err, errlen, "training step failed: %s", ps_strerror(rc));
+                break;
+            }
+            rc = ps_client_push(st.client, step, NULL);
+            if (rc == PS_ESTALE) {
+                PS_WARN("%s", ps_client_error(st.client));
+                rc = PS_OK;
+            }
+            if (rc != PS_OK) break;
+            step++;
+            res->steps++;
+            job_samples += nb * cfg->workers;
+            ps_progress_step(&prog, loss, nb, correct);
+        }
+        train_secs += now_s() - te;
+        if (rc != PS_OK) {
+            if (!*err) snprintf(err, errlen, "%s", ps_client_error(st.client));
+            break;
+        }
+        char extra[128] = "";
+        if (cfg->index == 0 && st.test.n > 0) {
+            float vloss = 0;
+            double vacc = 0;
+            rc = evaluate(cfg, &st, async ? 0 : step, &vloss, &vacc, err, errlen);
+            if (rc != PS_OK) break;
+            res->test_loss = vloss;
+            res->test_accuracy = vacc;
+            snprintf(extra, sizeof extra, "val_loss: %.4f - val_accuracy: %.4f", (double)vloss, vacc);
+        }
+        ps_progress_end_epoch(&prog, extra);
+    }
+    res->samples_per_sec = train_secs > 0 ? (double)job_samples / train_secs : 0;
+    res->wall_seconds = now_s() - t0;
+    if (rc == PS_OK && cfg->index == 0) {
+        printf("test accuracy: %.4f  test loss: %.4f  (%u workers, %zu shards, %s, %.0f samples/s, %.1f s)\n",
+               res->test_accuracy, res->test_loss, cfg->workers, cfg->n_ps, async ? "async" : "sync",
+               res->samples_per_sec, res->wall_seconds);
+        fflush(stdout);
+        if (cfg->summary_path) rc = write_summary(cfg, res, err, errlen);
+    }
+    state_free(&st);
+    return rc;
+}

@@ -1,1 +1,303 @@
-int main(void) { return 77; } /* placeholder: skipped until written */
+/* Optimizer tests: three steps of each kind against closed-form values written
+ * out by hand in double, plus slot counts/initial values and Adam/AdamW details. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "optim.h"
+#include "testutil.h"
+
+#define N 3
+#define STEPS 3
+#define RTOL 1e-6
+
+static const double W0[N] = {1.0, -2.0, 0.5};
+static const double G[STEPS][N] = {{0.5, -1.0, 2.0}, {0.3, 0.2, -1.5}, {-0.4, 0.7, 1.0}};
+
+/* Runs STEPS updates (t = 1..STEPS) from W0 with the gradients G; slots start at
+ * ps_optim_slot_init. Writes the weights to w. */
+static void run_steps(const ps_opt_spec *spec, float w[N]) {
+    float slot_mem[2][N];
+    float *slots[2] = {slot_mem[0], slot_mem[1]};
+    int ns = ps_optim_num_slots(spec->kind);
+    for (int s = 0; s < ns; s++)
+        for (int i = 0; i < N; i++)
+            slot_mem[s][i] = ps_optim_slot_init(spec, s);
+    for (int i = 0; i < N; i++)
+        w[i] = (float)W0[i];
+    for (int k = 0; k < STEPS; k++) {
+        float g[N];
+        for (int i = 0; i < N; i++)
+            g[i] = (float)G[k][i];
+        ps_optim_apply(spec, w, g, slots, N, (uint64_t)k + 1);
+    }
+}
+
+static void expect_close(const char *what, const float got[N], const double want[N]) {
+    for (int i = 0; i < N; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        ck_assert_msg(d <= RTOL * fabs(want[i]), "%s: w[%d] = %.9g, want %.9g (rel err %.3g)", what,
+                      i, (double)got[i], want[i], d / fabs(want[i]));
+    }
+}
+
+/* The float hyperparameters as the code sees them, widened to double. */
+#define D(x) ((double)(x))
+
+START_TEST(sgd_three_steps) {
+    ps_opt_spec s = ps_opt_spec_default(PS_OPT_SGD);
+    s.lr = 0.1f;
+    float w[N];
+    run_steps(&s, w);
+    double want[N];
+    for (int i = 0; i < N; i++)
+        want[i] = W0[i] - D(s.lr) * (G[0][i] + G[1][i] + G[2][i]);
+    expect_close("sgd", w, want);
+}
+END_TEST
+
+START_TEST(momentum_three_steps) {
+    ps_opt_spec s = ps_opt_spec_default(PS_OPT_MOMENTUM);
+    s.lr = 0.1f;
+    s.momentum = 0.7f;
+    float w[N];
+    run_steps(&s, w);
+    double lr = D(s.lr), mu = D(s.momentum), want[N];
+    /* v1 = -lr g1, v2 = -lr (mu g1 + g2), v3 = -lr (mu^2 g1 + mu g2 + g3); w3 = w0 + v1+v2+v3 */
+    for (int i = 0; i < N; i++)
+        want[i] = W0[i] - lr * ((1 + mu + mu * mu) * G[0][i] + (1 + mu) * G[1][i] + G[2][i]);
+    expect_close("momentum", w, want);
+}
+END_TEST
+
+START_TEST(nesterov_three_steps) {
+    ps_opt_spec s = ps_opt_spec_default(PS_OPT_MOMENTUM);
+    s.lr = 0.1f;
+    s.momentum = 0.7f;
+    s.nesterov = true;
+    float w[N];
+    run_steps(&s, w);
+    double lr = D(s.lr), mu = D(s.momentum), want[N];
+    for (int i = 0; i < N; i++) {
+        double g1 = G[0][i], g2 = G[1][i], g3 = G[2][i];
+        double v1 = -lr * g1, v2 = -lr * (mu * g1 + g2), v3 = -lr * (mu * mu * g1 + mu * g2 + g3);
+        want[i] = W0[i] + (mu * v1 - lr * g1) + (mu * v2 - lr * g2) + (mu * v3 - lr * g3);
+    }
+    expect_close("nesterov", w, want);
+}
+END_TEST
+
+START_TEST(adagrad_three_steps) {
+    ps_opt_spec s = ps_opt_spec_default(PS_OPT_ADAGRAD);
+    s.lr = 0.1f;
+    s.epsilon = 0.01f;
+    s.initial_accumulator = 0.25f;
+    float w[N];
+    run_steps(&s, w);
+    double lr = D(s.lr), eps = D(s.epsilon), a0 = D(s.initial_accumulator), want[N];
+    for (int i = 0; i < N; i++) {
+        double g1 = G[0][i], g2 = G[1][i], g3 = G[2][i];
+        double a1 = a0 + g1 * g1, a2 = a1 + g2 * g2, a3 = a2 + g3 * g3;
+        want[i] =
+            W0[i] - lr * (g1 / (sqrt(a1) + eps) + g2 / (sqrt(a2) + eps) + g3 / (sqrt(a3) + eps));
+    }
+    expect_close("adagrad", w, want);
+}
+END_TEST
+
+START_TEST(rmsprop_three_steps) {
+    ps_opt_spec s = ps_opt_spec_default(PS_OPT_RMSPROP);
+    s.lr = 0.05f;
+    s.rho = 0.8f;
+    s.epsilon = 0.01f;
+    float w[N];
+    run_steps(&s, w);
+    double lr = D(s.lr), rho = D(s.rho), eps = D(s.epsilon), want[N];
+    for (int i = 0; i < N; i++) {
+        double g1 = G[0][i], g2 = G[1][i], g3 = G[2][i];
+        double s1 = (1 - rho) * g1 * g1;
+        double s2 = rho * (1 - rho) * g1 * g1 + (1 - rho) * g2 * g2;
+        double s3 =
+            rho * rho * (1 - rho) * g1 * g1 + rho * (1 - rho) * g2 * g2 + (1 - rho) * g3 * g3;
+        want[i] =
+            W0[i] - lr * (g1 / (sqrt(s1) + eps) + g2 / (sqrt(s2) + eps) + g3 / (sqrt(s3) + eps));
+    }
+    expect_close("rmsprop", w, want);
+}
+END_TEST
+
+/* The sum of the three Adam steps u_k (without weight decay), per element. */
+static void adam_steps(const ps_opt_spec *s, int i, double u[STEPS]) {
+    double lr = D(s->lr), b1 = D(s->beta1), b2 = D(s->beta2), eps = D(s->epsilon);
+    double g1 = G[0][i], g2 = G[1][i], g3 = G[2][i];
+    double m1 = (1 - b1) * g1;
+    double m2 = (1 - b1) * (b1 * g1 + g2);
+    double m3 = (1 - b1) * (b1 * b1 * g1 + b1 * g2 + g3);
+    double v1 = (1 - b2) * g1 * g1;
+    double v2 = (1 - b2) * (b2 * g1 * g1 + g2 * g2);
+    double v3 = (1 - b2) * (b2 * b2 * g1 * g1 + b2 * g2 * g2 + g3 * g3);
+    u[0] = lr * sqrt(1 - b2) / (1 - b1) * m1 / (sqrt(v1) + eps);
+    u[1] = lr * sqrt(1 - b2 * b2) / (1 - b1 * b1) * m2 / (sqrt(v2) + eps);
+    u[2] = lr * sqrt(1 - b2 * b2 * b2) / (1 - b1 * b1 * b1) * m3 / (sqrt(v3) + eps);
+}
+
+START_TEST(adam_three_steps) {
+    ps_opt_spec s = ps_opt_spec_default(PS_OPT_ADAM);
+    s.lr = 0.1f;
+    s.beta1 = 0.8f;
+    s.beta2 = 0.95f;
+    s.epsilon = 0.01f;
+    float w[N];
+    run_steps(&s, w);
+    double want[N], u[STEPS];
+    for (int i = 0; i < N; i++) {
+        adam_steps(&s, i, u);
+        want[i] = W0[i] - u[0] - u[1] - u[2];
+    }
+    expect_close("adam", w, want);
+}
+END_TEST
+
+START_TEST(adamw_three_steps) {
+    ps_opt_spec s = ps_opt_spec_default(PS_OPT_ADAMW);
+    s.lr = 0.1f;
+    s.beta1 = 0.8f;
+    s.beta2 = 0.95f;
+    s.epsilon = 0.01f;
+    s.weight_decay = 0.5f;
+    float w[N];
+    run_steps(&s, w);
+    double c = 1 - D(s.lr) * D(s.weight_decay), want[N], u[STEPS];
+    /* each step: w = c*w - u_k */
+    for (int i = 0; i < N; i++) {
+        adam_steps(&s, i, u);
+        want[i] = W0[i] * c * c * c - u[0] * c * c - u[1] * c - u[2];
+    }
+    expect_close("adamw", w, want);
+}
+END_TEST
+
+START_TEST(num_slots_per_kind) {
+    ck_assert_int_eq(ps_optim_num_slots(PS_OPT_SGD), 0);
+    ck_assert_int_eq(ps_optim_num_slots(PS_OPT_MOMENTUM), 1);
+    ck_assert_int_eq(ps_optim_num_slots(PS_OPT_ADAGRAD), 1);
+    ck_assert_int_eq(ps_optim_num_slots(PS_OPT_RMSPROP), 1);
+    ck_assert_int_eq(ps_optim_num_slots(PS_OPT_ADAM), 2);
+    ck_assert_int_eq(ps_optim_num_slots(PS_OPT_ADAMW), 2);
+}
+END_TEST
+
+START_TEST(slot_init_values) {
+    ps_opt_spec a = ps_opt_spec_default(PS_OPT_ADAGRAD);
+    a.initial_accumulator = 0.25f;
+    ck_assert_float_eq(ps_optim_slot_init(&a, 0), 0.25f);
+    for (int k = 0; k < PS_OPT_COUNT; k++) {
+        if (k == PS_OPT_ADAGRAD) continue;
+        ps_opt_spec s = ps_opt_spec_default((ps_opt_kind)k);
+        s.initial_accumulator = 0.25f; /* must not leak into other kinds */
+        for (int slot = 0; slot < ps_optim_num_slots(s.kind); slot++)
+            ck_assert_msg(ps_optim_slot_init(&s, slot) == 0.0f, "%s slot %d not 0",
+                          ps_opt_kind_name(s.kind), slot);
+    }
+}
+END_TEST
+
+START_TEST(adam_first_step_is_lr_sign_g) {
+    ps_opt_spec s = ps_opt_spec_default(PS_OPT_ADAM); /* lr 1e-3, eps 1e-7 */
+    float w[4] = {1.0f, -2.0f, 0.5f, 3.0f};
+    const float w0[4] = {1.0f, -2.0f, 0.5f, 3.0f};
+    const float g[4] = {0.5f, -1e-2f, 20.0f, -3.0f};
+    float m[4] = {0}, v[4] = {0};
+    float *slots[2] = {m, v};
+    ps_optim_apply(&s, w, g, slots, 4, 1);
+    for (int i = 0; i < 4; i++) {
+        double moved = (double)w0[i] - w[i];
+        double want = D(s.lr) * (g[i] > 0 ? 1 : -1);
+        ck_assert_msg(fabs(moved - want) <= 1e-3 * D(s.lr), "w[%d] moved %.9g, want %.9g", i, moved,
+                      want);
+    }
+}
+END_TEST
+
+START_TEST(adam_bias_correction_uses_t) {
+    /* From zero slots, applying with t = 10 gives step lr*sqrt(1-b2^10)/(1-b1^10) *
+     * (1-b1)|g| / ((1-b2)^.5 |g| + eps): not the t = 1 step. */
+    ps_opt_spec s = ps_opt_spec_default(PS_OPT_ADAM);
+    s.lr = 0.1f;
+    double lr = D(s.lr), b1 = D(s.beta1), b2 = D(s.beta2), eps = D(s.epsilon);
+    const float g[1] = {0.5f};
+    double gd = 0.5;
+    for (int t = 1; t <= 10; t += 9) {
+        float w[1] = {1.0f}, m[1] = {0}, v[1] = {0};
+        float *slots[2] = {m, v};
+        ps_optim_apply(&s, w, g, slots, 1, (uint64_t)t);
+        double want = 1.0 - lr * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t)) * (1 - b1) * gd /
+                                (sqrt((1 - b2) * gd * gd) + eps);
+        ck_assert_msg(fabs(w[0] - want) <= RTOL * fabs(want), "t=%d: w = %.9g, want %.9g", t,
+                      (double)w[0], want);
+    }
+    /* t = 10 from zero slots: lr_t = 0.1*sqrt(1-.999^10)/(1-.9^10) ~ 0.01527, step ~ 0.0483 */
+    float w1[1] = {1.0f}, w10[1] = {1.0f}, m[2][1] = {{0}, {0}}, v[2][1] = {{0}, {0}};
+    float *s1[2] = {m[0], v[0]}, *s10[2] = {m[1], v[1]};
+    ps_optim_apply(&s, w1, g, s1, 1, 1);
+    ps_optim_apply(&s, w10, g, s10, 1, 10);
+    ck_assert_msg(fabsf(w1[0] - w10[0]) > 0.01f, "t ignored: %g vs %g", (double)w1[0],
+                  (double)w10[0]);
+}
+END_TEST
+
+START_TEST(adamw_decays_with_zero_gradient) {
+    ps_opt_spec s = ps_opt_spec_default(PS_OPT_ADAMW);
+    s.lr = 0.1f;
+    s.weight_decay = 0.5f;
+    float w[N], m[N] = {0}, v[N] = {0};
+    float *slots[2] = {m, v};
+    const float g[N] = {0, 0, 0};
+    for (int i = 0; i < N; i++)
+        w[i] = (float)W0[i];
+    for (uint64_t t = 1; t <= STEPS; t++)
+        ps_optim_apply(&s, w, g, slots, N, t);
+    double c = 1 - D(s.lr) * D(s.weight_decay), want[N];
+    for (int i = 0; i < N; i++)
+        want[i] = W0[i] * c * c * c;
+    expect_close("adamw zero grad", w, want);
+    /* plain Adam leaves the weights alone with a zero gradient */
+    ps_opt_spec a = ps_opt_spec_default(PS_OPT_ADAM);
+    float wa[N];
+    for (int i = 0; i < N; i++)
+        wa[i] = (float)W0[i];
+    ps_optim_apply(&a, wa, g, slots, N, 1);
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq(wa[i], (float)W0[i]);
+}
+END_TEST
+
+static Suite *optim_suite(void) {
+    Suite *s = suite_create("optim");
+    TCase *tc = tcase_create("formulas");
+    tcase_add_test(tc, sgd_three_steps);
+    tcase_add_test(tc, momentum_three_steps);
+    tcase_add_test(tc, nesterov_three_steps);
+    tcase_add_test(tc, adagrad_three_steps);
+    tcase_add_test(tc, rmsprop_three_steps);
+    tcase_add_test(tc, adam_three_steps);
+    tcase_add_test(tc, adamw_three_steps);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("slots_and_details");
+    tcase_add_test(tc, num_slots_per_kind);
+    tcase_add_test(tc, slot_init_values);
+    tcase_add_test(tc, adam_first_step_is_lr_sign_g);
+    tcase_add_test(tc, adam_bias_correction_uses_t);
+    tcase_add_test(tc, adamw_decays_with_zero_gradient);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(optim_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,31 @@
+/* psd configuration: one table drives the flags, TF_CONFIG, defaults,
+ * validation and --help. */
+#ifndef PS_SERVER_CONFIG_H
+#define PS_SERVER_CONFIG_H
+
+#include <stdio.h>
+
+typedef enum { PS_MODE_SYNC = 0, PS_MODE_ASYNC = 1 } ps_mode;
+
+typedef struct {
+    char bind[256];        /* address to bind: "0.0.0.0", "127.0.0.1", ... */
+    long port;             /* 0 = any free port */
+    long shard;            /* this shard's index */
+    long num_shards;
+    long workers;          /* workers in the job (sync barrier size) */
+    long mode;             /* ps_mode */
+    char ready_file[1024]; /* written with "host:port" once bound */
+    char log_level[16];
+} ps_server_config;
+
+/* Fills cfg from TF_CONFIG (when tf_config is non-NULL and non-empty, task type
+ * must be "ps") and then from the flags, which win. Returns PS_OK; 1 when --help
+ * was asked (usage already printed to stdout); PS_EINVAL with a reason in err
+ * for bad or missing configuration. */
+int ps_server_config_parse(int argc, char **argv, const char *tf_config, ps_server_config *cfg,
+                           char *err, size_t errlen);
+/* Prints the usage text generated from the table. */
+void ps_server_config_usage(FILE *out);
+const char *ps_mode_name(long mode);
+
+#endif

@@ -1,0 +1,409 @@
+/* Request handlers: Hello, CreateVars, Pull (deferred until its version
+ * exists), Push (sync: average then apply once per step; async: apply on
+ * arrival), Stats, Shutdown. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "ps_error.h"
+#include "server.h"
+
+static ps_opt_spec opt_from_proto(const Ps__Optimizer *o) {
+    ps_opt_spec s = {
+        .kind = (ps_opt_kind)o->kind,
+        .lr = o->lr,
+        .momentum = o->momentum,
+        .nesterov = o->nesterov,
+        .beta1 = o->beta1,
+        .beta2 = o->beta2,
+        .epsilon = o->epsilon,
+        .rho = o->rho,
+        .weight_decay = o->weight_decay,
+        .initial_accumulator = o->initial_accumulator,
+    };
+    return s;
+}
+
+int ps__handle_hello(ps_server *s, ps_request *r, char *err, size_t errlen) {
+    const Ps__Hello *h = r->hdr->hello;
+    if (h->num_workers != (uint32_t)s->cfg.workers) {
+        snprintf(err, errlen, "this psd serves a job of %ld workers, the client says %u",
+                 s->cfg.workers, h->num_workers);
+        return PS_EINVAL;
+    }
+    if (h->worker_index >= (uint32_t)s->cfg.workers) {
+        snprintf(err, errlen, "worker index %u out of range (job has %ld workers)",
+                 h->worker_index, s->cfg.workers);
+        return PS_EINVAL;
+    }
+    PS_INFO("hello from worker %u", h->worker_index);
+    Ps__Header out = PS__HEADER__INIT;
+    Ps__Welcome w = PS__WELCOME__INIT;
+    w.shard_index = (uint32_t)s->cfg.shard;
+    w.num_shards = (uint32_t)s->cfg.num_shards;
+    w.mode = s->cfg.mode == PS_MODE_ASYNC ? PS__MODE__MODE_ASYNC : PS__MODE__MODE_SYNC;
+    w.version = s->version;
+    w.num_workers = (uint32_t)s->cfg.workers;
+    w.num_vars = (uint32_t)s->store.n;
+    out.body_case = PS__HEADER__BODY_WELCOME;
+    out.welcome = &w;
+    ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
+    return PS_OK;
+}
+
+int ps__handle_create_vars(ps_server *s, ps_request *r, char *err, size_t errlen) {
+    const Ps__CreateVars *cv = r->hdr->create_vars;
+    int rc = ps_tensors_check(cv->vars, cv->n_vars, r->payloads, r->n_payloads, err, errlen);
+    if (rc != PS_OK) return rc;
+    if (cv->n_optimizers != cv->n_vars) {
+        snprintf(err, errlen, "%zu variables but %zu optimizers", cv->n_vars, cv->n_optimizers);
+        return PS_EPROTO;
+    }
+    /* Validate everything before creating anything: the request is all or nothing. */
+    for (size_t i = 0; i < cv->n_vars; i++) {
+        const Ps__TensorMeta *m = cv->vars[i];
+        ps_opt_spec opt = opt_from_proto(cv->optimizers[i]);
+        char why[200];
+        if (ps_opt_spec_validate(&opt, why, sizeof why) != PS_OK) {
+            snprintf(err, errlen, "variable '%s': %s", m->name, why);
+            return PS_EINVAL;
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(cv->vars[j]->name, m->name) == 0) {
+                snprintf(err, errlen, "variable '%s' listed twice", m->name);
+                return PS_EINVAL;
+            }
+        }
+        const ps_var *v = ps_store_find(&s->store, m->name);
+        if (v && !ps_var_same_shape(v, m)) {
+            snprintf(err, errlen, "variable '%s' exists with a different shape", m->name);
+            return PS_EEXIST;
+        }
+    }
+    protobuf_c_boolean *created = calloc(cv->n_vars ? cv->n_vars : 1, sizeof *created);
+    if (!created) return PS_ENOMEM;
+    for (size_t i = 0; i < cv->n_vars && rc == PS_OK; i++) {
+        const Ps__TensorMeta *m = cv->vars[i];
+        if (ps_store_find(&s->store, m->name)) continue; /* same name and shape: keep it */
+        const float *init = ps_frame_floats(&r->payloads[i], &s->scratch, &s->scratch_cap);
+        ps_opt_spec opt = opt_from_proto(cv->optimizers[i]);
+        ps_var *v;
+        rc = init ? ps_store_create(&s->store, m, init, &opt, &v) : PS_ENOMEM;
+        if (rc == PS_OK) {
+            created[i] = 1;
+            PS_INFO("created %s [%zu floats] with %s lr=%g", v->name, v->numel,
+                    ps_opt_kind_name(opt.kind), (double)opt.lr);
+        }
+    }
+    if (rc == PS_OK) {
+        Ps__Header out = PS__HEADER__INIT;
+        Ps__CreateVarsReply rep = PS__CREATE_VARS_REPLY__INIT;
+        rep.created = created;
+        rep.n_created = cv->n_vars;
+        rep.version = s->version;
+        out.body_case = PS__HEADER__BODY_CREATE_VARS_REPLY;
+        out.create_vars_reply = &rep;
+        ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
+    } else {
+        snprintf(err, errlen, "out of memory creating variables");
+    }
+    free(created);
+    return rc;
+}
+
+static void free_copy(void *data, void *hint) {
+    (void)hint;
+    free(data);
+}
+
+/* Replies to a pull whose names were checked and whose version exists. */
+static int reply_pull(ps_server *s, const void *identity, size_t identity_len, const Ps__Header *req) {
+    const Ps__Pull *p = req->pull;
+    size_t n = p->n_names;
+    Ps__TensorMeta *metas = calloc(n ? n : 1, sizeof *metas);
+    Ps__TensorMeta **mptrs = calloc(n ? n : 1, sizeof *mptrs);
+    uint64_t *shapes = calloc(n ? n * PS_WIRE_MAX_RANK : 1, sizeof *shapes);
+    ps_payload *pl = calloc(n ? n : 1, sizeof *pl);
+    int rc = (metas && mptrs && shapes && pl) ? PS_OK : PS_ENOMEM;
+    for (size_t i = 0; i < n && rc == PS_OK; i++) {
+        const ps_var *v = ps_store_find(&s->store, p->names[i]);
+        size_t shape[PS_WIRE_MAX_RANK];
+        for (size_t d = 0; d < v->rank; d++) shape[d] = (size_t)v->shape[d];
+        ps_tensor_meta_f32(&metas[i], v->name, shape, v->rank, shapes + i * PS_WIRE_MAX_RANK);
+        mptrs[i] = &metas[i];
+        size_t bytes = v->numel * sizeof(float);
+        if (s->cfg.mode == PS_MODE_SYNC) {
+            /* Zero-copy: in sync mode a variable changes only after every worker
+             * pushed the next step, which each does only after receiving this reply. */
+            pl[i] = (ps_payload){v->w, bytes, NULL, NULL};
+        } else {
+            /* Async: pushes may change the values while ZeroMQ still sends them,
+             * so the reply carries a snapshot (the one copy on this path). */
+            void *copy = malloc(bytes);
+            if (!copy) {
+                for (size_t j = 0; j < i; j++)
+                    if (pl[j].free_fn) free((void *)pl[j].data);
+                rc = PS_ENOMEM;
+                break;
+            }
+            memcpy(copy, v->w, bytes);
+            pl[i] = (ps_payload){copy, bytes, free_copy, NULL};
+        }
+    }
+    if (rc == PS_OK) {
+        Ps__Header out = PS__HEADER__INIT;
+        Ps__PullReply rep = PS__PULL_REPLY__INIT;
+        rep.tensors = mptrs;
+        rep.n_tensors = n;
+        rep.version = s->version;
+        out.body_case = PS__HEADER__BODY_PULL_REPLY;
+        out.pull_reply = &rep;
+        ps__server_reply(s, identity, identity_len, req->request_id, &out, pl, n);
+    }
+    free(metas);
+    free(mptrs);
+    free(shapes);
+    free(pl);
+    return rc;
+}
+
+int ps__handle_pull(ps_server *s, ps_request *r, char *err, size_t errlen) {
+    const Ps__Pull *p = r->hdr->pull;
+    if (p->n_names == 0 || p->n_names > PS_WIRE_MAX_FRAMES) {
+        snprintf(err, errlen, "pull of %zu names (allowed 1..%u)", p->n_names, PS_WIRE_MAX_FRAMES);
+        return PS_EPROTO;
+    }
+    for (size_t i = 0; i < p->n_names; i++) {
+        if (!ps_store_find(&s->store, p->names[i])) {
+            snprintf(err, errlen, "no variable named '%.200s' on shard %ld", p->names[i],
+                     s->cfg.shard);
+            return PS_ENOENT;
+        }
+    }
+    if (p->min_version <= s->version) return reply_pull(s, r->identity, r->identity_len, r->hdr);
+    if (s->cfg.mode != PS_MODE_SYNC || p->min_version > s->version + 1) {
+        snprintf(err, errlen, "pull asks for version %llu but the shard is at %llu",
+                 (unsigned long long)p->min_version, (unsigned long long)s->version);
+        return PS_EINVAL;
+    }
+    ps_pending_pull *pp = calloc(1, sizeof *pp);
+    void *id = pp ? malloc(r->identity_len) : NULL;
+    if (!id) {
+        free(pp);
+        snprintf(err, errlen, "out of memory deferring a pull");
+        return PS_ENOMEM;
+    }
+    memcpy(id, r->identity, r->identity_len);
+    pp->identity = id;
+    pp->identity_len = r->identity_len;
+    pp->req = r->hdr;
+    r->hdr = NULL; /* the pending list owns it now */
+    ps_pending_pull **tail = &s->pending;
+    while (*tail) tail = &(*tail)->next;
+    *tail = pp;
+    s->n_pending++;
+    return PS_OK;
+}
+
+void ps__server_answer_pending(ps_server *s) {
+    ps_pending_pull **pp = &s->pending;
+    while (*pp) {
+        ps_pending_pull *p = *pp;
+        if (p->req->pull->min_version > s->version && !s->stopping) {
+            pp = &p->next;
+            continue;
+        }
+        *pp = p->next;
+        s->n_pending--;
+        if (s->stopping)
+            ps__server_reply_error(s, p->identity, p->identity_len, p->req->request_id,
+                                   PS_ESHUTDOWN, "psd is shutting down");
+        else if (reply_pull(s, p->identity, p->identity_len, p->req) != PS_OK)
+            ps__server_reply_error(s, p->identity, p->identity_len, p->req->request_id,
+                                   PS_ENOMEM, "out of memory answering a pull");
+        ps__header__free_unpacked(p->req, NULL);
+        free(p->identity);
+        free(p);
+    }
+}
+
+/* Checks every gradient names a variable of the same shape and is finite. */
+static int check_grads(ps_server *s, ps_request *r, const float **data, char *err, size_t errlen) {
+    const Ps__Push *p = r->hdr->push;
+    int rc = ps_tensors_check(p->grads, p->n_grads, r->payloads, r->n_payloads, err, errlen);
+    if (rc != PS_OK) return rc;
+    if (p->n_grads == 0) {
+        snprintf(err, errlen, "push carries no gradients");
+        return PS_EPROTO;
+    }
+    for (size_t i = 0; i < p->n_grads; i++) {
+        const Ps__TensorMeta *m = p->grads[i];
+        const ps_var *v = ps_store_find(&s->store, m->name);
+        if (!v) {
+            snprintf(err, errlen, "no variable named '%.200s' on shard %ld", m->name, s->cfg.shard);
+            return PS_ENOENT;
+        }
+        if (!ps_var_same_shape(v, m)) {
+            snprintf(err, errlen, "gradient for '%s' has the wrong shape", m->name);
+            return PS_ESHAPE;
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(p->grads[j]->name, m->name) == 0) {
+                snprintf(err, errlen, "gradient for '%s' listed twice", m->name);
+                return PS_EINVAL;
+            }
+        }
+        /* Each frame is read in place when aligned; a misaligned one is copied
+         * once into its own buffer (kept until the push is applied). */
+        const void *raw = zmq_msg_data(&r->payloads[i]);
+        if (((uintptr_t)raw & 3u) != 0) {
+            float *copy = malloc(v->numel * sizeof(float));
+            if (!copy) return PS_ENOMEM;
+            memcpy(copy, raw, v->numel * sizeof(float));
+            data[i] = copy;
+        } else {
+            data[i] = raw;
+        }
+        for (size_t k = 0; k < v->numel; k++) {
+            if (!isfinite(data[i][k])) {
+                snprintf(err, errlen, "gradient for '%s' has a NaN or Inf at %zu", m->name, k);
+                return PS_EINVAL;
+            }
+        }
+    }
+    return PS_OK;
+}
+
+static void reply_push(ps_server *s, ps_request *r, int applied) {
+    Ps__Header out = PS__HEADER__INIT;
+    Ps__PushReply rep = PS__PUSH_REPLY__INIT;
+    rep.version = s->version;
+    rep.applied = applied;
+    out.body_case = PS__HEADER__BODY_PUSH_REPLY;
+    out.push_reply = &rep;
+    ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
+}
+
+/* Sync: closes the step once every worker pushed for it. */
+static int finish_step_if_complete(ps_server *s) {
+    if (s->pushes_in_step < (uint32_t)s->cfg.workers) return 0;
+    for (size_t i = 0; i < s->store.n; i++) ps_var_apply_accumulated(s->store.vars[i]);
+    s->version++;
+    s->stats.updates_applied++;
+    s->pushes_in_step = 0;
+    memset(s->pushed, 0, (size_t)s->cfg.workers);
+    ps__server_answer_pending(s);
+    return 1;
+}
+
+int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen) {
+    const Ps__Push *p = r->hdr->push;
+    if (p->worker_index >= (uint32_t)s->cfg.workers) {
+        snprintf(err, errlen, "worker index %u out of range (job has %ld workers)",
+                 p->worker_index, s->cfg.workers);
+        return PS_EINVAL;
+    }
+    if (s->cfg.mode == PS_MODE_SYNC) {
+        if (p->step < s->version) {
+            snprintf(err, errlen, "stale push for step %llu: the shard is at %llu; dropped",
+                     (unsigned long long)p->step, (unsigned long long)s->version);
+            return PS_ESTALE;
+        }
+        if (p->step > s->version) {
+            snprintf(err, errlen, "push for step %llu but the shard is at %llu",
+                     (unsigned long long)p->step, (unsigned long long)s->version);
+            return PS_EINVAL;
+        }
+        if (s->pushed[p->worker_index]) {
+            snprintf(err, errlen, "worker %u already pushed for step %llu", p->worker_index,
+                     (unsigned long long)p->step);
+            return PS_EINVAL;
+        }
+    }
+    const float **data = calloc(p->n_grads ? p->n_grads : 1, sizeof *data);
+    if (!data) return PS_ENOMEM;
+    int rc = check_grads(s, r, data, err, errlen);
+    int applied = 0;
+    for (size_t i = 0; rc == PS_OK && i < p->n_grads; i++) {
+        ps_var *v = ps_store_find(&s->store, p->grads[i]->name);
+        if (s->cfg.mode == PS_MODE_SYNC) rc = ps_var_accumulate(v, data[i]);
+        else ps_var_apply(v, data[i]);
+    }
+    if (rc == PS_OK) {
+        s->stats.pushes_applied++;
+        if (s->cfg.mode == PS_MODE_SYNC) {
+            s->pushed[p->worker_index] = 1;
+            s->pushes_in_step++;
+            applied = finish_step_if_complete(s);
+        } else {
+            s->version++;
+            s->stats.updates_applied++;
+            applied = 1;
+        }
+        reply_push(s, r, applied);
+    } else if (rc == PS_ENOMEM) {
+        snprintf(err, errlen, "out of memory accumulating gradients");
+    }
+    for (size_t i = 0; i < p->n_grads; i++)
+        if (data[i] && (const void *)data[i] != zmq_msg_data(&r->payloads[i])) free((void *)data[i]);
+    free(data);
+    return rc;
+}
+
+int ps__handle_stats(ps_server *s, ps_request *r, char *err, size_t errlen) {
+    (void)err;
+    (void)errlen;
+    Ps__Header out = PS__HEADER__INIT;
+    Ps__StatsReply st = PS__STATS_REPLY__INIT;
+    st.version = s->version;
+    st.mode = s->cfg.mode == PS_MODE_ASYNC ? PS__MODE__MODE_ASYNC : PS__MODE__MODE_SYNC;
+    st.shard_index = (uint32_t)s->cfg.shard;
+    st.num_workers = (uint32_t)s->cfg.workers;
+    st.requests = s->stats.requests;
+    st.errors = s->stats.errors;
+    st.pushes_applied = s->stats.pushes_applied;
+    st.stale_pushes = s->stats.stale_pushes;
+    st.updates_applied = s->stats.updates_applied;
+    st.bytes_in = s->stats.bytes_in;
+    st.bytes_out = s->stats.bytes_out;
+    st.pending_pulls = s->n_pending;
+    st.uptime_seconds = (double)(ps__now_ns() - s->start_ns) / 1e9;
+    size_t n = s->store.n;
+    Ps__VarStats *vs = calloc(n ? n : 1, sizeof *vs);
+    Ps__VarStats **vp = calloc(n ? n : 1, sizeof *vp);
+    if (!vs || !vp) {
+        free(vs);
+        free(vp);
+        return PS_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        ps__var_stats__init(&vs[i]);
+        vs[i].name = s->store.vars[i]->name;
+        vs[i].numel = s->store.vars[i]->numel;
+        vs[i].optimizer = (char *)ps_opt_kind_name(s->store.vars[i]->opt.kind);
+        vp[i] = &vs[i];
+    }
+    st.vars = vp;
+    st.n_vars = n;
+    out.body_case = PS__HEADER__BODY_STATS_REPLY;
+    out.stats_reply = &st;
+    ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
+    free(vs);
+    free(vp);
+    return PS_OK;
+}
+
+int ps__handle_shutdown(ps_server *s, ps_request *r, char *err, size_t errlen) {
+    (void)err;
+    (void)errlen;
+    Ps__Header out = PS__HEADER__INIT;
+    Ps__ShutdownReply rep = PS__SHUTDOWN_REPLY__INIT;
+    out.body_case = PS__HEADER__BODY_SHUTDOWN_REPLY;
+    out.shutdown_reply = &rep;
+    ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
+    PS_INFO("shutdown requested");
+    ps_server_stop(s);
+    return PS_OK;
+}

@@ -1,0 +1,33 @@
+/* Server-side optimizers: update a variable in place from its gradient and
+ * its slot arrays (the optimizer's state). Pure functions over floats. */
+#ifndef PS_OPTIM_H
+#define PS_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "optim_spec.h"
+
+/* Number of slot arrays (each numel floats) the kind needs:
+ * sgd 0, momentum 1 (velocity), adagrad 1 (accumulator), rmsprop 1 (mean square),
+ * adam/adamw 2 (m, v). */
+int ps_optim_num_slots(ps_opt_kind kind);
+
+/* Initial value of slot `slot` (adagrad's accumulator starts at initial_accumulator;
+ * everything else 0). */
+float ps_optim_slot_init(const ps_opt_spec *spec, int slot);
+
+/* Applies one update: w[i] changes from g[i]; slots[0..num_slots) are updated.
+ * `t` is the 1-based count of updates applied to this variable including this one
+ * (Adam's bias correction uses it). Formulas (Keras):
+ *   sgd:      w -= lr*g
+ *   momentum: v = mu*v - lr*g;  w += v             (nesterov: w += mu*v - lr*g)
+ *   adagrad:  a += g*g;         w -= lr*g/(sqrt(a)+eps)
+ *   rmsprop:  s = rho*s + (1-rho)*g*g; w -= lr*g/(sqrt(s)+eps)
+ *   adam:     m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
+ *             lr_t = lr*sqrt(1-b2^t)/(1-b1^t); w -= lr_t*m/(sqrt(v)+eps)
+ *   adamw:    w -= lr*wd*w, then adam */
+void ps_optim_apply(const ps_opt_spec *spec, float *w, const float *g, float *const *slots,
+                    size_t n, uint64_t t);
+
+#endif

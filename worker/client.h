@@ -1,0 +1,58 @@
+/* The worker's client library for psd: one DEALER per shard, requests to all
+ * shards in flight at once, pull into and push from the caller's buffers.
+ * Usable on its own for a custom training loop. Not thread-safe: one thread
+ * per client. */
+#ifndef PS_CLIENT_H
+#define PS_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "optim_spec.h"
+#include "proto/ps.pb-c.h"
+
+typedef struct ps_client ps_client;
+
+/* A tensor (or row slice of one) that lives on one shard. */
+typedef struct {
+    char name[96];     /* name on the shard */
+    unsigned shard;
+    size_t rank;
+    size_t shape[2];
+    float *param;      /* borrowed: pulls write here; CreateVars sends it as the initial value */
+    float *grad;       /* borrowed: pushes send this (must stay unchanged until the push returns) */
+    ps_opt_spec opt;
+} ps_client_tensor;
+
+/* Connects one DEALER per endpoint ("host:port"). Returns PS_OK with *out
+ * owned by the caller (ps_client_close), or an error with a reason in err. */
+int ps_client_open(ps_client **out, const char *const *endpoints, size_t n_shards,
+                   unsigned worker_index, unsigned num_workers, char *err, size_t errlen);
+void ps_client_close(ps_client *c);
+/* Deadline for one request round (default 120000 ms); sync pulls wait for
+ * the slowest worker, so this bounds a barrier too. */
+void ps_client_set_timeout(ps_client *c, int timeout_ms);
+/* Registers a tensor (copied). PS_OK, PS_EINVAL (bad shard) or PS_ENOMEM. */
+int ps_client_add(ps_client *c, const ps_client_tensor *t);
+/* Hello to every shard: checks protocol version and job size. *async is set
+ * from the shards' mode (they must agree); *version = the smallest shard version. */
+int ps_client_hello(ps_client *c, int *async, uint64_t *version);
+/* Creates every registered tensor on its shard with its current param values;
+ * existing ones (same shape) are kept. *created counts new ones (may be NULL). */
+int ps_client_create_vars(ps_client *c, size_t *created);
+/* Pulls every registered tensor into its param buffer from all shards at once;
+ * each shard answers when its version >= min_version. *version = smallest shard version. */
+int ps_client_pull(ps_client *c, uint64_t min_version, uint64_t *version);
+/* Pushes every registered tensor's grad, tagged with `step`, to all shards at once.
+ * *applied_all is 1 when every shard completed the step with this push (may be NULL). */
+int ps_client_push(ps_client *c, uint64_t step, int *applied_all);
+/* Asks one shard for its stats; *out is owned by the caller
+ * (ps__header__free_unpacked(*out, NULL)), its body is stats_reply. */
+int ps_client_stats(ps_client *c, unsigned shard, Ps__Header **out);
+/* Asks one shard to shut down. */
+int ps_client_shutdown(ps_client *c, unsigned shard);
+/* The last error's message ("" if none); valid until the next call. */
+const char *ps_client_error(const ps_client *c);
+size_t ps_client_num_shards(const ps_client *c);
+
+#endif

@@ -1,0 +1,40 @@
+/* The worker's training loop: pull parameters, forward/backward on a batch of
+ * its data shard, push gradients; the chief (worker 0) also creates the
+ * variables, evaluates on the test set after each epoch and writes the summary. */
+#ifndef PS_TRAIN_H
+#define PS_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "progress.h"
+
+typedef struct {
+    const char *const *ps;      /* "host:port" per shard, borrowed */
+    size_t n_ps;
+    unsigned index, workers;    /* global worker index (0 = chief) and count */
+    const char *model_path;     /* NULL: the built-in default model */
+    const char *data_dir;       /* IDX files */
+    unsigned epochs;
+    size_t batch;               /* per worker; 0: the model spec's batch_size */
+    uint64_t seed;
+    const char *summary_path;   /* chief writes JSON here; NULL: none */
+    ps_progress_mode progress;
+    size_t max_train, max_test; /* 0: all samples */
+    int timeout_ms;             /* per request round */
+    size_t max_steps;           /* per epoch, 0: all (tests) */
+} ps_train_config;
+
+typedef struct {
+    double test_accuracy, test_loss; /* chief only; -1 when not evaluated */
+    double samples_per_sec;          /* job-wide, training time only */
+    double wall_seconds;
+    uint64_t steps;                  /* this worker's steps */
+    int async;
+} ps_train_result;
+
+/* Runs the whole job for this worker. Returns PS_OK or an error with a one-line
+ * reason in err. */
+int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, size_t errlen);
+
+#endif
