@@ -1,1 +1,132 @@
-/* placeholder: not written yet */
+/* Process helpers for integration tests (see proc.h). */
+#include "proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../unit/testutil.h"
+
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void nap_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+pid_t ps_test_spawn(const char *const *argv, const char *out_path) {
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    int fd = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+    }
+    execv(argv[0], (char *const *)argv);
+    fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+}
+
+static int decode_status(int st) {
+    if (WIFEXITED(st)) return WEXITSTATUS(st);
+    if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+    return -1;
+}
+
+int ps_test_wait(pid_t pid, int timeout_ms) {
+    long long deadline = now_ms() + timeout_ms;
+    int st;
+    for (;;) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid) return decode_status(st);
+        if (r < 0) return -1;
+        if (now_ms() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -1;
+        }
+        nap_ms(10);
+    }
+}
+
+int ps_test_alive(pid_t pid) {
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == 0) return 1;
+    return 0;
+}
+
+void ps_test_dump(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char line[1024];
+    fprintf(stderr, "---- %s ----\n", path);
+    while (fgets(line, sizeof line, f)) fputs(line, stderr);
+    fclose(f);
+}
+
+int ps_test_psd_start(ps_test_psd *p, const char *const *extra_args, int timeout_ms) {
+    memset(p, 0, sizeof *p);
+    char *dir = ps_test_mkdtemp();
+    if (!dir) return -1;
+    snprintf(p->dir, sizeof p->dir, "%s", dir);
+    free(dir);
+    char ready[600];
+    snprintf(ready, sizeof ready, "%s/ready", p->dir);
+    snprintf(p->log, sizeof p->log, "%s/psd.log", p->dir);
+    const char *argv[64] = {getenv("PSD"), "--bind", "127.0.0.1", "--port", "0", "--ready-file", ready};
+    int n = 7;
+    for (int i = 0; extra_args && extra_args[i] && n < 62; i++) argv[n++] = extra_args[i];
+    argv[n] = NULL;
+    if (!argv[0]) {
+        fprintf(stderr, "PSD is not set\n");
+        return -1;
+    }
+    p->pid = ps_test_spawn(argv, p->log);
+    if (p->pid < 0) return -1;
+    long long deadline = now_ms() + timeout_ms;
+    while (now_ms() < deadline) {
+        FILE *f = fopen(ready, "r");
+        if (f) {
+            int ok = fgets(p->endpoint, sizeof p->endpoint, f) != NULL;
+            fclose(f);
+            p->endpoint[strcspn(p->endpoint, "\n")] = 0;
+            if (ok && p->endpoint[0]) return 0;
+        }
+        if (!ps_test_alive(p->pid)) {
+            fprintf(stderr, "psd exited before listening\n");
+            ps_test_dump(p->log);
+            p->pid = 0;
+            return -1;
+        }
+        nap_ms(5);
+    }
+    fprintf(stderr, "psd did not listen within %d ms\n", timeout_ms);
+    ps_test_dump(p->log);
+    ps_test_psd_stop(p, 1000);
+    return -1;
+}
+
+int ps_test_psd_stop(ps_test_psd *p, int timeout_ms) {
+    int rc = -1;
+    if (p->pid > 0) {
+        kill(p->pid, SIGTERM);
+        rc = ps_test_wait(p->pid, timeout_ms);
+        p->pid = 0;
+    }
+    if (p->dir[0]) {
+        ps_test_rmdir(p->dir);
+        p->dir[0] = 0;
+    }
+    return rc;
+}

@@ -1,0 +1,34 @@
+/* Real processes for integration tests: start psd and workers, wait for
+ * conditions with deadlines (never sleep-and-hope), and kill what is left. */
+#ifndef PS_TEST_PROC_H
+#define PS_TEST_PROC_H
+
+#include <sys/types.h>
+
+typedef struct {
+    pid_t pid;
+    char endpoint[128]; /* "127.0.0.1:PORT" once ready */
+    char dir[512];      /* private temp dir (ready file, log) */
+    char log[600];      /* stdout+stderr of the process */
+} ps_test_psd;
+
+/* Starts $PSD --bind 127.0.0.1 --port 0 --ready-file ... plus extra_args
+ * (NULL-terminated, may be NULL) and waits up to timeout_ms for it to listen.
+ * Returns 0, or -1 (the process is killed, the reason printed). */
+int ps_test_psd_start(ps_test_psd *p, const char *const *extra_args, int timeout_ms);
+/* SIGTERM, wait up to timeout_ms, then SIGKILL. Returns the exit status (0..255),
+ * 128+signal when killed by a signal, or -1. Removes the temp dir. */
+int ps_test_psd_stop(ps_test_psd *p, int timeout_ms);
+
+/* Forks and execs argv with stdout+stderr appended to out_path (or /dev/null).
+ * Returns the pid, or -1. */
+pid_t ps_test_spawn(const char *const *argv, const char *out_path);
+/* Waits up to timeout_ms for pid; on timeout kills it (SIGKILL) and returns -1.
+ * Otherwise returns its exit status, or 128+signal. */
+int ps_test_wait(pid_t pid, int timeout_ms);
+/* 1 when the process is still there (not yet reaped), 0 otherwise. */
+int ps_test_alive(pid_t pid);
+/* Prints a file to stderr (for failure diagnostics). */
+void ps_test_dump(const char *path);
+
+#endif
