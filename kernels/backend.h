@@ -1,0 +1,69 @@
+/* Internal to kernels/: the device struct and the per-backend entry points
+ * that kernels.c dispatches to (cpu.c always, cuda.cu under PS_HAVE_CUDA). */
+#ifndef PS_KERNELS_BACKEND_H
+#define PS_KERNELS_BACKEND_H
+
+#include "kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ps__cuda_ctx ps__cuda_ctx; /* defined in cuda.cu */
+
+struct ps_k_dev {
+    ps_k_kind kind;
+    int ordinal;        /* CUDA device number; 0 for the CPU */
+    char name[24];      /* "cpu", "cuda:N" */
+    int err;            /* first asynchronous error since the last ps_k_sync */
+    ps__cuda_ctx *cuda; /* CUDA state (handle, stream, scratch); NULL on the CPU */
+};
+
+/* CPU backend (cpu.c): host pointers, synchronous, infallible. Each mirrors
+ * the ps_k_* function of the same name in kernels.h; a bool acc selects the
+ * _acc (+=) behaviour over _overwrite (=). */
+void ps__cpu_gemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float alpha,
+                  const float *A, const float *B, float beta, float *C);
+void ps__cpu_bias_add_rows_acc(float *x, const float *bias, size_t rows, size_t cols);
+void ps__cpu_col_sum(float *out, const float *x, size_t rows, size_t cols, bool acc);
+void ps__cpu_act_forward_overwrite(ps_k_act act, float *y, const float *x, size_t n);
+void ps__cpu_act_backward(ps_k_act act, float *dx, const float *dy, const float *y, size_t n,
+                          bool acc);
+void ps__cpu_softmax_rows_overwrite(float *probs, const float *logits, size_t rows, size_t cols);
+int ps__cpu_softmax_ce_overwrite(float *dlogits, const float *logits, const int32_t *labels,
+                                 size_t rows, size_t cols, float *loss);
+int ps__cpu_argmax_correct(const float *logits, const int32_t *labels, size_t rows, size_t cols,
+                           size_t *correct);
+
+#ifdef PS_HAVE_CUDA
+/* CUDA backend (cuda.cu): the same contracts on device pointers of d. Errors
+ * are recorded in d->err (reported by ps__cuda_sync) unless the function
+ * returns an int; ps__cuda_open fills d->cuda, ps__cuda_close frees it. */
+int ps__cuda_device_count(void);
+int ps__cuda_open(ps_k_dev *d, int ordinal, char *err, size_t errlen);
+void ps__cuda_close(ps_k_dev *d);
+int ps__cuda_sync(ps_k_dev *d);
+int ps__cuda_malloc(ps_k_dev *d, size_t bytes, void **out);
+void ps__cuda_free(ps_k_dev *d, void *p);
+int ps__cuda_copy(ps_k_dev *d, void *dst, const void *src, size_t bytes, bool to_dev);
+int ps__cuda_zero(ps_k_dev *d, void *p, size_t bytes);
+void ps__cuda_gemm(ps_k_dev *d, bool trans_a, bool trans_b, size_t M, size_t N, size_t K,
+                   float alpha, const float *A, const float *B, float beta, float *C);
+void ps__cuda_bias_add_rows_acc(ps_k_dev *d, float *x, const float *bias, size_t rows, size_t cols);
+void ps__cuda_col_sum(ps_k_dev *d, float *out, const float *x, size_t rows, size_t cols, bool acc);
+void ps__cuda_act_forward_overwrite(ps_k_dev *d, ps_k_act act, float *y, const float *x, size_t n);
+void ps__cuda_act_backward(ps_k_dev *d, ps_k_act act, float *dx, const float *dy, const float *y,
+                           size_t n, bool acc);
+void ps__cuda_softmax_rows_overwrite(ps_k_dev *d, float *probs, const float *logits, size_t rows,
+                                     size_t cols);
+int ps__cuda_softmax_ce_overwrite(ps_k_dev *d, float *dlogits, const float *logits,
+                                  const int32_t *labels, size_t rows, size_t cols, float *loss);
+int ps__cuda_argmax_correct(ps_k_dev *d, const float *logits, const int32_t *labels, size_t rows,
+                            size_t cols, size_t *correct);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

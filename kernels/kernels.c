@@ -1,0 +1,208 @@
+/* The public kernels API: device selection and memory, and dispatch of each
+ * kernel to the CPU backend (cpu.c) or the CUDA backend (cuda.cu). */
+#include "kernels.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "ps_error.h"
+
+static ps_k_dev cpu_dev = {.kind = PS_K_CPU, .name = "cpu"};
+
+#ifdef PS_HAVE_CUDA
+#define IF_CUDA(d, call)                                                                           \
+    do {                                                                                           \
+        if ((d)->kind == PS_K_CUDA) {                                                              \
+            call;                                                                                  \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+#define IF_CUDA_RET(d, call)                                                                       \
+    do {                                                                                           \
+        if ((d)->kind == PS_K_CUDA) return call;                                                   \
+    } while (0)
+#else
+#define IF_CUDA(d, call) (void)(d)
+#define IF_CUDA_RET(d, call) (void)(d)
+#endif
+
+ps_k_dev *ps_k_cpu(void) {
+    return &cpu_dev;
+}
+
+bool ps_k_cuda_built(void) {
+#ifdef PS_HAVE_CUDA
+    return true;
+#else
+    return false;
+#endif
+}
+
+int ps_k_cuda_device_count(void) {
+#ifdef PS_HAVE_CUDA
+    return ps__cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
+/* Parses "cuda" / "cuda:N" into *ordinal; returns false on anything else. */
+static bool parse_cuda_spec(const char *spec, int *ordinal) {
+    if (strcmp(spec, "cuda") == 0) {
+        *ordinal = 0;
+        return true;
+    }
+    if (strncmp(spec, "cuda:", 5) != 0 || spec[5] < '0' || spec[5] > '9') return false;
+    char *end;
+    errno = 0;
+    long v = strtol(spec + 5, &end, 10);
+    if (errno || *end || v > 1024) return false;
+    *ordinal = (int)v;
+    return true;
+}
+
+int ps_k_dev_open(const char *spec, ps_k_dev **out, char *err, size_t errlen) {
+    int ordinal = 0;
+    *out = NULL;
+    if (!spec || strcmp(spec, "cpu") == 0 ||
+        (strcmp(spec, "auto") == 0 && ps_k_cuda_device_count() == 0)) {
+        *out = &cpu_dev;
+        return PS_OK;
+    }
+    if (strcmp(spec, "auto") != 0 && !parse_cuda_spec(spec, &ordinal)) {
+        if (err) snprintf(err, errlen, "bad device '%s' (want auto, cpu or cuda:N)", spec);
+        return PS_EINVAL;
+    }
+#ifdef PS_HAVE_CUDA
+    int n = ps__cuda_device_count();
+    if (ordinal >= n) {
+        if (err) snprintf(err, errlen, "device %s: only %d CUDA device(s) present", spec, n);
+        return PS_EINVAL;
+    }
+    ps_k_dev *d = calloc(1, sizeof *d);
+    if (!d) return PS_ENOMEM;
+    d->kind = PS_K_CUDA;
+    d->ordinal = ordinal;
+    snprintf(d->name, sizeof d->name, "cuda:%d", ordinal);
+    int rc = ps__cuda_open(d, ordinal, err, errlen);
+    if (rc != PS_OK) {
+        free(d);
+        return rc;
+    }
+    *out = d;
+    return PS_OK;
+#else
+    if (err) snprintf(err, errlen, "device %s: this build has no CUDA backend", spec);
+    return PS_EINVAL;
+#endif
+}
+
+void ps_k_dev_close(ps_k_dev *d) {
+    if (!d || d == &cpu_dev) return;
+#ifdef PS_HAVE_CUDA
+    ps__cuda_close(d);
+#endif
+    free(d);
+}
+
+ps_k_kind ps_k_dev_kind(const ps_k_dev *d) {
+    return d->kind;
+}
+
+const char *ps_k_dev_name(const ps_k_dev *d) {
+    return d->name;
+}
+
+int ps_k_sync(ps_k_dev *d) {
+    IF_CUDA_RET(d, ps__cuda_sync(d));
+    return PS_OK;
+}
+
+int ps_k_malloc(ps_k_dev *d, size_t bytes, void **out) {
+    IF_CUDA_RET(d, ps__cuda_malloc(d, bytes, out));
+    size_t sz = (bytes + 63) / 64 * 64;
+    *out = aligned_alloc(64, sz ? sz : 64);
+    return *out ? PS_OK : PS_ENOMEM;
+}
+
+void ps_k_free(ps_k_dev *d, void *p) {
+    IF_CUDA(d, ps__cuda_free(d, p));
+    free(p);
+}
+
+int ps_k_copy_to_dev(ps_k_dev *d, void *dst, const void *src, size_t bytes) {
+    IF_CUDA_RET(d, ps__cuda_copy(d, dst, src, bytes, true));
+    if (bytes) memmove(dst, src, bytes);
+    return PS_OK;
+}
+
+int ps_k_copy_to_host(ps_k_dev *d, void *dst, const void *src, size_t bytes) {
+    IF_CUDA_RET(d, ps__cuda_copy(d, dst, src, bytes, false));
+    if (bytes) memmove(dst, src, bytes);
+    return PS_OK;
+}
+
+int ps_k_zero(ps_k_dev *d, void *p, size_t bytes) {
+    IF_CUDA_RET(d, ps__cuda_zero(d, p, bytes));
+    if (bytes) memset(p, 0, bytes);
+    return PS_OK;
+}
+
+void ps_k_gemm(ps_k_dev *d, bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float alpha,
+               const float *A, const float *B, float beta, float *C) {
+    IF_CUDA(d, ps__cuda_gemm(d, trans_a, trans_b, M, N, K, alpha, A, B, beta, C));
+    ps__cpu_gemm(trans_a, trans_b, M, N, K, alpha, A, B, beta, C);
+}
+
+void ps_k_bias_add_rows_acc(ps_k_dev *d, float *x, const float *bias, size_t rows, size_t cols) {
+    IF_CUDA(d, ps__cuda_bias_add_rows_acc(d, x, bias, rows, cols));
+    ps__cpu_bias_add_rows_acc(x, bias, rows, cols);
+}
+
+void ps_k_col_sum_overwrite(ps_k_dev *d, float *out, const float *x, size_t rows, size_t cols) {
+    IF_CUDA(d, ps__cuda_col_sum(d, out, x, rows, cols, false));
+    ps__cpu_col_sum(out, x, rows, cols, false);
+}
+
+void ps_k_col_sum_acc(ps_k_dev *d, float *out, const float *x, size_t rows, size_t cols) {
+    IF_CUDA(d, ps__cuda_col_sum(d, out, x, rows, cols, true));
+    ps__cpu_col_sum(out, x, rows, cols, true);
+}
+
+void ps_k_act_forward_overwrite(ps_k_dev *d, ps_k_act act, float *y, const float *x, size_t n) {
+    IF_CUDA(d, ps__cuda_act_forward_overwrite(d, act, y, x, n));
+    ps__cpu_act_forward_overwrite(act, y, x, n);
+}
+
+void ps_k_act_backward_overwrite(ps_k_dev *d, ps_k_act act, float *dx, const float *dy,
+                                 const float *y, size_t n) {
+    IF_CUDA(d, ps__cuda_act_backward(d, act, dx, dy, y, n, false));
+    ps__cpu_act_backward(act, dx, dy, y, n, false);
+}
+
+void ps_k_act_backward_acc(ps_k_dev *d, ps_k_act act, float *dx, const float *dy, const float *y,
+                           size_t n) {
+    IF_CUDA(d, ps__cuda_act_backward(d, act, dx, dy, y, n, true));
+    ps__cpu_act_backward(act, dx, dy, y, n, true);
+}
+
+void ps_k_softmax_rows_overwrite(ps_k_dev *d, float *probs, const float *logits, size_t rows,
+                                 size_t cols) {
+    IF_CUDA(d, ps__cuda_softmax_rows_overwrite(d, probs, logits, rows, cols));
+    ps__cpu_softmax_rows_overwrite(probs, logits, rows, cols);
+}
+
+int ps_k_softmax_ce_overwrite(ps_k_dev *d, float *dlogits, const float *logits,
+                              const int32_t *labels, size_t rows, size_t cols, float *loss) {
+    IF_CUDA_RET(d, ps__cuda_softmax_ce_overwrite(d, dlogits, logits, labels, rows, cols, loss));
+    return ps__cpu_softmax_ce_overwrite(dlogits, logits, labels, rows, cols, loss);
+}
+
+int ps_k_argmax_correct(ps_k_dev *d, const float *logits, const int32_t *labels, size_t rows,
+                        size_t cols, size_t *correct) {
+    IF_CUDA_RET(d, ps__cuda_argmax_correct(d, logits, labels, rows, cols, correct));
+    return ps__cpu_argmax_correct(logits, labels, rows, cols, correct);
+}
