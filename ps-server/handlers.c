@@ -183,7 +183,9 @@ int ps__handle_pull(ps_server *s, ps_request *r, char *err, size_t errlen) {
         }
     }
     if (p->min_version <= s->version) return reply_pull(s, r->identity, r->identity_len, r->hdr);
-    if (s->cfg.mode != PS_MODE_SYNC || p->min_version > s->version + 1) {
+    /* sync: only the open step's result can be waited for; async: any future
+     * version (pushes keep arriving; the client bounds the wait) */
+    if (s->cfg.mode == PS_MODE_SYNC && p->min_version > s->version + 1) {
         snprintf(err, errlen, "pull asks for version %llu but the shard is at %llu",
                  (unsigned long long)p->min_version, (unsigned long long)s->version);
         return PS_EINVAL;
@@ -341,6 +343,7 @@ int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen) {
             s->version++;
             s->stats.updates_applied++;
             applied = 1;
+            if (s->pending) ps__server_answer_pending(s);
         }
         reply_push(s, r, applied);
     } else if (rc == PS_ENOMEM) {

@@ -1,1 +1,45 @@
-int main(void) { return 1; } /* placeholder */
+/* psctl, the operator's tool: dispatches to its commands (today: `local`, which runs
+ * a whole cluster on this machine). */
+#include "local.h"
+#include "log.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv); /* argv[0] is the command name; returns the exit code */
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"local", psctl_local_main, "run psd shards and workers on this machine until training ends"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: psctl COMMAND [ARGS...]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n'psctl COMMAND --help' describes a command.\n");
+}
+
+int main(int argc, char **argv) {
+    ps_log_set_tag("psctl");
+    /* A closed stdout must not kill the supervisor (children get SIG_DFL back). */
+    signal(SIGPIPE, SIG_IGN);
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(cmd, commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "psctl: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}

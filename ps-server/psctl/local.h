@@ -1,0 +1,37 @@
+/* psctl local: run a whole cluster (psd shards + workers) on this machine.
+ * Options (local_opts.c), entry point (local.c) and the supervisor (supervisor.c). */
+#ifndef PSCTL_LOCAL_H
+#define PSCTL_LOCAL_H
+
+#include <stdio.h>
+
+/* Parsed `psctl local` options; strings point into argv (not owned). */
+typedef struct {
+    long num_ps;         /* --ps N (required, >= 1) */
+    long num_workers;    /* --workers M (required, >= 1) */
+    const char *mode;    /* --mode: "sync" or "async" (required) */
+    long epochs;         /* --epochs E (default 1) */
+    const char *model;   /* --model FILE, or NULL for the worker's default */
+    const char *data;    /* --data DIR, or NULL */
+    const char *summary; /* --summary FILE (chief only), or NULL */
+    long batch;          /* --batch B, or 0 when not given */
+    long long seed;      /* --seed S, or -1 when not given */
+    double timeout_s;    /* --timeout SECONDS for the whole job; 0 = none */
+    char **extra;        /* arguments after "--", passed to every worker */
+    int num_extra;
+} psctl_local_opts;
+
+/* Parses `psctl local` arguments; argv[0] is "local". Returns 0 when opts is filled
+ * in, 1 when --help was printed to stdout, 2 after printing a message naming the bad
+ * flag to stderr. Uses getopt_long (resets optind). */
+int psctl_local_parse(int argc, char **argv, psctl_local_opts *opts);
+
+/* Prints the usage of `psctl local` to f. */
+void psctl_local_usage(FILE *f);
+
+/* Runs `psctl local` with argv[0] == "local". Returns the process exit code: 0 job
+ * finished, 1 a process failed or the job timed out, 2 bad usage or missing
+ * binaries, 128+signal when interrupted by SIGINT/SIGTERM. */
+int psctl_local_main(int argc, char **argv);
+
+#endif

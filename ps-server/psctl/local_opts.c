@@ -1,0 +1,184 @@
+/* Option parsing for `psctl local`: one table {name, type, bounds, help} drives
+ * getopt_long, validation and --help. */
+#include "local.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { OPT_LONG, OPT_LLONG, OPT_STR, OPT_MODE, OPT_SECONDS, OPT_HELP } opt_type;
+
+typedef struct {
+    const char *name;
+    opt_type type;
+    long long min, max; /* bounds for integers */
+    size_t off;         /* field in psctl_local_opts */
+    const char *metavar;
+    const char *help;
+} opt_def;
+
+#define F(field) offsetof(psctl_local_opts, field)
+
+static const opt_def defs[] = {
+    {"ps", OPT_LONG, 1, 1000, F(num_ps), "N", "number of psd shards (required)"},
+    {"workers", OPT_LONG, 1, 1000, F(num_workers), "M", "number of workers (required)"},
+    {"mode", OPT_MODE, 0, 0, F(mode), "sync|async", "training mode (required)"},
+    {"epochs", OPT_LONG, 1, 1000000, F(epochs), "E", "epochs to train (default 2)"},
+    {"model", OPT_STR, 0, 0, F(model), "FILE", "model spec JSON (default: the worker's)"},
+    {"data", OPT_STR, 0, 0, F(data), "DIR", "dataset directory (default: the worker's)"},
+    {"summary", OPT_STR, 0, 0, F(summary), "FILE", "the chief writes its JSON summary here"},
+    {"batch", OPT_LONG, 1, 1000000, F(batch), "B", "batch size per worker"},
+    {"seed", OPT_LLONG, 0, 0x7fffffffffffffffLL, F(seed), "S", "random seed"},
+    {"timeout", OPT_SECONDS, 0, 0, F(timeout_s), "SECONDS",
+     "stop everything and fail after this long (default 0 = never)"},
+    {"help", OPT_HELP, 0, 0, 0, NULL, "show this help"},
+};
+
+#define NDEFS (sizeof defs / sizeof defs[0])
+#define VAL_BASE 256 /* getopt_long returns VAL_BASE + table index */
+
+void psctl_local_usage(FILE *f) {
+    fprintf(f, "usage: psctl local --ps N --workers M --mode sync|async [options] "
+               "[-- EXTRA WORKER ARGS...]\n"
+               "Runs N psd shards and M workers on 127.0.0.1 until training ends.\n\n"
+               "options:\n");
+    for (size_t i = 0; i < NDEFS; i++) {
+        char left[64];
+        if (defs[i].metavar)
+            snprintf(left, sizeof left, "--%s %s", defs[i].name, defs[i].metavar);
+        else
+            snprintf(left, sizeof left, "-h, --%s", defs[i].name);
+        fprintf(f, "  %-22s %s\n", left, defs[i].help);
+    }
+    fprintf(f, "\nBinaries: $PSD and $PSWORKER, else next to psctl, else on PATH.\n"
+               "Exit status: 0 done, 1 a process failed or --timeout, 2 bad usage,\n"
+               "130/143 interrupted by SIGINT/SIGTERM.\n");
+}
+
+static int bad_value(const opt_def *d, const char *arg, const char *what) {
+    fprintf(stderr, "psctl local: --%s needs %s, got '%s'\n", d->name, what, arg);
+    return 2;
+}
+
+static int parse_integer(const char *s, long long *out) {
+    if (!((*s >= '0' && *s <= '9') || *s == '-' || *s == '+')) return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != '\0' || errno) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Stores arg into the field d names; returns 0, or 2 after a message. */
+static int apply(const opt_def *d, const char *arg, psctl_local_opts *o) {
+    char *field = (char *)o + d->off;
+    switch (d->type) {
+    case OPT_LONG:
+    case OPT_LLONG: {
+        long long v;
+        if (parse_integer(arg, &v) < 0 || v < d->min || v > d->max) {
+            char what[96];
+            snprintf(what, sizeof what, "an integer from %lld to %lld", d->min, d->max);
+            return bad_value(d, arg, what);
+        }
+        if (d->type == OPT_LONG)
+            *(long *)(void *)field = (long)v;
+        else
+            *(long long *)(void *)field = v;
+        return 0;
+    }
+    case OPT_STR:
+        if (!*arg) return bad_value(d, arg, "a non-empty value");
+        *(const char **)(void *)field = arg;
+        return 0;
+    case OPT_MODE:
+        if (strcmp(arg, "sync") != 0 && strcmp(arg, "async") != 0)
+            return bad_value(d, arg, "'sync' or 'async'");
+        *(const char **)(void *)field = arg;
+        return 0;
+    case OPT_SECONDS: {
+        char *end;
+        errno = 0;
+        double v = strtod(arg, &end);
+        if (end == arg || *end != '\0' || errno || !isfinite(v) || v < 0 || v > 1e7)
+            return bad_value(d, arg, "a number of seconds >= 0");
+        *(double *)(void *)field = v;
+        return 0;
+    }
+    case OPT_HELP:
+        break;
+    }
+    return 0;
+}
+
+int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->epochs = 2;
+    o->seed = -1;
+
+    struct option longopts[NDEFS + 1];
+    for (size_t i = 0; i < NDEFS; i++) {
+        longopts[i] = (struct option){defs[i].name,
+                                      defs[i].type == OPT_HELP ? no_argument : required_argument,
+                                      NULL, VAL_BASE + (int)i};
+    }
+    longopts[NDEFS] = (struct option){0};
+
+    /* "+": stop at the first non-option, so worker arguments are never permuted;
+     * ":": report a missing value as ':' so the message can name the flag. */
+    opterr = 0;
+    optind = 0;
+    const char *last_value = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
+        if (c == 'h' || (c >= VAL_BASE && defs[c - VAL_BASE].type == OPT_HELP)) {
+            psctl_local_usage(stdout);
+            return 1;
+        }
+        if (c == ':') {
+            if (optopt >= VAL_BASE && optopt < VAL_BASE + (int)NDEFS)
+                fprintf(stderr, "psctl local: --%s needs a value\n", defs[optopt - VAL_BASE].name);
+            else
+                fprintf(stderr, "psctl local: option '%s' needs a value\n", argv[optind - 1]);
+            goto usage_hint;
+        }
+        if (c == '?' || c < VAL_BASE || c >= VAL_BASE + (int)NDEFS) {
+            if (optopt > 0 && optopt < VAL_BASE)
+                fprintf(stderr, "psctl local: unknown option '-%c'\n", optopt);
+            else
+                fprintf(stderr, "psctl local: unknown option '%s'\n", argv[optind - 1]);
+            goto usage_hint;
+        }
+        if (apply(&defs[c - VAL_BASE], optarg, o) != 0) return 2;
+        last_value = optarg;
+    }
+
+    /* getopt_long consumed a "--" separator (not a flag's value "--") if it is the
+     * argument just before optind. */
+    int saw_separator =
+        optind > 1 && strcmp(argv[optind - 1], "--") == 0 && argv[optind - 1] != last_value;
+    if (optind < argc && !saw_separator) {
+        fprintf(stderr, "psctl local: unexpected argument '%s' (worker arguments go after --)\n",
+                argv[optind]);
+        goto usage_hint;
+    }
+    o->extra = argv + optind;
+    o->num_extra = argc - optind;
+
+    if (o->num_ps == 0 || o->num_workers == 0 || !o->mode) {
+        fprintf(stderr, "psctl local: %s is required\n",
+                o->num_ps == 0        ? "--ps"
+                : o->num_workers == 0 ? "--workers"
+                                      : "--mode");
+        goto usage_hint;
+    }
+    return 0;
+
+usage_hint:
+    fprintf(stderr, "Try 'psctl local --help'.\n");
+    return 2;
+}

@@ -1,0 +1,711 @@
+/* psctl local's supervisor: spawns the shards and workers with uv_spawn, relays their
+ * output, and turns exits, signals and deadlines into an orderly stop of everything. */
+#include "supervisor.h"
+
+#include "lifetime.h"
+#include "log.h"
+#include "relay.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+extern char **environ;
+
+#define READY_POLL_MS 50
+#define FINISH_GRACE_MS 10000 /* shards get this long to stop after the workers finished */
+#define ABORT_GRACE_MS 5000   /* everyone gets this long to stop after a failure */
+#define KILL_GRACE_MS 5000    /* after SIGKILL, before giving up on a process */
+#define DRAIN_MS 2000         /* output pipes may stay open this long after the last exit */
+
+typedef enum { CHILD_PSD, CHILD_WORKER } child_kind;
+
+typedef enum {
+    PHASE_STARTING,  /* shards started, waiting for their ready files */
+    PHASE_RUNNING,   /* workers started */
+    PHASE_FINISHING, /* every worker succeeded: stopping the shards */
+    PHASE_ABORTING,  /* failure, signal or deadline: stopping everything */
+    PHASE_DONE       /* no child left running */
+} phase;
+
+enum { PIPE_NONE, PIPE_OPEN, PIPE_CLOSED };
+
+struct sup;
+
+typedef struct {
+    struct sup *sv;
+    child_kind kind;
+    int index;
+    char label[32];        /* "psd 0", "worker 1" */
+    uv_process_t proc;     /* initialised by uv_spawn, even when it fails */
+    uv_pipe_t pipes[2];    /* read side of the child's stdout and stderr */
+    psctl_relay relays[2]; /* to psctl's stdout and stderr */
+    int pipe_state[2];
+    int proc_inited;
+    int running; /* spawned and not yet exited (or given up on) */
+    int pid;
+    char *ready_path; /* psd only */
+    char endpoint[64];
+} child;
+
+typedef struct sup {
+    uv_loop_t loop; /* first member: a handle's loop pointer leads back here */
+    const psctl_job *job;
+    child *children; /* the num_ps shards, then the num_workers workers */
+    int nchildren;
+    int workers_ok; /* workers that exited 0 */
+    phase phase;
+    phase end_phase; /* the phase the job was in when the last child exited */
+    int exit_code;
+    int signals;       /* SIGINT/SIGTERM received */
+    int unclean;       /* a shard did not stop cleanly after the job finished */
+    int kill_stage;    /* 0: SIGTERM sent, 1: SIGKILL sent */
+    int stop_grace_ms; /* the SIGTERM grace of the current stop */
+    int open_handles;  /* initialised handles whose close callback has not run */
+    uint64_t ready_deadline;
+    uv_timer_t ready_timer, stop_timer, timeout_timer, drain_timer;
+    uv_signal_t sigint, sigterm;
+    psctl_screen screen;
+    char **env;
+    int stdout_tty;
+    char readbuf[65536];
+} sup;
+
+static void check_done(sup *sv);
+
+/* ---- messages ---------------------------------------------------------------- */
+
+static void say(sup *sv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void say(sup *sv, const char *fmt, ...) {
+    char line[1024];
+    int n = snprintf(line, sizeof line, "psctl: ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    size_t len = strlen(line);
+    line[len++] = '\n';
+    psctl_screen_break(&sv->screen);
+    psctl_write_all(STDERR_FILENO, line, len);
+}
+
+/* "exit status 3" or "killed by signal 9". */
+static void describe_status(char *buf, size_t n, int64_t status, int sig) {
+    if (sig)
+        snprintf(buf, n, "killed by signal %d", sig);
+    else
+        snprintf(buf, n, "exit status %lld", (long long)status);
+}
+
+/* "<label> killed by signal 9" or "<label> <verb> (exit status 3)". */
+static void describe_exit(char *buf, size_t n, const child *c, const char *verb, int64_t status,
+                          int sig) {
+    if (sig)
+        snprintf(buf, n, "%s killed by signal %d", c->label, sig);
+    else
+        snprintf(buf, n, "%s %s (exit status %lld)", c->label, verb, (long long)status);
+}
+
+/* ---- handles ------------------------------------------------------------------ */
+
+static void on_closed(uv_handle_t *h) {
+    sup *sv = (sup *)(void *)h->loop;
+    sv->open_handles--;
+}
+
+/* Closes h unless it is closing already or was never initialised (still zeroed). */
+static void close_handle(uv_handle_t *h) {
+    if (h->type != UV_UNKNOWN_HANDLE && !uv_is_closing(h)) uv_close(h, on_closed);
+}
+
+static void close_pipe(child *c, int k) {
+    if (c->pipe_state[k] != PIPE_OPEN) return;
+    psctl_relay_flush(&c->relays[k]);
+    close_handle((uv_handle_t *)&c->pipes[k]);
+    c->pipe_state[k] = PIPE_CLOSED;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+    (void)suggested;
+    child *c = h->data;
+    *buf = uv_buf_init(c->sv->readbuf, sizeof c->sv->readbuf);
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+    child *c = s->data;
+    int k = (s == (uv_stream_t *)&c->pipes[1]);
+    if (n > 0) {
+        psctl_relay_feed(&c->relays[k], buf->base, (size_t)n);
+    } else if (n < 0) {
+        if (n != UV_EOF) PS_DEBUG("reading from %s: %s", c->label, uv_strerror((int)n));
+        close_pipe(c, k);
+    }
+}
+
+/* Signals the child's whole process group (it leads one: UV_PROCESS_DETACHED), so
+ * that helpers it started go too. */
+static void signal_child(child *c, int sig) {
+    if (!c->running) return;
+    if (uv_kill(-c->pid, sig) < 0) uv_kill(c->pid, sig);
+}
+
+/* ---- stopping ----------------------------------------------------------------- */
+
+/* Sends SIGTERM to every running child; arm_stop then arms the SIGKILL deadline. */
+static void stop_all(sup *sv, int grace_ms) {
+    uv_timer_stop(&sv->ready_timer);
+    for (int i = 0; i < sv->nchildren; i++)
+        signal_child(&sv->children[i], SIGTERM);
+    sv->kill_stage = 0;
+    sv->stop_grace_ms = grace_ms;
+    uv_timer_stop(&sv->stop_timer);
+    check_done(sv);
+}
+
+static void kill_stragglers(sup *sv) {
+    for (int i = 0; i < sv->nchildren; i++) {
+        child *c = &sv->children[i];
+        if (!c->running) continue;
+        say(sv, "%s did not stop within %.0f s of SIGTERM; sending SIGKILL", c->label,
+            sv->stop_grace_ms / 1000.0);
+        signal_child(c, SIGKILL);
+        if (sv->phase == PHASE_FINISHING) sv->unclean = 1;
+    }
+    sv->kill_stage = 1;
+}
+
+static void give_up(sup *sv) {
+    for (int i = 0; i < sv->nchildren; i++) {
+        child *c = &sv->children[i];
+        if (!c->running) continue;
+        say(sv, "%s (pid %d) is still running after SIGKILL; giving up on it", c->label, c->pid);
+        c->running = 0;
+        uv_unref((uv_handle_t *)&c->proc);
+        sv->unclean = 1;
+        if (sv->exit_code == 0) sv->exit_code = 1;
+    }
+    check_done(sv);
+}
+
+static void on_stop_timer(uv_timer_t *t) {
+    sup *sv = t->data;
+    if (sv->kill_stage == 0) {
+        kill_stragglers(sv);
+        uv_timer_start(&sv->stop_timer, on_stop_timer, KILL_GRACE_MS, 0);
+    } else {
+        give_up(sv);
+    }
+}
+
+/* Stops every child: SIGTERM now, SIGKILL after grace_ms, give up KILL_GRACE_MS later. */
+static void arm_stop(sup *sv, int grace_ms) {
+    stop_all(sv, grace_ms);
+    if (sv->phase != PHASE_DONE) uv_timer_start(&sv->stop_timer, on_stop_timer, grace_ms, 0);
+}
+
+/* Stops the job because of a failure: prints why, stops every child, exits with code
+ * (unless a signal already chose the code). Later failures are only logged. */
+static void abort_job(sup *sv, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void abort_job(sup *sv, int code, const char *fmt, ...) {
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (sv->phase == PHASE_ABORTING || sv->phase == PHASE_DONE) {
+        PS_DEBUG("while stopping: %s", msg);
+        return;
+    }
+    say(sv, "%s", msg);
+    if (sv->signals == 0) sv->exit_code = code;
+    sv->phase = PHASE_ABORTING;
+    arm_stop(sv, ABORT_GRACE_MS);
+}
+
+static void on_drain_timer(uv_timer_t *t) {
+    sup *sv = t->data;
+    for (int i = 0; i < sv->nchildren; i++) {
+        for (int k = 0; k < 2; k++) {
+            if (sv->children[i].pipe_state[k] != PIPE_OPEN) continue;
+            PS_DEBUG("output of %s still open after it exited; closing", sv->children[i].label);
+            close_pipe(&sv->children[i], k);
+        }
+    }
+}
+
+/* Ends the run once no child is running: stops the timers and gives the output pipes
+ * DRAIN_MS to reach end of file; uv_run then returns. */
+static void check_done(sup *sv) {
+    if (sv->phase == PHASE_DONE) return;
+    for (int i = 0; i < sv->nchildren; i++)
+        if (sv->children[i].running) return;
+    sv->end_phase = sv->phase;
+    sv->phase = PHASE_DONE;
+    uv_timer_stop(&sv->ready_timer);
+    uv_timer_stop(&sv->stop_timer);
+    uv_timer_stop(&sv->timeout_timer);
+    uv_timer_start(&sv->drain_timer, on_drain_timer, DRAIN_MS, 0);
+}
+
+/* ---- spawning ----------------------------------------------------------------- */
+
+typedef struct {
+    char **v;
+    int n, cap, oom;
+} argv_builder;
+
+static void arg_add(argv_builder *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void arg_add(argv_builder *a, const char *fmt, ...) {
+    if (a->oom) return;
+    if (a->n + 2 > a->cap) {
+        int cap = a->cap ? a->cap * 2 : 32;
+        char **v = realloc(a->v, (size_t)cap * sizeof *v);
+        if (!v) {
+            a->oom = 1;
+            return;
+        }
+        a->v = v;
+        a->cap = cap;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0) s = NULL;
+    va_end(ap);
+    if (!s) {
+        a->oom = 1;
+        return;
+    }
+    a->v[a->n++] = s;
+    a->v[a->n] = NULL;
+}
+
+static void args_free(argv_builder *a) {
+    for (int i = 0; i < a->n; i++)
+        free(a->v[i]);
+    free(a->v);
+}
+
+static void on_child_exit(uv_process_t *p, int64_t status, int sig);
+
+/* Starts c with args (args[0] is the executable). Returns 0, or a negative libuv
+ * error after printing why. */
+static int spawn_child(sup *sv, child *c, char **args) {
+    for (int k = 0; k < 2; k++) {
+        uv_pipe_init(&sv->loop, &c->pipes[k], 0);
+        c->pipes[k].data = c;
+        c->pipe_state[k] = PIPE_OPEN;
+        sv->open_handles++;
+    }
+    uv_stdio_container_t stdio[3];
+    stdio[0].flags = UV_IGNORE;
+    for (int k = 0; k < 2; k++) {
+        stdio[k + 1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+        stdio[k + 1].data.stream = (uv_stream_t *)&c->pipes[k];
+    }
+    uv_process_options_t o = {0};
+    o.file = args[0];
+    o.args = args;
+    o.env = sv->env;
+    o.flags = UV_PROCESS_DETACHED; /* own process group: signalled as a whole */
+    o.stdio_count = 3;
+    o.stdio = stdio;
+    o.exit_cb = on_child_exit;
+    c->proc.data = c;
+    int r = uv_spawn(&sv->loop, &c->proc, &o);
+    c->proc_inited = 1;
+    sv->open_handles++;
+    if (r < 0) {
+        say(sv, "cannot start %s (%s): %s", c->label, args[0], uv_strerror(r));
+        for (int k = 0; k < 2; k++) {
+            close_handle((uv_handle_t *)&c->pipes[k]);
+            c->pipe_state[k] = PIPE_CLOSED;
+        }
+        return r;
+    }
+    c->running = 1;
+    c->pid = c->proc.pid;
+    for (int k = 0; k < 2; k++) {
+        int e = uv_read_start((uv_stream_t *)&c->pipes[k], on_alloc, on_read);
+        if (e < 0) {
+            PS_ERROR("reading output of %s: %s", c->label, uv_strerror(e));
+            close_pipe(c, k);
+        }
+    }
+    PS_DEBUG("started %s: pid %d, %s", c->label, c->pid, args[0]);
+    return 0;
+}
+
+static void start_psds(sup *sv) {
+    const psctl_local_opts *o = sv->job->opts;
+    for (int i = 0; i < o->num_ps; i++) {
+        argv_builder a = {0};
+        arg_add(&a, "%s", sv->job->psd_path);
+        arg_add(&a, "--bind");
+        arg_add(&a, "127.0.0.1");
+        arg_add(&a, "--port");
+        arg_add(&a, "0");
+        arg_add(&a, "--shard");
+        arg_add(&a, "%d", i);
+        arg_add(&a, "--num-shards");
+        arg_add(&a, "%ld", o->num_ps);
+        arg_add(&a, "--workers");
+        arg_add(&a, "%ld", o->num_workers);
+        arg_add(&a, "--mode");
+        arg_add(&a, "%s", o->mode);
+        arg_add(&a, "--ready-file");
+        arg_add(&a, "%s", sv->children[i].ready_path);
+        int r = a.oom ? UV_ENOMEM : spawn_child(sv, &sv->children[i], a.v);
+        args_free(&a);
+        if (r < 0) {
+            abort_job(sv, 1, "psd %d could not be started; stopping", i);
+            return;
+        }
+    }
+}
+
+static void start_workers(sup *sv, const char *endpoints) {
+    const psctl_local_opts *o = sv->job->opts;
+    sv->phase = PHASE_RUNNING;
+    for (int j = 0; j < o->num_workers; j++) {
+        child *c = &sv->children[o->num_ps + j];
+        argv_builder a = {0};
+        arg_add(&a, "%s", sv->job->worker_path);
+        arg_add(&a, "--ps");
+        arg_add(&a, "%s", endpoints);
+        arg_add(&a, "--index");
+        arg_add(&a, "%d", j);
+        arg_add(&a, "--workers");
+        arg_add(&a, "%ld", o->num_workers);
+        arg_add(&a, "--epochs");
+        arg_add(&a, "%ld", o->epochs);
+        if (o->model) arg_add(&a, "--model"), arg_add(&a, "%s", o->model);
+        if (o->data) arg_add(&a, "--data"), arg_add(&a, "%s", o->data);
+        if (o->batch > 0) arg_add(&a, "--batch"), arg_add(&a, "%ld", o->batch);
+        if (o->seed >= 0) arg_add(&a, "--seed"), arg_add(&a, "%lld", o->seed);
+        if (j == 0 && o->summary) arg_add(&a, "--summary"), arg_add(&a, "%s", o->summary);
+        arg_add(&a, "--progress");
+        arg_add(&a, "%s", j == 0 && sv->stdout_tty ? "tty" : "plain");
+        for (int e = 0; e < o->num_extra; e++)
+            arg_add(&a, "%s", o->extra[e]);
+        int r = a.oom ? UV_ENOMEM : spawn_child(sv, c, a.v);
+        args_free(&a);
+        if (r < 0) {
+            abort_job(sv, 1, "worker %d could not be started; stopping", j);
+            return;
+        }
+    }
+}
+
+/* ---- events ------------------------------------------------------------------- */
+
+static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
+    child *c = p->data;
+    sup *sv = c->sv;
+    c->running = 0;
+    uv_kill(-c->pid, SIGKILL); /* whatever it left behind in its process group */
+    int ok = status == 0 && sig == 0;
+    char how[96];
+    PS_DEBUG("%s (pid %d) exited: status %lld, signal %d", c->label, c->pid, (long long)status,
+             sig);
+
+    switch (sv->phase) {
+    case PHASE_STARTING:
+    case PHASE_RUNNING:
+        if (c->kind == CHILD_PSD) {
+            if (sv->phase == PHASE_STARTING && !c->endpoint[0]) {
+                describe_status(how, sizeof how, status, sig);
+                abort_job(sv, 1, "%s exited before it was ready (%s)", c->label, how);
+            } else {
+                describe_exit(how, sizeof how, c, ok ? "exited unexpectedly" : "failed", status,
+                              sig);
+                abort_job(sv, 1, "%s", how);
+            }
+        } else if (!ok) {
+            describe_exit(how, sizeof how, c, "failed", status, sig);
+            abort_job(sv, 1, "%s", how);
+        } else if (++sv->workers_ok == sv->job->opts->num_workers) {
+            PS_DEBUG("all workers finished; stopping the psd shards");
+            sv->phase = PHASE_FINISHING;
+            arm_stop(sv, FINISH_GRACE_MS);
+        }
+        break;
+    case PHASE_FINISHING:
+        if (!ok && sig != SIGTERM) {
+            describe_status(how, sizeof how, status, sig);
+            say(sv, "%s did not stop cleanly (%s)", c->label, how);
+            sv->unclean = 1;
+        }
+        break;
+    case PHASE_ABORTING:
+    case PHASE_DONE:
+        break;
+    }
+    check_done(sv);
+}
+
+/* Returns 1 when c's ready file holds an endpoint (copied to c->endpoint), 0 when it
+ * is not there (or not complete) yet, -1 when it is malformed. */
+static int read_ready(child *c) {
+    int fd = open(c->ready_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    char buf[128];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0 || buf[n - 1] != '\n') return n == (ssize_t)sizeof buf - 1 ? -1 : 0;
+    buf[n - 1] = '\0';
+    char *colon = strrchr(buf, ':');
+    if (!colon || colon == buf || strlen(buf) >= sizeof c->endpoint) return -1;
+    if (strcspn(buf, " \t\r\n,") != strlen(buf)) return -1;
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || *end || port < 1 || port > 65535) return -1;
+    memcpy(c->endpoint, buf, strlen(buf) + 1);
+    return 1;
+}
+
+static void on_ready_timer(uv_timer_t *t) {
+    sup *sv = t->data;
+    if (sv->phase != PHASE_STARTING) return;
+    int nps = (int)sv->job->opts->num_ps;
+    int all = 1;
+    for (int i = 0; i < nps; i++) {
+        child *c = &sv->children[i];
+        if (c->endpoint[0]) continue;
+        int r = read_ready(c);
+        if (r < 0) {
+            abort_job(sv, 1, "%s wrote a malformed ready file %s (want HOST:PORT and a newline)",
+                      c->label, c->ready_path);
+            return;
+        }
+        if (r == 0) all = 0;
+    }
+    if (all) {
+        uv_timer_stop(&sv->ready_timer);
+        size_t cap = (size_t)nps * sizeof sv->children[0].endpoint + 1;
+        char *endpoints = calloc(1, cap);
+        if (!endpoints) {
+            abort_job(sv, 1, "out of memory");
+            return;
+        }
+        for (int i = 0; i < nps; i++) {
+            if (i) strcat(endpoints, ",");
+            strcat(endpoints, sv->children[i].endpoint);
+        }
+        say(sv, "psd shards ready at %s; starting %ld worker%s", endpoints,
+            sv->job->opts->num_workers, sv->job->opts->num_workers == 1 ? "" : "s");
+        start_workers(sv, endpoints);
+        free(endpoints);
+        return;
+    }
+    if (uv_now(&sv->loop) >= sv->ready_deadline) {
+        char names[512] = "";
+        size_t used = 0;
+        for (int i = 0; i < nps && used < sizeof names - 16; i++) {
+            if (sv->children[i].endpoint[0]) continue;
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "",
+                                     sv->children[i].label);
+        }
+        abort_job(sv, 1, "%s not ready within %.1f s (no ready file); stopping", names,
+                  sv->job->ready_timeout_ms / 1000.0);
+    }
+}
+
+static void on_timeout(uv_timer_t *t) {
+    sup *sv = t->data;
+    abort_job(sv, 1, "timeout: the job ran longer than --timeout %g s; stopping all processes",
+              sv->job->opts->timeout_s);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+    sup *sv = h->data;
+    const char *name = signum == SIGINT ? "SIGINT" : "SIGTERM";
+    sv->signals++;
+    sv->exit_code = 128 + signum;
+    if (sv->phase == PHASE_DONE) return;
+    if (sv->phase == PHASE_ABORTING) {
+        if (sv->signals > 1 && sv->kill_stage == 0) {
+            say(sv, "got %s again; killing all processes now", name);
+            kill_stragglers(sv);
+            uv_timer_start(&sv->stop_timer, on_stop_timer, KILL_GRACE_MS, 0);
+        }
+        return;
+    }
+    say(sv, "got %s; stopping all processes", name);
+    sv->phase = PHASE_ABORTING;
+    arm_stop(sv, ABORT_GRACE_MS);
+}
+
+/* ---- setup and teardown ------------------------------------------------------- */
+
+/* The inherited environment plus PS_PARENT_PID=<our pid>; the array is malloc'd, the
+ * strings are environ's except the last one (also malloc'd). */
+static char **build_env(void) {
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 2, sizeof *env);
+    if (!env) return NULL;
+    size_t m = 0;
+    const char *key = PS_PARENT_PID_ENV "=";
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], key, strlen(key)) != 0) env[m++] = environ[i];
+    if (asprintf(&env[m], "%s%ld", key, (long)getpid()) < 0) {
+        free(env);
+        return NULL;
+    }
+    return env;
+}
+
+static void free_env(char **env) {
+    if (!env) return;
+    size_t n = 0;
+    while (env[n + 1])
+        n++;
+    free(env[n]); /* ours is last */
+    free(env);
+}
+
+static int setup(sup *sv, const psctl_job *job) {
+    const psctl_local_opts *o = job->opts;
+    sv->job = job;
+    sv->stdout_tty = isatty(STDOUT_FILENO);
+    int n = (int)(o->num_ps + o->num_workers);
+    sv->children = calloc((size_t)n, sizeof *sv->children);
+    sv->env = build_env();
+    if (!sv->children || !sv->env) return UV_ENOMEM;
+    sv->nchildren = n;
+    for (int i = 0; i < sv->nchildren; i++) {
+        child *c = &sv->children[i];
+        c->sv = sv;
+        c->kind = i < o->num_ps ? CHILD_PSD : CHILD_WORKER;
+        c->index = c->kind == CHILD_PSD ? i : i - (int)o->num_ps;
+        snprintf(c->label, sizeof c->label, "%s %d", c->kind == CHILD_PSD ? "psd" : "worker",
+                 c->index);
+        psctl_relay_init(&c->relays[0], &sv->screen, c->label, STDOUT_FILENO, sv->stdout_tty);
+        psctl_relay_init(&c->relays[1], &sv->screen, c->label, STDERR_FILENO, 0);
+        if (c->kind == CHILD_PSD &&
+            asprintf(&c->ready_path, "%s/psd-%d.ready", job->run_dir, c->index) < 0) {
+            c->ready_path = NULL;
+            return UV_ENOMEM;
+        }
+    }
+    uv_timer_t *timers[] = {&sv->ready_timer, &sv->stop_timer, &sv->timeout_timer,
+                            &sv->drain_timer};
+    for (size_t i = 0; i < sizeof timers / sizeof timers[0]; i++) {
+        uv_timer_init(&sv->loop, timers[i]);
+        timers[i]->data = sv;
+        sv->open_handles++;
+    }
+    /* Only children and the ready poll keep the loop running; the other timers and the
+     * signal watchers fire while it runs but never hold it open. */
+    uv_unref((uv_handle_t *)&sv->stop_timer);
+    uv_unref((uv_handle_t *)&sv->timeout_timer);
+    uv_unref((uv_handle_t *)&sv->drain_timer);
+    uv_signal_t *sigs[] = {&sv->sigint, &sv->sigterm};
+    int signums[] = {SIGINT, SIGTERM};
+    for (int i = 0; i < 2; i++) {
+        int r = uv_signal_init(&sv->loop, sigs[i]);
+        if (r < 0) return r;
+        sigs[i]->data = sv;
+        sv->open_handles++;
+        r = uv_signal_start(sigs[i], on_signal, signums[i]);
+        if (r < 0) return r;
+        uv_unref((uv_handle_t *)sigs[i]);
+    }
+    return 0;
+}
+
+static void close_all(sup *sv) {
+    for (int i = 0; i < sv->nchildren; i++) {
+        child *c = &sv->children[i];
+        for (int k = 0; k < 2; k++)
+            close_pipe(c, k);
+        if (c->proc_inited) close_handle((uv_handle_t *)&c->proc);
+    }
+    close_handle((uv_handle_t *)&sv->ready_timer);
+    close_handle((uv_handle_t *)&sv->stop_timer);
+    close_handle((uv_handle_t *)&sv->timeout_timer);
+    close_handle((uv_handle_t *)&sv->drain_timer);
+    close_handle((uv_handle_t *)&sv->sigint);
+    close_handle((uv_handle_t *)&sv->sigterm);
+}
+
+static void free_all(sup *sv) {
+    for (int i = 0; i < sv->nchildren && sv->children; i++) {
+        psctl_relay_free(&sv->children[i].relays[0]);
+        psctl_relay_free(&sv->children[i].relays[1]);
+        free(sv->children[i].ready_path);
+    }
+    free(sv->children);
+    free_env(sv->env);
+    free(sv);
+}
+
+int psctl_supervise(const psctl_job *job) {
+    sup *sv = calloc(1, sizeof *sv);
+    if (!sv) {
+        fprintf(stderr, "psctl: out of memory\n");
+        return 1;
+    }
+    int r = uv_loop_init(&sv->loop);
+    if (r < 0) {
+        fprintf(stderr, "psctl: cannot create the event loop: %s\n", uv_strerror(r));
+        free(sv);
+        return 1;
+    }
+    r = setup(sv, job);
+    if (r < 0) {
+        say(sv, "cannot set up: %s", uv_strerror(r));
+        sv->exit_code = 1;
+        sv->phase = PHASE_DONE;
+        sv->end_phase = PHASE_ABORTING;
+    } else {
+        if (job->opts->timeout_s > 0)
+            uv_timer_start(&sv->timeout_timer, on_timeout,
+                           (uint64_t)(job->opts->timeout_s * 1000.0 + 0.5), 0);
+        sv->phase = PHASE_STARTING;
+        start_psds(sv);
+        if (sv->phase == PHASE_STARTING) {
+            sv->ready_deadline = uv_now(&sv->loop) + (uint64_t)job->ready_timeout_ms;
+            uv_timer_start(&sv->ready_timer, on_ready_timer, 10, READY_POLL_MS);
+        }
+        uv_run(&sv->loop, UV_RUN_DEFAULT);
+    }
+
+    close_all(sv);
+    uv_run(&sv->loop, UV_RUN_DEFAULT);
+    int code = sv->exit_code;
+    if (sv->phase != PHASE_DONE) { /* cannot happen: the loop ends only when done */
+        say(sv, "internal error: the event loop ended while processes were running");
+        if (code == 0) code = 1;
+    } else if (sv->end_phase == PHASE_FINISHING && sv->signals == 0) {
+        const psctl_local_opts *o = job->opts;
+        if (sv->unclean) {
+            say(sv, "job finished, but not every psd stopped cleanly");
+            code = 1;
+        } else {
+            say(sv, "job finished: %ld ps, %ld workers, mode %s", o->num_ps, o->num_workers,
+                o->mode);
+            code = 0;
+        }
+    }
+    int loop_rc = uv_loop_close(&sv->loop);
+    if (sv->open_handles != 0 || loop_rc != 0) {
+        say(sv, "internal error: %d libuv handles left open", sv->open_handles);
+        if (code == 0) code = 1;
+    }
+    free_all(sv);
+    return code;
+}
