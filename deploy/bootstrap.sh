@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the project needs (when missing; needs root)
+# and builds it with meson into $BUILD (default: build). Extra meson setup
+# arguments come from $MESON_ARGS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(gcc meson ninja-build pkg-config python3 libuv1-dev libprotobuf-c-dev protobuf-c-compiler
+      libzmq3-dev check libopenblas-dev libcjson-dev zlib1g-dev dataset-fashion-mnist)
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "bootstrap: missing packages: ${missing[*]}" >&2
+        echo "bootstrap: run as root, or: sudo apt-get install ${missing[*]}" >&2
+        exit 1
+    fi
+    echo "bootstrap: installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+BUILD=${BUILD:-build}
+if [ ! -f "$BUILD/build.ninja" ]; then
+    # shellcheck disable=SC2086
+    meson setup "$BUILD" ${MESON_ARGS:-} >/dev/null
+fi
+ninja -C "$BUILD" >/dev/null
+echo "bootstrap: built into $BUILD/"
