@@ -23,9 +23,11 @@ if ((${#missing[@]})); then
 fi
 
 BUILD=${BUILD:-build}
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 if [ ! -f "$BUILD/build.ninja" ]; then
     # shellcheck disable=SC2086
-    meson setup "$BUILD" ${MESON_ARGS:-} >/dev/null
+    meson setup "$BUILD" ${MESON_ARGS:-} >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 fi
-ninja -C "$BUILD" >/dev/null
+ninja -C "$BUILD" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 echo "bootstrap: built into $BUILD/"

@@ -245,7 +245,10 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
         if (cfg->index == 0 && st.test.n > 0) {
             float vloss = 0;
             double vacc = 0;
-            rc = evaluate(cfg, &st, async ? 0 : step, &vloss, &vacc, err, errlen);
+            /* evaluate the model once every worker finished this epoch: sync, the
+             * version after our last step; async, every worker's pushes so far */
+            uint64_t want = async ? (uint64_t)(epoch + 1) * steps * cfg->workers : step;
+            rc = evaluate(cfg, &st, want, &vloss, &vacc, err, errlen);
             if (rc != PS_OK) break;
             res->test_loss = vloss;
             res->test_accuracy = vacc;
