@@ -268,7 +268,7 @@ START_TEST(random_models_keep_invariants) {
     ps_test_rng_seed(&rng, 1234 + (uint64_t)_i);
     enum { MAXV = 40 };
     ps_place_var v[MAXV];
-    char names[MAXV][16];
+    char names[MAXV][24];
     size_t n = 1 + (size_t)ps_test_rng_uniform(&rng, 0, MAXV);
     if (n > MAXV) n = MAXV;
     for (size_t i = 0; i < n; i++) {
