@@ -21,9 +21,7 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Places the model's variables on the shards (the same on every worker) and
- * registers each piece with the client, pointing into the model's buffers. */
-static int register_vars(ps_model *m, ps_client *c, unsigned n_shards, char *err, size_t errlen) {
+int ps_train_register_vars(ps_model *m, ps_client *c, unsigned n_shards, char *err, size_t errlen) {
     size_t n = ps_model_num_vars(m);
     ps_place_var *in = calloc(n, sizeof *in);
     if (!in) return PS_ENOMEM;
@@ -156,7 +154,7 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, cha
     rc = ps_client_open(&st->client, cfg->ps, cfg->n_ps, cfg->index, cfg->workers, err, errlen);
     if (rc != PS_OK) return rc;
     ps_client_set_timeout(st->client, cfg->timeout_ms);
-    return register_vars(st->model, st->client, (unsigned)cfg->n_ps, err, errlen);
+    return ps_train_register_vars(st->model, st->client, (unsigned)cfg->n_ps, err, errlen);
 }
 
 /* Chief: pulls the latest values and evaluates on the test set. */

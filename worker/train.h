@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "client.h"
+#include "model.h"
 #include "progress.h"
 
 typedef struct {
@@ -32,6 +34,11 @@ typedef struct {
     uint64_t steps;                  /* this worker's steps */
     int async;
 } ps_train_result;
+
+/* Places the model's variables on n_shards shards (the same on every worker)
+ * and registers each piece with the client, pointing into the model's params
+ * and grads. Returns PS_OK or an error with a reason in err. */
+int ps_train_register_vars(ps_model *m, ps_client *c, unsigned n_shards, char *err, size_t errlen);
 
 /* Runs the whole job for this worker. Returns PS_OK or an error with a one-line
  * reason in err. */

@@ -12,9 +12,9 @@
 #include "client.h"
 #include "data.h"
 #include "model.h"
-#include "placement.h"
 #include "proc.h"
 #include "ps_error.h"
+#include "train.h"
 
 #define STEPS 20
 #define B 16
@@ -32,32 +32,6 @@ typedef struct {
     char err[512];
 } run_arg;
 
-/* Registers the model's variables with the client as the worker does. */
-static int place(ps_model *m, ps_client *c) {
-    size_t n = ps_model_num_vars(m);
-    ps_place_var in[16];
-    for (size_t i = 0; i < n; i++) {
-        const ps_model_var *v = ps_model_var_at(m, i);
-        in[i] = (ps_place_var){v->name, v->shape[0], v->numel / v->shape[0]};
-    }
-    ps_placement pl;
-    int rc = ps_place(in, n, SHARDS, PS_PLACE_MIN_SLICE_BYTES, &pl);
-    for (size_t k = 0; rc == PS_OK && k < pl.n; k++) {
-        const ps_model_var *v = ps_model_var_at(m, pl.pieces[k].var);
-        size_t row = v->numel / v->shape[0];
-        ps_client_tensor t = {.shard = pl.pieces[k].shard, .rank = (size_t)v->rank};
-        snprintf(t.name, sizeof t.name, "%s", pl.pieces[k].name);
-        t.shape[0] = pl.pieces[k].row_end - pl.pieces[k].row_begin;
-        t.shape[1] = v->rank > 1 ? v->shape[1] : 0;
-        t.param = ps_model_params(m) + v->offset + pl.pieces[k].row_begin * row;
-        t.grad = ps_model_grads(m) + v->offset + pl.pieces[k].row_begin * row;
-        t.opt = *ps_model_optimizer(m);
-        rc = ps_client_add(c, &t);
-    }
-    ps_placement_free(&pl);
-    return rc;
-}
-
 /* One worker: step t uses samples [t*2B + index*batch, ... + batch). */
 static void *run_worker(void *p) {
     run_arg *a = p;
@@ -70,7 +44,7 @@ static void *run_worker(void *p) {
     }
     if (a->rc == PS_OK) {
         ps_client_set_timeout(c, 20000);
-        a->rc = place(m, c);
+        a->rc = ps_train_register_vars(m, c, SHARDS, a->err, sizeof a->err);
     }
     int async = 1;
     if (a->rc == PS_OK) a->rc = ps_client_hello(c, &async, NULL);
