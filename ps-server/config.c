@@ -1,41 +1,32 @@
 /* psd's configuration table: flags, TF_CONFIG, defaults, bounds and --help. */
 #include "config.h"
 
-#include <errno.h>
-#include <getopt.h>
-#include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "options.h"
 #include "ps_error.h"
 #include "tfconfig.h"
 
-typedef enum { OPT_LONG, OPT_STR, OPT_MODE } opt_type;
+#define F(field) PS_OPTION_FIELD(ps_server_config, field)
 
-typedef struct {
-    const char *name;
-    opt_type type;
-    size_t offset;
-    size_t size; /* OPT_STR: buffer size */
-    long min, max;
-    const char *def; /* NULL: required (unless TF_CONFIG gives it) */
-    const char *help;
-} config_entry;
-
-#define F(field) offsetof(ps_server_config, field), sizeof(((ps_server_config *)0)->field)
-
-static const config_entry table[] = {
-    {"bind", OPT_STR, F(bind), 0, 0, "0.0.0.0", "address to listen on"},
-    {"port", OPT_LONG, F(port), 0, 65535, NULL, "TCP port (0: any free port); TF_CONFIG gives it"},
-    {"shard", OPT_LONG, F(shard), 0, 65535, "0", "index of this shard (TF_CONFIG task.index)"},
-    {"num-shards", OPT_LONG, F(num_shards), 1, 65536, "1", "shards in the job (TF_CONFIG: len(cluster.ps))"},
-    {"workers", OPT_LONG, F(workers), 1, 65536, "1",
+static const ps_option table[] = {
+    {"bind", PS_OPTION_STR, F(bind), 0, 0, "0.0.0.0", NULL, "ADDR", "address to listen on"},
+    {"port", PS_OPTION_LONG, F(port), 0, 65535, NULL, NULL, "N",
+     "TCP port (0: any free port); TF_CONFIG gives it"},
+    {"shard", PS_OPTION_LONG, F(shard), 0, 65535, "0", NULL, "N",
+     "index of this shard (TF_CONFIG task.index)"},
+    {"num-shards", PS_OPTION_LONG, F(num_shards), 1, 65536, "1", NULL, "N",
+     "shards in the job (TF_CONFIG: len(cluster.ps))"},
+    {"workers", PS_OPTION_LONG, F(workers), 1, 65536, "1", NULL, "N",
      "workers in the job (TF_CONFIG: chief + workers); the sync barrier waits for all"},
-    {"mode", OPT_MODE, F(mode), 0, 1, "sync", "sync (average all workers' pushes per step) or async"},
-    {"ready-file", OPT_STR, F(ready_file), 0, 0, "",
+    {"mode", PS_OPTION_CHOICE, F(mode), 0, 0, "sync", "sync|async", NULL,
+     "sync: average all workers' pushes per step; async: apply each push"},
+    {"ready-file", PS_OPTION_STR, F(ready_file), 0, 0, "", NULL, "FILE",
      "write \"host:port\" here once listening (for supervisors)"},
-    {"log-level", OPT_STR, F(log_level), 0, 0, "info", "debug, info, warn or error"},
+    {"log-level", PS_OPTION_CHOICE, F(log_level), 0, 0, "info", "debug|info|warn|error", NULL,
+     "log verbosity"},
 };
 #define N_ENTRIES (sizeof table / sizeof table[0])
 
@@ -48,49 +39,8 @@ void ps_server_config_usage(FILE *out) {
                  "Parameter-server shard: holds its share of the model's variables and applies\n"
                  "optimizer updates to them. Configuration comes from TF_CONFIG (task type \"ps\")\n"
                  "and these flags, which win.\n\noptions:\n");
-    for (size_t i = 0; i < N_ENTRIES; i++) {
-        char left[64];
-        snprintf(left, sizeof left, "--%s %s", table[i].name,
-                 table[i].type == OPT_STR ? "STR" : table[i].type == OPT_MODE ? "MODE" : "N");
-        fprintf(out, "  %-22s %s", left, table[i].help);
-        if (table[i].def && *table[i].def) fprintf(out, " [default: %s]", table[i].def);
-        fprintf(out, "\n");
-    }
-    fprintf(out, "  %-22s %s\n", "-h, --help", "show this help");
+    ps_options_usage(table, N_ENTRIES, out);
     fprintf(out, "\nexit status: 0 after SIGTERM/SIGINT or a Shutdown request, 2 on bad configuration.\n");
-}
-
-static int set_value(ps_server_config *cfg, const config_entry *e, const char *val, char *err,
-                     size_t errlen) {
-    char *p = (char *)cfg + e->offset;
-    if (e->type == OPT_STR) {
-        if (strlen(val) >= e->size) {
-            snprintf(err, errlen, "--%s: value too long", e->name);
-            return PS_EINVAL;
-        }
-        memcpy(p, val, strlen(val) + 1);
-        return PS_OK;
-    }
-    long v;
-    if (e->type == OPT_MODE) {
-        if (strcmp(val, "sync") == 0) v = PS_MODE_SYNC;
-        else if (strcmp(val, "async") == 0) v = PS_MODE_ASYNC;
-        else {
-            snprintf(err, errlen, "--%s: '%s' is not sync or async", e->name, val);
-            return PS_EINVAL;
-        }
-    } else {
-        char *end;
-        errno = 0;
-        v = strtol(val, &end, 10);
-        if (errno || end == val || *end || v < e->min || v > e->max) {
-            snprintf(err, errlen, "--%s: '%s' is not an integer in [%ld, %ld]", e->name, val,
-                     e->min, e->max);
-            return PS_EINVAL;
-        }
-    }
-    memcpy(p, &v, sizeof v);
-    return PS_OK;
 }
 
 static int apply_tf_config(const char *json, ps_server_config *cfg, unsigned char *given, char *err,
@@ -122,8 +72,7 @@ static int apply_tf_config(const char *json, ps_server_config *cfg, unsigned cha
             cfg->shard = c.task_index;
             cfg->num_shards = (long)c.n_ps;
             if (ps_cluster_num_workers(&c) > 0) cfg->workers = ps_cluster_num_workers(&c);
-            for (size_t i = 0; i < N_ENTRIES; i++)
-                if (strcmp(table[i].name, "port") == 0) given[i] = 1;
+            given[ps_options_find(table, N_ENTRIES, "port") - table] = 1;
         }
     }
     ps_cluster_free(&c);
@@ -134,39 +83,15 @@ int ps_server_config_parse(int argc, char **argv, const char *tf_config, ps_serv
                            char *err, size_t errlen) {
     memset(cfg, 0, sizeof *cfg);
     unsigned char given[N_ENTRIES] = {0};
-    for (size_t i = 0; i < N_ENTRIES; i++)
-        if (table[i].def && set_value(cfg, &table[i], table[i].def, err, errlen) != PS_OK)
-            return PS_EINVAL;
+    if (ps_options_defaults(table, N_ENTRIES, cfg, err, errlen) != PS_OK) return PS_EINVAL;
     if (tf_config && *tf_config && apply_tf_config(tf_config, cfg, given, err, errlen) != PS_OK)
         return PS_EINVAL;
-
-    struct option longopts[N_ENTRIES + 2];
-    for (size_t i = 0; i < N_ENTRIES; i++)
-        longopts[i] = (struct option){table[i].name, required_argument, NULL, (int)i + 1000};
-    longopts[N_ENTRIES] = (struct option){"help", no_argument, NULL, 'h'};
-    longopts[N_ENTRIES + 1] = (struct option){0};
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        if (c == 'h') {
-            ps_server_config_usage(stdout);
-            return 1;
-        }
-        if (c == '?' || c == ':') {
-            const char *bad = argv[optind - 1];
-            snprintf(err, errlen, "%s: %s (see psd --help)", bad,
-                     c == ':' ? "needs a value" : "unknown option");
-            return PS_EINVAL;
-        }
-        size_t i = (size_t)(c - 1000);
-        if (set_value(cfg, &table[i], optarg, err, errlen) != PS_OK) return PS_EINVAL;
-        given[i] = 1;
+    int rc = ps_options_parse(table, N_ENTRIES, argc, argv, cfg, given, "psd", err, errlen);
+    if (rc == 1) {
+        ps_server_config_usage(stdout);
+        return 1;
     }
-    if (optind < argc) {
-        snprintf(err, errlen, "unexpected argument '%s' (see psd --help)", argv[optind]);
-        return PS_EINVAL;
-    }
+    if (rc != PS_OK) return PS_EINVAL;
     for (size_t i = 0; i < N_ENTRIES; i++) {
         if (!table[i].def && !given[i]) {
             snprintf(err, errlen, "--%s is required (or set TF_CONFIG)", table[i].name);

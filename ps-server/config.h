@@ -15,7 +15,7 @@ typedef struct {
     long workers;          /* workers in the job (sync barrier size) */
     long mode;             /* ps_mode */
     char ready_file[1024]; /* written with "host:port" once bound */
-    char log_level[16];
+    long log_level;        /* 0 debug, 1 info, 2 warn, 3 error (ps_log_level) */
 } ps_server_config;
 
 /* Fills cfg from TF_CONFIG (when tf_config is non-NULL and non-empty, task type

@@ -18,9 +18,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "psd: %s\n", err);
         return 2;
     }
-    if (strcmp(cfg.log_level, "debug") == 0) ps_log_set_level(PS_LOG_DEBUG);
-    else if (strcmp(cfg.log_level, "warn") == 0) ps_log_set_level(PS_LOG_WARN);
-    else if (strcmp(cfg.log_level, "error") == 0) ps_log_set_level(PS_LOG_ERROR);
+    ps_log_set_level((ps_log_level)cfg.log_level);
     char tag[32];
     snprintf(tag, sizeof tag, "psd[%ld]", cfg.shard);
     ps_log_set_tag(tag);

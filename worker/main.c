@@ -1,9 +1,6 @@
 /* psworker: one training worker (one per GPU, or per CPU when there is none).
  * Cluster from TF_CONFIG or flags; trains, and as chief evaluates and writes
  * the summary. Exit 0 on success, 1 on a training failure, 2 on bad config. */
-#include <errno.h>
-#include <getopt.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,11 +9,55 @@
 #include "kernels.h"
 #include "lifetime.h"
 #include "log.h"
+#include "options.h"
 #include "ps_error.h"
 #include "tfconfig.h"
 #include "train.h"
 
 #define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+
+typedef struct {
+    char ps[8192];
+    long index, workers;
+    char model[1024], data[1024], summary[1024];
+    long epochs, batch, seed, progress;
+    long max_train, max_test, max_steps, timeout, blas_threads;
+} worker_opts;
+
+enum { PROGRESS_AUTO, PROGRESS_TTY, PROGRESS_PLAIN, PROGRESS_NONE };
+
+#define F(field) PS_OPTION_FIELD(worker_opts, field)
+static const ps_option table[] = {
+    {"ps", PS_OPTION_STR, F(ps), 0, 0, NULL, NULL, "HOST:PORT,...",
+     "parameter servers, in shard order (TF_CONFIG: cluster.ps)"},
+    {"index", PS_OPTION_LONG, F(index), 0, 65535, NULL, NULL, "N",
+     "this worker's index, 0 = chief (TF_CONFIG: task) [default: 0]"},
+    {"workers", PS_OPTION_LONG, F(workers), 1, 65536, NULL, NULL, "N",
+     "workers in the job (TF_CONFIG: chief + workers) [default: 1]"},
+    {"model", PS_OPTION_STR, F(model), 0, 0, "", NULL, "FILE",
+     "Keras-like JSON model spec [default: built-in 784-128-10 MLP = examples/mlp.json]"},
+    {"data", PS_OPTION_STR, F(data), 0, 0, DEFAULT_DATA_DIR, NULL, "DIR", "IDX dataset directory"},
+    {"epochs", PS_OPTION_LONG, F(epochs), 1, 100000, "2", NULL, "N", "epochs to train"},
+    {"batch", PS_OPTION_LONG, F(batch), 0, 1 << 20, "0", NULL, "N",
+     "per-worker batch, global batch = N x workers (0: the model's batch_size)"},
+    {"seed", PS_OPTION_LONG, F(seed), 0, 1L << 62, "1", NULL, "N",
+     "initialisation and shuffling seed"},
+    {"summary", PS_OPTION_STR, F(summary), 0, 0, "", NULL, "FILE",
+     "chief: write a JSON summary here at the end"},
+    {"progress", PS_OPTION_CHOICE, F(progress), 0, 0, "auto", "auto|tty|plain|none", NULL,
+     "progress line: redrawn in place (tty) or plain lines; auto picks by stdout"},
+    {"max-train", PS_OPTION_LONG, F(max_train), 0, 1L << 40, "0", NULL, "N",
+     "use only the first N training samples (0: all)"},
+    {"max-test", PS_OPTION_LONG, F(max_test), 0, 1L << 40, "0", NULL, "N",
+     "evaluate on the first N test samples (0: all)"},
+    {"max-steps", PS_OPTION_LONG, F(max_steps), 0, 1L << 40, "0", NULL, "N",
+     "at most N steps per epoch (0: all)"},
+    {"timeout", PS_OPTION_LONG, F(timeout), 1, 86400, "120", NULL, "SECONDS",
+     "give up when the shards do not answer for this long"},
+    {"blas-threads", PS_OPTION_LONG, F(blas_threads), 1, 256, "1", NULL, "N",
+     "OpenBLAS threads (one per worker: two pools on two cores slow a small MLP ~3x)"},
+};
+#define N_OPTIONS (sizeof table / sizeof table[0])
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -26,36 +67,9 @@ static void usage(FILE *out) {
             "evaluates on the test set after each epoch and writes the summary.\n"
             "The cluster comes from TF_CONFIG (cluster.ps, cluster.worker, optional\n"
             "cluster.chief; task.type worker|chief, task.index) or from the flags, which win.\n\n"
-            "options:\n"
-            "  --ps HOST:PORT,...     parameter servers, in shard order\n"
-            "  --index N              this worker's index (0 = chief) [default: 0]\n"
-            "  --workers N            workers in the job [default: 1]\n"
-            "  --model FILE           Keras-like JSON model spec [default: built-in 784-128-10 MLP,\n"
-            "                         Adam 1e-3, batch 64; same as examples/mlp.json]\n"
-            "  --data DIR             IDX dataset directory [default: " DEFAULT_DATA_DIR "]\n"
-            "  --epochs N             [default: 2]\n"
-            "  --batch N              per-worker batch; global batch = N x workers [default: model's]\n"
-            "  --seed N               initialisation and shuffling seed [default: 1]\n"
-            "  --summary FILE         chief: write a JSON summary here at the end\n"
-            "  --progress MODE        auto, tty, plain or none [default: auto]\n"
-            "  --max-train N          use only the first N training samples [default: all]\n"
-            "  --max-test N           evaluate on the first N test samples [default: all]\n"
-            "  --max-steps N          at most N steps per epoch [default: all]\n"
-            "  --timeout SECONDS      give up when the shards do not answer [default: 120]\n"
-            "  --blas-threads N       BLAS threads [default: 1]\n"
-            "  -h, --help             show this help\n");
-}
-
-static int parse_num(const char *flag, const char *s, long min, long max, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max) {
-        fprintf(stderr, "psworker: %s: '%s' is not an integer in [%ld, %ld]\n", flag, s, min, max);
-        return -1;
-    }
-    *out = v;
-    return 0;
+            "options:\n");
+    ps_options_usage(table, N_OPTIONS, out);
+    fprintf(out, "\nexit status: 0 on success, 1 when training fails, 2 on bad configuration.\n");
 }
 
 /* Splits a comma-separated list in place; returns the count (max cap). */
@@ -65,64 +79,41 @@ static size_t split_list(char *s, char **out, size_t cap) {
     return n;
 }
 
-enum { O_PS = 1000, O_INDEX, O_WORKERS, O_MODEL, O_DATA, O_EPOCHS, O_BATCH, O_SEED, O_SUMMARY,
-       O_PROGRESS, O_MAX_TRAIN, O_MAX_TEST, O_MAX_STEPS, O_TIMEOUT, O_BLAS };
-
 int main(int argc, char **argv) {
-    static const struct option longopts[] = {
-        {"ps", required_argument, NULL, O_PS}, {"index", required_argument, NULL, O_INDEX},
-        {"workers", required_argument, NULL, O_WORKERS}, {"model", required_argument, NULL, O_MODEL},
-        {"data", required_argument, NULL, O_DATA}, {"epochs", required_argument, NULL, O_EPOCHS},
-        {"batch", required_argument, NULL, O_BATCH}, {"seed", required_argument, NULL, O_SEED},
-        {"summary", required_argument, NULL, O_SUMMARY}, {"progress", required_argument, NULL, O_PROGRESS},
-        {"max-train", required_argument, NULL, O_MAX_TRAIN}, {"max-test", required_argument, NULL, O_MAX_TEST},
-        {"max-steps", required_argument, NULL, O_MAX_STEPS}, {"timeout", required_argument, NULL, O_TIMEOUT},
-        {"blas-threads", required_argument, NULL, O_BLAS}, {"help", no_argument, NULL, 'h'}, {0}};
-    ps_train_config cfg = {.workers = 1, .data_dir = DEFAULT_DATA_DIR, .epochs = 2, .seed = 1,
-                           .timeout_ms = 120000};
-    char *ps_flag = NULL, *progress = "auto";
-    long idx = -1, workers = -1, v, blas = 1;
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case 'h': usage(stdout); return 0;
-        case O_PS: ps_flag = optarg; break;
-        case O_INDEX: bad = parse_num("--index", optarg, 0, 65535, &idx); break;
-        case O_WORKERS: bad = parse_num("--workers", optarg, 1, 65536, &workers); break;
-        case O_MODEL: cfg.model_path = optarg; break;
-        case O_DATA: cfg.data_dir = optarg; break;
-        case O_EPOCHS: bad = parse_num("--epochs", optarg, 1, 100000, &v); cfg.epochs = (unsigned)v; break;
-        case O_BATCH: bad = parse_num("--batch", optarg, 1, 1 << 20, &v); cfg.batch = (size_t)v; break;
-        case O_SEED: bad = parse_num("--seed", optarg, 0, LONG_MAX, &v); cfg.seed = (uint64_t)v; break;
-        case O_SUMMARY: cfg.summary_path = optarg; break;
-        case O_PROGRESS: progress = optarg; break;
-        case O_MAX_TRAIN: bad = parse_num("--max-train", optarg, 1, LONG_MAX, &v); cfg.max_train = (size_t)v; break;
-        case O_MAX_TEST: bad = parse_num("--max-test", optarg, 1, LONG_MAX, &v); cfg.max_test = (size_t)v; break;
-        case O_MAX_STEPS: bad = parse_num("--max-steps", optarg, 1, LONG_MAX, &v); cfg.max_steps = (size_t)v; break;
-        case O_TIMEOUT: bad = parse_num("--timeout", optarg, 1, 86400, &v); cfg.timeout_ms = (int)v * 1000; break;
-        case O_BLAS: bad = parse_num("--blas-threads", optarg, 1, 256, &blas); break;
-        case ':': fprintf(stderr, "psworker: %s needs a value (see --help)\n", argv[optind - 1]); return 2;
-        default: fprintf(stderr, "psworker: unknown option %s (see --help)\n", argv[optind - 1]); return 2;
-        }
-        if (bad) return 2;
+    worker_opts o = {0};
+    unsigned char given[N_OPTIONS] = {0};
+    char err[512];
+    int prc = ps_options_defaults(table, N_OPTIONS, &o, err, sizeof err);
+    if (prc == PS_OK) prc = ps_options_parse(table, N_OPTIONS, argc, argv, &o, given, "psworker", err, sizeof err);
+    if (prc == 1) {
+        usage(stdout);
+        return 0;
     }
-    if (optind < argc) {
-        fprintf(stderr, "psworker: unexpected argument '%s' (see --help)\n", argv[optind]);
+    if (prc != PS_OK) {
+        fprintf(stderr, "psworker: %s\n", err);
         return 2;
     }
-    if (strcmp(progress, "auto") == 0) cfg.progress = isatty(1) ? PS_PROGRESS_TTY : PS_PROGRESS_PLAIN;
-    else if (strcmp(progress, "tty") == 0) cfg.progress = PS_PROGRESS_TTY;
-    else if (strcmp(progress, "plain") == 0) cfg.progress = PS_PROGRESS_PLAIN;
-    else if (strcmp(progress, "none") == 0) cfg.progress = PS_PROGRESS_NONE;
-    else {
-        fprintf(stderr, "psworker: --progress: '%s' is not auto, tty, plain or none\n", progress);
-        return 2;
-    }
+#define GIVEN(name) given[ps_options_find(table, N_OPTIONS, name) - table]
+    long idx = GIVEN("index") ? o.index : -1;
+    long workers = GIVEN("workers") ? o.workers : -1;
+    ps_train_config cfg = {
+        .model_path = o.model[0] ? o.model : NULL,
+        .data_dir = o.data,
+        .epochs = (unsigned)o.epochs,
+        .batch = (size_t)o.batch,
+        .seed = (uint64_t)o.seed,
+        .summary_path = o.summary[0] ? o.summary : NULL,
+        .max_train = (size_t)o.max_train,
+        .max_test = (size_t)o.max_test,
+        .max_steps = (size_t)o.max_steps,
+        .timeout_ms = (int)o.timeout * 1000,
+    };
+    static const ps_progress_mode modes[] = {PS_PROGRESS_PLAIN, PS_PROGRESS_TTY, PS_PROGRESS_PLAIN,
+                                             PS_PROGRESS_NONE};
+    cfg.progress = o.progress == PROGRESS_AUTO && isatty(1) ? PS_PROGRESS_TTY : modes[o.progress];
+    char *ps_flag = GIVEN("ps") ? o.ps : NULL;
 
     /* TF_CONFIG first, flags win. */
-    char err[512];
     ps_cluster cl = {0};
     const char *tf = getenv("TF_CONFIG");
     int have_tf = tf && *tf;
@@ -180,7 +171,7 @@ int main(int argc, char **argv) {
     snprintf(tag, sizeof tag, cfg.index == 0 ? "chief" : "worker[%u]", cfg.index);
     ps_log_set_tag(tag);
     ps_die_with_parent();
-    ps_k_set_threads((int)blas);
+    ps_k_set_threads((int)o.blas_threads);
 
     ps_train_result res;
     int rc = ps_train_run(&cfg, &res, err, sizeof err);
