@@ -19,12 +19,12 @@ typedef enum {
 typedef struct {
     ps_opt_kind kind;
     float lr;
-    float momentum;     /* momentum (and RMSProp momentum, unused: 0) */
-    bool nesterov;      /* momentum only */
-    float beta1, beta2; /* adam, adamw */
-    float epsilon;      /* adagrad, rmsprop, adam, adamw */
-    float rho;          /* rmsprop decay */
-    float weight_decay; /* adamw, decoupled */
+    float momentum;            /* momentum (and RMSProp momentum, unused: 0) */
+    bool nesterov;             /* momentum only */
+    float beta1, beta2;        /* adam, adamw */
+    float epsilon;             /* adagrad, rmsprop, adam, adamw */
+    float rho;                 /* rmsprop decay */
+    float weight_decay;        /* adamw, decoupled */
     float initial_accumulator; /* adagrad */
 } ps_opt_spec;
 

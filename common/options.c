@@ -57,7 +57,8 @@ int ps_options_set(const ps_option *o, void *cfg, const char *val, char *err, si
 
 int ps_options_defaults(const ps_option *t, size_t n, void *cfg, char *err, size_t errlen) {
     for (size_t i = 0; i < n; i++)
-        if (t[i].def && ps_options_set(&t[i], cfg, t[i].def, err, errlen) != PS_OK) return PS_EINVAL;
+        if (t[i].def && ps_options_set(&t[i], cfg, t[i].def, err, errlen) != PS_OK)
+            return PS_EINVAL;
     return PS_OK;
 }
 

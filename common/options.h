@@ -8,13 +8,13 @@
 #include <stdio.h>
 
 typedef enum {
-    PS_OPTION_LONG,   /* long field, bounded by [min, max] */
-    PS_OPTION_STR,    /* char[size] field */
-    PS_OPTION_CHOICE  /* long field: index of the value in choices ("a|b|c") */
+    PS_OPTION_LONG,  /* long field, bounded by [min, max] */
+    PS_OPTION_STR,   /* char[size] field */
+    PS_OPTION_CHOICE /* long field: index of the value in choices ("a|b|c") */
 } ps_option_type;
 
 typedef struct {
-    const char *name;    /* flag without the leading "--" */
+    const char *name; /* flag without the leading "--" */
     ps_option_type type;
     size_t offset, size; /* field in the config struct; size of a STR buffer */
     long min, max;       /* LONG bounds */

@@ -5,21 +5,21 @@
 
 typedef enum {
     PS_OK = 0,
-    PS_EINVAL = -1,    /* bad argument or configuration */
-    PS_EPROTO = -2,    /* malformed message: garbage, bad frame count, bad lengths */
-    PS_EVERSION = -3,  /* protocol version mismatch */
-    PS_ENOENT = -4,    /* unknown variable */
-    PS_ESHAPE = -5,    /* wrong shape or dtype */
-    PS_ESTALE = -6,    /* push for a step that was already applied */
-    PS_ENOMEM = -7,    /* allocation failed */
-    PS_EIO = -8,       /* file or socket I/O failed */
-    PS_ETIMEDOUT = -9, /* no answer before the deadline */
-    PS_EEXIST = -10,   /* already exists with a different definition */
-    PS_EFORMAT = -11,  /* bad file format (IDX, JSON, model spec) */
+    PS_EINVAL = -1,      /* bad argument or configuration */
+    PS_EPROTO = -2,      /* malformed message: garbage, bad frame count, bad lengths */
+    PS_EVERSION = -3,    /* protocol version mismatch */
+    PS_ENOENT = -4,      /* unknown variable */
+    PS_ESHAPE = -5,      /* wrong shape or dtype */
+    PS_ESTALE = -6,      /* push for a step that was already applied */
+    PS_ENOMEM = -7,      /* allocation failed */
+    PS_EIO = -8,         /* file or socket I/O failed */
+    PS_ETIMEDOUT = -9,   /* no answer before the deadline */
+    PS_EEXIST = -10,     /* already exists with a different definition */
+    PS_EFORMAT = -11,    /* bad file format (IDX, JSON, model spec) */
     PS_EADDRINUSE = -12, /* address already in use */
-    PS_ESHUTDOWN = -13, /* server is shutting down */
-    PS_EREMOTE = -14,  /* the peer answered with an error reply */
-    PS_EINTERNAL = -15 /* a bug: should never happen */
+    PS_ESHUTDOWN = -13,  /* server is shutting down */
+    PS_EREMOTE = -14,    /* the peer answered with an error reply */
+    PS_EINTERNAL = -15   /* a bug: should never happen */
 } ps_err;
 
 /* Human-readable description of an error code; static storage. */

@@ -47,7 +47,8 @@ int ps_frames_recv(void *sock, int flags, ps_frames *f) {
 }
 
 void ps_frames_close(ps_frames *f) {
-    for (size_t i = 0; i < f->n; i++) zmq_msg_close(&f->frames[i]);
+    for (size_t i = 0; i < f->n; i++)
+        zmq_msg_close(&f->frames[i]);
     free(f->frames);
     memset(f, 0, sizeof *f);
 }
@@ -78,7 +79,8 @@ int ps_header_decode(const void *data, size_t len, Ps__Header **out, char *err, 
 
 size_t ps_tensor_numel(const Ps__TensorMeta *m) {
     size_t n = 1;
-    for (size_t i = 0; i < m->n_shape; i++) n *= (size_t)m->shape[i];
+    for (size_t i = 0; i < m->n_shape; i++)
+        n *= (size_t)m->shape[i];
     return n;
 }
 

@@ -13,9 +13,9 @@
 #include "proto/ps.pb-c.h"
 
 #define PS_PROTOCOL_VERSION 1u
-#define PS_WIRE_MAX_FRAMES 1024u        /* payload frames per message */
-#define PS_WIRE_MAX_HEADER (4u << 20)   /* bytes in the header frame */
-#define PS_WIRE_MAX_NAME 255u           /* bytes in a tensor name */
+#define PS_WIRE_MAX_FRAMES 1024u      /* payload frames per message */
+#define PS_WIRE_MAX_HEADER (4u << 20) /* bytes in the header frame */
+#define PS_WIRE_MAX_NAME 255u         /* bytes in a tensor name */
 #define PS_WIRE_MAX_RANK 8u
 
 /* All frames of one received message. For a ROUTER socket frame 0 is the peer
@@ -25,7 +25,7 @@ typedef struct {
     zmq_msg_t *frames; /* owned; each closed by ps_frames_close */
     size_t n, cap;
     bool truncated;
-    size_t bytes;      /* total payload bytes received */
+    size_t bytes; /* total payload bytes received */
 } ps_frames;
 
 /* Receives every part of one message (flags: 0 or ZMQ_DONTWAIT). Returns PS_OK,

@@ -35,12 +35,15 @@ const char *ps_mode_name(long mode) {
 }
 
 void ps_server_config_usage(FILE *out) {
-    fprintf(out, "usage: psd [options]\n"
-                 "Parameter-server shard: holds its share of the model's variables and applies\n"
-                 "optimizer updates to them. Configuration comes from TF_CONFIG (task type \"ps\")\n"
-                 "and these flags, which win.\n\noptions:\n");
+    fprintf(out,
+            "usage: psd [options]\n"
+            "Parameter-server shard: holds its share of the model's variables and applies\n"
+            "optimizer updates to them. Configuration comes from TF_CONFIG (task type \"ps\")\n"
+            "and these flags, which win.\n\noptions:\n");
     ps_options_usage(table, N_ENTRIES, out);
-    fprintf(out, "\nexit status: 0 after SIGTERM/SIGINT or a Shutdown request, 2 on bad configuration.\n");
+    fprintf(
+        out,
+        "\nexit status: 0 after SIGTERM/SIGINT or a Shutdown request, 2 on bad configuration.\n");
 }
 
 static int apply_tf_config(const char *json, ps_server_config *cfg, unsigned char *given, char *err,
@@ -64,8 +67,8 @@ static int apply_tf_config(const char *json, ps_server_config *cfg, unsigned cha
         int port;
         const char *addr = c.ps[c.task_index];
         if (ps_parse_hostport(addr, host, sizeof host, &port) != PS_OK) {
-            snprintf(err, errlen, "TF_CONFIG: cluster.ps[%d] = '%s' is not host:port",
-                     c.task_index, addr);
+            snprintf(err, errlen, "TF_CONFIG: cluster.ps[%d] = '%s' is not host:port", c.task_index,
+                     addr);
             rc = PS_EINVAL;
         } else {
             cfg->port = port;

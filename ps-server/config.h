@@ -8,9 +8,9 @@
 typedef enum { PS_MODE_SYNC = 0, PS_MODE_ASYNC = 1 } ps_mode;
 
 typedef struct {
-    char bind[256];        /* address to bind: "0.0.0.0", "127.0.0.1", ... */
-    long port;             /* 0 = any free port */
-    long shard;            /* this shard's index */
+    char bind[256]; /* address to bind: "0.0.0.0", "127.0.0.1", ... */
+    long port;      /* 0 = any free port */
+    long shard;     /* this shard's index */
     long num_shards;
     long workers;          /* workers in the job (sync barrier size) */
     long mode;             /* ps_mode */

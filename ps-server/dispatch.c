@@ -86,10 +86,11 @@ int ps__server_reply(ps_server *s, const void *identity, size_t identity_len, ui
                      Ps__Header *hdr, const ps_payload *payloads, size_t n_payloads) {
     hdr->protocol_version = PS_PROTOCOL_VERSION;
     hdr->request_id = request_id;
-    for (size_t i = 0; i < n_payloads; i++) s->stats.bytes_out += payloads[i].len;
+    for (size_t i = 0; i < n_payloads; i++)
+        s->stats.bytes_out += payloads[i].len;
     /* Never block the loop: a peer that is gone or not reading loses its reply. */
-    int rc = ps_wire_send(s->router, identity, identity_len, hdr, payloads, n_payloads,
-                          ZMQ_DONTWAIT);
+    int rc =
+        ps_wire_send(s->router, identity, identity_len, hdr, payloads, n_payloads, ZMQ_DONTWAIT);
     if (rc != PS_OK) {
         s->stats.dropped_replies++;
         PS_WARN("reply to request %llu dropped: %s", (unsigned long long)request_id,

@@ -34,8 +34,8 @@ int ps__handle_hello(ps_server *s, ps_request *r, char *err, size_t errlen) {
         return PS_EINVAL;
     }
     if (h->worker_index >= (uint32_t)s->cfg.workers) {
-        snprintf(err, errlen, "worker index %u out of range (job has %ld workers)",
-                 h->worker_index, s->cfg.workers);
+        snprintf(err, errlen, "worker index %u out of range (job has %ld workers)", h->worker_index,
+                 s->cfg.workers);
         return PS_EINVAL;
     }
     PS_INFO("hello from worker %u", h->worker_index);
@@ -119,7 +119,8 @@ static void free_copy(void *data, void *hint) {
 }
 
 /* Replies to a pull whose names were checked and whose version exists. */
-static int reply_pull(ps_server *s, const void *identity, size_t identity_len, const Ps__Header *req) {
+static int reply_pull(ps_server *s, const void *identity, size_t identity_len,
+                      const Ps__Header *req) {
     const Ps__Pull *p = req->pull;
     size_t n = p->n_names;
     Ps__TensorMeta *metas = calloc(n ? n : 1, sizeof *metas);
@@ -130,7 +131,8 @@ static int reply_pull(ps_server *s, const void *identity, size_t identity_len, c
     for (size_t i = 0; i < n && rc == PS_OK; i++) {
         const ps_var *v = ps_store_find(&s->store, p->names[i]);
         size_t shape[PS_WIRE_MAX_RANK];
-        for (size_t d = 0; d < v->rank; d++) shape[d] = (size_t)v->shape[d];
+        for (size_t d = 0; d < v->rank; d++)
+            shape[d] = (size_t)v->shape[d];
         ps_tensor_meta_f32(&metas[i], v->name, shape, v->rank, shapes + i * PS_WIRE_MAX_RANK);
         mptrs[i] = &metas[i];
         size_t bytes = v->numel * sizeof(float);
@@ -203,7 +205,8 @@ int ps__handle_pull(ps_server *s, ps_request *r, char *err, size_t errlen) {
     pp->req = r->hdr;
     r->hdr = NULL; /* the pending list owns it now */
     ps_pending_pull **tail = &s->pending;
-    while (*tail) tail = &(*tail)->next;
+    while (*tail)
+        tail = &(*tail)->next;
     *tail = pp;
     s->n_pending++;
     return PS_OK;
@@ -223,8 +226,8 @@ void ps__server_answer_pending(ps_server *s) {
             ps__server_reply_error(s, p->identity, p->identity_len, p->req->request_id,
                                    PS_ESHUTDOWN, "psd is shutting down");
         else if (reply_pull(s, p->identity, p->identity_len, p->req) != PS_OK)
-            ps__server_reply_error(s, p->identity, p->identity_len, p->req->request_id,
-                                   PS_ENOMEM, "out of memory answering a pull");
+            ps__server_reply_error(s, p->identity, p->identity_len, p->req->request_id, PS_ENOMEM,
+                                   "out of memory answering a pull");
         ps__header__free_unpacked(p->req, NULL);
         free(p->identity);
         free(p);
@@ -291,7 +294,8 @@ static void reply_push(ps_server *s, ps_request *r, int applied) {
 /* Sync: closes the step once every worker pushed for it. */
 static int finish_step_if_complete(ps_server *s) {
     if (s->pushes_in_step < (uint32_t)s->cfg.workers) return 0;
-    for (size_t i = 0; i < s->store.n; i++) ps_var_apply_accumulated(s->store.vars[i]);
+    for (size_t i = 0; i < s->store.n; i++)
+        ps_var_apply_accumulated(s->store.vars[i]);
     s->version++;
     s->stats.updates_applied++;
     s->pushes_in_step = 0;
@@ -303,8 +307,8 @@ static int finish_step_if_complete(ps_server *s) {
 int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen) {
     const Ps__Push *p = r->hdr->push;
     if (p->worker_index >= (uint32_t)s->cfg.workers) {
-        snprintf(err, errlen, "worker index %u out of range (job has %ld workers)",
-                 p->worker_index, s->cfg.workers);
+        snprintf(err, errlen, "worker index %u out of range (job has %ld workers)", p->worker_index,
+                 s->cfg.workers);
         return PS_EINVAL;
     }
     if (s->cfg.mode == PS_MODE_SYNC) {
@@ -330,8 +334,10 @@ int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen) {
     int applied = 0;
     for (size_t i = 0; rc == PS_OK && i < p->n_grads; i++) {
         ps_var *v = ps_store_find(&s->store, p->grads[i]->name);
-        if (s->cfg.mode == PS_MODE_SYNC) rc = ps_var_accumulate(v, data[i]);
-        else ps_var_apply(v, data[i]);
+        if (s->cfg.mode == PS_MODE_SYNC)
+            rc = ps_var_accumulate(v, data[i]);
+        else
+            ps_var_apply(v, data[i]);
     }
     if (rc == PS_OK) {
         s->stats.pushes_applied++;
@@ -350,7 +356,8 @@ int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen) {
         snprintf(err, errlen, "out of memory accumulating gradients");
     }
     for (size_t i = 0; i < p->n_grads; i++)
-        if (data[i] && (const void *)data[i] != zmq_msg_data(&r->payloads[i])) free((void *)data[i]);
+        if (data[i] && (const void *)data[i] != zmq_msg_data(&r->payloads[i]))
+            free((void *)data[i]);
     free(data);
     return rc;
 }

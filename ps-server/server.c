@@ -47,8 +47,10 @@ int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, c
     zmq_setsockopt(s->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
     zmq_setsockopt(s->router, ZMQ_LINGER, &linger, sizeof linger);
     char addr[300];
-    if (cfg->port == 0) snprintf(addr, sizeof addr, "tcp://%s:*", cfg->bind);
-    else snprintf(addr, sizeof addr, "tcp://%s:%ld", cfg->bind, cfg->port);
+    if (cfg->port == 0)
+        snprintf(addr, sizeof addr, "tcp://%s:*", cfg->bind);
+    else
+        snprintf(addr, sizeof addr, "tcp://%s:%ld", cfg->bind, cfg->port);
     if (zmq_bind(s->router, addr) != 0) {
         int e = zmq_errno();
         snprintf(err, errlen, "cannot listen on %s: %s", addr, zmq_strerror(e));

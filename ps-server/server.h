@@ -27,21 +27,21 @@ typedef struct {
 typedef struct ps_server {
     ps_server_config cfg;
     uv_loop_t *loop;
-    uv_poll_t poll;               /* on ZMQ_FD */
+    uv_poll_t poll; /* on ZMQ_FD */
     uv_signal_t sigterm, sigint;
     int handles_open;
     void *zctx, *router;
-    char endpoint[256];           /* "host:port" actually bound */
+    char endpoint[256]; /* "host:port" actually bound */
     ps_store store;
-    uint64_t version;             /* sync: completed steps; async: applied pushes */
-    unsigned char *pushed;        /* sync: worker w pushed for the open step */
+    uint64_t version;      /* sync: completed steps; async: applied pushes */
+    unsigned char *pushed; /* sync: worker w pushed for the open step */
     uint32_t pushes_in_step;
-    ps_pending_pull *pending;     /* deferred pulls, oldest first */
+    ps_pending_pull *pending; /* deferred pulls, oldest first */
     size_t n_pending;
     ps_server_stats stats;
     uint64_t start_ns;
     int stopping;
-    float *scratch;               /* for misaligned payload frames */
+    float *scratch; /* for misaligned payload frames */
     size_t scratch_cap;
 } ps_server;
 

@@ -9,7 +9,8 @@
 
 static uint64_t hash_name(const char *s) {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return h;
 }
 
@@ -27,7 +28,8 @@ static void var_free(ps_var *v) {
 }
 
 void ps_store_free(ps_store *s) {
-    for (size_t i = 0; i < s->n; i++) var_free(s->vars[i]);
+    for (size_t i = 0; i < s->n; i++)
+        var_free(s->vars[i]);
     free(s->vars);
     free(s->index);
     memset(s, 0, sizeof *s);
@@ -46,7 +48,8 @@ ps_var *ps_store_find(const ps_store *s, const char *name) {
 static int index_insert(size_t *index, size_t cap, const char *name, size_t value) {
     size_t mask = cap - 1;
     size_t i = hash_name(name) & mask;
-    while (index[i] != 0) i = (i + 1) & mask;
+    while (index[i] != 0)
+        i = (i + 1) & mask;
     index[i] = value;
     return PS_OK;
 }
@@ -55,7 +58,8 @@ static int index_grow(ps_store *s) {
     size_t cap = s->index_cap ? s->index_cap * 2 : 64;
     size_t *idx = calloc(cap, sizeof *idx);
     if (!idx) return PS_ENOMEM;
-    for (size_t v = 0; v < s->n; v++) index_insert(idx, cap, s->vars[v]->name, v + 1);
+    for (size_t v = 0; v < s->n; v++)
+        index_insert(idx, cap, s->vars[v]->name, v + 1);
     free(s->index);
     s->index = idx;
     s->index_cap = cap;
@@ -83,10 +87,12 @@ int ps_store_create(ps_store *s, const Ps__TensorMeta *meta, const float *init,
     int ok = v->name && v->w;
     for (int k = 0; ok && k < ps_optim_num_slots(opt->kind); k++) {
         v->slots[k] = malloc(v->numel * sizeof(float));
-        if (!v->slots[k]) ok = 0;
+        if (!v->slots[k])
+            ok = 0;
         else {
             float init_val = ps_optim_slot_init(opt, k);
-            for (size_t i = 0; i < v->numel; i++) v->slots[k][i] = init_val;
+            for (size_t i = 0; i < v->numel; i++)
+                v->slots[k][i] = init_val;
         }
     }
     if (!ok) {
@@ -116,7 +122,8 @@ int ps_var_accumulate(ps_var *v, const float *g) {
         if (!v->gsum) return PS_ENOMEM;
     }
     float *acc = v->gsum;
-    for (size_t i = 0; i < v->numel; i++) acc[i] += g[i];
+    for (size_t i = 0; i < v->numel; i++)
+        acc[i] += g[i];
     v->gcount++;
     return PS_OK;
 }
@@ -124,7 +131,8 @@ int ps_var_accumulate(ps_var *v, const float *g) {
 void ps_var_apply_accumulated(ps_var *v) {
     if (v->gcount == 0) return;
     float scale = 1.0f / (float)v->gcount;
-    for (size_t i = 0; i < v->numel; i++) v->gsum[i] *= scale;
+    for (size_t i = 0; i < v->numel; i++)
+        v->gsum[i] *= scale;
     ps_var_apply(v, v->gsum);
     memset(v->gsum, 0, v->numel * sizeof(float));
     v->gcount = 0;
@@ -132,6 +140,7 @@ void ps_var_apply_accumulated(ps_var *v) {
 
 size_t ps_store_bytes(const ps_store *s) {
     size_t b = 0;
-    for (size_t i = 0; i < s->n; i++) b += s->vars[i]->numel * sizeof(float);
+    for (size_t i = 0; i < s->n; i++)
+        b += s->vars[i]->numel * sizeof(float);
     return b;
 }

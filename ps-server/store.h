@@ -11,22 +11,22 @@
 #include "wire.h"
 
 typedef struct {
-    char *name;                       /* owned */
+    char *name; /* owned */
     size_t rank;
     uint64_t shape[PS_WIRE_MAX_RANK];
     size_t numel;
-    float *w;                         /* owned: values */
-    float *slots[2];                  /* owned: optimizer state, ps_optim_num_slots of them */
+    float *w;        /* owned: values */
+    float *slots[2]; /* owned: optimizer state, ps_optim_num_slots of them */
     ps_opt_spec opt;
-    uint64_t updates;                 /* optimizer applies so far (Adam's t) */
-    float *gsum;                      /* owned, sync mode: gradients summed for the open step */
-    uint32_t gcount;                  /* pushes summed into gsum */
+    uint64_t updates; /* optimizer applies so far (Adam's t) */
+    float *gsum;      /* owned, sync mode: gradients summed for the open step */
+    uint32_t gcount;  /* pushes summed into gsum */
 } ps_var;
 
 typedef struct {
-    ps_var **vars;   /* owned, in creation order */
+    ps_var **vars; /* owned, in creation order */
     size_t n, cap;
-    size_t *index;   /* open-addressing hash: slot -> var index + 1 (0 = empty) */
+    size_t *index; /* open-addressing hash: slot -> var index + 1 (0 = empty) */
     size_t index_cap;
 } ps_store;
 

@@ -17,8 +17,8 @@
 typedef struct {
     void *sock;
     char endpoint[280];
-    uint64_t want_id;  /* request id of the outstanding request, 0 = none */
-    size_t *tensors;   /* indices into c->tensors living on this shard */
+    uint64_t want_id; /* request id of the outstanding request, 0 = none */
+    size_t *tensors;  /* indices into c->tensors living on this shard */
     size_t n_tensors, cap_tensors;
 } shard_conn;
 
@@ -74,7 +74,8 @@ int ps_client_open(ps_client **out, const char *const *endpoints, size_t n_shard
         int linger = 0;
         zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof linger);
         if (zmq_connect(s->sock, s->endpoint) != 0) {
-            snprintf(err, errlen, "cannot connect to %s: %s", endpoints[i], zmq_strerror(zmq_errno()));
+            snprintf(err, errlen, "cannot connect to %s: %s", endpoints[i],
+                     zmq_strerror(zmq_errno()));
             ps_client_close(c);
             return PS_EINVAL;
         }
@@ -108,7 +109,8 @@ size_t ps_client_num_shards(const ps_client *c) {
 }
 
 int ps_client_add(ps_client *c, const ps_client_tensor *t) {
-    if (t->shard >= c->n_shards) return fail(c, PS_EINVAL, "tensor %s: shard %u out of range", t->name, t->shard);
+    if (t->shard >= c->n_shards)
+        return fail(c, PS_EINVAL, "tensor %s: shard %u out of range", t->name, t->shard);
     if (c->n_tensors == c->cap_tensors) {
         size_t cap = c->cap_tensors ? c->cap_tensors * 2 : 16;
         ps_client_tensor *nt = realloc(c->tensors, cap * sizeof *nt);
@@ -131,7 +133,8 @@ int ps_client_add(ps_client *c, const ps_client_tensor *t) {
 
 static size_t tensor_numel(const ps_client_tensor *t) {
     size_t n = 1;
-    for (size_t d = 0; d < t->rank; d++) n *= t->shape[d];
+    for (size_t d = 0; d < t->rank; d++)
+        n *= t->shape[d];
     return n;
 }
 
@@ -141,7 +144,8 @@ static int send_request(ps_client *c, size_t i, Ps__Header *hdr, const ps_payloa
     hdr->request_id = c->next_id++;
     c->shards[i].want_id = hdr->request_id;
     if (ps_wire_send(c->shards[i].sock, NULL, 0, hdr, pl, n, 0) != PS_OK)
-        return fail(c, PS_EIO, "send to %s failed: %s", c->shards[i].endpoint, zmq_strerror(zmq_errno()));
+        return fail(c, PS_EIO, "send to %s failed: %s", c->shards[i].endpoint,
+                    zmq_strerror(zmq_errno()));
     return PS_OK;
 }
 
@@ -155,11 +159,13 @@ static int collect(ps_client *c, const char *what, reply_fn on_reply, void *ctx)
     zmq_pollitem_t *items = calloc(n, sizeof *items);
     if (!items) return PS_ENOMEM;
     int rc = PS_OK;
-    uint64_t start = now_ms(), deadline = start + (uint64_t)c->timeout_ms, next_note = start + 10000;
+    uint64_t start = now_ms(), deadline = start + (uint64_t)c->timeout_ms,
+             next_note = start + 10000;
     for (;;) {
         size_t waiting = 0;
         for (size_t i = 0; i < n; i++) {
-            items[i] = (zmq_pollitem_t){c->shards[i].sock, 0, c->shards[i].want_id ? ZMQ_POLLIN : 0, 0};
+            items[i] =
+                (zmq_pollitem_t){c->shards[i].sock, 0, c->shards[i].want_id ? ZMQ_POLLIN : 0, 0};
             waiting += c->shards[i].want_id != 0;
         }
         if (waiting == 0) break;
@@ -169,8 +175,8 @@ static int collect(ps_client *c, const char *what, reply_fn on_reply, void *ctx)
                 if (!c->shards[i].want_id) continue;
                 c->shards[i].want_id = 0;
                 if (rc == PS_OK)
-                    rc = fail(c, PS_ETIMEDOUT, "%s: no answer from psd %zu (%s) within %d ms", what, i,
-                              c->shards[i].endpoint + 6, c->timeout_ms);
+                    rc = fail(c, PS_ETIMEDOUT, "%s: no answer from psd %zu (%s) within %d ms", what,
+                              i, c->shards[i].endpoint + 6, c->timeout_ms);
             }
             break;
         }
@@ -194,8 +200,8 @@ static int collect(ps_client *c, const char *what, reply_fn on_reply, void *ctx)
             if (ps_frames_recv(c->shards[i].sock, ZMQ_DONTWAIT, &f) != PS_OK) continue;
             Ps__Header *h = NULL;
             char err[256];
-            int drc = f.n >= 1 ? ps_header_decode(zmq_msg_data(&f.frames[0]), zmq_msg_size(&f.frames[0]),
-                                                  &h, err, sizeof err)
+            int drc = f.n >= 1 ? ps_header_decode(zmq_msg_data(&f.frames[0]),
+                                                  zmq_msg_size(&f.frames[0]), &h, err, sizeof err)
                                : PS_EPROTO;
             if (h && h->request_id != c->shards[i].want_id) {
                 /* an answer to a request we gave up on */
@@ -242,8 +248,9 @@ static int on_welcome(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, v
     if (rc != PS_OK) return rc;
     const Ps__Welcome *w = h->welcome;
     if (w->shard_index != shard || w->num_shards != c->n_shards)
-        return fail(c, PS_EINVAL, "psd at %s is shard %u of %u, but this worker lists it as %zu of %zu",
-                    c->shards[shard].endpoint + 6, w->shard_index, w->num_shards, shard, c->n_shards);
+        return fail(
+            c, PS_EINVAL, "psd at %s is shard %u of %u, but this worker lists it as %zu of %zu",
+            c->shards[shard].endpoint + 6, w->shard_index, w->num_shards, shard, c->n_shards);
     int async = w->mode == PS__MODE__MODE_ASYNC;
     if (ctx->have_mode && async != ctx->async)
         return fail(c, PS_EINVAL, "shards disagree on the mode (sync/async)");
@@ -278,7 +285,8 @@ static int on_created(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, v
     int rc = expect_body(c, shard, h, PS__HEADER__BODY_CREATE_VARS_REPLY, "create");
     if (rc != PS_OK) return rc;
     size_t *created = vctx;
-    for (size_t i = 0; i < h->create_vars_reply->n_created; i++) *created += h->create_vars_reply->created[i] != 0;
+    for (size_t i = 0; i < h->create_vars_reply->n_created; i++)
+        *created += h->create_vars_reply->created[i] != 0;
     return PS_OK;
 }
 
@@ -309,13 +317,15 @@ static int frame_set_build(ps_client *c, size_t i, int use_grad, frame_set *fs) 
     fs->pl = calloc(m, sizeof *fs->pl);
     fs->opts = calloc(m, sizeof *fs->opts);
     fs->optptrs = calloc(m, sizeof *fs->optptrs);
-    if (!fs->metas || !fs->ptrs || !fs->shapes || !fs->pl || !fs->opts || !fs->optptrs) return PS_ENOMEM;
+    if (!fs->metas || !fs->ptrs || !fs->shapes || !fs->pl || !fs->opts || !fs->optptrs)
+        return PS_ENOMEM;
     for (size_t k = 0; k < n; k++) {
         const ps_client_tensor *t = &c->tensors[c->shards[i].tensors[k]];
         ps_tensor_meta_f32(&fs->metas[k], t->name, t->shape, t->rank, fs->shapes + 2 * k);
         fs->ptrs[k] = &fs->metas[k];
         /* zero-copy: the frame is the caller's buffer, which stays unchanged until the reply */
-        fs->pl[k] = (ps_payload){use_grad ? t->grad : t->param, tensor_numel(t) * sizeof(float), NULL, NULL};
+        fs->pl[k] = (ps_payload){use_grad ? t->grad : t->param, tensor_numel(t) * sizeof(float),
+                                 NULL, NULL};
         Ps__Optimizer *o = &fs->opts[k];
         ps__optimizer__init(o);
         o->kind = (Ps__OptKind)t->opt.kind;
@@ -354,7 +364,8 @@ int ps_client_create_vars(ps_client *c, size_t *created) {
     }
     int rc2 = collect(c, "create", on_created, &count);
     if (rc == PS_OK) rc = rc2;
-    for (size_t i = 0; i < c->n_shards; i++) frame_set_free(&sets[i]);
+    for (size_t i = 0; i < c->n_shards; i++)
+        frame_set_free(&sets[i]);
     free(sets);
     if (created) *created = count;
     return rc;
@@ -373,13 +384,15 @@ static int on_pulled(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, vo
     char err[256];
     rc = ps_tensors_check(p->tensors, p->n_tensors, f->frames + 1, f->n - 1, err, sizeof err);
     if (rc != PS_OK) return fail(c, rc, "pull: bad reply from psd %zu: %s", shard, err);
-    if (p->n_tensors != s->n_tensors) return fail(c, PS_EPROTO, "pull: psd %zu sent %zu tensors, asked %zu", shard, p->n_tensors, s->n_tensors);
+    if (p->n_tensors != s->n_tensors)
+        return fail(c, PS_EPROTO, "pull: psd %zu sent %zu tensors, asked %zu", shard, p->n_tensors,
+                    s->n_tensors);
     for (size_t k = 0; k < s->n_tensors; k++) {
         const ps_client_tensor *t = &c->tensors[s->tensors[k]];
         size_t bytes = tensor_numel(t) * sizeof(float);
         if (strcmp(p->tensors[k]->name, t->name) != 0 || zmq_msg_size(&f->frames[k + 1]) != bytes)
-            return fail(c, PS_ESHAPE, "pull: psd %zu sent '%s' where '%s' [%zu bytes] was expected", shard,
-                        p->tensors[k]->name, t->name, bytes);
+            return fail(c, PS_ESHAPE, "pull: psd %zu sent '%s' where '%s' [%zu bytes] was expected",
+                        shard, p->tensors[k]->name, t->name, bytes);
         /* the one copy on the pull path: from the received frame into place */
         memcpy(t->param, zmq_msg_data(&f->frames[k + 1]), bytes);
     }
@@ -394,7 +407,8 @@ int ps_client_pull(ps_client *c, uint64_t min_version, uint64_t *version) {
         if (s->n_tensors == 0) continue;
         char **names = calloc(s->n_tensors, sizeof *names);
         if (!names) return PS_ENOMEM;
-        for (size_t k = 0; k < s->n_tensors; k++) names[k] = c->tensors[s->tensors[k]].name;
+        for (size_t k = 0; k < s->n_tensors; k++)
+            names[k] = c->tensors[s->tensors[k]].name;
         Ps__Header h = PS__HEADER__INIT;
         Ps__Pull pull = PS__PULL__INIT;
         pull.names = names;
@@ -440,7 +454,8 @@ int ps_client_push(ps_client *c, uint64_t step, int *applied_all) {
     int applied = 1;
     int rc2 = collect(c, "push", on_pushed, &applied);
     if (rc == PS_OK) rc = rc2;
-    for (size_t i = 0; i < c->n_shards; i++) frame_set_free(&sets[i]);
+    for (size_t i = 0; i < c->n_shards; i++)
+        frame_set_free(&sets[i]);
     free(sets);
     if (applied_all) *applied_all = applied;
     return rc;
@@ -473,8 +488,10 @@ static int one_request(ps_client *c, unsigned shard, Ps__Header *h, Ps__Header__
     if (rc != PS_OK) return rc;
     one_ctx ctx = {want, NULL};
     rc = collect(c, "request", on_one, &ctx);
-    if (rc == PS_OK && out) *out = ctx.keep;
-    else if (ctx.keep) ps__header__free_unpacked(ctx.keep, NULL);
+    if (rc == PS_OK && out)
+        *out = ctx.keep;
+    else if (ctx.keep)
+        ps__header__free_unpacked(ctx.keep, NULL);
     return rc;
 }
 

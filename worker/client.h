@@ -15,12 +15,12 @@ typedef struct ps_client ps_client;
 
 /* A tensor (or row slice of one) that lives on one shard. */
 typedef struct {
-    char name[96];     /* name on the shard */
+    char name[96]; /* name on the shard */
     unsigned shard;
     size_t rank;
     size_t shape[2];
-    float *param;      /* borrowed: pulls write here; CreateVars sends it as the initial value */
-    float *grad;       /* borrowed: pushes send this (must stay unchanged until the push returns) */
+    float *param; /* borrowed: pulls write here; CreateVars sends it as the initial value */
+    float *grad;  /* borrowed: pushes send this (must stay unchanged until the push returns) */
     ps_opt_spec opt;
 } ps_client_tensor;
 

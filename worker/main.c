@@ -75,7 +75,8 @@ static void usage(FILE *out) {
 /* Splits a comma-separated list in place; returns the count (max cap). */
 static size_t split_list(char *s, char **out, size_t cap) {
     size_t n = 0;
-    for (char *tok = strtok(s, ","); tok && n < cap; tok = strtok(NULL, ",")) out[n++] = tok;
+    for (char *tok = strtok(s, ","); tok && n < cap; tok = strtok(NULL, ","))
+        out[n++] = tok;
     return n;
 }
 
@@ -84,7 +85,9 @@ int main(int argc, char **argv) {
     unsigned char given[N_OPTIONS] = {0};
     char err[512];
     int prc = ps_options_defaults(table, N_OPTIONS, &o, err, sizeof err);
-    if (prc == PS_OK) prc = ps_options_parse(table, N_OPTIONS, argc, argv, &o, given, "psworker", err, sizeof err);
+    if (prc == PS_OK)
+        prc =
+            ps_options_parse(table, N_OPTIONS, argc, argv, &o, given, "psworker", err, sizeof err);
     if (prc == 1) {
         usage(stdout);
         return 0;
@@ -125,7 +128,8 @@ int main(int argc, char **argv) {
         unsigned gi;
         if (idx < 0 && cl.task_type[0]) {
             if (ps_cluster_worker_index(&cl, &gi) != PS_OK) {
-                fprintf(stderr, "psworker: TF_CONFIG: task type '%s' is not a worker or chief\n", cl.task_type);
+                fprintf(stderr, "psworker: TF_CONFIG: task type '%s' is not a worker or chief\n",
+                        cl.task_type);
                 ps_cluster_free(&cl);
                 return 2;
             }
@@ -140,11 +144,13 @@ int main(int argc, char **argv) {
         snprintf(ps_buf, sizeof ps_buf, "%s", ps_flag);
         n_ps = split_list(ps_buf, ps_list, 256);
     } else if (have_tf) {
-        for (size_t i = 0; i < cl.n_ps && i < 256; i++) ps_list[n_ps++] = cl.ps[i];
+        for (size_t i = 0; i < cl.n_ps && i < 256; i++)
+            ps_list[n_ps++] = cl.ps[i];
     }
     if (n_ps == 0) {
-        fprintf(stderr, "psworker: no parameter servers: give --ps HOST:PORT,... or a TF_CONFIG with "
-                        "cluster.ps (this system trains through psd shards)\n");
+        fprintf(stderr,
+                "psworker: no parameter servers: give --ps HOST:PORT,... or a TF_CONFIG with "
+                "cluster.ps (this system trains through psd shards)\n");
         ps_cluster_free(&cl);
         return 2;
     }
@@ -160,7 +166,8 @@ int main(int argc, char **argv) {
     cfg.index = idx < 0 ? 0 : (unsigned)idx;
     cfg.workers = workers < 0 ? 1 : (unsigned)workers;
     if (cfg.index >= cfg.workers) {
-        fprintf(stderr, "psworker: --index %u is out of range for --workers %u\n", cfg.index, cfg.workers);
+        fprintf(stderr, "psworker: --index %u is out of range for --workers %u\n", cfg.index,
+                cfg.workers);
         ps_cluster_free(&cl);
         return 2;
     }

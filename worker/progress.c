@@ -47,7 +47,8 @@ static void format_line(const ps_progress *p, int final, char *buf, size_t len) 
     double secs = (double)(end - p->start_ns) / 1e9;
     char bar[31];
     size_t fill = p->steps ? p->done * 30 / p->steps : 30;
-    for (size_t i = 0; i < 30; i++) bar[i] = i < fill ? '=' : '.';
+    for (size_t i = 0; i < 30; i++)
+        bar[i] = i < fill ? '=' : '.';
     if (!final && fill < 30 && fill > 0) bar[fill - 1] = '>';
     bar[30] = 0;
     double rate = secs > 0 ? (double)p->samples * p->replicas / secs : 0;

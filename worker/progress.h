@@ -11,14 +11,14 @@ typedef enum { PS_PROGRESS_NONE = 0, PS_PROGRESS_PLAIN, PS_PROGRESS_TTY } ps_pro
 
 typedef struct {
     ps_progress_mode mode;
-    FILE *out;               /* borrowed */
+    FILE *out; /* borrowed */
     unsigned epoch, epochs;
     size_t steps, done;
     size_t samples, correct; /* this epoch, this worker */
     double loss_sum;         /* sum of batch mean loss * batch size */
     uint64_t start_ns, last_draw_ns, stop_ns;
-    size_t next_plain;       /* plain mode: next step at which to print */
-    unsigned replicas;       /* workers in the job: samples/s is shown for the job */
+    size_t next_plain; /* plain mode: next step at which to print */
+    unsigned replicas; /* workers in the job: samples/s is shown for the job */
 } ps_progress;
 
 void ps_progress_init(ps_progress *p, ps_progress_mode mode, FILE *out, unsigned epochs,

@@ -67,7 +67,8 @@ static int wait_for_vars(ps_client *c, int timeout_ms, char *err, size_t errlen)
         }
         if (!noted++) PS_INFO("waiting for the chief to create the variables");
         if (now_s() > deadline) {
-            snprintf(err, errlen, "the chief did not create the variables within %d ms", timeout_ms);
+            snprintf(err, errlen, "the chief did not create the variables within %d ms",
+                     timeout_ms);
             return PS_ETIMEDOUT;
         }
         nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
@@ -188,9 +189,11 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
         if (cfg->index == 0) {
             size_t created = 0;
             rc = ps_client_create_vars(st.client, &created);
-            if (rc != PS_OK) snprintf(err, errlen, "%s", ps_client_error(st.client));
-            else PS_INFO("created %zu variables (%zu parameters) on %zu shards", created,
-                         ps_model_num_params(st.model), cfg->n_ps);
+            if (rc != PS_OK)
+                snprintf(err, errlen, "%s", ps_client_error(st.client));
+            else
+                PS_INFO("created %zu variables (%zu parameters) on %zu shards", created,
+                        ps_model_num_params(st.model), cfg->n_ps);
         } else {
             rc = wait_for_vars(st.client, cfg->timeout_ms, err, errlen);
         }
@@ -250,16 +253,18 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
             if (rc != PS_OK) break;
             res->test_loss = vloss;
             res->test_accuracy = vacc;
-            snprintf(extra, sizeof extra, "val_loss: %.4f - val_accuracy: %.4f", (double)vloss, vacc);
+            snprintf(extra, sizeof extra, "val_loss: %.4f - val_accuracy: %.4f", (double)vloss,
+                     vacc);
         }
         ps_progress_end_epoch(&prog, extra);
     }
     res->samples_per_sec = train_secs > 0 ? (double)job_samples / train_secs : 0;
     res->wall_seconds = now_s() - t0;
     if (rc == PS_OK && cfg->index == 0) {
-        printf("test accuracy: %.4f  test loss: %.4f  (%u workers, %zu shards, %s, %.0f samples/s, %.1f s)\n",
-               res->test_accuracy, res->test_loss, cfg->workers, cfg->n_ps, async ? "async" : "sync",
-               res->samples_per_sec, res->wall_seconds);
+        printf("test accuracy: %.4f  test loss: %.4f  (%u workers, %zu shards, %s, %.0f samples/s, "
+               "%.1f s)\n",
+               res->test_accuracy, res->test_loss, cfg->workers, cfg->n_ps,
+               async ? "async" : "sync", res->samples_per_sec, res->wall_seconds);
         fflush(stdout);
         if (cfg->summary_path) rc = write_summary(cfg, res, err, errlen);
     }

@@ -12,15 +12,15 @@
 #include "progress.h"
 
 typedef struct {
-    const char *const *ps;      /* "host:port" per shard, borrowed */
+    const char *const *ps; /* "host:port" per shard, borrowed */
     size_t n_ps;
-    unsigned index, workers;    /* global worker index (0 = chief) and count */
-    const char *model_path;     /* NULL: the built-in default model */
-    const char *data_dir;       /* IDX files */
+    unsigned index, workers; /* global worker index (0 = chief) and count */
+    const char *model_path;  /* NULL: the built-in default model */
+    const char *data_dir;    /* IDX files */
     unsigned epochs;
-    size_t batch;               /* per worker; 0: the model spec's batch_size */
+    size_t batch; /* per worker; 0: the model spec's batch_size */
     uint64_t seed;
-    const char *summary_path;   /* chief writes JSON here; NULL: none */
+    const char *summary_path; /* chief writes JSON here; NULL: none */
     ps_progress_mode progress;
     size_t max_train, max_test; /* 0: all samples */
     int timeout_ms;             /* per request round */
@@ -31,7 +31,7 @@ typedef struct {
     double test_accuracy, test_loss; /* chief only; -1 when not evaluated */
     double samples_per_sec;          /* job-wide, training time only */
     double wall_seconds;
-    uint64_t steps;                  /* this worker's steps */
+    uint64_t steps; /* this worker's steps */
     int async;
 } ps_train_result;
 

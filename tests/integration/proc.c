@@ -71,7 +71,8 @@ void ps_test_dump(const char *path) {
     if (!f) return;
     char line[1024];
     fprintf(stderr, "---- %s ----\n", path);
-    while (fgets(line, sizeof line, f)) fputs(line, stderr);
+    while (fgets(line, sizeof line, f))
+        fputs(line, stderr);
     fclose(f);
 }
 
@@ -84,9 +85,11 @@ int ps_test_psd_start(ps_test_psd *p, const char *const *extra_args, int timeout
     char ready[600];
     snprintf(ready, sizeof ready, "%s/ready", p->dir);
     snprintf(p->log, sizeof p->log, "%s/psd.log", p->dir);
-    const char *argv[64] = {getenv("PSD"), "--bind", "127.0.0.1", "--port", "0", "--ready-file", ready};
+    const char *argv[64] = {getenv("PSD"), "--bind",       "127.0.0.1", "--port",
+                            "0",           "--ready-file", ready};
     int n = 7;
-    for (int i = 0; extra_args && extra_args[i] && n < 62; i++) argv[n++] = extra_args[i];
+    for (int i = 0; extra_args && extra_args[i] && n < 62; i++)
+        argv[n++] = extra_args[i];
     argv[n] = NULL;
     if (!argv[0]) {
         fprintf(stderr, "PSD is not set\n");

@@ -26,7 +26,7 @@ typedef struct {
     const char *eps[SHARDS];
     unsigned index, workers;
     size_t batch;
-    float *final;   /* chief: parameters after the last step (malloc'd) */
+    float *final; /* chief: parameters after the last step (malloc'd) */
     size_t nparams;
     int rc;
     char err[512];
@@ -77,7 +77,8 @@ static void *run_worker(void *p) {
         a->final = malloc(a->nparams * sizeof(float));
         memcpy(a->final, ps_model_params(m), a->nparams * sizeof(float));
     }
-    if (a->rc != PS_OK && c && !a->err[0]) snprintf(a->err, sizeof a->err, "%s", ps_client_error(c));
+    if (a->rc != PS_OK && c && !a->err[0])
+        snprintf(a->err, sizeof a->err, "%s", ps_client_error(c));
     ps_client_close(c);
     ps_model_free(m);
     return NULL;
@@ -91,22 +92,25 @@ static float *run_job(unsigned workers, size_t *nparams) {
     snprintf(nbuf, sizeof nbuf, "%d", SHARDS);
     for (int i = 0; i < SHARDS; i++) {
         snprintf(sbuf[i], sizeof sbuf[i], "%d", i);
-        const char *args[] = {"--shard", sbuf[i], "--num-shards", nbuf, "--workers", wbuf,
-                              "--mode", "sync", NULL};
+        const char *args[] = {"--shard", sbuf[i],  "--num-shards", nbuf, "--workers",
+                              wbuf,      "--mode", "sync",         NULL};
         ck_assert_int_eq(ps_test_psd_start(&psd[i], args, 10000), 0);
     }
     run_arg a[2];
     pthread_t th[2];
     for (unsigned w = 0; w < workers; w++) {
         memset(&a[w], 0, sizeof a[w]);
-        for (int i = 0; i < SHARDS; i++) a[w].eps[i] = psd[i].endpoint;
+        for (int i = 0; i < SHARDS; i++)
+            a[w].eps[i] = psd[i].endpoint;
         a[w].index = w;
         a[w].workers = workers;
         a[w].batch = 2 * B / workers;
         pthread_create(&th[w], NULL, run_worker, &a[w]);
     }
-    for (unsigned w = 0; w < workers; w++) pthread_join(th[w], NULL);
-    for (int i = 0; i < SHARDS; i++) ck_assert_int_eq(ps_test_psd_stop(&psd[i], 5000), 0);
+    for (unsigned w = 0; w < workers; w++)
+        pthread_join(th[w], NULL);
+    for (int i = 0; i < SHARDS; i++)
+        ck_assert_int_eq(ps_test_psd_stop(&psd[i], 5000), 0);
     for (unsigned w = 0; w < workers; w++)
         ck_assert_msg(a[w].rc == PS_OK, "worker %u: %s (%s)", w, ps_strerror(a[w].rc), a[w].err);
     *nparams = a[0].nparams;
@@ -142,7 +146,8 @@ END_TEST
 
 int main(void) {
     char err[256];
-    if (ps_dataset_load_dir(ps_test_data_dir(), 1, STEPS * 2 * B, &data, err, sizeof err) != PS_OK) {
+    if (ps_dataset_load_dir(ps_test_data_dir(), 1, STEPS * 2 * B, &data, err, sizeof err) !=
+        PS_OK) {
         fprintf(stderr, "cannot load Fashion-MNIST (install dataset-fashion-mnist): %s\n", err);
         return 1;
     }

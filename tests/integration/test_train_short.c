@@ -24,8 +24,8 @@ static char *slurp(const char *path) {
 static cJSON *run_job(const char *mode, const char *dir) {
     ps_test_psd psd[2];
     for (int i = 0; i < 2; i++) {
-        const char *args[] = {"--shard", i ? "1" : "0", "--num-shards", "2", "--workers", "2",
-                              "--mode", mode, NULL};
+        const char *args[] = {"--shard", i ? "1" : "0", "--num-shards", "2", "--workers",
+                              "2",       "--mode",      mode,           NULL};
         ck_assert_int_eq(ps_test_psd_start(&psd[i], args, 10000), 0);
     }
     char ps[300], summary[600], log0[600], log1[600];
@@ -33,10 +33,11 @@ static cJSON *run_job(const char *mode, const char *dir) {
     snprintf(summary, sizeof summary, "%s/summary-%s.json", dir, mode);
     snprintf(log0, sizeof log0, "%s/chief-%s.log", dir, mode);
     snprintf(log1, sizeof log1, "%s/worker1-%s.log", dir, mode);
-    const char *w0[] = {getenv("PSWORKER"), "--ps", ps, "--index", "0", "--workers", "2",
-                        "--epochs", "1", "--summary", summary, "--timeout", "60", NULL};
-    const char *w1[] = {getenv("PSWORKER"), "--ps", ps, "--index", "1", "--workers", "2",
-                        "--epochs", "1", "--timeout", "60", NULL};
+    const char *w0[] = {
+        getenv("PSWORKER"), "--ps", ps,          "--index", "0",         "--workers", "2",
+        "--epochs",         "1",    "--summary", summary,   "--timeout", "60",        NULL};
+    const char *w1[] = {getenv("PSWORKER"), "--ps", ps,          "--index", "1", "--workers", "2",
+                        "--epochs",         "1",    "--timeout", "60",      NULL};
     pid_t p0 = ps_test_spawn(w0, log0), p1 = ps_test_spawn(w1, log1);
     int s0 = ps_test_wait(p0, 120000), s1 = ps_test_wait(p1, 120000);
     if (s0 != 0 || s1 != 0) {
@@ -44,7 +45,8 @@ static cJSON *run_job(const char *mode, const char *dir) {
         ps_test_dump(log1);
         ps_test_dump(psd[0].log);
     }
-    for (int i = 0; i < 2; i++) ck_assert_int_eq(ps_test_psd_stop(&psd[i], 5000), 0);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(ps_test_psd_stop(&psd[i], 5000), 0);
     ck_assert_int_eq(s0, 0);
     ck_assert_int_eq(s1, 0);
     const char *text = slurp(summary);
@@ -58,8 +60,8 @@ static cJSON *run_job(const char *mode, const char *dir) {
 }
 
 static void check_summary(cJSON *j, const char *mode, double min_acc) {
-    const char *keys[] = {"test_accuracy", "test_loss", "epochs", "steps", "workers", "shards",
-                          "samples_per_sec", "wall_seconds"};
+    const char *keys[] = {"test_accuracy", "test_loss", "epochs",          "steps",
+                          "workers",       "shards",    "samples_per_sec", "wall_seconds"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         ck_assert_msg(cJSON_IsNumber(cJSON_GetObjectItem(j, keys[i])), "summary lacks %s", keys[i]);
     ck_assert_str_eq(cJSON_GetObjectItem(j, "mode")->valuestring, mode);
@@ -126,8 +128,8 @@ END_TEST
 START_TEST(worker_without_server_times_out) {
     /* a port nobody listens on: the worker gives up after --timeout with a clear message */
     const char *w = getenv("PSWORKER");
-    const char *argv[] = {w, "--ps", "127.0.0.1:9", "--timeout", "1", "--max-train", "100",
-                          "--max-test", "100", NULL};
+    const char *argv[] = {w,     "--ps",       "127.0.0.1:9", "--timeout", "1", "--max-train",
+                          "100", "--max-test", "100",         NULL};
     ck_assert_int_eq(run_worker_expect(argv, NULL, "no answer from psd 0"), 1);
 }
 END_TEST
@@ -144,7 +146,7 @@ START_TEST(worker_accepts_tf_config) {
              "\"ps\": [\"%s\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}",
              psd.endpoint);
     const char *argv[] = {getenv("PSWORKER"), "--timeout", "5", "--max-train", "100",
-                          "--max-test", "100", NULL};
+                          "--max-test",       "100",       NULL};
     /* the psd serves 3 workers, TF_CONFIG says 2: the Hello is refused, naming both */
     int st = run_worker_expect(argv, tf, "job of 3 workers, the client says 2");
     ck_assert_int_eq(ps_test_psd_stop(&psd, 5000), 0);
@@ -152,15 +154,15 @@ START_TEST(worker_accepts_tf_config) {
 }
 END_TEST
 
-
 /* The main job as README command 1 runs it (and its async twin), through psctl. */
 static double psctl_job(const char *mode) {
     char *dir = ps_test_mkdtemp();
     char summary[600], log[600];
     snprintf(summary, sizeof summary, "%s/summary.json", dir);
     snprintf(log, sizeof log, "%s/psctl.log", dir);
-    const char *argv[] = {getenv("PSCTL"), "local", "--ps", "2", "--workers", "2", "--mode", mode,
-                          "--epochs", "2", "--summary", summary, "--timeout", "200", NULL};
+    const char *argv[] = {getenv("PSCTL"), "local", "--ps",     "2", "--workers", "2",
+                          "--mode",        mode,    "--epochs", "2", "--summary", summary,
+                          "--timeout",     "200",   NULL};
     int st = ps_test_wait(ps_test_spawn(argv, log), 220000);
     if (st != 0) ps_test_dump(log);
     ck_assert_int_eq(st, 0);

@@ -30,7 +30,8 @@ float ps_test_rng_uniform(ps_test_rng *r, float lo, float hi) {
 void ps_test_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi) {
     ps_test_rng r;
     ps_test_rng_seed(&r, seed);
-    for (size_t i = 0; i < n; i++) x[i] = ps_test_rng_uniform(&r, lo, hi);
+    for (size_t i = 0; i < n; i++)
+        x[i] = ps_test_rng_uniform(&r, lo, hi);
 }
 
 long ps_test_first_mismatch(const float *a, const float *b, size_t n, float atol, float rtol) {

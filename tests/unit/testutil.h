@@ -7,7 +7,9 @@
 #include <stdint.h>
 
 /* Deterministic xorshift generator: same seed, same numbers, on every machine. */
-typedef struct { uint64_t s; } ps_test_rng;
+typedef struct {
+    uint64_t s;
+} ps_test_rng;
 void ps_test_rng_seed(ps_test_rng *r, uint64_t seed);
 /* Uniform float in [lo, hi). */
 float ps_test_rng_uniform(ps_test_rng *r, float lo, float hi);
