@@ -47,13 +47,14 @@ void ps__server_dispatch(ps_server *s, ps_frames *f) {
     if (f->n < 2) {
         rc = PS_EPROTO;
         snprintf(err, sizeof err, "message has no header frame");
-    } else if (f->truncated) {
-        rc = PS_EPROTO;
-        snprintf(err, sizeof err, "message has more than %u frames", PS_WIRE_MAX_FRAMES);
     } else {
         rc = ps_header_decode(zmq_msg_data(&f->frames[1]), zmq_msg_size(&f->frames[1]), &hdr, err,
                               sizeof err);
         if (hdr) req_id = hdr->request_id;
+        if (rc == PS_OK && f->truncated) {
+            rc = PS_EPROTO;
+            snprintf(err, sizeof err, "message has more than %u payload frames", PS_WIRE_MAX_FRAMES);
+        }
     }
     if (rc == PS_OK) {
         const dispatch_entry *e = lookup(hdr->body_case);
