@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS=(gcc meson ninja-build pkg-config python3 libuv1-dev libprotobuf-c-dev protobuf-c-compiler
+PKGS=(gcc libc6-dev meson ninja-build pkg-config python3 libuv1-dev libprotobuf-c-dev protobuf-c-compiler
       libzmq3-dev check libopenblas-dev libcjson-dev zlib1g-dev dataset-fashion-mnist)
 missing=()
 for p in "${PKGS[@]}"; do
