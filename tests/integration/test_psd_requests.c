@@ -1101,9 +1101,5 @@ int main(void) {
         fprintf(stderr, "PSD is not set\n");
         return 77;
     }
-    SRunner *sr = srunner_create(requests_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return ps_test_run_suite(requests_suite());
 }

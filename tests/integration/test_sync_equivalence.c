@@ -156,10 +156,7 @@ int main(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, two_workers_equal_one_double_batch);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = ps_test_run_suite(s);
     ps_dataset_free(&data);
-    return failed ? 1 : 0;
+    return rc;
 }

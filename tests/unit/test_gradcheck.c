@@ -249,9 +249,5 @@ int main(void) {
     tcase_add_test(tc, model_grads);
     tcase_add_test(tc, model_grads_softmax_output);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return ps_test_run_suite(s);
 }

@@ -698,9 +698,5 @@ static Suite *idx_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(idx_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return ps_test_run_suite(idx_suite());
 }

@@ -295,9 +295,5 @@ static Suite *optim_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(optim_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return ps_test_run_suite(optim_suite());
 }

@@ -2,6 +2,7 @@
  * numbering, flag lists, host:port parsing, and every malformed-config error path. */
 #include "ps_error.h"
 #include "tfconfig.h"
+#include "testutil.h"
 
 #include <check.h>
 #include <stdlib.h>
@@ -426,9 +427,5 @@ static Suite *tfconfig_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(tfconfig_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return ps_test_run_suite(tfconfig_suite());
 }

@@ -81,3 +81,11 @@ int ps_test_write_file(const char *path, const void *data, size_t n) {
     int rc = fclose(f);
     return (w == n && rc == 0) ? 0 : -1;
 }
+
+int ps_test_run_suite(Suite *s) {
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}

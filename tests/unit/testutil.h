@@ -3,6 +3,7 @@
 #ifndef PS_TESTUTIL_H
 #define PS_TESTUTIL_H
 
+#include <check.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,5 +28,9 @@ const char *ps_test_source_root(void);
 const char *ps_test_data_dir(void);
 /* Writes n bytes to path; returns 0 on success. */
 int ps_test_write_file(const char *path, const void *data, size_t n);
+
+/* Runs a Check suite (and frees it); returns the process exit status: 0 when
+ * every test passed, 1 otherwise. */
+int ps_test_run_suite(Suite *s);
 
 #endif
