@@ -21,19 +21,41 @@ struct ps_k_dev {
 
 /* CPU backend (cpu.c): host pointers, synchronous, infallible. Each mirrors
  * the ps_k_* function of the same name in kernels.h; a bool acc selects the
- * _acc (+=) behaviour over _overwrite (=). */
+ * _acc (+=) behaviour over _overwrite (=), a bool squares ps_k_sumsq over
+ * ps_k_sum. Dropout is one function for both directions (the mask is the same
+ * and so is the scaling). conv2d itself is backend-neutral (conv.c: im2col,
+ * GEMM, bias, col2im through the dispatching calls). */
 void ps__cpu_gemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float alpha,
                   const float *A, const float *B, float beta, float *C);
 void ps__cpu_bias_add_rows_acc(float *x, const float *bias, size_t rows, size_t cols);
 void ps__cpu_col_sum(float *out, const float *x, size_t rows, size_t cols, bool acc);
 void ps__cpu_act_forward_overwrite(ps_k_act act, float *y, const float *x, size_t n);
-void ps__cpu_act_backward(ps_k_act act, float *dx, const float *dy, const float *y, size_t n,
-                          bool acc);
+void ps__cpu_act_backward(ps_k_act act, float *dx, const float *dy, const float *x,
+                          const float *y, size_t n, bool acc);
 void ps__cpu_softmax_rows_overwrite(float *probs, const float *logits, size_t rows, size_t cols);
 int ps__cpu_softmax_ce_overwrite(float *dlogits, const float *logits, const int32_t *labels,
                                  size_t rows, size_t cols, float *loss);
 int ps__cpu_argmax_correct(const float *logits, const int32_t *labels, size_t rows, size_t cols,
                            size_t *correct);
+int ps__cpu_gemm_ex(ps_k_prec prec, bool trans_a, bool trans_b, size_t M, size_t N, size_t K,
+                    float alpha, const float *A, const float *B, float beta, float *C);
+int ps__cpu_bce_overwrite(float *dlogits, const float *logits, const float *targets, size_t rows,
+                          size_t cols, float *loss);
+int ps__cpu_mse_overwrite(float *dpred, const float *pred, const float *targets, size_t rows,
+                          size_t cols, float *loss);
+void ps__cpu_onehot_overwrite(float *out, const int32_t *labels, size_t rows, size_t cols);
+int ps__cpu_binary_correct(const float *logits, const int32_t *labels, size_t rows,
+                           size_t *correct);
+int ps__cpu_sum(const float *x, size_t n, bool squares, double *out);
+void ps__cpu_dropout(float *y, const float *x, size_t n, float rate, uint64_t seed);
+void ps__cpu_im2col_overwrite(const ps_k_conv *p, float *cols, const float *x, size_t n);
+void ps__cpu_col2im_overwrite(const ps_k_conv *p, float *dx, const float *cols, size_t n);
+void ps__cpu_maxpool_forward_overwrite(const ps_k_pool *p, float *y, int32_t *arg,
+                                       const float *x);
+void ps__cpu_maxpool_backward_overwrite(const ps_k_pool *p, float *dx, const float *dy,
+                                        const int32_t *arg);
+void ps__cpu_avgpool_forward_overwrite(const ps_k_pool *p, float *y, const float *x);
+void ps__cpu_avgpool_backward_overwrite(const ps_k_pool *p, float *dx, const float *dy);
 
 #ifdef PS_HAVE_CUDA
 /* CUDA backend (cuda.cu): the same contracts on device pointers of d. Errors
@@ -52,14 +74,39 @@ void ps__cuda_gemm(ps_k_dev *d, bool trans_a, bool trans_b, size_t M, size_t N, 
 void ps__cuda_bias_add_rows_acc(ps_k_dev *d, float *x, const float *bias, size_t rows, size_t cols);
 void ps__cuda_col_sum(ps_k_dev *d, float *out, const float *x, size_t rows, size_t cols, bool acc);
 void ps__cuda_act_forward_overwrite(ps_k_dev *d, ps_k_act act, float *y, const float *x, size_t n);
-void ps__cuda_act_backward(ps_k_dev *d, ps_k_act act, float *dx, const float *dy, const float *y,
-                           size_t n, bool acc);
+void ps__cuda_act_backward(ps_k_dev *d, ps_k_act act, float *dx, const float *dy, const float *x,
+                           const float *y, size_t n, bool acc);
 void ps__cuda_softmax_rows_overwrite(ps_k_dev *d, float *probs, const float *logits, size_t rows,
                                      size_t cols);
 int ps__cuda_softmax_ce_overwrite(ps_k_dev *d, float *dlogits, const float *logits,
                                   const int32_t *labels, size_t rows, size_t cols, float *loss);
 int ps__cuda_argmax_correct(ps_k_dev *d, const float *logits, const int32_t *labels, size_t rows,
                             size_t cols, size_t *correct);
+int ps__cuda_host_alloc(ps_k_dev *d, size_t bytes, void **out);
+void ps__cuda_host_free(ps_k_dev *d, void *p);
+int ps__cuda_gemm_ex(ps_k_dev *d, ps_k_prec prec, bool trans_a, bool trans_b, size_t M, size_t N,
+                     size_t K, float alpha, const float *A, const float *B, float beta, float *C);
+int ps__cuda_bce_overwrite(ps_k_dev *d, float *dlogits, const float *logits, const float *targets,
+                           size_t rows, size_t cols, float *loss);
+int ps__cuda_mse_overwrite(ps_k_dev *d, float *dpred, const float *pred, const float *targets,
+                           size_t rows, size_t cols, float *loss);
+void ps__cuda_onehot_overwrite(ps_k_dev *d, float *out, const int32_t *labels, size_t rows,
+                               size_t cols);
+int ps__cuda_binary_correct(ps_k_dev *d, const float *logits, const int32_t *labels, size_t rows,
+                            size_t *correct);
+int ps__cuda_sum(ps_k_dev *d, const float *x, size_t n, bool squares, double *out);
+void ps__cuda_dropout(ps_k_dev *d, float *y, const float *x, size_t n, float rate, uint64_t seed);
+void ps__cuda_im2col_overwrite(ps_k_dev *d, const ps_k_conv *p, float *cols, const float *x,
+                               size_t n);
+void ps__cuda_col2im_overwrite(ps_k_dev *d, const ps_k_conv *p, float *dx, const float *cols,
+                               size_t n);
+void ps__cuda_maxpool_forward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *y, int32_t *arg,
+                                        const float *x);
+void ps__cuda_maxpool_backward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *dx,
+                                         const float *dy, const int32_t *arg);
+void ps__cuda_avgpool_forward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *y, const float *x);
+void ps__cuda_avgpool_backward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *dx,
+                                         const float *dy);
 #endif
 
 #ifdef __cplusplus

@@ -1,5 +1,6 @@
-/* The backend-neutral compute API: devices, device buffers, and the kernels a
- * Dense MLP needs (GEMM, bias, activations, softmax cross-entropy, reductions). */
+/* The backend-neutral compute API: devices, device and pinned host buffers,
+ * and the kernels the layers need: GEMM (fp32, or fp16/bf16 inputs), bias,
+ * activations, losses, conv2d (im2col + GEMM), pooling, dropout, reductions. */
 #ifndef PS_KERNELS_H
 #define PS_KERNELS_H
 
@@ -21,7 +22,9 @@ extern "C" {
  * - Kernels that return nothing may run asynchronously on a CUDA device; a
  *   launch or library failure there is remembered by the device and returned
  *   by the next ps_k_sync. On the CPU they are synchronous and cannot fail.
- * - One device is used by one thread at a time (the CPU device may be shared). */
+ * - One device is used by one thread at a time (the CPU device may be shared).
+ * - Images are NHWC (channels last, as Keras): x[n][h][w][c]. Conv kernels are
+ *   [kh][kw][c_in][c_out] (Keras layout), i.e. a [kh*kw*c_in, c_out] matrix. */
 
 typedef enum { PS_K_CPU = 0, PS_K_CUDA = 1 } ps_k_kind;
 
@@ -30,8 +33,31 @@ typedef enum {
     PS_K_ACT_LINEAR = 0,
     PS_K_ACT_RELU = 1,
     PS_K_ACT_SIGMOID = 2,
-    PS_K_ACT_TANH = 3
+    PS_K_ACT_TANH = 3,
+    PS_K_ACT_GELU = 4 /* exact: 0.5 x (1 + erf(x / sqrt 2)), as Keras' default */
 } ps_k_act;
+
+/* Input precision of a GEMM: products are always accumulated in fp32. */
+typedef enum { PS_K_PREC_F32 = 0, PS_K_PREC_F16 = 1, PS_K_PREC_BF16 = 2 } ps_k_prec;
+
+/* Geometry of a 2-D convolution over NHWC input, filled by ps_k_conv_plan. */
+typedef struct {
+    size_t n, h, w, c;          /* input [n, h, w, c] */
+    size_t kh, kw, cout;        /* kernel [kh, kw, c, cout] */
+    size_t sh, sw;              /* strides */
+    size_t pad_top, pad_left;   /* implicit zero padding before row 0 / column 0 */
+    size_t oh, ow;              /* output [n, oh, ow, cout] */
+    size_t chunk;               /* images per im2col pass (bounds the workspace) */
+} ps_k_conv;
+
+/* Geometry of a 2-D pooling over NHWC input, filled by ps_k_pool_plan. */
+typedef struct {
+    size_t n, h, w, c;        /* input [n, h, w, c] */
+    size_t ph, pw;            /* window */
+    size_t sh, sw;            /* strides */
+    size_t pad_top, pad_left; /* padding; padded cells never count (max or mean) */
+    size_t oh, ow;            /* output [n, oh, ow, c] */
+} ps_k_pool;
 
 typedef struct ps_k_dev ps_k_dev;
 
@@ -72,6 +98,11 @@ void ps_k_free(ps_k_dev *d, void *p);
 int ps_k_copy_to_dev(ps_k_dev *d, void *dst, const void *src, size_t bytes);
 int ps_k_copy_to_host(ps_k_dev *d, void *dst, const void *src, size_t bytes);
 int ps_k_zero(ps_k_dev *d, void *p, size_t bytes);
+/* Host memory for transfers to and from d: page-locked (cudaMallocHost) for a
+ * CUDA device, 64-byte aligned heap memory for the CPU. Returns PS_OK or
+ * PS_ENOMEM; free with ps_k_host_free on the same device (NULL is ignored). */
+int ps_k_host_alloc(ps_k_dev *d, size_t bytes, void **out);
+void ps_k_host_free(ps_k_dev *d, void *p);
 
 /* ---- compute ---------------------------------------------------------- */
 
@@ -80,20 +111,29 @@ int ps_k_zero(ps_k_dev *d, void *p, size_t bytes);
  * [N,K] when trans_b. Each of M, N, K must be <= INT_MAX; K = 0 scales C. */
 void ps_k_gemm(ps_k_dev *d, bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float alpha,
                const float *A, const float *B, float beta, float *C);
+/* ps_k_gemm with A and B rounded to prec (round to nearest even) before the
+ * products, accumulated in fp32: cublasGemmEx with tensor-op math on CUDA, an
+ * emulation (rounded copies, then sgemm) on the CPU. PS_K_PREC_F32 is ps_k_gemm.
+ * Returns PS_OK, PS_ENOMEM (conversion scratch) or, on CUDA, a device error. */
+int ps_k_gemm_ex(ps_k_dev *d, ps_k_prec prec, bool trans_a, bool trans_b, size_t M, size_t N,
+                 size_t K, float alpha, const float *A, const float *B, float beta, float *C);
 /* x[r, c] += bias[c] for every row r of x[rows, cols]. */
 void ps_k_bias_add_rows_acc(ps_k_dev *d, float *x, const float *bias, size_t rows, size_t cols);
 /* out[c] = sum over r of x[r, c]  (column sums of x[rows, cols]). */
 void ps_k_col_sum_overwrite(ps_k_dev *d, float *out, const float *x, size_t rows, size_t cols);
 /* out[c] += sum over r of x[r, c]. */
 void ps_k_col_sum_acc(ps_k_dev *d, float *out, const float *x, size_t rows, size_t cols);
-/* y[i] = f(x[i]) for i < n; y may equal x (in place). */
+/* y[i] = f(x[i]) for i < n; y may equal x (in place) except for GELU, whose
+ * backward needs x. */
 void ps_k_act_forward_overwrite(ps_k_dev *d, ps_k_act act, float *y, const float *x, size_t n);
-/* dx[i] = f'(x[i]) * dy[i], computed from the forward OUTPUT y; dx may equal dy. */
+/* dx[i] = f'(x[i]) * dy[i], from the forward input x and output y = f(x):
+ * relu, sigmoid and tanh read only y, gelu only x (the other may be NULL);
+ * dx may equal dy. */
 void ps_k_act_backward_overwrite(ps_k_dev *d, ps_k_act act, float *dx, const float *dy,
-                                 const float *y, size_t n);
-/* dx[i] += f'(x[i]) * dy[i], from the forward output y. */
-void ps_k_act_backward_acc(ps_k_dev *d, ps_k_act act, float *dx, const float *dy, const float *y,
-                           size_t n);
+                                 const float *x, const float *y, size_t n);
+/* dx[i] += f'(x[i]) * dy[i], same arguments. */
+void ps_k_act_backward_acc(ps_k_dev *d, ps_k_act act, float *dx, const float *dy, const float *x,
+                           const float *y, size_t n);
 /* probs[r, :] = softmax(logits[r, :]) for each of rows rows; probs may equal logits. */
 void ps_k_softmax_rows_overwrite(ps_k_dev *d, float *probs, const float *logits, size_t rows,
                                  size_t cols);
@@ -109,6 +149,94 @@ int ps_k_softmax_ce_overwrite(ps_k_dev *d, float *dlogits, const float *logits,
  * label. Synchronous. Returns PS_OK, PS_EINVAL (cols 0), or a device error. */
 int ps_k_argmax_correct(ps_k_dev *d, const float *logits, const int32_t *labels, size_t rows,
                         size_t cols, size_t *correct);
+
+/* Binary cross-entropy from logits x[rows, cols] against targets t in [0, 1]
+ * (same shape, on the device): *loss (host) = mean over all rows*cols of
+ * max(x,0) - x t + log(1 + exp(-|x|)). If dlogits is not NULL it is
+ * overwritten with (sigmoid(x) - t) / (rows*cols). Synchronous. Returns PS_OK,
+ * PS_EINVAL (rows or cols 0) or a device error. */
+int ps_k_bce_overwrite(ps_k_dev *d, float *dlogits, const float *logits, const float *targets,
+                       size_t rows, size_t cols, float *loss);
+/* Mean squared error of pred[rows, cols] against targets: *loss (host) = mean
+ * of (p - t)^2; dpred (if not NULL) = 2 (p - t) / (rows*cols). Synchronous.
+ * Returns PS_OK, PS_EINVAL (rows or cols 0) or a device error. */
+int ps_k_mse_overwrite(ps_k_dev *d, float *dpred, const float *pred, const float *targets,
+                       size_t rows, size_t cols, float *loss);
+/* out[rows, cols] = one-hot of labels[rows] (int32 on the device); a label
+ * outside [0, cols) gives a zero row. With cols == 1, out[r] = labels[r]
+ * (binary targets). */
+void ps_k_onehot_overwrite(ps_k_dev *d, float *out, const int32_t *labels, size_t rows,
+                           size_t cols);
+/* *correct (host) = rows whose single logit x[r] has (x > 0) == (label != 0):
+ * the accuracy of a one-unit sigmoid/BCE head. Synchronous. */
+int ps_k_binary_correct(ps_k_dev *d, const float *logits, const int32_t *labels, size_t rows,
+                        size_t *correct);
+/* *out (host) = sum of x[0..n), and of x[i]^2, accumulated in double on the
+ * CPU (in fp32 per thread, then double, on CUDA). Synchronous. */
+int ps_k_sum(ps_k_dev *d, const float *x, size_t n, double *out);
+int ps_k_sumsq(ps_k_dev *d, const float *x, size_t n, double *out);
+
+/* ---- dropout ------------------------------------------------------------ */
+
+/* Inverted dropout without a stored mask: element i is kept when
+ * ps_ew_dropout_keep(seed, i, rate) (ew.h: a counter-based hash, the same on
+ * every backend), and then scaled by 1 / (1 - rate). rate in [0, 1);
+ * y may equal x, dx may equal dy. Backward uses the same seed as forward. */
+void ps_k_dropout_forward_overwrite(ps_k_dev *d, float *y, const float *x, size_t n, float rate,
+                                    uint64_t seed);
+void ps_k_dropout_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t n,
+                                     float rate, uint64_t seed);
+
+/* ---- convolution ---------------------------------------------------------- */
+
+/* Fills *p for input [n, h, w, c], kernel [kh, kw, c, cout], strides sh, sw
+ * and Keras padding: valid (oh = ceil((h - kh + 1) / sh)) or same (oh =
+ * ceil(h / sh), padding split with the extra cell after, as TensorFlow).
+ * Returns PS_OK, or PS_EINVAL for a zero size, a kernel larger than a valid
+ * input, or sizes whose products overflow. */
+int ps_k_conv_plan(ps_k_conv *p, size_t n, size_t h, size_t w, size_t c, size_t kh, size_t kw,
+                   size_t cout, size_t sh, size_t sw, bool same);
+/* Floats of workspace the conv2d calls need (im2col of p->chunk images). */
+size_t ps_k_conv_workspace(const ps_k_conv *p);
+/* cols[n*oh*ow, kh*kw*c] = the input patches of images [0, n) (padding reads
+ * as 0): row (img, oy, ox), column (ky, kx, ci). n <= p->n. */
+void ps_k_im2col_overwrite(ps_k_dev *d, const ps_k_conv *p, float *cols, const float *x,
+                           size_t n);
+/* The adjoint of im2col: dx[n, h, w, c] = sum of the cols entries that read
+ * each input cell (a gather: deterministic, no atomics). n <= p->n. */
+void ps_k_col2im_overwrite(ps_k_dev *d, const ps_k_conv *p, float *dx, const float *cols,
+                           size_t n);
+/* y[n, oh, ow, cout] = conv(x, w) + b (b may be NULL); ws holds
+ * ps_k_conv_workspace(p) floats on d. */
+void ps_k_conv2d_forward_overwrite(ps_k_dev *d, const ps_k_conv *p, float *y, const float *x,
+                                   const float *w, const float *b, float *ws);
+/* From dy[n, oh, ow, cout]: dw[kh,kw,c,cout] and db[cout] (db may be NULL)
+ * are overwritten (_overwrite) or added to (_acc); dx[n,h,w,c] (may be NULL)
+ * is always overwritten. */
+void ps_k_conv2d_backward_overwrite(ps_k_dev *d, const ps_k_conv *p, float *dx, float *dw,
+                                    float *db, const float *dy, const float *x, const float *w,
+                                    float *ws);
+void ps_k_conv2d_backward_acc(ps_k_dev *d, const ps_k_conv *p, float *dx, float *dw, float *db,
+                              const float *dy, const float *x, const float *w, float *ws);
+
+/* ---- pooling -------------------------------------------------------------- */
+
+/* Fills *p for input [n, h, w, c], window ph x pw, strides sh, sw, valid or
+ * same padding (as ps_k_conv_plan). Returns PS_OK or PS_EINVAL. */
+int ps_k_pool_plan(ps_k_pool *p, size_t n, size_t h, size_t w, size_t c, size_t ph, size_t pw,
+                   size_t sh, size_t sw, bool same);
+/* y[n, oh, ow, c] = max over each window's real cells; arg (same shape,
+ * int32) = the winner's position y*w + x in its image (the first on ties). */
+void ps_k_maxpool_forward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *y, int32_t *arg,
+                                    const float *x);
+/* dx[n, h, w, c] = sum of dy over the windows whose winner is that cell. */
+void ps_k_maxpool_backward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *dx, const float *dy,
+                                     const int32_t *arg);
+/* y = mean over each window's real cells (padding not counted, as TensorFlow). */
+void ps_k_avgpool_forward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *y, const float *x);
+/* dx = sum over the windows holding the cell of dy / (that window's cell count). */
+void ps_k_avgpool_backward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *dx,
+                                     const float *dy);
 
 /* Bias gradient of x @ W + b: db[c] = sum over rows of dout[r, c]. */
 static inline void ps_k_bias_grad_overwrite(ps_k_dev *d, float *dbias, const float *dout,
