@@ -39,5 +39,5 @@ void ps_activation_forward(ps_k_dev *d, ps_k_act act, float *out, const float *i
 
 void ps_activation_backward_overwrite(ps_k_dev *d, ps_k_act act, float *din, const float *dout,
                                       const float *out, size_t n) {
-    ps_k_act_backward_overwrite(d, act, din, dout, out, n);
+    ps_k_act_backward_overwrite(d, act, din, dout, NULL, out, n);
 }
