@@ -1,23 +1,28 @@
-/* A model built from a Keras-like JSON spec: a stack of layers whose
- * parameters live in one allocation (and gradients in another), so one call
- * sends, pulls or zeroes them all. Forward/backward run through kernels/. */
+/* A model built from a Keras-like JSON spec: a stack of layers (Dense, Conv2D,
+ * pooling, Flatten, Dropout, activations) whose parameters live in one host
+ * allocation (and gradients in another), so one call sends, pulls or zeroes
+ * them all. Forward/backward run through kernels/ on the model's device; on a
+ * CUDA device the parameters are copied in before and the gradients out after
+ * each step, through pinned host buffers. */
 #ifndef PS_MODEL_H
 #define PS_MODEL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels.h"
 #include "optim_spec.h"
 
 typedef struct ps_model ps_model;
 
 /* One trainable variable: a view into the params/grads allocations. */
 typedef struct {
-    char name[64];     /* e.g. "dense_0/kernel", "dense_0/bias"; unique in the model */
-    int rank;          /* 1 (bias) or 2 (kernel, Keras layout [in, out]) */
-    size_t shape[2];   /* shape[0] is the row count used for row-splitting */
+    char name[64];   /* e.g. "dense_0/kernel", "conv2d_0/bias"; unique in the model */
+    int rank;        /* 1 (bias) or 2 (kernel: Dense [in, out], Conv2D [kh*kw*c_in, filters]) */
+    size_t shape[2]; /* shape[0] is the row count used for row-splitting */
     size_t numel;
-    size_t offset;     /* in floats from the start of ps_model_params()/ps_model_grads() */
+    size_t offset;   /* in floats from the start of ps_model_params()/ps_model_grads() */
+    size_t fan_in, fan_out; /* for glorot_uniform, as Keras counts them (0 for biases) */
 } ps_model_var;
 
 /* Parses a spec (JSON text). On success *out owns a new model (free with
@@ -26,12 +31,18 @@ typedef struct {
 int ps_model_from_json(const char *json, ps_model **out, char *err, size_t errlen);
 /* Same, reading the spec from a file. */
 int ps_model_load(const char *path, ps_model **out, char *err, size_t errlen);
+/* Moves the model's buffers to device d (borrowed: must outlive the model or
+ * be replaced); parameter values are kept. The CPU device is the default.
+ * Returns PS_OK or PS_ENOMEM / a device error, with a reason in err. */
+int ps_model_set_device(ps_model *m, ps_k_dev *d, char *err, size_t errlen);
 /* The built-in default: 784-128(relu)-10, sparse CE from logits, Adam 1e-3, batch 64. */
 const char *ps_model_default_spec(void);
 void ps_model_free(ps_model *m);
 
 size_t ps_model_input_dim(const ps_model *m);   /* features per sample, e.g. 784 */
-size_t ps_model_num_classes(const ps_model *m); /* outputs of the last layer */
+/* Classes the labels may take: the last layer's width, or 2 for a one-unit
+ * binary head (binary_crossentropy or mse with labels 0 and 1). */
+size_t ps_model_num_classes(const ps_model *m);
 size_t ps_model_num_vars(const ps_model *m);
 const ps_model_var *ps_model_var_at(const ps_model *m, size_t i);
 size_t ps_model_num_params(const ps_model *m);  /* total floats over all vars */
@@ -41,15 +52,22 @@ const ps_opt_spec *ps_model_optimizer(const ps_model *m);
 size_t ps_model_batch_size(const ps_model *m);  /* spec "batch_size", default 64 */
 const char *ps_model_name(const ps_model *m);
 
-/* Keras default initializers: glorot_uniform kernels, zero biases; seeded. */
+/* Keras default initializers: glorot_uniform kernels, zero biases; seeded.
+ * Also seeds dropout with seed (see ps_model_set_dropout_seed). */
 void ps_model_init_params(ps_model *m, uint64_t seed);
+/* Dropout masks are a function of (seed, training step, layer); workers
+ * should use different seeds. */
+void ps_model_set_dropout_seed(ps_model *m, uint64_t seed);
 
 /* Forward + backward on a batch. Overwrites the grads with d(mean loss)/d(params);
  * *loss = mean loss over the batch; *correct = number of argmax hits.
  * Returns PS_OK, or PS_EINVAL for a label out of range / batch of 0. */
 int ps_model_train_step(ps_model *m, const float *x, const int32_t *y, size_t batch, float *loss,
                         size_t *correct);
-/* Forward only over n samples (in chunks); *loss = mean loss, *correct = hits. */
+/* The training-mode loss (dropout on, with the masks the next train step will
+ * use) of a batch, without gradients: for gradient checks. */
+int ps_model_train_loss(ps_model *m, const float *x, const int32_t *y, size_t batch, float *loss);
+/* Forward only over n samples (in chunks, dropout off); *loss = mean loss, *correct = hits. */
 int ps_model_evaluate(ps_model *m, const float *x, const int32_t *y, size_t n, float *loss,
                       size_t *correct);
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cifar.h"
 #include "client.h"
 #include "data.h"
 #include "kernels.h"
@@ -105,6 +106,7 @@ static int write_summary(const ps_train_config *cfg, const ps_train_result *res,
 
 typedef struct {
     ps_model *model;
+    ps_k_dev *dev;
     ps_client *client;
     ps_dataset train, test;
     ps_batcher batcher;
@@ -118,8 +120,25 @@ static void state_free(train_state *st) {
     ps_dataset_free(&st->test);
     ps_client_close(st->client);
     ps_model_free(st->model);
+    ps_k_dev_close(st->dev);
     free(st->x);
     free(st->y);
+}
+
+/* Loads the training set (and, on the chief, the test set): CIFAR-10 binary
+ * batches or IDX files, as --dataset says (auto: CIFAR-10 when the directory
+ * holds its files). */
+static int load_data(const ps_train_config *cfg, train_state *st, char *err, size_t errlen) {
+    const char *ds = cfg->dataset ? cfg->dataset : "auto";
+    bool cifar = strcmp(ds, "cifar10") == 0 ||
+                 (strcmp(ds, "auto") == 0 && ps_cifar10_dir_detect(cfg->data_dir));
+    int (*load)(const char *, int, size_t, ps_dataset *, char *, size_t) =
+        cifar ? ps_dataset_load_cifar10_dir : ps_dataset_load_dir;
+    int rc = load(cfg->data_dir, 1, cfg->max_train, &st->train, err, errlen);
+    if (rc == PS_OK && cfg->index == 0)
+        rc = load(cfg->data_dir, 0, cfg->max_test, &st->test, err, errlen);
+    if (rc == PS_OK) PS_INFO("data: %s (%zu training samples)", cifar ? "CIFAR-10" : "IDX", st->train.n);
+    return rc;
 }
 
 static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, char *err,
@@ -128,10 +147,14 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, cha
                              : ps_model_from_json(ps_model_default_spec(), &st->model, err, errlen);
     if (rc != PS_OK) return rc;
     ps_model_init_params(st->model, cfg->seed);
+    /* every worker draws its own dropout masks */
+    ps_model_set_dropout_seed(st->model, cfg->seed ^ (0x5851F42D4C957F2Dull * (cfg->index + 1)));
+    rc = ps_k_dev_open(cfg->device ? cfg->device : "auto", &st->dev, err, errlen);
+    if (rc == PS_OK) rc = ps_model_set_device(st->model, st->dev, err, errlen);
+    if (rc != PS_OK) return rc;
+    PS_INFO("computing on %s", ps_k_dev_name(st->dev));
     *batch = cfg->batch ? cfg->batch : ps_model_batch_size(st->model);
-    rc = ps_dataset_load_dir(cfg->data_dir, 1, cfg->max_train, &st->train, err, errlen);
-    if (rc == PS_OK && cfg->index == 0)
-        rc = ps_dataset_load_dir(cfg->data_dir, 0, cfg->max_test, &st->test, err, errlen);
+    rc = load_data(cfg, st, err, errlen);
     if (rc != PS_OK) return rc;
     if (st->train.dim != ps_model_input_dim(st->model)) {
         snprintf(err, errlen, "the data has %zu features per sample, the model expects %zu",

@@ -122,8 +122,65 @@ START_TEST(spec_variants) {
 }
 END_TEST
 
+/* The example CNNs: shapes worked out through conv/pool (valid and same),
+ * Keras variable names, glorot fans from the 4-D kernel shape. */
+START_TEST(cnn_examples) {
+    char path[1024], err[256];
+    ps_model *m = NULL;
+    snprintf(path, sizeof path, "%s/examples/fashion_cnn.json", ps_test_source_root());
+    ck_assert_msg(ps_model_load(path, &m, err, sizeof err) == PS_OK, "%s", err);
+    ck_assert_uint_eq(ps_model_input_dim(m), 784);
+    ck_assert_uint_eq(ps_model_num_classes(m), 10);
+    /* 28 -conv3-> 26 -pool-> 13 -conv3-> 11 -pool-> 5: 5*5*64 = 1600 features */
+    const struct {
+        const char *name;
+        size_t s0, s1;
+    } want[] = {{"conv2d_0/kernel", 9, 32},  {"conv2d_0/bias", 32, 0},
+                {"conv2d_1/kernel", 288, 64}, {"conv2d_1/bias", 64, 0},
+                {"dense_0/kernel", 1600, 128}, {"dense_0/bias", 128, 0},
+                {"dense_1/kernel", 128, 10},  {"dense_1/bias", 10, 0}};
+    ck_assert_uint_eq(ps_model_num_vars(m), 8);
+    size_t total = 0;
+    for (size_t i = 0; i < 8; i++) {
+        const ps_model_var *v = ps_model_var_at(m, i);
+        ck_assert_str_eq(v->name, want[i].name);
+        ck_assert_uint_eq(v->shape[0], want[i].s0);
+        ck_assert_uint_eq(v->shape[1], want[i].s1);
+        total += v->numel;
+    }
+    ck_assert_uint_eq(ps_model_num_params(m), total);
+    ck_assert_uint_eq(ps_model_var_at(m, 2)->fan_in, 3 * 3 * 32);
+    ck_assert_uint_eq(ps_model_var_at(m, 2)->fan_out, 3 * 3 * 64);
+    ps_model_free(m);
+
+    snprintf(path, sizeof path, "%s/examples/cifar10_cnn.json", ps_test_source_root());
+    ck_assert_msg(ps_model_load(path, &m, err, sizeof err) == PS_OK, "%s", err);
+    ck_assert_uint_eq(ps_model_input_dim(m), 32 * 32 * 3);
+    /* 32 -same-> 32 -valid-> 30 -pool-> 15 -same-> 15 -valid-> 13 -pool-> 6: 6*6*64 */
+    ck_assert_str_eq(ps_model_var_at(m, 8)->name, "dense_0/kernel");
+    ck_assert_uint_eq(ps_model_var_at(m, 8)->shape[0], 6 * 6 * 64);
+    ck_assert_uint_eq(ps_model_var_at(m, 0)->shape[0], 3 * 3 * 3);
+    ps_model_free(m);
+
+    /* strides, non-square windows, same padding, no bias */
+    m = parse_ok("{\"input_shape\": [9, 7, 2], \"layers\": ["
+                 "{\"type\": \"Conv2D\", \"filters\": 4, \"kernel_size\": [3, 2], \"strides\": 2,"
+                 " \"padding\": \"same\", \"use_bias\": false},"
+                 "{\"type\": \"AveragePooling2D\", \"pool_size\": [2, 3], \"strides\": 1},"
+                 "{\"type\": \"Dense\", \"units\": 3}]}");
+    /* same, stride 2: 9 -> 5, 7 -> 4; pool 2x3 stride 1 valid: 5 -> 4, 4 -> 2 */
+    ck_assert_uint_eq(ps_model_num_vars(m), 3);
+    ck_assert_str_eq(ps_model_var_at(m, 0)->name, "conv2d_0/kernel");
+    ck_assert_uint_eq(ps_model_var_at(m, 0)->shape[0], 3 * 2 * 2);
+    ck_assert_str_eq(ps_model_var_at(m, 1)->name, "dense_0/kernel");
+    ck_assert_uint_eq(ps_model_var_at(m, 1)->shape[0], 4 * 2 * 4);
+    ps_model_free(m);
+}
+END_TEST
+
 #define L1 "{\"input_shape\": [4], \"layers\": ["
 #define DENSE3 "{\"type\": \"Dense\", \"units\": 3}"
+#define IMG "{\"input_shape\": [8, 6, 2], \"layers\": ["
 
 START_TEST(bad_specs) {
     const struct {
@@ -133,10 +190,49 @@ START_TEST(bad_specs) {
     } cases[] = {
         {"{\"input_shape\": [4], \"layers\": [", PS_EFORMAT, "JSON syntax error"},
         {"[]", PS_EFORMAT, "JSON object"},
-        {L1 "{\"type\": \"Conv2D\", \"filters\": 3}]}", PS_EFORMAT,
-         "layer 0: unknown type 'Conv2D'"},
-        {L1 DENSE3 ", {\"type\": \"Dense\", \"units\": 2, \"activation\": \"gelu\"}]}", PS_EFORMAT,
-         "layer 1 (Dense): unknown activation 'gelu'"},
+        {L1 "{\"type\": \"Conv3D\", \"filters\": 3}]}", PS_EFORMAT,
+         "layer 0: unknown type 'Conv3D'"},
+        {L1 DENSE3 ", {\"type\": \"Dense\", \"units\": 2, \"activation\": \"swish\"}]}",
+         PS_EFORMAT, "layer 1 (Dense): unknown activation 'swish'"},
+        {L1 "{\"type\": \"Conv2D\", \"filters\": 3, \"kernel_size\": 3}, " DENSE3 "]}",
+         PS_EFORMAT, "layer 0 (Conv2D): needs an image input"},
+        {IMG "{\"type\": \"Flatten\"}, {\"type\": \"MaxPooling2D\"}, " DENSE3 "]}", PS_EFORMAT,
+         "layer 1 (MaxPooling2D): needs an image input"},
+        {IMG "{\"type\": \"Conv2D\", \"kernel_size\": 3}, " DENSE3 "]}", PS_EFORMAT,
+         "layer 0 (Conv2D): missing key 'filters'"},
+        {IMG "{\"type\": \"Conv2D\", \"filters\": 2}, " DENSE3 "]}", PS_EFORMAT,
+         "layer 0 (Conv2D): missing key 'kernel_size'"},
+        {IMG "{\"type\": \"Conv2D\", \"filters\": 0, \"kernel_size\": 3}, " DENSE3 "]}",
+         PS_EFORMAT, "'filters'"},
+        {IMG "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": [3]}, " DENSE3 "]}",
+         PS_EFORMAT, "'kernel_size' must be an integer or a pair"},
+        {IMG "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 9}, " DENSE3 "]}",
+         PS_EFORMAT, "window 9x9 is larger than its input 8x6"},
+        {IMG "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 3, \"strides\": 0}, "
+             DENSE3 "]}",
+         PS_EFORMAT, "'strides'"},
+        {IMG "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 3, \"padding\": \"full\"}, "
+             DENSE3 "]}",
+         PS_EFORMAT, "'padding' must be \"valid\" or \"same\""},
+        {IMG "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 3, \"dilation_rate\": 2}, "
+             DENSE3 "]}",
+         PS_EFORMAT, "layer 0 (Conv2D): unknown key 'dilation_rate'"},
+        {IMG "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 3, \"use_bias\": 1}, "
+             DENSE3 "]}",
+         PS_EFORMAT, "'use_bias' must be true or false"},
+        {IMG "{\"type\": \"Dropout\", \"rate\": 1}, " DENSE3 "]}", PS_EFORMAT,
+         "layer 0 (Dropout): 'rate' must be a number in [0, 1)"},
+        {IMG "{\"type\": \"Dropout\"}, " DENSE3 "]}", PS_EFORMAT, "'rate'"},
+        {IMG "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 3}]}", PS_EFORMAT,
+         "at least one Dense"},
+        {IMG DENSE3 ", {\"type\": \"Dense\", \"units\": 1}], \"loss\": \"binary_crossentropy\","
+             " \"from_logits\": false}",
+         PS_EFORMAT, "from_logits=false needs a sigmoid"},
+        {IMG "{\"type\": \"Dense\", \"units\": 3, \"activation\": \"softmax\"}],"
+             " \"loss\": \"binary_crossentropy\", \"from_logits\": false}",
+         PS_EFORMAT, "binary_crossentropy needs a sigmoid"},
+        {IMG DENSE3 "], \"loss\": \"mse\", \"from_logits\": true}", PS_EFORMAT,
+         "'from_logits' does not apply to the mse loss"},
         {L1 "{\"type\": \"Dense\"}]}", PS_EFORMAT, "layer 0 (Dense): missing key 'units'"},
         {L1 "{\"type\": \"Dense\", \"units\": 0}]}", PS_EFORMAT, "'units'"},
         {L1 "{\"type\": \"Dense\", \"units\": -3}]}", PS_EFORMAT, "'units'"},
@@ -166,7 +262,7 @@ START_TEST(bad_specs) {
          "from_logits"},
         {L1 DENSE3 "], \"from_logits\": false}", PS_EFORMAT, "from_logits=false needs a softmax"},
         {L1 DENSE3 "], \"from_logits\": \"yes\"}", PS_EFORMAT, "'from_logits'"},
-        {L1 DENSE3 "], \"loss\": \"mse\"}", PS_EFORMAT, "'loss'"},
+        {L1 DENSE3 "], \"loss\": \"hinge\"}", PS_EFORMAT, "'loss'"},
         {L1 DENSE3 "], \"batch_size\": 0}", PS_EFORMAT, "'batch_size'"},
         {L1 DENSE3 "], \"batch_size\": \"64\"}", PS_EFORMAT, "'batch_size'"},
         {L1 DENSE3 "], \"lr\": 0.1}", PS_EFORMAT, "unknown top-level key 'lr'"},
@@ -369,6 +465,7 @@ int main(void) {
     tcase_add_test(tc, default_spec_layout);
     tcase_add_test(tc, spec_variants);
     tcase_add_test(tc, bad_specs);
+    tcase_add_test(tc, cnn_examples);
     tcase_add_test(tc, init_deterministic);
     tcase_add_test(tc, sgd_reduces_loss);
     tcase_add_test(tc, train_and_evaluate_contract);

@@ -1,0 +1,220 @@
+/* Finite-difference gradient checks for every layer type and loss of the
+ * model spec: Conv2D (valid/same, strides, non-square kernels, no bias),
+ * MaxPooling2D, AveragePooling2D, Flatten, Dropout, GELU, and the sparse
+ * categorical, binary cross-entropy and MSE losses. Each small model's
+ * analytic gradients (ps_model_train_step) are compared with central
+ * differences of its training-mode loss (ps_model_train_loss, which uses the
+ * same dropout masks as the next step). */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "model.h"
+#include "ps_error.h"
+#include "testutil.h"
+
+enum { B = 4 };
+
+static ps_model *build(const char *spec) {
+    ps_model *m = NULL;
+    char err[256];
+    int rc = ps_model_from_json(spec, &m, err, sizeof err);
+    ck_assert_msg(rc == PS_OK, "%s: %s", spec, err);
+    ps_model_init_params(m, 77);
+    /* biases start at zero: give them values so their gradients are general */
+    float *p = ps_model_params(m);
+    for (size_t i = 0; i < ps_model_num_vars(m); i++) {
+        const ps_model_var *v = ps_model_var_at(m, i);
+        if (v->rank == 1) ps_test_fill_uniform(p + v->offset, v->numel, 100 + i, -0.3f, 0.3f);
+    }
+    return m;
+}
+
+/* Compares every parameter gradient with central differences; h is the step. */
+static void check_model(const char *what, const char *spec, const int32_t *labels, float h,
+                        double atol, double rtol) {
+    ps_model *m = build(spec);
+    size_t n = ps_model_num_params(m), in = ps_model_input_dim(m);
+    float *x = malloc(B * in * sizeof *x), *p = ps_model_params(m), loss, l0;
+    double *num = malloc(n * sizeof *num);
+    ck_assert_ptr_nonnull(x);
+    ck_assert_ptr_nonnull(num);
+    ps_test_fill_uniform(x, B * in, 5, -1, 1);
+    ck_assert_int_eq(ps_model_train_loss(m, x, labels, B, &l0), PS_OK);
+    for (size_t i = 0; i < n; i++) {
+        float v = p[i], lp, lm;
+        p[i] = v + h;
+        ck_assert_int_eq(ps_model_train_loss(m, x, labels, B, &lp), PS_OK);
+        p[i] = v - h;
+        ck_assert_int_eq(ps_model_train_loss(m, x, labels, B, &lm), PS_OK);
+        p[i] = v;
+        num[i] = ((double)lp - (double)lm) / (2.0 * (double)h);
+    }
+    size_t correct;
+    ck_assert_int_eq(ps_model_train_step(m, x, labels, B, &loss, &correct), PS_OK);
+    ck_assert_msg(fabsf(loss - l0) <= 1e-6f * (1 + fabsf(l0)), "%s: step loss %g != %g", what,
+                  loss, l0);
+    const float *ana = ps_model_grads(m);
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double a = ana[i], nu = num[i];
+        double scale = fabs(a) > fabs(nu) ? fabs(a) : fabs(nu);
+        ck_assert_msg(fabs(a - nu) <= atol + rtol * scale,
+                      "%s: d[%zu]: analytic %.7g, numeric %.7g", what, i, a, nu);
+        if (fabs(a) > worst) worst = fabs(a);
+    }
+    ck_assert_msg(worst > 1e-3, "%s: all gradients are ~0: the check would prove nothing", what);
+    free(x);
+    free(num);
+    ps_model_free(m);
+}
+
+static const int32_t y3[B] = {0, 2, 1, 2}; /* three classes */
+static const int32_t y2[B] = {1, 0, 0, 1}; /* binary */
+
+#define IMG "\"input_shape\": [7, 6, 2], "
+#define SGD ", \"optimizer\": \"sgd\"}"
+
+START_TEST(conv_valid_maxpool) {
+    check_model("conv valid + maxpool",
+                "{" IMG "\"layers\": ["
+                "{\"type\": \"Conv2D\", \"filters\": 3, \"kernel_size\": 3, \"activation\": \"tanh\"},"
+                "{\"type\": \"MaxPooling2D\", \"pool_size\": 2},"
+                "{\"type\": \"Flatten\"}, {\"type\": \"Dense\", \"units\": 3}]" SGD,
+                y3, 1e-3f, 5e-4, 2e-2);
+}
+END_TEST
+
+START_TEST(conv_same_strided_avgpool) {
+    check_model("conv same strided + avgpool same",
+                "{" IMG "\"layers\": ["
+                "{\"type\": \"Conv2D\", \"filters\": 4, \"kernel_size\": [3, 2], \"strides\": 2,"
+                " \"padding\": \"same\", \"activation\": \"gelu\"},"
+                "{\"type\": \"AveragePooling2D\", \"pool_size\": 2, \"strides\": 1,"
+                " \"padding\": \"same\"},"
+                "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 2, \"strides\": [1, 2],"
+                " \"use_bias\": false},"
+                "{\"type\": \"Flatten\"}, {\"type\": \"Dense\", \"units\": 3}]" SGD,
+                y3, 1e-3f, 5e-4, 2e-2);
+}
+END_TEST
+
+START_TEST(maxpool_overlapping_same) {
+    /* overlapping windows (stride 1 < pool 3) and same padding */
+    check_model("maxpool 3x3 stride 1 same",
+                "{" IMG "\"layers\": ["
+                "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 1, \"activation\": \"sigmoid\"},"
+                "{\"type\": \"MaxPool2D\", \"pool_size\": 3, \"strides\": 1, \"padding\": \"same\"},"
+                "{\"type\": \"AvgPool2D\", \"pool_size\": [2, 3]},"
+                "{\"type\": \"Dense\", \"units\": 3}]" SGD,
+                y3, 1e-3f, 5e-4, 2e-2);
+}
+END_TEST
+
+START_TEST(dropout_layers) {
+    check_model("dropout",
+                "{" IMG "\"layers\": ["
+                "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 2, \"activation\": \"tanh\"},"
+                "{\"type\": \"Dropout\", \"rate\": 0.3}, {\"type\": \"Flatten\"},"
+                "{\"type\": \"Dense\", \"units\": 5, \"activation\": \"tanh\"},"
+                "{\"type\": \"Dropout\", \"rate\": 0.5}, {\"type\": \"Dense\", \"units\": 3}]" SGD,
+                y3, 1e-3f, 5e-4, 2e-2);
+}
+END_TEST
+
+START_TEST(dense_gelu_softmax_output) {
+    check_model("dense gelu, final softmax",
+                "{\"input_shape\": [9], \"layers\": ["
+                "{\"type\": \"Dense\", \"units\": 6, \"activation\": \"gelu\"},"
+                "{\"type\": \"Dense\", \"units\": 3, \"activation\": \"softmax\"}],"
+                "\"from_logits\": false" SGD,
+                y3, 1e-3f, 5e-4, 2e-2);
+}
+END_TEST
+
+START_TEST(bce_losses) {
+    check_model("bce, one logit",
+                "{\"input_shape\": [9], \"layers\": ["
+                "{\"type\": \"Dense\", \"units\": 5, \"activation\": \"tanh\"},"
+                "{\"type\": \"Dense\", \"units\": 1}],"
+                "\"loss\": \"binary_crossentropy\"" SGD,
+                y2, 1e-2f, 5e-4, 2e-2);
+    check_model("bce, sigmoid outputs (one-hot targets)",
+                "{\"input_shape\": [9], \"layers\": ["
+                "{\"type\": \"Dense\", \"units\": 5, \"activation\": \"relu\"},"
+                "{\"type\": \"Dense\", \"units\": 3, \"activation\": \"sigmoid\"}],"
+                "\"loss\": \"binary_crossentropy\", \"from_logits\": false" SGD,
+                y3, 1e-3f, 5e-4, 2e-2);
+}
+END_TEST
+
+START_TEST(mse_losses) {
+    check_model("mse, one sigmoid output",
+                "{\"input_shape\": [9], \"layers\": ["
+                "{\"type\": \"Dense\", \"units\": 5, \"activation\": \"tanh\"},"
+                "{\"type\": \"Dense\", \"units\": 1, \"activation\": \"sigmoid\"}],"
+                "\"loss\": \"mse\"" SGD,
+                y2, 1e-2f, 5e-4, 2e-2);
+    check_model("mse, linear outputs (one-hot targets)",
+                "{\"input_shape\": [9], \"layers\": ["
+                "{\"type\": \"Dense\", \"units\": 5, \"activation\": \"gelu\"},"
+                "{\"type\": \"Dense\", \"units\": 3}],"
+                "\"loss\": \"mean_squared_error\"" SGD,
+                y3, 1e-3f, 5e-4, 2e-2);
+}
+END_TEST
+
+/* The loss kernels on their own, against their textbook definitions. */
+START_TEST(loss_kernels) {
+    enum { R = 5, C = 3 };
+    float x[R * C], t[R * C], g[R * C], loss;
+    double num[R * C];
+    ps_test_fill_uniform(x, R * C, 41, -4, 4);
+    ps_test_fill_uniform(t, R * C, 42, 0, 1);
+    ps_k_dev *d = ps_k_cpu();
+    for (int k = 0; k < 2; k++) {
+        int (*f)(ps_k_dev *, float *, const float *, const float *, size_t, size_t, float *) =
+            k ? ps_k_mse_overwrite : ps_k_bce_overwrite;
+        ck_assert_int_eq(f(d, g, x, t, R, C, &loss), PS_OK);
+        double want = 0;
+        for (size_t i = 0; i < R * C; i++) {
+            double xv = x[i], tv = t[i], s = 1 / (1 + exp(-xv));
+            want += k ? (xv - tv) * (xv - tv) : -(tv * log(s) + (1 - tv) * log(1 - s));
+        }
+        want /= R * C;
+        ck_assert_double_eq_tol(loss, want, 1e-5 * (1 + fabs(want)));
+        const float h = 1e-2f;
+        for (size_t i = 0; i < R * C; i++) {
+            float v = x[i], lp, lm;
+            x[i] = v + h;
+            ck_assert_int_eq(f(d, NULL, x, t, R, C, &lp), PS_OK);
+            x[i] = v - h;
+            ck_assert_int_eq(f(d, NULL, x, t, R, C, &lm), PS_OK);
+            x[i] = v;
+            num[i] = ((double)lp - (double)lm) / (2.0 * (double)h);
+            ck_assert_msg(fabs(g[i] - num[i]) <= 1e-4 + 1e-2 * fabs(num[i]),
+                          "%s d[%zu]: analytic %g numeric %g", k ? "mse" : "bce", i, g[i], num[i]);
+        }
+        ck_assert_int_eq(f(d, g, x, t, 0, C, &loss), PS_EINVAL);
+    }
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("gradcheck_layers");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, conv_valid_maxpool);
+    tcase_add_test(tc, conv_same_strided_avgpool);
+    tcase_add_test(tc, maxpool_overlapping_same);
+    tcase_add_test(tc, dropout_layers);
+    tcase_add_test(tc, dense_gelu_softmax_output);
+    tcase_add_test(tc, bce_losses);
+    tcase_add_test(tc, mse_losses);
+    tcase_add_test(tc, loss_kernels);
+    suite_add_tcase(s, tc);
+    return ps_test_run_suite(s);
+}
