@@ -90,11 +90,12 @@ static inline PS_HD float ps_ew_act_bwd(int act, float x, float y, float dy) {
     }
 }
 
-/* Index of the largest of x[0..n) (the first one on ties; NaN never wins). */
+/* Index of the largest of x[0..n) (the first one on ties; NaN never wins
+ * unless the row is all NaN: a NaN in front is replaced by any later value). */
 static inline PS_HD int ps_ew_argmax_row(const float *x, int n) {
     int best = 0;
     for (int j = 1; j < n; j++)
-        if (x[j] > x[best]) best = j;
+        if (x[j] > x[best] || x[best] != x[best]) best = j;
     return best;
 }
 
@@ -189,7 +190,7 @@ static inline PS_HD float ps_ew_round_bf16(float x) {
 static inline PS_HD float ps_ew_round_f16(float x) {
     float a = fabsf(x);
     if (!(a < 65520.0f)) return a != a ? x : copysignf(INFINITY, x); /* NaN, overflow */
-    if (a < 6.103515625e-05f) {                                     /* subnormal: step 2^-24 */
+    if (a < 6.103515625e-05f) {                                      /* subnormal: step 2^-24 */
         float q = a * 16777216.0f;                                   /* exact */
         return copysignf(rintf(q) * 5.9604644775390625e-08f, x);
     }
@@ -202,8 +203,7 @@ static inline PS_HD float ps_ew_round_f16(float x) {
 /* ---- convolution and pooling: one output (or input) cell each ------------- */
 
 /* im2col entry for row r = (img, oy, ox) and column k = (ky, kx, ci). */
-static inline PS_HD float ps_ew_im2col_at(const ps_k_conv *p, const float *x, size_t r,
-                                          size_t k) {
+static inline PS_HD float ps_ew_im2col_at(const ps_k_conv *p, const float *x, size_t r, size_t k) {
     size_t ci = k % p->c, kx = (k / p->c) % p->kw, ky = k / (p->c * p->kw);
     size_t ox = r % p->ow, oy = (r / p->ow) % p->oh, img = r / (p->ow * p->oh);
     long iy = (long)(oy * p->sh + ky) - (long)p->pad_top;
@@ -257,7 +257,8 @@ static inline PS_HD void ps_ew_pool_window(const ps_k_pool *p, size_t oy, size_t
 }
 
 /* Max pooling of output cell o = (img, oy, ox, ci); *arg = the winner's
- * iy * w + ix (the first on ties, row-major; NaN never wins). */
+ * iy * w + ix (the first on ties, row-major; NaN never wins unless the whole
+ * window is NaN). */
 static inline PS_HD float ps_ew_maxpool_at(const ps_k_pool *p, const float *x, size_t o,
                                            int32_t *arg) {
     size_t ci = o % p->c, ox = (o / p->c) % p->ow, oy = (o / (p->c * p->ow)) % p->oh;
@@ -269,7 +270,7 @@ static inline PS_HD float ps_ew_maxpool_at(const ps_k_pool *p, const float *x, s
     for (size_t iy = y0; iy < y1; iy++)
         for (size_t ix = x0; ix < x1; ix++) {
             float v = base[(iy * p->w + ix) * p->c];
-            if (v > m) {
+            if (v > m || m != m) {
                 m = v;
                 best = iy * p->w + ix;
             }

@@ -133,6 +133,18 @@ void ps_k_free(ps_k_dev *d, void *p) {
     free(p);
 }
 
+int ps_k_host_alloc(ps_k_dev *d, size_t bytes, void **out) {
+    IF_CUDA_RET(d, ps__cuda_host_alloc(d, bytes, out));
+    size_t sz = (bytes + 63) / 64 * 64;
+    *out = aligned_alloc(64, sz ? sz : 64);
+    return *out ? PS_OK : PS_ENOMEM;
+}
+
+void ps_k_host_free(ps_k_dev *d, void *p) {
+    IF_CUDA(d, ps__cuda_host_free(d, p));
+    free(p);
+}
+
 int ps_k_copy_to_dev(ps_k_dev *d, void *dst, const void *src, size_t bytes) {
     IF_CUDA_RET(d, ps__cuda_copy(d, dst, src, bytes, true));
     if (bytes) memmove(dst, src, bytes);
@@ -178,15 +190,15 @@ void ps_k_act_forward_overwrite(ps_k_dev *d, ps_k_act act, float *y, const float
 }
 
 void ps_k_act_backward_overwrite(ps_k_dev *d, ps_k_act act, float *dx, const float *dy,
-                                 const float *y, size_t n) {
-    IF_CUDA(d, ps__cuda_act_backward(d, act, dx, dy, y, n, false));
-    ps__cpu_act_backward(act, dx, dy, y, n, false);
+                                 const float *x, const float *y, size_t n) {
+    IF_CUDA(d, ps__cuda_act_backward(d, act, dx, dy, x, y, n, false));
+    ps__cpu_act_backward(act, dx, dy, x, y, n, false);
 }
 
-void ps_k_act_backward_acc(ps_k_dev *d, ps_k_act act, float *dx, const float *dy, const float *y,
-                           size_t n) {
-    IF_CUDA(d, ps__cuda_act_backward(d, act, dx, dy, y, n, true));
-    ps__cpu_act_backward(act, dx, dy, y, n, true);
+void ps_k_act_backward_acc(ps_k_dev *d, ps_k_act act, float *dx, const float *dy, const float *x,
+                           const float *y, size_t n) {
+    IF_CUDA(d, ps__cuda_act_backward(d, act, dx, dy, x, y, n, true));
+    ps__cpu_act_backward(act, dx, dy, x, y, n, true);
 }
 
 void ps_k_softmax_rows_overwrite(ps_k_dev *d, float *probs, const float *logits, size_t rows,
@@ -205,4 +217,89 @@ int ps_k_argmax_correct(ps_k_dev *d, const float *logits, const int32_t *labels,
                         size_t cols, size_t *correct) {
     IF_CUDA_RET(d, ps__cuda_argmax_correct(d, logits, labels, rows, cols, correct));
     return ps__cpu_argmax_correct(logits, labels, rows, cols, correct);
+}
+
+int ps_k_gemm_ex(ps_k_dev *d, ps_k_prec prec, bool trans_a, bool trans_b, size_t M, size_t N,
+                 size_t K, float alpha, const float *A, const float *B, float beta, float *C) {
+    IF_CUDA_RET(d, ps__cuda_gemm_ex(d, prec, trans_a, trans_b, M, N, K, alpha, A, B, beta, C));
+    return ps__cpu_gemm_ex(prec, trans_a, trans_b, M, N, K, alpha, A, B, beta, C);
+}
+
+int ps_k_bce_overwrite(ps_k_dev *d, float *dlogits, const float *logits, const float *targets,
+                       size_t rows, size_t cols, float *loss) {
+    IF_CUDA_RET(d, ps__cuda_bce_overwrite(d, dlogits, logits, targets, rows, cols, loss));
+    return ps__cpu_bce_overwrite(dlogits, logits, targets, rows, cols, loss);
+}
+
+int ps_k_mse_overwrite(ps_k_dev *d, float *dpred, const float *pred, const float *targets,
+                       size_t rows, size_t cols, float *loss) {
+    IF_CUDA_RET(d, ps__cuda_mse_overwrite(d, dpred, pred, targets, rows, cols, loss));
+    return ps__cpu_mse_overwrite(dpred, pred, targets, rows, cols, loss);
+}
+
+void ps_k_onehot_overwrite(ps_k_dev *d, float *out, const int32_t *labels, size_t rows,
+                           size_t cols) {
+    IF_CUDA(d, ps__cuda_onehot_overwrite(d, out, labels, rows, cols));
+    ps__cpu_onehot_overwrite(out, labels, rows, cols);
+}
+
+int ps_k_binary_correct(ps_k_dev *d, const float *logits, const int32_t *labels, size_t rows,
+                        size_t *correct) {
+    IF_CUDA_RET(d, ps__cuda_binary_correct(d, logits, labels, rows, correct));
+    return ps__cpu_binary_correct(logits, labels, rows, correct);
+}
+
+int ps_k_sum(ps_k_dev *d, const float *x, size_t n, double *out) {
+    IF_CUDA_RET(d, ps__cuda_sum(d, x, n, false, out));
+    return ps__cpu_sum(x, n, false, out);
+}
+
+int ps_k_sumsq(ps_k_dev *d, const float *x, size_t n, double *out) {
+    IF_CUDA_RET(d, ps__cuda_sum(d, x, n, true, out));
+    return ps__cpu_sum(x, n, true, out);
+}
+
+void ps_k_dropout_forward_overwrite(ps_k_dev *d, float *y, const float *x, size_t n, float rate,
+                                    uint64_t seed) {
+    IF_CUDA(d, ps__cuda_dropout(d, y, x, n, rate, seed));
+    ps__cpu_dropout(y, x, n, rate, seed);
+}
+
+void ps_k_dropout_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t n, float rate,
+                                     uint64_t seed) {
+    IF_CUDA(d, ps__cuda_dropout(d, dx, dy, n, rate, seed));
+    ps__cpu_dropout(dx, dy, n, rate, seed);
+}
+
+void ps_k_im2col_overwrite(ps_k_dev *d, const ps_k_conv *p, float *cols, const float *x, size_t n) {
+    IF_CUDA(d, ps__cuda_im2col_overwrite(d, p, cols, x, n));
+    ps__cpu_im2col_overwrite(p, cols, x, n);
+}
+
+void ps_k_col2im_overwrite(ps_k_dev *d, const ps_k_conv *p, float *dx, const float *cols,
+                           size_t n) {
+    IF_CUDA(d, ps__cuda_col2im_overwrite(d, p, dx, cols, n));
+    ps__cpu_col2im_overwrite(p, dx, cols, n);
+}
+
+void ps_k_maxpool_forward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *y, int32_t *arg,
+                                    const float *x) {
+    IF_CUDA(d, ps__cuda_maxpool_forward_overwrite(d, p, y, arg, x));
+    ps__cpu_maxpool_forward_overwrite(p, y, arg, x);
+}
+
+void ps_k_maxpool_backward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *dx, const float *dy,
+                                     const int32_t *arg) {
+    IF_CUDA(d, ps__cuda_maxpool_backward_overwrite(d, p, dx, dy, arg));
+    ps__cpu_maxpool_backward_overwrite(p, dx, dy, arg);
+}
+
+void ps_k_avgpool_forward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *y, const float *x) {
+    IF_CUDA(d, ps__cuda_avgpool_forward_overwrite(d, p, y, x));
+    ps__cpu_avgpool_forward_overwrite(p, y, x);
+}
+
+void ps_k_avgpool_backward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *dx, const float *dy) {
+    IF_CUDA(d, ps__cuda_avgpool_backward_overwrite(d, p, dx, dy));
+    ps__cpu_avgpool_backward_overwrite(p, dx, dy);
 }

@@ -42,12 +42,14 @@ typedef enum { PS_K_PREC_F32 = 0, PS_K_PREC_F16 = 1, PS_K_PREC_BF16 = 2 } ps_k_p
 
 /* Geometry of a 2-D convolution over NHWC input, filled by ps_k_conv_plan. */
 typedef struct {
-    size_t n, h, w, c;          /* input [n, h, w, c] */
-    size_t kh, kw, cout;        /* kernel [kh, kw, c, cout] */
-    size_t sh, sw;              /* strides */
-    size_t pad_top, pad_left;   /* implicit zero padding before row 0 / column 0 */
-    size_t oh, ow;              /* output [n, oh, ow, cout] */
-    size_t chunk;               /* images per im2col pass (bounds the workspace) */
+    size_t n, h, w, c;        /* input [n, h, w, c] */
+    size_t kh, kw, cout;      /* kernel [kh, kw, c, cout] */
+    size_t sh, sw;            /* strides */
+    size_t pad_top, pad_left; /* implicit zero padding before row 0 / column 0 */
+    size_t oh, ow;            /* output [n, oh, ow, cout] */
+    size_t chunk;             /* images per im2col pass (bounds the workspace); a
+                               * caller (tests) may lower or raise it to any value in
+                               * [1, n] after planning: ps_k_conv_workspace follows */
 } ps_k_conv;
 
 /* Geometry of a 2-D pooling over NHWC input, filled by ps_k_pool_plan. */
@@ -184,8 +186,8 @@ int ps_k_sumsq(ps_k_dev *d, const float *x, size_t n, double *out);
  * y may equal x, dx may equal dy. Backward uses the same seed as forward. */
 void ps_k_dropout_forward_overwrite(ps_k_dev *d, float *y, const float *x, size_t n, float rate,
                                     uint64_t seed);
-void ps_k_dropout_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t n,
-                                     float rate, uint64_t seed);
+void ps_k_dropout_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t n, float rate,
+                                     uint64_t seed);
 
 /* ---- convolution ---------------------------------------------------------- */
 
@@ -200,12 +202,10 @@ int ps_k_conv_plan(ps_k_conv *p, size_t n, size_t h, size_t w, size_t c, size_t 
 size_t ps_k_conv_workspace(const ps_k_conv *p);
 /* cols[n*oh*ow, kh*kw*c] = the input patches of images [0, n) (padding reads
  * as 0): row (img, oy, ox), column (ky, kx, ci). n <= p->n. */
-void ps_k_im2col_overwrite(ps_k_dev *d, const ps_k_conv *p, float *cols, const float *x,
-                           size_t n);
+void ps_k_im2col_overwrite(ps_k_dev *d, const ps_k_conv *p, float *cols, const float *x, size_t n);
 /* The adjoint of im2col: dx[n, h, w, c] = sum of the cols entries that read
  * each input cell (a gather: deterministic, no atomics). n <= p->n. */
-void ps_k_col2im_overwrite(ps_k_dev *d, const ps_k_conv *p, float *dx, const float *cols,
-                           size_t n);
+void ps_k_col2im_overwrite(ps_k_dev *d, const ps_k_conv *p, float *dx, const float *cols, size_t n);
 /* y[n, oh, ow, cout] = conv(x, w) + b (b may be NULL); ws holds
  * ps_k_conv_workspace(p) floats on d. */
 void ps_k_conv2d_forward_overwrite(ps_k_dev *d, const ps_k_conv *p, float *y, const float *x,
@@ -235,8 +235,7 @@ void ps_k_maxpool_backward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *dx,
 /* y = mean over each window's real cells (padding not counted, as TensorFlow). */
 void ps_k_avgpool_forward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *y, const float *x);
 /* dx = sum over the windows holding the cell of dy / (that window's cell count). */
-void ps_k_avgpool_backward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *dx,
-                                     const float *dy);
+void ps_k_avgpool_backward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *dx, const float *dy);
 
 /* Bias gradient of x @ W + b: db[c] = sum over rows of dout[r, c]. */
 static inline void ps_k_bias_grad_overwrite(ps_k_dev *d, float *dbias, const float *dout,

@@ -19,12 +19,14 @@
 typedef struct {
     char ps[8192];
     long index, workers;
-    char model[1024], data[1024], summary[1024];
-    long epochs, batch, seed, progress;
+    char model[1024], data[1024], summary[1024], device[64];
+    long epochs, batch, seed, progress, dataset;
     long max_train, max_test, max_steps, timeout, blas_threads;
 } worker_opts;
 
 enum { PROGRESS_AUTO, PROGRESS_TTY, PROGRESS_PLAIN, PROGRESS_NONE };
+/* --dataset choices, in table order; fashion_mnist is another name for idx. */
+static const char *const dataset_names[] = {"auto", "idx", "idx", "cifar10"};
 
 #define F(field) PS_OPTION_FIELD(worker_opts, field)
 static const ps_option table[] = {
@@ -36,7 +38,13 @@ static const ps_option table[] = {
      "workers in the job (TF_CONFIG: chief + workers) [default: 1]"},
     {"model", PS_OPTION_STR, F(model), 0, 0, "", NULL, "FILE",
      "Keras-like JSON model spec [default: built-in 784-128-10 MLP = examples/mlp.json]"},
-    {"data", PS_OPTION_STR, F(data), 0, 0, DEFAULT_DATA_DIR, NULL, "DIR", "IDX dataset directory"},
+    {"data", PS_OPTION_STR, F(data), 0, 0, DEFAULT_DATA_DIR, NULL, "DIR",
+     "dataset directory: IDX files or CIFAR-10 binary batches"},
+    {"dataset", PS_OPTION_CHOICE, F(dataset), 0, 0, "auto", "auto|idx|fashion_mnist|cifar10", NULL,
+     "format of --data (fashion_mnist = idx); auto: cifar10 when --data holds "
+     "data_batch_1.bin or test_batch.bin (or .bin.gz), else idx"},
+    {"device", PS_OPTION_STR, F(device), 0, 0, "auto", NULL, "auto|cpu|cuda:N",
+     "compute device; auto: cuda:0 when CUDA is built in and a GPU is present, else cpu"},
     {"epochs", PS_OPTION_LONG, F(epochs), 1, 100000, "2", NULL, "N", "epochs to train"},
     {"batch", PS_OPTION_LONG, F(batch), 0, 1 << 20, "0", NULL, "N",
      "per-worker batch, global batch = N x workers (0: the model's batch_size)"},
@@ -96,12 +104,23 @@ int main(int argc, char **argv) {
         fprintf(stderr, "psworker: %s\n", err);
         return 2;
     }
+    /* A bad --device or a missing GPU is a configuration error: say so before any
+     * network activity. The device is opened again by the training loop. */
+    ps_k_dev *dev;
+    int drc = ps_k_dev_open(o.device, &dev, err, sizeof err);
+    if (drc != PS_OK) {
+        fprintf(stderr, "psworker: --device: %s\n", err);
+        return drc == PS_EINVAL ? 2 : 1;
+    }
+    ps_k_dev_close(dev);
 #define GIVEN(name) given[ps_options_find(table, N_OPTIONS, name) - table]
     long idx = GIVEN("index") ? o.index : -1;
     long workers = GIVEN("workers") ? o.workers : -1;
     ps_train_config cfg = {
         .model_path = o.model[0] ? o.model : NULL,
         .data_dir = o.data,
+        .device = o.device,
+        .dataset = dataset_names[o.dataset],
         .epochs = (unsigned)o.epochs,
         .batch = (size_t)o.batch,
         .seed = (uint64_t)o.seed,

@@ -16,7 +16,9 @@ typedef struct {
     size_t n_ps;
     unsigned index, workers; /* global worker index (0 = chief) and count */
     const char *model_path;  /* NULL: the built-in default model */
-    const char *data_dir;    /* IDX files */
+    const char *data_dir;    /* IDX or CIFAR-10 binary files */
+    const char *device;      /* "auto", "cpu", "cuda:N" */
+    const char *dataset;     /* "auto", "fashion_mnist"/"idx", "cifar10" */
     unsigned epochs;
     size_t batch; /* per worker; 0: the model spec's batch_size */
     uint64_t seed;

@@ -2,12 +2,14 @@
  * and hands the job to the supervisor. */
 #include "local.h"
 
+#include "kernels.h"
 #include "log.h"
 #include "supervisor.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,11 +123,119 @@ static int ready_timeout_ms(void) {
     return (int)v;
 }
 
+/* CPUs this process may run on (its affinity mask, else the online count), >= 1. */
+static long cpu_count(void) {
+    cpu_set_t set;
+    long n = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+    if (n < 1) n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n;
+}
+
+/* What a worker given GPU `id` (numbered as this process sees them) must get as
+ * CUDA_VISIBLE_DEVICES: the id-th entry of our own CUDA_VISIBLE_DEVICES when that
+ * is set (ids are relative to it), else the id itself. Returns a malloc'd string. */
+static char *visible_device(int id) {
+    const char *mine = getenv("CUDA_VISIBLE_DEVICES");
+    char *out = NULL;
+    if (mine && *mine) {
+        const char *p = mine;
+        for (int k = 0; k < id && p; k++) {
+            p = strchr(p, ',');
+            if (p) p++;
+        }
+        if (p) {
+            size_t len = strcspn(p, ",");
+            if (len > 0) return strndup(p, len);
+        }
+    }
+    if (asprintf(&out, "%d", id) < 0) return NULL;
+    return out;
+}
+
+void psctl_local_free_gpus(psctl_local_opts *o) {
+    if (o->worker_cuda_visible) {
+        for (long j = 0; j < o->num_workers; j++)
+            free(o->worker_cuda_visible[j]);
+        free(o->worker_cuda_visible);
+    }
+    o->worker_cuda_visible = NULL;
+}
+
+int psctl_local_resolve_gpus(psctl_local_opts *o) {
+    o->worker_device = "cpu";
+    o->worker_cuda_visible = NULL;
+    if (!o->gpus) return 0;
+    int count = ps_k_cuda_device_count();
+    const char *none = ps_k_cuda_built() ? "no CUDA GPU present (0 devices)"
+                                         : "this psctl was built without CUDA (0 devices)";
+    if (o->gpus_all && count == 0) {
+        long cpus = cpu_count();
+        if (o->num_workers == 0) o->num_workers = cpus < 1000 ? cpus : 1000; /* --workers max */
+        fprintf(stderr, "psctl: --gpus all: %s; running %ld CPU worker%s (--device cpu)\n", none,
+                o->num_workers, o->num_workers == 1 ? "" : "s");
+        return 0;
+    }
+    int ids[PSCTL_MAX_GPUS], n = 0;
+    if (o->gpus_all) {
+        for (int i = 0; i < count && i < PSCTL_MAX_GPUS; i++)
+            ids[n++] = i;
+        if (o->num_workers > 0 && o->num_workers != n) {
+            fprintf(stderr,
+                    "psctl local: --workers %ld disagrees with --gpus all: %d CUDA GPU%s present, "
+                    "one worker each\n",
+                    o->num_workers, n, n == 1 ? "" : "s");
+            return 2;
+        }
+    } else {
+        for (int i = 0; i < o->num_gpu_ids; i++) {
+            if (o->gpu_ids[i] < count) continue;
+            if (count == 0)
+                fprintf(stderr,
+                        "psctl local: --gpus %s: GPU %d does not exist: %s; --gpus all "
+                        "would run CPU workers\n",
+                        o->gpus, o->gpu_ids[i], none);
+            else
+                fprintf(stderr,
+                        "psctl local: --gpus %s: GPU %d does not exist: %d CUDA GPU%s present "
+                        "(ids 0..%d)\n",
+                        o->gpus, o->gpu_ids[i], count, count == 1 ? "" : "s", count - 1);
+            return 2;
+        }
+        n = o->num_gpu_ids;
+        memcpy(ids, o->gpu_ids, (size_t)n * sizeof ids[0]);
+    }
+    o->num_workers = n;
+    o->worker_device = "cuda:0"; /* each worker sees only its own GPU */
+    o->worker_cuda_visible = calloc((size_t)n, sizeof *o->worker_cuda_visible);
+    for (int j = 0; o->worker_cuda_visible && j < n; j++) {
+        o->worker_cuda_visible[j] = visible_device(ids[j]);
+        if (!o->worker_cuda_visible[j]) {
+            psctl_local_free_gpus(o);
+            break;
+        }
+    }
+    if (!o->worker_cuda_visible) {
+        fprintf(stderr, "psctl local: out of memory\n");
+        return 2;
+    }
+    char list[512] = "";
+    size_t used = 0;
+    for (int j = 0; j < n && used < sizeof list - 16; j++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", j ? "," : "",
+                                 o->worker_cuda_visible[j]);
+    fprintf(stderr,
+            "psctl: --gpus %s: running %d worker%s, one per GPU (CUDA_VISIBLE_DEVICES %s)\n",
+            o->gpus, n, n == 1 ? "" : "s", list);
+    return 0;
+}
+
 int psctl_local_main(int argc, char **argv) {
     psctl_local_opts opts;
     int r = psctl_local_parse(argc, argv, &opts);
     if (r == 1) return 0;
     if (r != 0) return 2;
+    if (psctl_local_resolve_gpus(&opts) != 0) return 2;
 
     static const char *const psd_rel[] = {"psd", NULL};
     static const char *const worker_rel[] = {"../worker/psworker", "psworker", NULL};
@@ -142,5 +252,6 @@ int psctl_local_main(int argc, char **argv) {
     free(run_dir);
     free(worker);
     free(psd);
+    psctl_local_free_gpus(&opts);
     return code;
 }

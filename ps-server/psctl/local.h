@@ -5,10 +5,12 @@
 
 #include <stdio.h>
 
+#define PSCTL_MAX_GPUS 256 /* GPU ids 0..255 in a --gpus list */
+
 /* Parsed `psctl local` options; strings point into argv (not owned). */
 typedef struct {
     long num_ps;         /* --ps N (required, >= 1) */
-    long num_workers;    /* --workers M (required, >= 1) */
+    long num_workers;    /* --workers M (>= 1; 0 when not given, allowed only with --gpus) */
     const char *mode;    /* --mode: "sync" or "async" (required) */
     long epochs;         /* --epochs E (default 1) */
     const char *model;   /* --model FILE, or NULL for the worker's default */
@@ -19,12 +21,28 @@ typedef struct {
     double timeout_s;    /* --timeout SECONDS for the whole job; 0 = none */
     char **extra;        /* arguments after "--", passed to every worker */
     int num_extra;
+    const char *gpus; /* --gpus as given, or NULL */
+    int gpus_all;     /* --gpus all */
+    int num_gpu_ids;  /* --gpus ID,...: the distinct ids, in order */
+    int gpu_ids[PSCTL_MAX_GPUS];
+    /* Set by psctl_local_resolve_gpus, not by the parser: */
+    const char *worker_device;  /* --device for every worker: "cpu" or "cuda:0" */
+    char **worker_cuda_visible; /* CUDA_VISIBLE_DEVICES of worker j (owned), or NULL: CPU */
 } psctl_local_opts;
 
 /* Parses `psctl local` arguments; argv[0] is "local". Returns 0 when opts is filled
  * in, 1 when --help was printed to stdout, 2 after printing a message naming the bad
  * flag to stderr. Uses getopt_long (resets optind). */
 int psctl_local_parse(int argc, char **argv, psctl_local_opts *opts);
+
+/* Decides where the workers run: without --gpus on the CPU; with --gpus on the
+ * listed GPUs (or all of them), one worker each, seeing only its GPU; with --gpus
+ * all and no GPU (or no CUDA in this build) on the CPU, --workers M of them or one
+ * per CPU core. Sets num_workers, worker_device and worker_cuda_visible (free
+ * with psctl_local_free_gpus). Returns 0, or 2 after printing why to stderr (an
+ * id that does not exist, --workers disagreeing with the GPU count). */
+int psctl_local_resolve_gpus(psctl_local_opts *opts);
+void psctl_local_free_gpus(psctl_local_opts *opts);
 
 /* Prints the usage of `psctl local` to f. */
 void psctl_local_usage(FILE *f);

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { OPT_LONG, OPT_LLONG, OPT_STR, OPT_MODE, OPT_SECONDS, OPT_HELP } opt_type;
+typedef enum { OPT_LONG, OPT_LLONG, OPT_STR, OPT_MODE, OPT_SECONDS, OPT_GPUS, OPT_HELP } opt_type;
 
 typedef struct {
     const char *name;
@@ -24,7 +24,8 @@ typedef struct {
 
 static const opt_def defs[] = {
     {"ps", OPT_LONG, 1, 1000, F(num_ps), "N", "number of psd shards (required)"},
-    {"workers", OPT_LONG, 1, 1000, F(num_workers), "M", "number of workers (required)"},
+    {"workers", OPT_LONG, 1, 1000, F(num_workers), "M",
+     "number of workers (required unless --gpus)"},
     {"mode", OPT_MODE, 0, 0, F(mode), "sync|async", "training mode (required)"},
     {"epochs", OPT_LONG, 1, 1000000, F(epochs), "E", "epochs to train (default 2)"},
     {"model", OPT_STR, 0, 0, F(model), "FILE", "model spec JSON (default: the worker's)"},
@@ -34,6 +35,8 @@ static const opt_def defs[] = {
     {"seed", OPT_LLONG, 0, 0x7fffffffffffffffLL, F(seed), "S", "random seed"},
     {"timeout", OPT_SECONDS, 0, 0, F(timeout_s), "SECONDS",
      "stop everything and fail after this long (default 0 = never)"},
+    {"gpus", OPT_GPUS, 0, PSCTL_MAX_GPUS - 1, F(gpus), "all|0,1,...",
+     "one worker per GPU, each seeing only its own (see below)"},
     {"help", OPT_HELP, 0, 0, 0, NULL, "show this help"},
 };
 
@@ -43,6 +46,8 @@ static const opt_def defs[] = {
 void psctl_local_usage(FILE *f) {
     fprintf(f, "usage: psctl local --ps N --workers M --mode sync|async [options] "
                "[-- EXTRA WORKER ARGS...]\n"
+               "       psctl local --ps N --gpus all|0,1,... --mode sync|async [options] "
+               "[-- ...]\n"
                "Runs N psd shards and M workers on 127.0.0.1 until training ends.\n\n"
                "options:\n");
     for (size_t i = 0; i < NDEFS; i++) {
@@ -53,7 +58,12 @@ void psctl_local_usage(FILE *f) {
             snprintf(left, sizeof left, "-h, --%s", defs[i].name);
         fprintf(f, "  %-22s %s\n", left, defs[i].help);
     }
-    fprintf(f, "\nBinaries: $PSD and $PSWORKER, else next to psctl, else on PATH.\n"
+    fprintf(f, "\nDevices: without --gpus every worker gets --device cpu (so several workers\n"
+               "never pile onto GPU 0). With --gpus, worker j runs on the j-th listed GPU with\n"
+               "CUDA_VISIBLE_DEVICES=<that id> and --device cuda:0. --gpus all with no CUDA GPU\n"
+               "(or a psctl built without CUDA) says so and runs CPU workers instead: --workers M\n"
+               "of them, else one per CPU core; listed ids must exist.\n"
+               "\nBinaries: $PSD and $PSWORKER, else next to psctl, else on PATH.\n"
                "Exit status: 0 done, 1 a process failed or --timeout, 2 bad usage,\n"
                "130/143 interrupted by SIGINT/SIGTERM.\n");
 }
@@ -71,6 +81,44 @@ static int parse_integer(const char *s, long long *out) {
     if (end == s || *end != '\0' || errno) return -1;
     *out = v;
     return 0;
+}
+
+/* Parses --gpus: "all", or distinct ids from 0 to d->max separated by single commas.
+ * Returns 0, or 2 after a message naming the problem. */
+static int parse_gpus(const opt_def *d, const char *arg, psctl_local_opts *o) {
+    o->gpus = arg;
+    o->gpus_all = strcmp(arg, "all") == 0;
+    o->num_gpu_ids = 0;
+    if (o->gpus_all) return 0;
+    const char *why = NULL;
+    const char *p = arg;
+    for (;;) {
+        if (*p < '0' || *p > '9') {
+            why = *p == ',' || *p == '\0' ? "an empty id" : "an id that is not a number";
+            break;
+        }
+        long long id = 0;
+        while (*p >= '0' && *p <= '9' && id <= d->max)
+            id = id * 10 + (*p++ - '0');
+        if (id > d->max) {
+            why = "an id that is too large";
+            break;
+        }
+        if (*p != ',' && *p != '\0') {
+            why = "an id that is not a number";
+            break;
+        }
+        for (int i = 0; i < o->num_gpu_ids && !why; i++)
+            if (o->gpu_ids[i] == id) why = "a GPU listed twice";
+        if (why) break;
+        o->gpu_ids[o->num_gpu_ids++] = (int)id; /* distinct ids <= max: always fits */
+        if (*p == '\0') return 0;
+        p++;
+    }
+    fprintf(stderr,
+            "psctl local: --gpus needs 'all' or distinct GPU ids 0..%lld like 0,1; '%s' has %s\n",
+            d->max, arg, why);
+    return 2;
 }
 
 /* Stores arg into the field d names; returns 0, or 2 after a message. */
@@ -109,6 +157,8 @@ static int apply(const opt_def *d, const char *arg, psctl_local_opts *o) {
         *(double *)(void *)field = v;
         return 0;
     }
+    case OPT_GPUS:
+        return parse_gpus(d, arg, o);
     case OPT_HELP:
         break;
     }
@@ -169,11 +219,18 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
     o->extra = argv + optind;
     o->num_extra = argc - optind;
 
-    if (o->num_ps == 0 || o->num_workers == 0 || !o->mode) {
+    if (o->num_ps == 0 || (o->num_workers == 0 && !o->gpus) || !o->mode) {
         fprintf(stderr, "psctl local: %s is required\n",
-                o->num_ps == 0        ? "--ps"
-                : o->num_workers == 0 ? "--workers"
-                                      : "--mode");
+                o->num_ps == 0                    ? "--ps"
+                : o->num_workers == 0 && !o->gpus ? "--workers (or --gpus)"
+                                                  : "--mode");
+        goto usage_hint;
+    }
+    if (o->gpus && !o->gpus_all && o->num_workers > 0 && o->num_workers != o->num_gpu_ids) {
+        fprintf(stderr,
+                "psctl local: --workers %ld disagrees with --gpus %s: one worker per listed GPU "
+                "makes %d\n",
+                o->num_workers, o->gpus, o->num_gpu_ids);
         goto usage_hint;
     }
     return 0;

@@ -299,9 +299,9 @@ static void args_free(argv_builder *a) {
 
 static void on_child_exit(uv_process_t *p, int64_t status, int sig);
 
-/* Starts c with args (args[0] is the executable). Returns 0, or a negative libuv
- * error after printing why. */
-static int spawn_child(sup *sv, child *c, char **args) {
+/* Starts c with args (args[0] is the executable) and env (NULL: sv->env). Returns
+ * 0, or a negative libuv error after printing why. */
+static int spawn_child(sup *sv, child *c, char **args, char **env) {
     for (int k = 0; k < 2; k++) {
         uv_pipe_init(&sv->loop, &c->pipes[k], 0);
         c->pipes[k].data = c;
@@ -317,7 +317,7 @@ static int spawn_child(sup *sv, child *c, char **args) {
     uv_process_options_t o = {0};
     o.file = args[0];
     o.args = args;
-    o.env = sv->env;
+    o.env = env ? env : sv->env;
     o.flags = UV_PROCESS_DETACHED; /* own process group: signalled as a whole */
     o.stdio_count = 3;
     o.stdio = stdio;
@@ -366,13 +366,41 @@ static void start_psds(sup *sv) {
         arg_add(&a, "%s", o->mode);
         arg_add(&a, "--ready-file");
         arg_add(&a, "%s", sv->children[i].ready_path);
-        int r = a.oom ? UV_ENOMEM : spawn_child(sv, &sv->children[i], a.v);
+        int r = a.oom ? UV_ENOMEM : spawn_child(sv, &sv->children[i], a.v, NULL);
         args_free(&a);
         if (r < 0) {
             abort_job(sv, 1, "psd %d could not be started; stopping", i);
             return;
         }
     }
+}
+
+/* sv->env with CUDA_VISIBLE_DEVICES=visible in place of any inherited value; the
+ * array and that one string are malloc'd (free_worker_env), the rest is sv->env's. */
+static char **worker_env(sup *sv, const char *visible) {
+    static const char key[] = "CUDA_VISIBLE_DEVICES=";
+    size_t n = 0;
+    while (sv->env[n])
+        n++;
+    char **env = calloc(n + 2, sizeof *env);
+    if (!env) return NULL;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(sv->env[i], key, sizeof key - 1) != 0) env[m++] = sv->env[i];
+    if (asprintf(&env[m], "%s%s", key, visible) < 0) {
+        free(env);
+        return NULL;
+    }
+    return env;
+}
+
+static void free_worker_env(char **env) {
+    if (!env) return;
+    size_t n = 0;
+    while (env[n + 1])
+        n++;
+    free(env[n]); /* ours is last */
+    free(env);
 }
 
 static void start_workers(sup *sv, const char *endpoints) {
@@ -395,11 +423,16 @@ static void start_workers(sup *sv, const char *endpoints) {
         if (o->batch > 0) arg_add(&a, "--batch"), arg_add(&a, "%ld", o->batch);
         if (o->seed >= 0) arg_add(&a, "--seed"), arg_add(&a, "%lld", o->seed);
         if (j == 0 && o->summary) arg_add(&a, "--summary"), arg_add(&a, "%s", o->summary);
+        arg_add(&a, "--device"); /* CPU unless --gpus: workers must not all share GPU 0 */
+        arg_add(&a, "%s", o->worker_device ? o->worker_device : "cpu");
         arg_add(&a, "--progress");
         arg_add(&a, "%s", j == 0 && sv->stdout_tty ? "tty" : "plain");
         for (int e = 0; e < o->num_extra; e++)
             arg_add(&a, "%s", o->extra[e]);
-        int r = a.oom ? UV_ENOMEM : spawn_child(sv, c, a.v);
+        char **env = o->worker_cuda_visible ? worker_env(sv, o->worker_cuda_visible[j]) : NULL;
+        int oom = a.oom || (o->worker_cuda_visible && !env);
+        int r = oom ? UV_ENOMEM : spawn_child(sv, c, a.v, env);
+        free_worker_env(env);
         args_free(&a);
         if (r < 0) {
             abort_job(sv, 1, "worker %d could not be started; stopping", j);

@@ -1,6 +1,7 @@
 /* Integration tests for `psctl local`: fake psd/psworker shell scripts drive the
  * supervisor through success, failures, signals and deadlines; one test uses the real binaries. */
 #include "../unit/testutil.h"
+#include "kernels.h"
 
 #include <check.h>
 #include <cjson/cJSON.h>
@@ -8,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,13 +45,15 @@ static const char fake_psd[] =
     "wait $!\n"
     "exit 0\n";
 
-/* Fake psworker: records its pid, echoes its arguments, prints a progress line redrawn
+/* Fake psworker: records its pid, echoes its arguments and CUDA_VISIBLE_DEVICES, prints
+ * a progress line redrawn
  * with '\r', a stderr line and an unterminated line; then exits 3 if --fail-index
  * names it, hangs if --hang is given, or exits 0. */
 static const char fake_worker[] =
     "#!/bin/sh\n"
     "echo $$ > \"$FAKE_DIR/pid.worker.$$\"\n"
     "echo \"args: $*\"\n"
+    "echo \"cuda_visible: ${CUDA_VISIBLE_DEVICES-unset}\"\n"
     "idx=''; fail=''; hang=''\n"
     "while [ $# -gt 0 ]; do\n"
     "  case \"$1\" in --index) idx=\"$2\"; shift;; --fail-index) fail=\"$2\"; shift;;\n"
@@ -353,7 +357,8 @@ START_TEST(test_happy_path_prefixes_and_sigterm) {
     ck_assert_contains(r.out, "[worker 0] args: --ps 127.0.0.1:21000,127.0.0.1:21001 --index 0 "
                               "--workers 2 --epochs 3 --seed 7 --summary ");
     ck_assert_contains(r.out, "[worker 1] args: --ps 127.0.0.1:21000,127.0.0.1:21001 --index 1 "
-                              "--workers 2 --epochs 3 --seed 7 --progress plain --extra-flag\n");
+                              "--workers 2 --epochs 3 --seed 7 --device cpu --progress plain "
+                              "--extra-flag\n");
     ck_assert_contains(r.out, "--progress plain --extra-flag\n");
     /* '\r' ends a line when stdout is not a terminal. */
     ck_assert_contains(r.out, "[worker 0] epoch 1 10%\n[worker 0] epoch 1 50%\n"
@@ -486,6 +491,17 @@ static const bad_case bad_cases[] = {
      "--bogus"},
     {{"psctl", "local", "--mode", "sync", "--ps", NULL}, "--ps needs a value"},
     {{"psctl", "local", "--ps", "1", "--workers", "1", "--mode", "sync", "stray", NULL}, "'stray'"},
+    {{"psctl", "local", "--ps", "1", "--mode", "sync", "--gpus", "", NULL}, "'' has an empty id"},
+    {{"psctl", "local", "--ps", "1", "--mode", "sync", "--gpus", "0,,1", NULL}, "an empty id"},
+    {{"psctl", "local", "--ps", "1", "--mode", "sync", "--gpus", "1,", NULL}, "an empty id"},
+    {{"psctl", "local", "--ps", "1", "--mode", "sync", "--gpus", "a", NULL}, "not a number"},
+    {{"psctl", "local", "--ps", "1", "--mode", "sync", "--gpus", "-1", NULL}, "not a number"},
+    {{"psctl", "local", "--ps", "1", "--mode", "sync", "--gpus", "all,0", NULL}, "not a number"},
+    {{"psctl", "local", "--ps", "1", "--mode", "sync", "--gpus", "1,0,1", NULL}, "listed twice"},
+    {{"psctl", "local", "--ps", "1", "--mode", "sync", "--gpus", "256", NULL}, "too large"},
+    {{"psctl", "local", "--ps", "1", "--mode", "sync", "--workers", "3", "--gpus", "0,1", NULL},
+     "--workers 3 disagrees with --gpus 0,1"},
+    {{"psctl", "local", "--ps", "1", "--mode", "sync", NULL}, "--workers (or --gpus) is required"},
 };
 
 START_TEST(test_bad_flags_exit_2) {
@@ -525,12 +541,136 @@ START_TEST(test_help) {
     run_psctl(local, NULL, NULL, &r);
     ck_assert(r.finished);
     ck_assert_int_eq(exit_code(&r), 0);
-    const char *flags[] = {"--ps N", "--workers M", "--mode sync|async", "--epochs", "--model",
-                           "--data", "--summary",   "--batch",           "--seed",   "--timeout",
+    const char *flags[] = {"--ps N",  "--workers M", "--mode sync|async", "--epochs",
+                           "--model", "--data",      "--summary",         "--batch",
+                           "--seed",  "--timeout",   "--gpus all|0,1",    "--device cpu",
                            NULL};
     for (const char *const *f = flags; *f; f++)
         ck_assert_contains(r.out, *f);
     result_free(&r);
+}
+END_TEST
+
+/* ---- --gpus --------------------------------------------------------------------------
+ * The machines these tests were written on have no GPU: there only the CPU fallback
+ * and the errors run. Where a GPU is present, the other branches check the GPU path
+ * (one worker per GPU, CUDA_VISIBLE_DEVICES=<its id>, --device cuda:0) instead. */
+
+/* CPUs this process may use, counted as psctl counts them for --gpus all. */
+static long cpus_allowed(void) {
+    cpu_set_t set;
+    long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (n < 1) n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 1000 ? 1000 : n;
+}
+
+START_TEST(test_gpus_all_without_gpu_runs_cpu_workers) {
+    int ngpu = ps_k_cuda_device_count();
+    const char *cpu_args[] = {"psctl",  "local", "--ps",   "1",   "--workers", "2",
+                              "--mode", "sync",  "--gpus", "all", NULL};
+    const char *gpu_args[] = {"psctl", "local",  "--ps", "1", "--mode",
+                              "sync",  "--gpus", "all",  NULL};
+    run_result r;
+    run_psctl(ngpu == 0 ? cpu_args : gpu_args, NULL, NULL, &r);
+    ck_assert(r.finished);
+    ck_assert_msg(exit_code(&r) == 0, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    char want[256];
+    if (ngpu == 0) {
+        ck_assert_contains(r.err, ps_k_cuda_built() ? "psctl: --gpus all: no CUDA GPU present"
+                                                    : "psctl: --gpus all: this psctl was built "
+                                                      "without CUDA");
+        ck_assert_contains(r.err, "; running 2 CPU workers (--device cpu)\n");
+        for (int j = 0; j < 2; j++) {
+            snprintf(want, sizeof want,
+                     "[worker %d] args: --ps 127.0.0.1:21000 --index %d --workers 2 --epochs 2 "
+                     "--device cpu --progress plain\n",
+                     j, j);
+            ck_assert_contains(r.out, want);
+        }
+        ck_assert_contains(r.err, "psctl: job finished: 1 ps, 2 workers, mode sync\n");
+    } else { /* the GPU path: needs a GPU, so it has not run where this was written */
+        const char *parent = getenv("CUDA_VISIBLE_DEVICES");
+        for (int j = 0; j < ngpu; j++) {
+            snprintf(want, sizeof want,
+                     "[worker %d] args: --ps 127.0.0.1:21000 --index %d "
+                     "--workers %d --epochs 2 --device cuda:0 --progress plain\n",
+                     j, j, ngpu);
+            ck_assert_contains(r.out, want);
+            int k = 0;
+            const char *p = parent && *parent ? parent : NULL;
+            for (; p && k < j; k++) /* psctl maps our GPU j to the j-th of our own list */
+                p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL;
+            if (p)
+                snprintf(want, sizeof want, "[worker %d] cuda_visible: %.*s\n", j,
+                         (int)strcspn(p, ","), p);
+            else
+                snprintf(want, sizeof want, "[worker %d] cuda_visible: %d\n", j, j);
+            ck_assert_contains(r.out, want);
+        }
+    }
+    ck_assert_int_eq(fakes_alive_after_wait(), 0);
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_gpus_all_without_gpu_one_worker_per_cpu) {
+    if (ps_k_cuda_device_count() > 0) {
+        printf("skipping: a GPU is present, so --gpus all does not fall back to CPU workers\n");
+        return;
+    }
+    const char *args[] = {"psctl", "local", "--ps", "1", "--mode", "sync", "--gpus", "all", NULL};
+    long n = cpus_allowed();
+    run_result r;
+    run_psctl(args, NULL, NULL, &r);
+    ck_assert(r.finished);
+    ck_assert_msg(exit_code(&r) == 0, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    char want[128];
+    snprintf(want, sizeof want, "; running %ld CPU worker%s (--device cpu)\n", n,
+             n == 1 ? "" : "s");
+    ck_assert_contains(r.err, want);
+    snprintf(want, sizeof want, "psctl: job finished: 1 ps, %ld workers, mode sync\n", n);
+    ck_assert_contains(r.err, want);
+    ck_assert_int_eq(fakes_alive_after_wait(), 0);
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_gpus_missing_id_exit_2) {
+    /* With no GPU every listed id is missing: only `all` falls back to the CPU. */
+    int ngpu = ps_k_cuda_device_count();
+    char id[16], list[32], want[128];
+    snprintf(id, sizeof id, "%d", ngpu);
+    snprintf(list, sizeof list, "%d,%d", ngpu + 1, ngpu);
+    const char *lists[] = {id, list};
+    for (int i = 0; i < 2; i++) {
+        const char *args[] = {"psctl",  "local", "--ps",   "1",      "--workers", i ? "2" : "1",
+                              "--mode", "sync",  "--gpus", lists[i], NULL};
+        run_result r;
+        run_psctl(args, NULL, NULL, &r);
+        ck_assert(r.finished);
+        ck_assert_msg(exit_code(&r) == 2, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+        snprintf(want, sizeof want, "psctl local: --gpus %s: GPU %d does not exist: ", lists[i],
+                 i ? ngpu + 1 : ngpu);
+        ck_assert_contains(r.err, want);
+        if (ngpu == 0) {
+            ck_assert_contains(r.err, "(0 devices); --gpus all would run CPU workers\n");
+        } else {
+            snprintf(want, sizeof want, "%d CUDA GPU%s present", ngpu, ngpu == 1 ? "" : "s");
+            ck_assert_contains(r.err, want);
+        }
+        ck_assert_int_eq(for_each_fake(count_one), 0);
+        result_free(&r);
+    }
+    if (ngpu > 0) { /* --gpus all makes one worker per GPU: another --workers is an error */
+        snprintf(id, sizeof id, "%d", ngpu + 1);
+        const char *args[] = {"psctl",  "local", "--ps",   "1",   "--workers", id,
+                              "--mode", "sync",  "--gpus", "all", NULL};
+        run_result r;
+        run_psctl(args, NULL, NULL, &r);
+        ck_assert_int_eq(exit_code(&r), 2);
+        ck_assert_contains(r.err, "disagrees with --gpus all");
+        result_free(&r);
+    }
 }
 END_TEST
 
@@ -587,6 +727,45 @@ START_TEST(test_real_binaries_train) {
 }
 END_TEST
 
+START_TEST(test_real_binaries_gpus_all) {
+    /* A short real job through --gpus all: CPU workers here (no GPU), one per GPU where
+     * there are GPUs (that path has not run where this was written). */
+    const char *psd = getenv("PSD"), *worker = getenv("PSWORKER"), *psctl = getenv("PSCTL");
+    ck_assert_msg(psd && worker && psctl, "PSD, PSWORKER and PSCTL must be set");
+    int c1 = help_exit_code(psd), c2 = help_exit_code(worker);
+    if (c1 != 0 || c2 != 0) {
+        printf("skipping the real --gpus test: '%s --help' exited %d, '%s --help' exited %d\n", psd,
+               c1, worker, c2);
+        return;
+    }
+    int ngpu = ps_k_cuda_device_count();
+    const char *head[] = {
+        psctl,      "local", "--ps",      "1",   "--mode", "sync", "--data", ps_test_data_dir(),
+        "--epochs", "1",     "--timeout", "120", "--gpus", "all",  NULL};
+    const char *tail[] = {"--",  "--max-train", "512", "--max-test",
+                          "256", "--max-steps", "2",   NULL};
+    const char *args[32];
+    int n = 0;
+    for (const char *const *a = head; *a; a++)
+        args[n++] = *a;
+    if (ngpu == 0) { /* with GPUs --workers must match their count: leave it out */
+        args[n++] = "--workers";
+        args[n++] = "2";
+    }
+    for (const char *const *a = tail; *a; a++)
+        args[n++] = *a;
+    args[n] = NULL;
+    run_result r;
+    run_cmd(psctl, args, NULL, 150.0, NULL, &r);
+    ck_assert(r.finished);
+    ck_assert_msg(exit_code(&r) == 0, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_contains(r.err, ngpu == 0 ? "running 2 CPU workers (--device cpu)"
+                                        : "one per GPU (CUDA_VISIBLE_DEVICES ");
+    ck_assert_contains(r.err, "psctl: job finished: 1 ps, ");
+    result_free(&r);
+}
+END_TEST
+
 static Suite *psctl_local_suite(void) {
     Suite *s = suite_create("psctl_local");
     TCase *fake = tcase_create("fakes");
@@ -603,12 +782,16 @@ static Suite *psctl_local_suite(void) {
                         (int)(sizeof bad_cases / sizeof bad_cases[0]));
     tcase_add_test(fake, test_missing_binary_exit_2);
     tcase_add_test(fake, test_help);
+    tcase_add_test(fake, test_gpus_all_without_gpu_runs_cpu_workers);
+    tcase_add_test(fake, test_gpus_all_without_gpu_one_worker_per_cpu);
+    tcase_add_test(fake, test_gpus_missing_id_exit_2);
     suite_add_tcase(s, fake);
 
     TCase *real = tcase_create("real");
     tcase_add_checked_fixture(real, setup, teardown);
     tcase_set_timeout(real, 280);
     tcase_add_test(real, test_real_binaries_train);
+    tcase_add_test(real, test_real_binaries_gpus_all);
     suite_add_tcase(s, real);
     return s;
 }

@@ -1,12 +1,15 @@
-/* Every kernel of kernels.h against the naive reference in kernels/ref.c, on
- * seeded random inputs of odd sizes; overwrite variants must overwrite and
- * accumulate variants accumulate. The same checks run on a CUDA device if present. */
+/* The dense kernels of kernels.h (GEMM, fp16/bf16 GEMM, bias, activations,
+ * softmax, losses, reductions) against the naive reference in kernels/ref.c,
+ * on seeded random inputs of odd sizes; overwrite variants must overwrite and
+ * accumulate variants accumulate. The same checks run on a CUDA device if
+ * present. Convolution, pooling and dropout are in test_kernels_conv.c. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ew.h"
 #include "kernels.h"
 #include "ps_error.h"
 #include "ref.h"
@@ -14,7 +17,9 @@
 
 static const size_t sizes[] = {1, 7, 33, 129};
 #define NSIZES (sizeof sizes / sizeof sizes[0])
-static const ps_k_act acts[] = {PS_K_ACT_LINEAR, PS_K_ACT_RELU, PS_K_ACT_SIGMOID, PS_K_ACT_TANH};
+static const ps_k_act acts[] = {PS_K_ACT_LINEAR, PS_K_ACT_RELU, PS_K_ACT_SIGMOID, PS_K_ACT_TANH,
+                                PS_K_ACT_GELU};
+#define NACTS (sizeof acts / sizeof acts[0])
 
 static float *host(size_t n, uint64_t seed, float lo, float hi) {
     float *p = malloc((n ? n : 1) * sizeof *p);
@@ -128,8 +133,10 @@ static void check_bias_and_colsum(ps_k_dev *d) {
         }
 }
 
+/* Backward gets only what the contract says the activation reads (x for GELU,
+ * y for the others; the other is NULL). */
 static void check_activations(ps_k_dev *d) {
-    for (size_t ai = 0; ai < 4; ai++)
+    for (size_t ai = 0; ai < NACTS; ai++)
         for (size_t si = 0; si < NSIZES; si++) {
             size_t n = sizes[si] * 3;
             ps_k_act act = acts[ai];
@@ -147,25 +154,29 @@ static void check_activations(ps_k_dev *d) {
             expect_close("act_forward in place", inplace, y, n, 0, 0);
             free(inplace);
 
+            bool by_x = act == PS_K_ACT_GELU;
             float *g = host(n, 50 + si, -1, 1), *old = host(n, 60 + si, -1, 1);
             float *wover = hcopy(old, n), *wacc = hcopy(old, n);
-            ps_ref_act_backward_overwrite(act, wover, g, y, n);
-            ps_ref_act_backward_acc(act, wacc, g, y, n);
+            ps_ref_act_backward_overwrite(act, wover, g, x, NULL, n);
+            ps_ref_act_backward_acc(act, wacc, g, x, NULL, n);
             for (int acc = 0; acc < 2; acc++) {
                 float *o = hcopy(old, n);
-                void *dg = dev_from(d, g, n * 4), *dy2 = dev_from(d, y, n * 4);
+                void *dg = dev_from(d, g, n * 4), *din = dev_from(d, by_x ? x : y, n * 4);
                 void *dold = dev_from(d, o, n * 4);
+                const float *xin = by_x ? din : NULL, *yin = by_x ? NULL : din;
                 if (acc)
-                    ps_k_act_backward_acc(d, act, dold, dg, dy2, n);
+                    ps_k_act_backward_acc(d, act, dold, dg, xin, yin, n);
                 else
-                    ps_k_act_backward_overwrite(d, act, dold, dg, dy2, n);
+                    ps_k_act_backward_overwrite(d, act, dold, dg, xin, yin, n);
                 dev_take(d, o, dold, n);
-                expect_close(acc ? "act_backward_acc" : "act_backward_overwrite", o,
-                             acc ? wacc : wover, n, 1e-6f, 1e-5f);
-                ps_k_act_backward_overwrite(d, act, dg, dg, dy2, n); /* in place */
+                char what[64];
+                snprintf(what, sizeof what, "act %d backward_%s", (int)act,
+                         acc ? "acc" : "overwrite");
+                expect_close(what, o, acc ? wacc : wover, n, 1e-6f, 1e-5f);
+                ps_k_act_backward_overwrite(d, act, dg, dg, xin, yin, n); /* in place */
                 dev_take(d, o, dg, n);
                 expect_close("act_backward in place", o, wover, n, 1e-6f, 1e-5f);
-                ps_k_free(d, dy2);
+                ps_k_free(d, din);
                 free(o);
             }
             free(x), free(y), free(want), free(g), free(old), free(wover), free(wacc);
@@ -231,8 +242,259 @@ static void check_ce_errors_and_ties(ps_k_dev *d) {
     ck_assert_uint_eq(hits, 2); /* ties go to the first index: row 0 -> 1, row 1 -> 0 */
     ck_assert_int_eq(ps_k_argmax_correct(d, dz, dy, 0, 3, &hits), PS_OK);
     ck_assert_uint_eq(hits, 0);
+    /* NaN never wins over a number, even in front */
+    float zn[6] = {NAN, 1, 2, 0, NAN, -1};
+    int32_t yn[2] = {2, 0};
+    void *dzn = dev_from(d, zn, sizeof zn), *dyn = dev_from(d, yn, sizeof yn);
+    ck_assert_int_eq(ps_k_argmax_correct(d, dzn, dyn, 2, 3, &hits), PS_OK);
+    ck_assert_uint_eq(hits, 2);
+    ps_k_free(d, dzn), ps_k_free(d, dyn);
     ps_k_free(d, dz), ps_k_free(d, dbad), ps_k_free(d, dneg), ps_k_free(d, dy);
 }
+
+/* fp16/bf16 GEMM against the reference on rounded inputs; F32 must be ps_k_gemm. */
+static void check_gemm_ex(ps_k_dev *d) {
+    const ps_k_prec precs[] = {PS_K_PREC_F32, PS_K_PREC_F16, PS_K_PREC_BF16};
+    const size_t dims[] = {1, 7, 33};
+    uint64_t seed = 500;
+    for (size_t pi = 0; pi < 3; pi++)
+        for (size_t mi = 0; mi < 3; mi++)
+            for (size_t ni = 0; ni < 3; ni++)
+                for (size_t ki = 0; ki < 3; ki++)
+                    for (int t = 0; t < 4; t++) {
+                        size_t M = dims[mi], N = dims[ni], K = dims[ki];
+                        bool ta = t & 1, tb = t & 2;
+                        float beta = (seed & 1) ? 1.0f : 0.0f, alpha = 0.75f;
+                        float *A = host(M * K, seed++, -2, 2), *B = host(K * N, seed++, -2, 2);
+                        float *C = host(M * N, seed++, -1, 1), *want = hcopy(C, M * N);
+                        if (beta == 0.0f)
+                            for (size_t i = 0; i < M * N; i++)
+                                C[i] = NAN;
+                        ck_assert_int_eq(
+                            ps_ref_gemm_ex(precs[pi], ta, tb, M, N, K, alpha, A, B, beta, want),
+                            PS_OK);
+                        void *dA = dev_from(d, A, M * K * 4), *dB = dev_from(d, B, K * N * 4);
+                        void *dC = dev_from(d, C, M * N * 4);
+                        ck_assert_int_eq(
+                            ps_k_gemm_ex(d, precs[pi], ta, tb, M, N, K, alpha, dA, dB, beta, dC),
+                            PS_OK);
+                        dev_take(d, C, dC, M * N);
+                        char what[96];
+                        snprintf(what, sizeof what, "gemm_ex prec=%d M=%zu N=%zu K=%zu ta=%d tb=%d",
+                                 (int)precs[pi], M, N, K, ta, tb);
+                        expect_close(what, C, want, M * N, 1e-5f, 1e-4f);
+                        ps_k_free(d, dA), ps_k_free(d, dB);
+                        free(A), free(B), free(C), free(want);
+                    }
+    /* the rounding is really applied: 1 + 2^-9 is exact in fp16, 1 in bf16 */
+    float a[2] = {1.0f + 0x1p-9f, 1.0f}, b[2] = {1.0f, 0x1p-12f}, c = 0, want;
+    for (size_t pi = 0; pi < 3; pi++) {
+        void *dA = dev_from(d, a, 8), *dB = dev_from(d, b, 8), *dC = dev_from(d, &c, 4);
+        ck_assert_int_eq(ps_k_gemm_ex(d, precs[pi], false, false, 1, 1, 2, 1.0f, dA, dB, 0.0f, dC),
+                         PS_OK);
+        dev_take(d, &c, dC, 1);
+        want = precs[pi] == PS_K_PREC_BF16 ? 1.0f + 0x1p-12f : 1.0f + 0x1p-9f + 0x1p-12f;
+        ck_assert_msg(c == want, "gemm_ex prec %d: got %.9g want %.9g", (int)precs[pi], c, want);
+        ps_k_free(d, dA), ps_k_free(d, dB);
+    }
+}
+
+/* BCE and MSE against the textbook formulas, with extreme logits; bad sizes. */
+static void check_losses(ps_k_dev *d) {
+    for (size_t ri = 0; ri < NSIZES; ri++)
+        for (size_t ci = 0; ci < 3; ci++) {
+            size_t R = sizes[ri], C = sizes[ci], n = R * C;
+            float *x = host(n, 600 + ri * 5 + ci, -8, 8), *t = host(n, 700 + ri, 0, 1);
+            if (n > 4) x[0] = 80, x[1] = -80, t[2] = 0, t[3] = 1; /* saturation, hard targets */
+            for (int mse = 0; mse < 2; mse++) {
+                float *g = host(n, 1, 0, 1), *wg = host(n, 2, 0, 1), loss = -1, loss2 = -2;
+                float wloss = -3;
+                for (size_t i = 0; i < n; i++)
+                    g[i] = NAN; /* overwritten */
+                int rc = mse ? ps_ref_mse_overwrite(wg, x, t, R, C, &wloss)
+                             : ps_ref_bce_overwrite(wg, x, t, R, C, &wloss);
+                ck_assert_int_eq(rc, PS_OK);
+                void *dx = dev_from(d, x, n * 4), *dt = dev_from(d, t, n * 4);
+                void *dg = dev_from(d, g, n * 4);
+                rc = mse ? ps_k_mse_overwrite(d, dg, dx, dt, R, C, &loss)
+                         : ps_k_bce_overwrite(d, dg, dx, dt, R, C, &loss);
+                ck_assert_int_eq(rc, PS_OK);
+                rc = mse ? ps_k_mse_overwrite(d, NULL, dx, dt, R, C, &loss2)
+                         : ps_k_bce_overwrite(d, NULL, dx, dt, R, C, &loss2);
+                ck_assert_int_eq(rc, PS_OK);
+                dev_take(d, g, dg, n);
+                const char *name = mse ? "mse" : "bce";
+                ck_assert_msg(isfinite(loss), "%s loss not finite", name);
+                expect_close(name, &loss, &wloss, 1, 1e-6f, 1e-5f);
+                expect_close(name, &loss2, &wloss, 1, 1e-6f, 1e-5f);
+                expect_close(mse ? "mse grad" : "bce grad", g, wg, n, 3e-7f, 1e-5f);
+                ck_assert_int_eq(mse ? ps_k_mse_overwrite(d, dg, dx, dt, 0, C, &loss)
+                                     : ps_k_bce_overwrite(d, dg, dx, dt, 0, C, &loss),
+                                 PS_EINVAL);
+                ck_assert_int_eq(mse ? ps_k_mse_overwrite(d, NULL, dx, dt, R, 0, &loss)
+                                     : ps_k_bce_overwrite(d, NULL, dx, dt, R, 0, &loss),
+                                 PS_EINVAL);
+                ps_k_free(d, dx), ps_k_free(d, dt);
+                free(g), free(wg);
+            }
+            free(x), free(t);
+        }
+    /* known values: bce(0, t) = log 2; mse of (3 - 1)^2 = 4 */
+    float x0 = 0, t0 = 0.3f, three = 3, one = 1, loss = 0;
+    void *dx = dev_from(d, &x0, 4), *dt = dev_from(d, &t0, 4);
+    ck_assert_int_eq(ps_k_bce_overwrite(d, NULL, dx, dt, 1, 1, &loss), PS_OK);
+    ck_assert_float_eq_tol(loss, logf(2.0f), 1e-6f);
+    ps_k_free(d, dx), ps_k_free(d, dt);
+    dx = dev_from(d, &three, 4), dt = dev_from(d, &one, 4);
+    ck_assert_int_eq(ps_k_mse_overwrite(d, NULL, dx, dt, 1, 1, &loss), PS_OK);
+    ck_assert_float_eq_tol(loss, 4.0f, 1e-6f);
+    ps_k_free(d, dx), ps_k_free(d, dt);
+}
+
+/* One-hot rows (out-of-range labels give zero rows, cols 1 copies the label)
+ * and the binary accuracy count. */
+static void check_onehot_binary(ps_k_dev *d) {
+    const size_t colss[] = {1, 2, 7, 33};
+    for (size_t ri = 0; ri < NSIZES; ri++)
+        for (size_t ci = 0; ci < 4; ci++) {
+            size_t R = sizes[ri], C = colss[ci];
+            int32_t *y = labels_for(R, C == 1 ? 2 : C, 800 + ri);
+            if (R > 2 && C > 1) y[0] = -1, y[1] = (int32_t)C; /* out of range */
+            float *out = host(R * C, 3, 5, 6), *want = host(R * C, 4, 0, 1);
+            ps_ref_onehot_overwrite(want, y, R, C);
+            void *dy = dev_from(d, y, R * 4), *dout = dev_from(d, out, R * C * 4);
+            ps_k_onehot_overwrite(d, dout, dy, R, C);
+            dev_take(d, out, dout, R * C);
+            expect_close("onehot", out, want, R * C, 0, 0);
+
+            float *z = host(R, 810 + ri, -1, 1);
+            if (R > 1) z[0] = 0.0f; /* 0 is not > 0: predicts class 0 */
+            size_t hits = 12345, whits = 54321;
+            void *dz = dev_from(d, z, R * 4);
+            ck_assert_int_eq(ps_ref_binary_correct(z, y, R, &whits), PS_OK);
+            ck_assert_int_eq(ps_k_binary_correct(d, dz, dy, R, &hits), PS_OK);
+            ck_assert_uint_eq(hits, whits);
+            ps_k_free(d, dz), ps_k_free(d, dy);
+            free(y), free(out), free(want), free(z);
+        }
+    float z[4] = {0.5f, -0.5f, 0.0f, 2.0f};
+    int32_t y[4] = {1, 0, 0, 0};
+    size_t hits = 0;
+    void *dz = dev_from(d, z, sizeof z), *dy = dev_from(d, y, sizeof y);
+    ck_assert_int_eq(ps_k_binary_correct(d, dz, dy, 4, &hits), PS_OK);
+    ck_assert_uint_eq(hits, 3);
+    ps_k_free(d, dz), ps_k_free(d, dy);
+}
+
+static void check_sums(ps_k_dev *d) {
+    const size_t ns[] = {0, 1, 7, 33, 1000, 100003};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+        size_t n = ns[i];
+        float *x = host(n, 900 + i, -3, 2);
+        double s = -1, q = -1, ws, wq;
+        void *dx = dev_from(d, x, (n ? n : 1) * 4);
+        ck_assert_int_eq(ps_ref_sum(x, n, &ws), PS_OK);
+        ck_assert_int_eq(ps_ref_sumsq(x, n, &wq), PS_OK);
+        ck_assert_int_eq(ps_k_sum(d, dx, n, &s), PS_OK);
+        ck_assert_int_eq(ps_k_sumsq(d, dx, n, &q), PS_OK);
+        double tol = 1e-6 * (double)n * 3 + 1e-9; /* fp32 partial sums on CUDA */
+        ck_assert_msg(fabs(s - ws) <= tol, "sum n=%zu: got %.12g want %.12g", n, s, ws);
+        ck_assert_msg(fabs(q - wq) <= tol * 3, "sumsq n=%zu: got %.12g want %.12g", n, q, wq);
+        ps_k_free(d, dx);
+        free(x);
+    }
+}
+
+static void check_host_alloc(ps_k_dev *d) {
+    float *h = NULL, back[100];
+    ck_assert_int_eq(ps_k_host_alloc(d, 100 * sizeof *h, (void **)&h), PS_OK);
+    ck_assert_ptr_nonnull(h);
+    if (ps_k_dev_kind(d) == PS_K_CPU) ck_assert_uint_eq((uintptr_t)h % 64, 0);
+    for (int i = 0; i < 100; i++)
+        h[i] = (float)i;
+    void *dp = dev_from(d, h, sizeof back);
+    dev_take(d, back, dp, 100);
+    expect_close("host_alloc round trip", back, h, 100, 0, 0);
+    ps_k_host_free(d, h);
+    ps_k_host_free(d, NULL);
+    void *tiny = NULL;
+    ck_assert_int_eq(ps_k_host_alloc(d, 0, &tiny), PS_OK);
+    ps_k_host_free(d, tiny);
+}
+
+/* ---- rounding (host functions of ew.h) ------------------------------------ */
+
+static float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint32_t bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* Bit-exact comparison (tells -0 from 0 and handles infinities). */
+#define ROUNDS_TO(fn, in, out)                                                                     \
+    ck_assert_msg(bits(fn(in)) == bits(out), #fn "(%.10g) = %.10g, want %.10g", (double)(in),      \
+                  (double)fn(in), (double)(out))
+
+START_TEST(round_f16_known_values) {
+    ROUNDS_TO(ps_ew_round_f16, 1.0f, 1.0f);
+    ROUNDS_TO(ps_ew_round_f16, -2.5f, -2.5f);
+    ROUNDS_TO(ps_ew_round_f16, 0.0f, 0.0f);
+    ROUNDS_TO(ps_ew_round_f16, -0.0f, -0.0f);
+    ROUNDS_TO(ps_ew_round_f16, 0.1f, 0.0999755859375f);
+    ROUNDS_TO(ps_ew_round_f16, 65504.0f, 65504.0f); /* the largest half */
+    ROUNDS_TO(ps_ew_round_f16, 65519.99f, 65504.0f);
+    ROUNDS_TO(ps_ew_round_f16, 65520.0f, INFINITY); /* the tie goes to even = 2^16: overflow */
+    ROUNDS_TO(ps_ew_round_f16, -65520.0f, -INFINITY);
+    ROUNDS_TO(ps_ew_round_f16, 1e9f, INFINITY);
+    ROUNDS_TO(ps_ew_round_f16, -INFINITY, -INFINITY);
+    ck_assert(isnan(ps_ew_round_f16(NAN)));
+    /* ties to even on the 2^-10 grid above 1 */
+    ROUNDS_TO(ps_ew_round_f16, 1.0f + 0x1p-11f, 1.0f);
+    ROUNDS_TO(ps_ew_round_f16, 1.0f + 3 * 0x1p-11f, 1.0f + 0x1p-9f);
+    ROUNDS_TO(ps_ew_round_f16, 1.0f + 0x1p-11f + 0x1p-20f, 1.0f + 0x1p-10f);
+    ROUNDS_TO(ps_ew_round_f16, 2048.0f + 1.0f, 2048.0f); /* step 2 there */
+    ROUNDS_TO(ps_ew_round_f16, 2048.0f + 3.0f, 2052.0f);
+    /* normals and subnormals (step 2^-24 below 2^-14) */
+    ROUNDS_TO(ps_ew_round_f16, 0x1p-14f, 0x1p-14f);
+    ROUNDS_TO(ps_ew_round_f16, 0x1p-14f - 0x1p-25f, 0x1p-14f); /* tie: up to the even 2^-14 */
+    ROUNDS_TO(ps_ew_round_f16, 0x1p-24f, 0x1p-24f);            /* smallest subnormal */
+    ROUNDS_TO(ps_ew_round_f16, 0x1p-25f, 0.0f);                /* tie to even: 0 */
+    ROUNDS_TO(ps_ew_round_f16, -0x1p-25f, -0.0f);
+    ROUNDS_TO(ps_ew_round_f16, 0x1p-25f + 0x1p-40f, 0x1p-24f);
+    ROUNDS_TO(ps_ew_round_f16, 3 * 0x1p-25f, 0x1p-23f); /* tie to even: 2 steps */
+    ROUNDS_TO(ps_ew_round_f16, 5 * 0x1p-24f + 0x1p-26f, 5 * 0x1p-24f);
+    ROUNDS_TO(ps_ew_round_f16, 1e-30f, 0.0f);
+}
+END_TEST
+
+START_TEST(round_bf16_known_values) {
+    ROUNDS_TO(ps_ew_round_bf16, 1.0f, 1.0f);
+    ROUNDS_TO(ps_ew_round_bf16, -0.0f, -0.0f);
+    ROUNDS_TO(ps_ew_round_bf16, 0.1f, from_bits(0x3DCD0000u)); /* 0.10009765625 */
+    ROUNDS_TO(ps_ew_round_bf16, 1.0f + 0x1p-8f, 1.0f);         /* tie to even */
+    ROUNDS_TO(ps_ew_round_bf16, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-6f);
+    ROUNDS_TO(ps_ew_round_bf16, 1.0f + 0x1p-8f + 0x1p-20f, 1.0f + 0x1p-7f);
+    ROUNDS_TO(ps_ew_round_bf16, 65504.0f, 65536.0f);
+    ROUNDS_TO(ps_ew_round_bf16, from_bits(0x7F7F0000u), from_bits(0x7F7F0000u)); /* max bf16 */
+    ROUNDS_TO(ps_ew_round_bf16, from_bits(0x7F7FFFFFu), INFINITY);               /* FLT_MAX */
+    ROUNDS_TO(ps_ew_round_bf16, -from_bits(0x7F7FFFFFu), -INFINITY);
+    ROUNDS_TO(ps_ew_round_bf16, INFINITY, INFINITY);
+    ck_assert(isnan(ps_ew_round_bf16(NAN)));
+    ck_assert(isnan(ps_ew_round_bf16(from_bits(0x7F800001u)))); /* a NaN that rounding would
+                                                                    turn into infinity */
+    /* float subnormals stay on the bf16 grid */
+    ROUNDS_TO(ps_ew_round_bf16, from_bits(0x00010000u), from_bits(0x00010000u));
+    ROUNDS_TO(ps_ew_round_bf16, from_bits(0x00008000u), 0.0f);
+    ROUNDS_TO(ps_ew_round_bf16, from_bits(0x00018000u), from_bits(0x00020000u));
+    ROUNDS_TO(ps_ew_round_bf16, from_bits(0x00008001u), from_bits(0x00010000u));
+}
+END_TEST
 
 /* ---- tests -------------------------------------------------------------- */
 
@@ -254,6 +516,23 @@ END_TEST
 START_TEST(cpu_softmax_ce) {
     check_softmax_ce(ps_k_cpu());
     check_ce_errors_and_ties(ps_k_cpu());
+}
+END_TEST
+
+START_TEST(cpu_gemm_ex) {
+    check_gemm_ex(ps_k_cpu());
+}
+END_TEST
+
+START_TEST(cpu_losses) {
+    check_losses(ps_k_cpu());
+    check_onehot_binary(ps_k_cpu());
+}
+END_TEST
+
+START_TEST(cpu_sums_host_alloc) {
+    check_sums(ps_k_cpu());
+    check_host_alloc(ps_k_cpu());
 }
 END_TEST
 
@@ -299,6 +578,11 @@ START_TEST(cuda_vs_reference) {
     check_activations(d);
     check_softmax_ce(d);
     check_ce_errors_and_ties(d);
+    check_gemm_ex(d);
+    check_losses(d);
+    check_onehot_binary(d);
+    check_sums(d);
+    check_host_alloc(d);
     ck_assert_int_eq(ps_k_sync(d), PS_OK);
     ps_k_dev_close(d);
 }
@@ -312,6 +596,11 @@ int main(void) {
     tcase_add_test(tc, cpu_bias_colsum);
     tcase_add_test(tc, cpu_activations);
     tcase_add_test(tc, cpu_softmax_ce);
+    tcase_add_test(tc, cpu_gemm_ex);
+    tcase_add_test(tc, cpu_losses);
+    tcase_add_test(tc, cpu_sums_host_alloc);
+    tcase_add_test(tc, round_f16_known_values);
+    tcase_add_test(tc, round_bf16_known_values);
     tcase_add_test(tc, devices);
     tcase_add_test(tc, cuda_vs_reference);
     suite_add_tcase(s, tc);
