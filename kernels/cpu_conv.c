@@ -1,6 +1,6 @@
 /* CPU backend of kernels/ for images: im2col and col2im as row-wise copies
- * (the training hot path), pooling one output or input cell at a time with
- * the shared per-cell formulas of ew.h. */
+ * (the training hot path), pooling as loops over each window's contiguous
+ * channel rows; the results are those of the per-cell formulas of ew.h. */
 #include <string.h>
 
 #include "backend.h"
@@ -76,27 +76,92 @@ void ps__cpu_col2im_overwrite(const ps_k_conv *p, float *dx, const float *cols, 
     }
 }
 
+/* Pooling walks each window with plain loops over contiguous channel rows
+ * (no per-cell index division); forward results are those of the ew.h
+ * per-cell formulas (same comparisons, same order). Backward passes scatter
+ * into dx: one CPU thread needs no atomics, and it touches each dy once. */
 void ps__cpu_maxpool_forward_overwrite(const ps_k_pool *p, float *y, int32_t *arg, const float *x) {
-    size_t total = p->n * p->oh * p->ow * p->c;
-    for (size_t o = 0; o < total; o++)
-        y[o] = ps_ew_maxpool_at(p, x, o, &arg[o]);
+    size_t C = p->c;
+    for (size_t img = 0; img < p->n; img++) {
+        const float *xi = x + img * p->h * p->w * C;
+        for (size_t oy = 0; oy < p->oh; oy++)
+            for (size_t ox = 0; ox < p->ow; ox++) {
+                size_t y0, y1, x0, x1, o = ((img * p->oh + oy) * p->ow + ox) * C;
+                ps_ew_pool_window(p, oy, ox, &y0, &y1, &x0, &x1);
+                float *yo = y + o;
+                int32_t *ao = arg + o;
+                int32_t first = (int32_t)(y0 * p->w + x0);
+                memcpy(yo, xi + (size_t)first * C, C * sizeof *yo);
+                for (size_t ci = 0; ci < C; ci++)
+                    ao[ci] = first;
+                for (size_t iy = y0; iy < y1; iy++)
+                    for (size_t ix = x0; ix < x1; ix++) {
+                        int32_t cell = (int32_t)(iy * p->w + ix);
+                        const float *xc = xi + (size_t)cell * C;
+                        for (size_t ci = 0; ci < C; ci++)
+                            if (xc[ci] > yo[ci] || yo[ci] != yo[ci]) { /* as ps_ew_maxpool_at */
+                                yo[ci] = xc[ci];
+                                ao[ci] = cell;
+                            }
+                    }
+            }
+    }
 }
 
 void ps__cpu_maxpool_backward_overwrite(const ps_k_pool *p, float *dx, const float *dy,
                                         const int32_t *arg) {
-    size_t total = p->n * p->h * p->w * p->c;
-    for (size_t e = 0; e < total; e++)
-        dx[e] = ps_ew_maxpool_bwd_at(p, dy, arg, e);
+    size_t C = p->c, per_out = p->oh * p->ow * C;
+    memset(dx, 0, p->n * p->h * p->w * C * sizeof *dx);
+    for (size_t img = 0; img < p->n; img++) {
+        float *dxi = dx + img * p->h * p->w * C;
+        const float *dyi = dy + img * per_out;
+        const int32_t *ai = arg + img * per_out;
+        for (size_t o = 0; o < per_out; o += C)
+            for (size_t ci = 0; ci < C; ci++)
+                dxi[(size_t)ai[o + ci] * C + ci] += dyi[o + ci];
+    }
 }
 
 void ps__cpu_avgpool_forward_overwrite(const ps_k_pool *p, float *y, const float *x) {
-    size_t total = p->n * p->oh * p->ow * p->c;
-    for (size_t o = 0; o < total; o++)
-        y[o] = ps_ew_avgpool_at(p, x, o);
+    size_t C = p->c;
+    for (size_t img = 0; img < p->n; img++) {
+        const float *xi = x + img * p->h * p->w * C;
+        for (size_t oy = 0; oy < p->oh; oy++)
+            for (size_t ox = 0; ox < p->ow; ox++) {
+                size_t y0, y1, x0, x1;
+                ps_ew_pool_window(p, oy, ox, &y0, &y1, &x0, &x1);
+                float *yo = y + ((img * p->oh + oy) * p->ow + ox) * C;
+                memset(yo, 0, C * sizeof *yo);
+                for (size_t iy = y0; iy < y1; iy++)
+                    for (size_t ix = x0; ix < x1; ix++) {
+                        const float *xc = xi + (iy * p->w + ix) * C;
+                        for (size_t ci = 0; ci < C; ci++)
+                            yo[ci] += xc[ci];
+                    }
+                float inv = (float)((y1 - y0) * (x1 - x0));
+                for (size_t ci = 0; ci < C; ci++)
+                    yo[ci] /= inv;
+            }
+    }
 }
 
 void ps__cpu_avgpool_backward_overwrite(const ps_k_pool *p, float *dx, const float *dy) {
-    size_t total = p->n * p->h * p->w * p->c;
-    for (size_t e = 0; e < total; e++)
-        dx[e] = ps_ew_avgpool_bwd_at(p, dy, e);
+    size_t C = p->c;
+    memset(dx, 0, p->n * p->h * p->w * C * sizeof *dx);
+    for (size_t img = 0; img < p->n; img++) {
+        float *dxi = dx + img * p->h * p->w * C;
+        for (size_t oy = 0; oy < p->oh; oy++)
+            for (size_t ox = 0; ox < p->ow; ox++) {
+                size_t y0, y1, x0, x1;
+                ps_ew_pool_window(p, oy, ox, &y0, &y1, &x0, &x1);
+                const float *g = dy + ((img * p->oh + oy) * p->ow + ox) * C;
+                float cnt = (float)((y1 - y0) * (x1 - x0));
+                for (size_t iy = y0; iy < y1; iy++)
+                    for (size_t ix = x0; ix < x1; ix++) {
+                        float *dc = dxi + (iy * p->w + ix) * C;
+                        for (size_t ci = 0; ci < C; ci++)
+                            dc[ci] += g[ci] / cnt;
+                    }
+            }
+    }
 }

@@ -332,8 +332,8 @@ static const float *forward(ps_model *m, const float *x, size_t rows, bool train
         const float *out = o->y;
         switch (o->kind) {
         case OP_DENSE:
-            ps_dense_forward(m->dev, o->y, in, param(m, o->kernel_var), param(m, o->bias_var),
-                             rows, ps_shape_numel(o->in), o->out.c);
+            ps_dense_forward(m->dev, o->y, in, param(m, o->kernel_var), param(m, o->bias_var), rows,
+                             ps_shape_numel(o->in), o->out.c);
             break;
         case OP_CONV: {
             ps_k_conv p = conv_plan(o, rows);
@@ -414,8 +414,8 @@ static void backward(ps_model *m, const float *x, size_t rows) {
         case OP_CONV: {
             ps_k_conv p = conv_plan(o, rows);
             ps_k_conv2d_backward_overwrite(m->dev, &p, j ? dnext : NULL, grad(m, o->kernel_var),
-                                           grad(m, o->bias_var), dout, in,
-                                           param(m, o->kernel_var), m->ws);
+                                           grad(m, o->bias_var), dout, in, param(m, o->kernel_var),
+                                           m->ws);
             break;
         }
         case OP_MAXPOOL: {
@@ -437,7 +437,8 @@ static void backward(ps_model *m, const float *x, size_t rows) {
             swap = false;
             break;
         case OP_ACT:
-            if (j) ps_k_act_backward_overwrite(m->dev, (ps_k_act)o->act, dout, dout, in, o->outp, n);
+            if (j)
+                ps_k_act_backward_overwrite(m->dev, (ps_k_act)o->act, dout, dout, in, o->outp, n);
             swap = false;
             break;
         }
@@ -458,8 +459,8 @@ static int check_labels(const ps_model *m, const int32_t *y, size_t n) {
 
 /* Makes x and y (host) available on the device: the same pointers on the
  * CPU, copies into d_x/d_y on CUDA. */
-static int stage_batch(ps_model *m, const float *x, const int32_t *y, size_t rows,
-                       const float **dx, const int32_t **dy) {
+static int stage_batch(ps_model *m, const float *x, const int32_t *y, size_t rows, const float **dx,
+                       const int32_t **dy) {
     if (!on_cuda(m)) {
         *dx = x;
         *dy = y;

@@ -13,7 +13,15 @@
 #define PS_ACT_SOFTMAX (-1) /* row-wise; only as the final op, folded into the loss */
 #define PS_NO_VAR ((size_t)-1)
 
-typedef enum { OP_DENSE, OP_CONV, OP_MAXPOOL, OP_AVGPOOL, OP_FLATTEN, OP_DROPOUT, OP_ACT } ps_op_kind;
+typedef enum {
+    OP_DENSE,
+    OP_CONV,
+    OP_MAXPOOL,
+    OP_AVGPOOL,
+    OP_FLATTEN,
+    OP_DROPOUT,
+    OP_ACT
+} ps_op_kind;
 typedef enum { LOSS_SPARSE_CE, LOSS_BCE, LOSS_MSE } ps_loss_kind;
 
 /* A per-sample tensor shape, channels last; a flat vector is 1 x 1 x width. */
@@ -63,9 +71,9 @@ struct ps_model {
     float *g0, *g1;            /* gradient ping-pong buffers [cap, maxw] */
     float *ws;                 /* conv workspace */
     size_t ws_floats;
-    float *d_x, *d_t;          /* CUDA: input batch, float targets [cap, classes] */
-    int32_t *d_y;              /* CUDA: labels */
-    float *h_out;              /* host copy of a one-column output (MSE accuracy) */
+    float *d_x, *d_t; /* CUDA: input batch, float targets [cap, classes] */
+    int32_t *d_y;     /* CUDA: labels */
+    float *h_out;     /* host copy of a one-column output (MSE accuracy) */
     uint64_t dropout_seed, step;
 };
 

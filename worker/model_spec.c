@@ -63,8 +63,8 @@ static bool parse_act(const char *s, int *act) {
     static const struct {
         const char *name;
         int act;
-    } acts[] = {{"linear", PS_K_ACT_LINEAR},   {"relu", PS_K_ACT_RELU}, {"sigmoid", PS_K_ACT_SIGMOID},
-                {"tanh", PS_K_ACT_TANH},       {"gelu", PS_K_ACT_GELU}, {"softmax", PS_ACT_SOFTMAX}};
+    } acts[] = {{"linear", PS_K_ACT_LINEAR}, {"relu", PS_K_ACT_RELU}, {"sigmoid", PS_K_ACT_SIGMOID},
+                {"tanh", PS_K_ACT_TANH},     {"gelu", PS_K_ACT_GELU}, {"softmax", PS_ACT_SOFTMAX}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
         if (strcmp(s, acts[i].name) == 0) {
             *act = acts[i].act;
@@ -147,9 +147,9 @@ static int parse_window(lctx *L, const cJSON *l, layer_type t, ps_op *o) {
     ps_shape in = cur_shape(L);
     if (!L->image)
         return fail(L->e, PS_EFORMAT,
-                        "layer %zu (%s): needs an image input: give 'input_shape' as [height, "
-                        "width, channels] and put no Flatten or Dense before it",
-                        L->index, L->tname);
+                    "layer %zu (%s): needs an image input: give 'input_shape' as [height, "
+                    "width, channels] and put no Flatten or Dense before it",
+                    L->index, L->tname);
     const char *wkey = t == L_CONV ? "kernel_size" : "pool_size";
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(l, wkey);
     if (t == L_CONV && !k)
@@ -200,8 +200,8 @@ static int parse_use_bias(lctx *L, const cJSON *l, bool *use_bias) {
     *use_bias = true;
     if (!b) return PS_OK;
     if (!cJSON_IsBool(b))
-        return fail(L->e, PS_EFORMAT, "layer %zu (%s): 'use_bias' must be true or false",
-                    L->index, L->tname);
+        return fail(L->e, PS_EFORMAT, "layer %zu (%s): 'use_bias' must be true or false", L->index,
+                    L->tname);
     *use_bias = cJSON_IsTrue(b);
     return PS_OK;
 }
@@ -218,8 +218,9 @@ static int parse_layer(lctx *L, const cJSON *l, layer_type t) {
         size_t units;
         if (!u) return fail(L->e, PS_EFORMAT, "layer %zu (Dense): missing key 'units'", L->index);
         if (!get_size(u, 1, MAX_UNITS, &units))
-            return fail(L->e, PS_EFORMAT, "layer %zu (Dense): 'units' must be an integer in [1, %u]",
-                        L->index, MAX_UNITS);
+            return fail(L->e, PS_EFORMAT,
+                        "layer %zu (Dense): 'units' must be an integer in [1, %u]", L->index,
+                        MAX_UNITS);
         if ((rc = parse_activation_key(L, l, &act)) || (rc = parse_use_bias(L, l, &use_bias)))
             return rc;
         o.kind = OP_DENSE;
@@ -230,7 +231,8 @@ static int parse_layer(lctx *L, const cJSON *l, layer_type t) {
     case L_CONV: {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(l, "filters");
         size_t filters;
-        if (!f) return fail(L->e, PS_EFORMAT, "layer %zu (Conv2D): missing key 'filters'", L->index);
+        if (!f)
+            return fail(L->e, PS_EFORMAT, "layer %zu (Conv2D): missing key 'filters'", L->index);
         if (!get_size(f, 1, 65536, &filters))
             return fail(L->e, PS_EFORMAT,
                         "layer %zu (Conv2D): 'filters' must be an integer in [1, 65536]", L->index);
@@ -315,8 +317,7 @@ static int parse_layers(ps_model *m, const cJSON *layers, perr *e) {
         if (o->kind == OP_DENSE) ndense++;
         if (o->kind == OP_ACT && o->act == PS_ACT_SOFTMAX && j + 1 != m->nops)
             return fail(e, PS_EFORMAT, "softmax is only allowed as the final activation");
-        if (o->kind == OP_DENSE)
-            nparams += ((double)ps_shape_numel(o->in) + 1) * (double)o->out.c;
+        if (o->kind == OP_DENSE) nparams += ((double)ps_shape_numel(o->in) + 1) * (double)o->out.c;
         if (o->kind == OP_CONV)
             nparams += ((double)o->kh * (double)o->kw * (double)o->in.c + 1) * (double)o->out.c;
     }
@@ -324,8 +325,8 @@ static int parse_layers(ps_model *m, const cJSON *layers, perr *e) {
     if (m->ops[m->nops - 1].out.h * m->ops[m->nops - 1].out.w != 1)
         return fail(e, PS_EFORMAT, "the last layer must give a flat output: end with Dense");
     if (nparams > MAX_PARAMS)
-        return fail(e, PS_EFORMAT, "the model has %.0f parameters, more than the limit %u",
-                    nparams, MAX_PARAMS);
+        return fail(e, PS_EFORMAT, "the model has %.0f parameters, more than the limit %u", nparams,
+                    MAX_PARAMS);
     return PS_OK;
 }
 
@@ -446,7 +447,8 @@ static int parse_loss(ps_model *m, const cJSON *root, perr *e) {
     m->nrun = m->nops;
     if (m->loss == LOSS_MSE) {
         if (last_act == PS_ACT_SOFTMAX)
-            return fail(e, PS_EFORMAT, "a final softmax is only supported with a cross-entropy loss");
+            return fail(e, PS_EFORMAT,
+                        "a final softmax is only supported with a cross-entropy loss");
         return PS_OK;
     }
     int fold = m->loss == LOSS_SPARSE_CE ? PS_ACT_SOFTMAX : PS_K_ACT_SIGMOID;
@@ -503,7 +505,8 @@ static int parse_spec(ps_model *m, const cJSON *root, perr *e) {
     }
     rc = parse_layers(m, cJSON_GetObjectItemCaseSensitive(root, "layers"), e);
     if (rc == PS_OK) rc = parse_loss(m, root, e);
-    if (rc == PS_OK) rc = parse_optimizer(m, cJSON_GetObjectItemCaseSensitive(root, "optimizer"), e);
+    if (rc == PS_OK)
+        rc = parse_optimizer(m, cJSON_GetObjectItemCaseSensitive(root, "optimizer"), e);
     return rc;
 }
 

@@ -137,7 +137,8 @@ static int load_data(const ps_train_config *cfg, train_state *st, char *err, siz
     int rc = load(cfg->data_dir, 1, cfg->max_train, &st->train, err, errlen);
     if (rc == PS_OK && cfg->index == 0)
         rc = load(cfg->data_dir, 0, cfg->max_test, &st->test, err, errlen);
-    if (rc == PS_OK) PS_INFO("data: %s (%zu training samples)", cifar ? "CIFAR-10" : "IDX", st->train.n);
+    if (rc == PS_OK)
+        PS_INFO("data: %s (%zu training samples)", cifar ? "CIFAR-10" : "IDX", st->train.n);
     return rc;
 }
 

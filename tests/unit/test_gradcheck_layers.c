@@ -55,8 +55,8 @@ static void check_model(const char *what, const char *spec, const int32_t *label
     }
     size_t correct;
     ck_assert_int_eq(ps_model_train_step(m, x, labels, B, &loss, &correct), PS_OK);
-    ck_assert_msg(fabsf(loss - l0) <= 1e-6f * (1 + fabsf(l0)), "%s: step loss %g != %g", what,
-                  loss, l0);
+    ck_assert_msg(fabsf(loss - l0) <= 1e-6f * (1 + fabsf(l0)), "%s: step loss %g != %g", what, loss,
+                  l0);
     const float *ana = ps_model_grads(m);
     double worst = 0;
     for (size_t i = 0; i < n; i++) {
@@ -79,12 +79,13 @@ static const int32_t y2[B] = {1, 0, 0, 1}; /* binary */
 #define SGD ", \"optimizer\": \"sgd\"}"
 
 START_TEST(conv_valid_maxpool) {
-    check_model("conv valid + maxpool",
-                "{" IMG "\"layers\": ["
-                "{\"type\": \"Conv2D\", \"filters\": 3, \"kernel_size\": 3, \"activation\": \"tanh\"},"
-                "{\"type\": \"MaxPooling2D\", \"pool_size\": 2},"
-                "{\"type\": \"Flatten\"}, {\"type\": \"Dense\", \"units\": 3}]" SGD,
-                y3, 1e-3f, 5e-4, 2e-2);
+    check_model(
+        "conv valid + maxpool",
+        "{" IMG "\"layers\": ["
+        "{\"type\": \"Conv2D\", \"filters\": 3, \"kernel_size\": 3, \"activation\": \"tanh\"},"
+        "{\"type\": \"MaxPooling2D\", \"pool_size\": 2},"
+        "{\"type\": \"Flatten\"}, {\"type\": \"Dense\", \"units\": 3}]" SGD,
+        y3, 1e-3f, 5e-4, 2e-2);
 }
 END_TEST
 
@@ -104,24 +105,26 @@ END_TEST
 
 START_TEST(maxpool_overlapping_same) {
     /* overlapping windows (stride 1 < pool 3) and same padding */
-    check_model("maxpool 3x3 stride 1 same",
-                "{" IMG "\"layers\": ["
-                "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 1, \"activation\": \"sigmoid\"},"
-                "{\"type\": \"MaxPool2D\", \"pool_size\": 3, \"strides\": 1, \"padding\": \"same\"},"
-                "{\"type\": \"AvgPool2D\", \"pool_size\": [2, 3]},"
-                "{\"type\": \"Dense\", \"units\": 3}]" SGD,
-                y3, 1e-3f, 5e-4, 2e-2);
+    check_model(
+        "maxpool 3x3 stride 1 same",
+        "{" IMG "\"layers\": ["
+        "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 1, \"activation\": \"sigmoid\"},"
+        "{\"type\": \"MaxPool2D\", \"pool_size\": 3, \"strides\": 1, \"padding\": \"same\"},"
+        "{\"type\": \"AvgPool2D\", \"pool_size\": [2, 3]},"
+        "{\"type\": \"Dense\", \"units\": 3}]" SGD,
+        y3, 1e-3f, 5e-4, 2e-2);
 }
 END_TEST
 
 START_TEST(dropout_layers) {
-    check_model("dropout",
-                "{" IMG "\"layers\": ["
-                "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 2, \"activation\": \"tanh\"},"
-                "{\"type\": \"Dropout\", \"rate\": 0.3}, {\"type\": \"Flatten\"},"
-                "{\"type\": \"Dense\", \"units\": 5, \"activation\": \"tanh\"},"
-                "{\"type\": \"Dropout\", \"rate\": 0.5}, {\"type\": \"Dense\", \"units\": 3}]" SGD,
-                y3, 1e-3f, 5e-4, 2e-2);
+    check_model(
+        "dropout",
+        "{" IMG "\"layers\": ["
+        "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 2, \"activation\": \"tanh\"},"
+        "{\"type\": \"Dropout\", \"rate\": 0.3}, {\"type\": \"Flatten\"},"
+        "{\"type\": \"Dense\", \"units\": 5, \"activation\": \"tanh\"},"
+        "{\"type\": \"Dropout\", \"rate\": 0.5}, {\"type\": \"Dense\", \"units\": 3}]" SGD,
+        y3, 1e-3f, 5e-4, 2e-2);
 }
 END_TEST
 

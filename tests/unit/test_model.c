@@ -135,10 +135,10 @@ START_TEST(cnn_examples) {
     const struct {
         const char *name;
         size_t s0, s1;
-    } want[] = {{"conv2d_0/kernel", 9, 32},  {"conv2d_0/bias", 32, 0},
-                {"conv2d_1/kernel", 288, 64}, {"conv2d_1/bias", 64, 0},
+    } want[] = {{"conv2d_0/kernel", 9, 32},    {"conv2d_0/bias", 32, 0},
+                {"conv2d_1/kernel", 288, 64},  {"conv2d_1/bias", 64, 0},
                 {"dense_0/kernel", 1600, 128}, {"dense_0/bias", 128, 0},
-                {"dense_1/kernel", 128, 10},  {"dense_1/bias", 10, 0}};
+                {"dense_1/kernel", 128, 10},   {"dense_1/bias", 10, 0}};
     ck_assert_uint_eq(ps_model_num_vars(m), 8);
     size_t total = 0;
     for (size_t i = 0; i < 8; i++) {
@@ -192,33 +192,34 @@ START_TEST(bad_specs) {
         {"[]", PS_EFORMAT, "JSON object"},
         {L1 "{\"type\": \"Conv3D\", \"filters\": 3}]}", PS_EFORMAT,
          "layer 0: unknown type 'Conv3D'"},
-        {L1 DENSE3 ", {\"type\": \"Dense\", \"units\": 2, \"activation\": \"swish\"}]}",
-         PS_EFORMAT, "layer 1 (Dense): unknown activation 'swish'"},
-        {L1 "{\"type\": \"Conv2D\", \"filters\": 3, \"kernel_size\": 3}, " DENSE3 "]}",
-         PS_EFORMAT, "layer 0 (Conv2D): needs an image input"},
+        {L1 DENSE3 ", {\"type\": \"Dense\", \"units\": 2, \"activation\": \"swish\"}]}", PS_EFORMAT,
+         "layer 1 (Dense): unknown activation 'swish'"},
+        {L1 "{\"type\": \"Conv2D\", \"filters\": 3, \"kernel_size\": 3}, " DENSE3 "]}", PS_EFORMAT,
+         "layer 0 (Conv2D): needs an image input"},
         {IMG "{\"type\": \"Flatten\"}, {\"type\": \"MaxPooling2D\"}, " DENSE3 "]}", PS_EFORMAT,
          "layer 1 (MaxPooling2D): needs an image input"},
         {IMG "{\"type\": \"Conv2D\", \"kernel_size\": 3}, " DENSE3 "]}", PS_EFORMAT,
          "layer 0 (Conv2D): missing key 'filters'"},
         {IMG "{\"type\": \"Conv2D\", \"filters\": 2}, " DENSE3 "]}", PS_EFORMAT,
          "layer 0 (Conv2D): missing key 'kernel_size'"},
-        {IMG "{\"type\": \"Conv2D\", \"filters\": 0, \"kernel_size\": 3}, " DENSE3 "]}",
-         PS_EFORMAT, "'filters'"},
+        {IMG "{\"type\": \"Conv2D\", \"filters\": 0, \"kernel_size\": 3}, " DENSE3 "]}", PS_EFORMAT,
+         "'filters'"},
         {IMG "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": [3]}, " DENSE3 "]}",
          PS_EFORMAT, "'kernel_size' must be an integer or a pair"},
-        {IMG "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 9}, " DENSE3 "]}",
-         PS_EFORMAT, "window 9x9 is larger than its input 8x6"},
-        {IMG "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 3, \"strides\": 0}, "
-             DENSE3 "]}",
+        {IMG "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 9}, " DENSE3 "]}", PS_EFORMAT,
+         "window 9x9 is larger than its input 8x6"},
+        {IMG "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 3, \"strides\": 0}, " DENSE3
+             "]}",
          PS_EFORMAT, "'strides'"},
-        {IMG "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 3, \"padding\": \"full\"}, "
-             DENSE3 "]}",
+        {IMG "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 3, \"padding\": "
+             "\"full\"}, " DENSE3 "]}",
          PS_EFORMAT, "'padding' must be \"valid\" or \"same\""},
-        {IMG "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 3, \"dilation_rate\": 2}, "
-             DENSE3 "]}",
+        {IMG
+         "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 3, \"dilation_rate\": 2}, " DENSE3
+         "]}",
          PS_EFORMAT, "layer 0 (Conv2D): unknown key 'dilation_rate'"},
-        {IMG "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 3, \"use_bias\": 1}, "
-             DENSE3 "]}",
+        {IMG "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 3, \"use_bias\": 1}, " DENSE3
+             "]}",
          PS_EFORMAT, "'use_bias' must be true or false"},
         {IMG "{\"type\": \"Dropout\", \"rate\": 1}, " DENSE3 "]}", PS_EFORMAT,
          "layer 0 (Dropout): 'rate' must be a number in [0, 1)"},
@@ -226,7 +227,7 @@ START_TEST(bad_specs) {
         {IMG "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 3}]}", PS_EFORMAT,
          "at least one Dense"},
         {IMG DENSE3 ", {\"type\": \"Dense\", \"units\": 1}], \"loss\": \"binary_crossentropy\","
-             " \"from_logits\": false}",
+                    " \"from_logits\": false}",
          PS_EFORMAT, "from_logits=false needs a sigmoid"},
         {IMG "{\"type\": \"Dense\", \"units\": 3, \"activation\": \"softmax\"}],"
              " \"loss\": \"binary_crossentropy\", \"from_logits\": false}",
