@@ -9,7 +9,7 @@
 extern "C" {
 #endif
 
-typedef struct ps__cuda_ctx ps__cuda_ctx; /* defined in cuda.cu */
+typedef struct ps__cuda_ctx ps__cuda_ctx; /* defined in cuda_common.cuh */
 
 struct ps_k_dev {
     ps_k_kind kind;

@@ -131,13 +131,13 @@ START_TEST(cnn_examples) {
     ck_assert_msg(ps_model_load(path, &m, err, sizeof err) == PS_OK, "%s", err);
     ck_assert_uint_eq(ps_model_input_dim(m), 784);
     ck_assert_uint_eq(ps_model_num_classes(m), 10);
-    /* 28 -conv3-> 26 -pool-> 13 -conv3-> 11 -pool-> 5: 5*5*64 = 1600 features */
+    /* 28 -conv3 same-> 28 -pool-> 14 -conv3 same-> 14 -pool-> 7: 7*7*64 = 3136 features */
     const struct {
         const char *name;
         size_t s0, s1;
     } want[] = {{"conv2d_0/kernel", 9, 32},    {"conv2d_0/bias", 32, 0},
                 {"conv2d_1/kernel", 288, 64},  {"conv2d_1/bias", 64, 0},
-                {"dense_0/kernel", 1600, 128}, {"dense_0/bias", 128, 0},
+                {"dense_0/kernel", 3136, 128}, {"dense_0/bias", 128, 0},
                 {"dense_1/kernel", 128, 10},   {"dense_1/bias", 10, 0}};
     ck_assert_uint_eq(ps_model_num_vars(m), 8);
     size_t total = 0;
