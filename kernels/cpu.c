@@ -44,22 +44,55 @@ void ps__cpu_col_sum(float *out, const float *x, size_t rows, size_t cols, bool 
     }
 }
 
+/* The activation is chosen once per call, outside the loops, so each loop
+ * body is one inlined ew.h formula that the compiler can vectorise. */
+#define PS_ACT_CASES(LOOP)                                                                         \
+    switch (act) {                                                                                 \
+    case PS_K_ACT_RELU:                                                                            \
+        LOOP(ps_ew_relu_fwd, ps_ew_relu_bwd, y);                                                   \
+        break;                                                                                     \
+    case PS_K_ACT_SIGMOID:                                                                         \
+        LOOP(ps_ew_sigmoid_fwd, ps_ew_sigmoid_bwd, y);                                             \
+        break;                                                                                     \
+    case PS_K_ACT_TANH:                                                                            \
+        LOOP(ps_ew_tanh_fwd, ps_ew_tanh_bwd, y);                                                   \
+        break;                                                                                     \
+    case PS_K_ACT_GELU:                                                                            \
+        LOOP(ps_ew_gelu_fwd, ps_ew_gelu_bwd, x); /* GELU's derivative needs the input */           \
+        break;                                                                                     \
+    default:                                                                                       \
+        LOOP(ps_ew_linear_fwd, ps_ew_linear_bwd, dy);                                              \
+    }
+
+static inline float ps_ew_linear_fwd(float x) {
+    return x;
+}
+
+static inline float ps_ew_linear_bwd(float unused, float dy) {
+    (void)unused;
+    return dy;
+}
+
 void ps__cpu_act_forward_overwrite(ps_k_act act, float *y, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        y[i] = ps_ew_act_fwd((int)act, x[i]);
+#define FWD(f, b, src)                                                                             \
+    for (size_t i = 0; i < n; i++)                                                                 \
+        y[i] = f(x[i]);
+    PS_ACT_CASES(FWD)
+#undef FWD
 }
 
 void ps__cpu_act_backward(ps_k_act act, float *dx, const float *dy, const float *x, const float *y,
                           size_t n, bool acc) {
-    /* each activation reads only one of x and y: the other may be NULL */
-    bool need_x = act == PS_K_ACT_GELU;
-    if (acc) {
-        for (size_t i = 0; i < n; i++)
-            dx[i] += ps_ew_act_bwd((int)act, need_x ? x[i] : 0.0f, need_x ? 0.0f : y[i], dy[i]);
-    } else {
-        for (size_t i = 0; i < n; i++)
-            dx[i] = ps_ew_act_bwd((int)act, need_x ? x[i] : 0.0f, need_x ? 0.0f : y[i], dy[i]);
-    }
+    /* each activation reads only one of x and y (src): the other may be NULL */
+#define BWD(f, b, src)                                                                             \
+    if (acc)                                                                                       \
+        for (size_t i = 0; i < n; i++)                                                             \
+            dx[i] += b(src[i], dy[i]);                                                             \
+    else                                                                                           \
+        for (size_t i = 0; i < n; i++)                                                             \
+            dx[i] = b(src[i], dy[i]);
+    PS_ACT_CASES(BWD)
+#undef BWD
 }
 
 void ps__cpu_softmax_rows_overwrite(float *probs, const float *logits, size_t rows, size_t cols) {
