@@ -48,7 +48,7 @@ typedef struct {
 
 static void usage(FILE *f, const char *argv0) {
     fprintf(f,
-            "usage: %s [--model FILE]... [--reps N] [--threads N] [--min-ms MS]\n"
+            "usage: %s [--model FILE]... [--reps N] [--threads N] [--min-ms MS] [--chunk N]\n"
             "Times the CPU backend of kernels/ (ps_k_gemm, ps_k_conv2d_*, im2col, col2im)\n"
             "on the Dense and Conv2D layer shapes of model JSON files, against\n"
             "cblas_sgemm on the same GEMMs in the same run.\n"

@@ -85,7 +85,7 @@ START_TEST(fashion_cnn_two_epochs) {
         cJSON_Delete(j);
     } else {
         /* README's CNN job; sync with two workers is deterministic for a seed:
-         * seeds 1, 2, 3 measured 0.8964, 0.8936, 0.8963 */
+         * seeds 1, 2, 3 measured 0.8982, 0.8946, 0.8938 */
         const char *argv[] = {getenv("PSCTL"), "local", "--ps",      "2",   "--workers", "2",
                               "--mode",        "sync",  "--model",   model, "--epochs",  "2",
                               "--summary",     summary, "--timeout", "400", NULL};
@@ -127,7 +127,7 @@ static void make_record(uint8_t *rec, int k, uint64_t *rng) {
 }
 
 static void write_batch(const char *dir, const char *name, size_t n, uint64_t seed) {
-    char path[700];
+    char path[1600];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *f = fopen(path, "wb");
     ck_assert_ptr_nonnull(f);
@@ -150,7 +150,7 @@ static const char small_cifar_cnn[] =
 
 START_TEST(cifar10_format_training) {
     char *dir = ps_test_mkdtemp();
-    char data[700], model[700], summary[700];
+    char data[800], model[1200], summary[800];
     snprintf(data, sizeof data, "%s/cifar-10-batches-bin", dir);
     ck_assert_int_eq(mkdir(data, 0700), 0);
     write_batch(data, "data_batch_1.bin", 1000, 1);
