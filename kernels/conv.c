@@ -7,10 +7,7 @@
 #include "kernels.h"
 #include "ps_error.h"
 
-/* Floats of im2col workspace at most (1 MiB, about an L2 cache: measured
- * with bench/kernels, a 32 MiB workspace made the heavy conv layers 20-35%
- * slower), unless one image needs more. */
-#define WS_MAX_FLOATS ((size_t)256 << 10)
+#define WS_MAX_FLOATS PS_K_CONV_WS_MAX_FLOATS
 
 /* *out = a * b; returns false when it overflows. */
 static bool mul(size_t a, size_t b, size_t *out) {

@@ -40,6 +40,12 @@ typedef enum {
 /* Input precision of a GEMM: products are always accumulated in fp32. */
 typedef enum { PS_K_PREC_F32 = 0, PS_K_PREC_F16 = 1, PS_K_PREC_BF16 = 2 } ps_k_prec;
 
+/* ps_k_conv_plan picks the images per im2col pass so that the workspace
+ * holds at most this many floats (1 MiB, about an L2 cache: measured with
+ * bench/kernels, a 32 MiB bound made the heavy conv layers 20-40% slower),
+ * unless one image needs more. */
+#define PS_K_CONV_WS_MAX_FLOATS ((size_t)256 << 10)
+
 /* Geometry of a 2-D convolution over NHWC input, filled by ps_k_conv_plan. */
 typedef struct {
     size_t n, h, w, c;        /* input [n, h, w, c] */

@@ -206,6 +206,47 @@ START_TEST(loss_kernels) {
 }
 END_TEST
 
+/* The same model on a CUDA device computes the CPU's loss and gradients
+ * (within float tolerance). Runs only where a GPU is present: the build hosts
+ * have none, so there this test prints a skip line and passes; this path has
+ * not run where it was written. CUDA starts inside the test (Check forks). */
+START_TEST(cuda_model_matches_cpu) {
+    if (ps_k_cuda_device_count() == 0) {
+        printf("cuda_model_matches_cpu: no CUDA device (built: %s); skipped\n",
+               ps_k_cuda_built() ? "yes" : "no");
+        return;
+    }
+    static const char spec[] =
+        "{" IMG "\"layers\": ["
+        "{\"type\": \"Conv2D\", \"filters\": 4, \"kernel_size\": 3, \"padding\": \"same\","
+        " \"activation\": \"relu\"},"
+        "{\"type\": \"MaxPooling2D\"}, {\"type\": \"Dropout\", \"rate\": 0.2},"
+        "{\"type\": \"AveragePooling2D\", \"pool_size\": 1}, {\"type\": \"Flatten\"},"
+        "{\"type\": \"Dense\", \"units\": 5, \"activation\": \"gelu\"},"
+        "{\"type\": \"Dense\", \"units\": 3}]" SGD;
+    ps_model *cpu = build(spec), *gpu = build(spec);
+    ps_k_dev *d = NULL;
+    char err[256];
+    ck_assert_msg(ps_k_dev_open("cuda:0", &d, err, sizeof err) == PS_OK, "%s", err);
+    ck_assert_msg(ps_model_set_device(gpu, d, err, sizeof err) == PS_OK, "%s", err);
+    size_t n = ps_model_num_params(cpu), in = ps_model_input_dim(cpu), c1, c2;
+    float x[B * 7 * 6 * 2], l1, l2;
+    ck_assert_uint_eq(in, 7 * 6 * 2);
+    ps_test_fill_uniform(x, B * in, 9, -1, 1);
+    ck_assert_int_eq(ps_model_train_step(cpu, x, y3, B, &l1, &c1), PS_OK);
+    ck_assert_int_eq(ps_model_train_step(gpu, x, y3, B, &l2, &c2), PS_OK);
+    ck_assert_float_eq_tol(l1, l2, 1e-4f * (1 + fabsf(l1)));
+    ck_assert_uint_eq(c1, c2);
+    long bad = ps_test_first_mismatch(ps_model_grads(gpu), ps_model_grads(cpu), n, 1e-5f, 1e-3f);
+    ck_assert_msg(bad < 0, "gradient %ld differs: cuda %g, cpu %g", bad,
+                  bad < 0 ? 0.0 : ps_model_grads(gpu)[bad],
+                  bad < 0 ? 0.0 : ps_model_grads(cpu)[bad]);
+    ps_model_free(gpu);
+    ps_model_free(cpu);
+    ps_k_dev_close(d);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("gradcheck_layers");
     TCase *tc = tcase_create("core");
@@ -218,6 +259,7 @@ int main(void) {
     tcase_add_test(tc, bce_losses);
     tcase_add_test(tc, mse_losses);
     tcase_add_test(tc, loss_kernels);
+    tcase_add_test(tc, cuda_model_matches_cpu);
     suite_add_tcase(s, tc);
     return ps_test_run_suite(s);
 }
