@@ -2,6 +2,7 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +58,7 @@ void ps_test_rmdir(const char *dir) {
         while ((e = readdir(d)) != NULL) {
             if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            unlink(path);
+            if (unlink(path) != 0 && errno == EISDIR) ps_test_rmdir(path); /* Linux: EISDIR */
         }
         closedir(d);
     }

@@ -20,7 +20,7 @@ void ps_test_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi)
 long ps_test_first_mismatch(const float *a, const float *b, size_t n, float atol, float rtol);
 /* Makes a fresh directory under $TMPDIR (or /tmp); returns a malloc'd path. */
 char *ps_test_mkdtemp(void);
-/* Removes a directory made by ps_test_mkdtemp and the files in it (not recursive). */
+/* Removes a directory made by ps_test_mkdtemp and everything in it. */
 void ps_test_rmdir(const char *dir);
 /* $PS_SOURCE_ROOT, or "." when unset. */
 const char *ps_test_source_root(void);
