@@ -22,6 +22,8 @@ static const struct {
     {PS_ESHUTDOWN, "ESHUTDOWN", "server is shutting down"},
     {PS_EREMOTE, "EREMOTE", "error reply from peer"},
     {PS_EINTERNAL, "EINTERNAL", "internal error"},
+    {PS_EREJOIN, "EREJOIN", "worker is not in the expected set: say Hello again"},
+    {PS_ERESTARTED, "ERESTARTED", "a shard restarted during the request"},
 };
 
 const char *ps_strerror(int err) {

@@ -19,7 +19,9 @@ typedef enum {
     PS_EADDRINUSE = -12, /* address already in use */
     PS_ESHUTDOWN = -13,  /* server is shutting down */
     PS_EREMOTE = -14,    /* the peer answered with an error reply */
-    PS_EINTERNAL = -15   /* a bug: should never happen */
+    PS_EINTERNAL = -15,  /* a bug: should never happen */
+    PS_EREJOIN = -16,    /* the worker left the expected set (timed out): say Hello again */
+    PS_ERESTARTED = -17  /* a shard restarted (from a checkpoint) during the request */
 } ps_err;
 
 /* Human-readable description of an error code; static storage. */

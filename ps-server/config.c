@@ -27,6 +27,21 @@ static const ps_option table[] = {
      "write \"host:port\" here once listening (for supervisors)"},
     {"log-level", PS_OPTION_CHOICE, F(log_level), 0, 0, "info", "debug|info|warn|error", NULL,
      "log verbosity"},
+    {"worker-timeout", PS_OPTION_LONG, F(worker_timeout_ms), 100, 86400000, "30000", NULL, "MS",
+     "a worker silent this long (no request, no heartbeat) leaves the expected set until its "
+     "next Hello; workers heartbeat every MS/4"},
+    {"replicas-to-aggregate", PS_OPTION_LONG, F(replicas), 0, 65536, "0", NULL, "R",
+     "sync: a step applies once R pushes for it arrived (later ones are dropped and counted); "
+     "0: all live workers"},
+    {"staleness", PS_OPTION_LONG, F(staleness), -1, 1000000, "-1", NULL, "S",
+     "async: a worker more than S steps ahead of the slowest live worker waits at its pull; "
+     "-1: plain async"},
+    {"checkpoint-dir", PS_OPTION_STR, F(checkpoint_dir), 0, 0, "", NULL, "DIR",
+     "write checkpoints here and restore the newest valid one at start (\"\": none)"},
+    {"checkpoint-every", PS_OPTION_LONG, F(checkpoint_every), 0, 31536000, "60", NULL, "SECONDS",
+     "periodic checkpoints when the version moved (0: only on request and at SIGTERM/SIGINT)"},
+    {"keep-checkpoints", PS_OPTION_LONG, F(keep_checkpoints), 1, 1000, "3", NULL, "K",
+     "newest checkpoint files kept in DIR"},
 };
 #define N_ENTRIES (sizeof table / sizeof table[0])
 
@@ -104,6 +119,19 @@ int ps_server_config_parse(int argc, char **argv, const char *tf_config, ps_serv
     if (cfg->shard >= cfg->num_shards) {
         snprintf(err, errlen, "--shard %ld is out of range for --num-shards %ld", cfg->shard,
                  cfg->num_shards);
+        return PS_EINVAL;
+    }
+    if (cfg->replicas > cfg->workers) {
+        snprintf(err, errlen, "--replicas-to-aggregate %ld is more than the job's %ld workers",
+                 cfg->replicas, cfg->workers);
+        return PS_EINVAL;
+    }
+    if (cfg->replicas && cfg->mode != PS_MODE_SYNC) {
+        snprintf(err, errlen, "--replicas-to-aggregate applies to --mode sync only");
+        return PS_EINVAL;
+    }
+    if (cfg->staleness >= 0 && cfg->mode != PS_MODE_ASYNC) {
+        snprintf(err, errlen, "--staleness applies to --mode async only");
         return PS_EINVAL;
     }
     return PS_OK;

@@ -12,10 +12,16 @@ typedef struct {
     long port;      /* 0 = any free port */
     long shard;     /* this shard's index */
     long num_shards;
-    long workers;          /* workers in the job (sync barrier size) */
-    long mode;             /* ps_mode */
-    char ready_file[1024]; /* written with "host:port" once bound */
-    long log_level;        /* 0 debug, 1 info, 2 warn, 3 error (ps_log_level) */
+    long workers;              /* workers in the job (sync barrier size) */
+    long mode;                 /* ps_mode */
+    char ready_file[1024];     /* written with "host:port" once bound */
+    long log_level;            /* 0 debug, 1 info, 2 warn, 3 error (ps_log_level) */
+    long worker_timeout_ms;    /* a worker silent this long leaves the expected set */
+    long replicas;             /* sync: pushes that close a step (0: all live workers) */
+    long staleness;            /* async: max clock lead over the slowest live worker (-1: none) */
+    char checkpoint_dir[1024]; /* "" : no checkpoints */
+    long checkpoint_every;     /* seconds between periodic checkpoints (0: only on request/exit) */
+    long keep_checkpoints;     /* newest checkpoint files kept */
 } ps_server_config;
 
 /* Fills cfg from TF_CONFIG (when tf_config is non-NULL and non-empty, task type

@@ -24,6 +24,9 @@ static const dispatch_entry table[] = {
     {PS__HEADER__BODY_PUSH, "Push", ps__handle_push, 1},
     {PS__HEADER__BODY_STATS, "Stats", ps__handle_stats, 0},
     {PS__HEADER__BODY_SHUTDOWN, "Shutdown", ps__handle_shutdown, 0},
+    {PS__HEADER__BODY_HEARTBEAT, "Heartbeat", ps__handle_heartbeat, 0},
+    {PS__HEADER__BODY_GOODBYE, "Goodbye", ps__handle_goodbye, 0},
+    {PS__HEADER__BODY_CHECKPOINT, "Checkpoint", ps__handle_checkpoint, 0},
 };
 
 static const dispatch_entry *lookup(Ps__Header__BodyCase body) {
@@ -33,7 +36,6 @@ static const dispatch_entry *lookup(Ps__Header__BodyCase body) {
 }
 
 void ps__server_dispatch(ps_server *s, ps_frames *f) {
-    s->stats.requests++;
     s->stats.bytes_in += f->bytes;
     if (f->n < 1) return;
     const void *id = zmq_msg_data(&f->frames[0]);
@@ -45,15 +47,21 @@ void ps__server_dispatch(ps_server *s, ps_frames *f) {
     const char *what = "request";
 
     if (f->n < 2) {
+        s->stats.requests++;
         rc = PS_EPROTO;
         snprintf(err, sizeof err, "message has no header frame");
     } else {
         rc = ps_header_decode(zmq_msg_data(&f->frames[1]), zmq_msg_size(&f->frames[1]), &hdr, err,
                               sizeof err);
         if (hdr) req_id = hdr->request_id;
+        if (hdr && hdr->body_case == PS__HEADER__BODY_HEARTBEAT)
+            s->stats.heartbeats++; /* not a request: nothing is answered */
+        else
+            s->stats.requests++;
         if (rc == PS_OK && f->truncated) {
             rc = PS_EPROTO;
-            snprintf(err, sizeof err, "message has more than %u payload frames", PS_WIRE_MAX_FRAMES);
+            snprintf(err, sizeof err, "message has more than %u payload frames",
+                     PS_WIRE_MAX_FRAMES);
         }
     }
     if (rc == PS_OK) {
@@ -76,7 +84,6 @@ void ps__server_dispatch(ps_server *s, ps_frames *f) {
     }
     if (rc != PS_OK) {
         s->stats.errors++;
-        if (rc == PS_ESTALE) s->stats.stale_pushes++;
         PS_DEBUG("%s %llu: %s: %s", what, (unsigned long long)req_id, ps_errname(rc), err);
         ps__server_reply_error(s, id, id_len, req_id, rc, err);
     }

@@ -1,6 +1,7 @@
 /* Request handlers: Hello, CreateVars, Pull (deferred until its version
- * exists), Push (sync: average then apply once per step; async: apply on
- * arrival), Stats, Shutdown. */
+ * exists, or until the bounded-staleness gate opens), Push (sync: average
+ * then apply once per step; async: apply on arrival), Heartbeat, Goodbye,
+ * Checkpoint, Stats, Shutdown. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@ int ps__handle_hello(ps_server *s, ps_request *r, char *err, size_t errlen) {
         return PS_EINVAL;
     }
     PS_INFO("hello from worker %u", h->worker_index);
+    ps__member_join(s, h->worker_index);
     Ps__Header out = PS__HEADER__INIT;
     Ps__Welcome w = PS__WELCOME__INIT;
     w.shard_index = (uint32_t)s->cfg.shard;
@@ -47,6 +49,10 @@ int ps__handle_hello(ps_server *s, ps_request *r, char *err, size_t errlen) {
     w.version = s->version;
     w.num_workers = (uint32_t)s->cfg.workers;
     w.num_vars = (uint32_t)s->store.n;
+    long hb = s->cfg.worker_timeout_ms / 4;
+    w.heartbeat_ms = (uint32_t)(hb < 50 ? 50 : hb);
+    w.incarnation = s->incarnation;
+    w.worker_clock = s->members[h->worker_index].clock;
     out.body_case = PS__HEADER__BODY_WELCOME;
     out.welcome = &w;
     ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
@@ -136,13 +142,18 @@ static int reply_pull(ps_server *s, const void *identity, size_t identity_len,
         ps_tensor_meta_f32(&metas[i], v->name, shape, v->rank, shapes + i * PS_WIRE_MAX_RANK);
         mptrs[i] = &metas[i];
         size_t bytes = v->numel * sizeof(float);
-        if (s->cfg.mode == PS_MODE_SYNC) {
+        if (s->cfg.mode == PS_MODE_SYNC &&
+            (s->cfg.replicas == 0 || s->cfg.replicas == s->cfg.workers)) {
             /* Zero-copy: in sync mode a variable changes only after every worker
-             * pushed the next step, which each does only after receiving this reply. */
+             * pushed the next step, which each does only after receiving this reply.
+             * (With backup workers a step can close while a slow worker's reply
+             * is still being sent: then the reply carries a copy, below. A worker
+             * removed after its timeout is long done reading, or dead.) */
             pl[i] = (ps_payload){v->w, bytes, NULL, NULL};
         } else {
-            /* Async: pushes may change the values while ZeroMQ still sends them,
-             * so the reply carries a snapshot (the one copy on this path). */
+            /* Async (or backup workers): pushes may change the values while
+             * ZeroMQ still sends them, so the reply carries a snapshot (the one
+             * copy on this path). */
             void *copy = malloc(bytes);
             if (!copy) {
                 for (size_t j = 0; j < i; j++)
@@ -177,6 +188,14 @@ int ps__handle_pull(ps_server *s, ps_request *r, char *err, size_t errlen) {
         snprintf(err, errlen, "pull of %zu names (allowed 1..%u)", p->n_names, PS_WIRE_MAX_FRAMES);
         return PS_EPROTO;
     }
+    if (p->has_worker) {
+        if (p->worker_index >= (uint32_t)s->cfg.workers) {
+            snprintf(err, errlen, "worker index %u out of range (job has %ld workers)",
+                     p->worker_index, s->cfg.workers);
+            return PS_EINVAL;
+        }
+        ps__member_seen(s, p->worker_index);
+    }
     for (size_t i = 0; i < p->n_names; i++) {
         if (!ps_store_find(&s->store, p->names[i])) {
             snprintf(err, errlen, "no variable named '%.200s' on shard %ld", p->names[i],
@@ -184,13 +203,18 @@ int ps__handle_pull(ps_server *s, ps_request *r, char *err, size_t errlen) {
             return PS_ENOENT;
         }
     }
-    if (p->min_version <= s->version) return reply_pull(s, r->identity, r->identity_len, r->hdr);
+    int gate_open = ps__staleness_allows(s, p);
+    if (p->min_version <= s->version && gate_open)
+        return reply_pull(s, r->identity, r->identity_len, r->hdr);
+    if (!gate_open) s->stats.staleness_waits++;
     /* sync: only the open step's result can be waited for; async: any future
      * version (pushes keep arriving; the client bounds the wait) */
     if (s->cfg.mode == PS_MODE_SYNC && p->min_version > s->version + 1) {
+        /* ESTALE: the client's idea of this shard is out of date (it may have
+         * restarted from a checkpoint); a worker asks who we are and resyncs */
         snprintf(err, errlen, "pull asks for version %llu but the shard is at %llu",
                  (unsigned long long)p->min_version, (unsigned long long)s->version);
-        return PS_EINVAL;
+        return PS_ESTALE;
     }
     ps_pending_pull *pp = calloc(1, sizeof *pp);
     void *id = pp ? malloc(r->identity_len) : NULL;
@@ -216,7 +240,8 @@ void ps__server_answer_pending(ps_server *s) {
     ps_pending_pull **pp = &s->pending;
     while (*pp) {
         ps_pending_pull *p = *pp;
-        if (p->req->pull->min_version > s->version && !s->stopping) {
+        if ((p->req->pull->min_version > s->version || !ps__staleness_allows(s, p->req->pull)) &&
+            !s->stopping) {
             pp = &p->next;
             continue;
         }
@@ -281,19 +306,19 @@ static int check_grads(ps_server *s, ps_request *r, const float **data, char *er
     return PS_OK;
 }
 
-static void reply_push(ps_server *s, ps_request *r, int applied) {
+static void reply_push(ps_server *s, ps_request *r, int applied, int dropped) {
     Ps__Header out = PS__HEADER__INIT;
     Ps__PushReply rep = PS__PUSH_REPLY__INIT;
     rep.version = s->version;
     rep.applied = applied;
+    rep.dropped = dropped;
     out.body_case = PS__HEADER__BODY_PUSH_REPLY;
     out.push_reply = &rep;
     ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
 }
 
-/* Sync: closes the step once every worker pushed for it. */
-static int finish_step_if_complete(ps_server *s) {
-    if (s->pushes_in_step < (uint32_t)s->cfg.workers) return 0;
+int ps__sync_try_close_step(ps_server *s) {
+    if (s->pushes_in_step == 0 || s->pushes_in_step < ps__members_needed(s)) return 0;
     for (size_t i = 0; i < s->store.n; i++)
         ps_var_apply_accumulated(s->store.vars[i]);
     s->version++;
@@ -304,6 +329,18 @@ static int finish_step_if_complete(ps_server *s) {
     return 1;
 }
 
+/* Async: records worker w's clock and the staleness of its push: how many
+ * clocks the newest push of any worker is ahead of this one. */
+static void note_clock(ps_server *s, uint32_t w, uint64_t clock) {
+    uint64_t newest = 0;
+    for (long i = 0; i < s->cfg.workers; i++)
+        if (s->members[i].clock > newest) newest = s->members[i].clock;
+    /* members[].clock counts pushes, so the newest pushed clock is newest - 1 */
+    if (newest > 0 && newest - 1 > clock && newest - 1 - clock > s->stats.max_staleness)
+        s->stats.max_staleness = newest - 1 - clock;
+    if (clock + 1 > s->members[w].clock) s->members[w].clock = clock + 1;
+}
+
 int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen) {
     const Ps__Push *p = r->hdr->push;
     if (p->worker_index >= (uint32_t)s->cfg.workers) {
@@ -311,21 +348,28 @@ int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen) {
                  s->cfg.workers);
         return PS_EINVAL;
     }
+    ps__member_seen(s, p->worker_index);
+    if (!s->members[p->worker_index].live) {
+        snprintf(err, errlen, "worker %u is not in the expected set (timed out or finished)",
+                 p->worker_index);
+        return PS_EREJOIN;
+    }
     if (s->cfg.mode == PS_MODE_SYNC) {
-        if (p->step < s->version) {
-            snprintf(err, errlen, "stale push for step %llu: the shard is at %llu; dropped",
+        if (p->step > s->version) { /* ESTALE: as for pulls, the client must resync */
+            snprintf(err, errlen, "push for step %llu but the shard is at %llu",
                      (unsigned long long)p->step, (unsigned long long)s->version);
             return PS_ESTALE;
         }
-        if (p->step > s->version) {
-            snprintf(err, errlen, "push for step %llu but the shard is at %llu",
+        /* A push for a closed step (backup workers: R pushes already closed it)
+         * or a second one from the same worker (a retry after a reconnect) is
+         * dropped: counted, answered, not an error. */
+        if (p->step < s->version || s->pushed[p->worker_index]) {
+            s->stats.dropped_pushes++;
+            s->stats.stale_pushes++;
+            PS_DEBUG("push from worker %u for step %llu dropped (shard at %llu)", p->worker_index,
                      (unsigned long long)p->step, (unsigned long long)s->version);
-            return PS_EINVAL;
-        }
-        if (s->pushed[p->worker_index]) {
-            snprintf(err, errlen, "worker %u already pushed for step %llu", p->worker_index,
-                     (unsigned long long)p->step);
-            return PS_EINVAL;
+            reply_push(s, r, 0, 1);
+            return PS_OK;
         }
     }
     const float **data = calloc(p->n_grads ? p->n_grads : 1, sizeof *data);
@@ -344,14 +388,15 @@ int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen) {
         if (s->cfg.mode == PS_MODE_SYNC) {
             s->pushed[p->worker_index] = 1;
             s->pushes_in_step++;
-            applied = finish_step_if_complete(s);
+            applied = ps__sync_try_close_step(s);
         } else {
+            note_clock(s, p->worker_index, p->clock);
             s->version++;
             s->stats.updates_applied++;
             applied = 1;
             if (s->pending) ps__server_answer_pending(s);
         }
-        reply_push(s, r, applied);
+        reply_push(s, r, applied, 0);
     } else if (rc == PS_ENOMEM) {
         snprintf(err, errlen, "out of memory accumulating gradients");
     }
@@ -379,6 +424,15 @@ int ps__handle_stats(ps_server *s, ps_request *r, char *err, size_t errlen) {
     st.bytes_in = s->stats.bytes_in;
     st.bytes_out = s->stats.bytes_out;
     st.pending_pulls = s->n_pending;
+    st.live_workers = s->live_count;
+    st.workers_removed = s->stats.workers_removed;
+    st.dropped_pushes = s->stats.dropped_pushes;
+    st.max_staleness = s->stats.max_staleness;
+    st.staleness_waits = s->stats.staleness_waits;
+    st.checkpoints = s->stats.checkpoints;
+    st.checkpoint_version = s->ckpt_version;
+    st.checkpoint_age_seconds = s->ckpt_ns ? (double)(ps__now_ns() - s->ckpt_ns) / 1e9 : -1.0;
+    st.incarnation = s->incarnation;
     st.uptime_seconds = (double)(ps__now_ns() - s->start_ns) / 1e9;
     size_t n = s->store.n;
     Ps__VarStats *vs = calloc(n ? n : 1, sizeof *vs);
@@ -415,5 +469,49 @@ int ps__handle_shutdown(ps_server *s, ps_request *r, char *err, size_t errlen) {
     ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
     PS_INFO("shutdown requested");
     ps_server_stop(s);
+    return PS_OK;
+}
+
+static int check_worker(const ps_server *s, uint32_t w, char *err, size_t errlen) {
+    if (w < (uint32_t)s->cfg.workers) return PS_OK;
+    snprintf(err, errlen, "worker index %u out of range (job has %ld workers)", w, s->cfg.workers);
+    return PS_EINVAL;
+}
+
+/* One-way: no reply. A heartbeat keeps a live worker live; it does not
+ * bring back a removed one (that takes a Hello). */
+int ps__handle_heartbeat(ps_server *s, ps_request *r, char *err, size_t errlen) {
+    uint32_t w = r->hdr->heartbeat->worker_index;
+    int rc = check_worker(s, w, err, errlen);
+    if (rc == PS_OK) ps__member_seen(s, w);
+    return rc;
+}
+
+int ps__handle_goodbye(ps_server *s, ps_request *r, char *err, size_t errlen) {
+    uint32_t w = r->hdr->goodbye->worker_index;
+    int rc = check_worker(s, w, err, errlen);
+    if (rc != PS_OK) return rc;
+    Ps__Header out = PS__HEADER__INIT;
+    Ps__GoodbyeReply rep = PS__GOODBYE_REPLY__INIT;
+    out.body_case = PS__HEADER__BODY_GOODBYE_REPLY;
+    out.goodbye_reply = &rep;
+    ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
+    ps__member_leave(s, w);
+    return PS_OK;
+}
+
+int ps__handle_checkpoint(ps_server *s, ps_request *r, char *err, size_t errlen) {
+    char path[1200];
+    uint64_t bytes = 0;
+    int rc = ps__server_checkpoint(s, path, sizeof path, &bytes, err, errlen);
+    if (rc != PS_OK) return rc;
+    Ps__Header out = PS__HEADER__INIT;
+    Ps__CheckpointReply rep = PS__CHECKPOINT_REPLY__INIT;
+    rep.path = path;
+    rep.version = s->version;
+    rep.bytes = bytes;
+    out.body_case = PS__HEADER__BODY_CHECKPOINT_REPLY;
+    out.checkpoint_reply = &rep;
+    ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
     return PS_OK;
 }

@@ -6,9 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "log.h"
 #include "ps_error.h"
 
@@ -16,6 +18,84 @@ uint64_t ps__now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A number that differs between two starts of psd (workers notice a restart). */
+static uint64_t new_incarnation(void) {
+    uint64_t v = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&v, sizeof v, 1, f) != 1) v = ps__now_ns() ^ ((uint64_t)getpid() << 32);
+    if (f) fclose(f);
+    return v ? v : 1;
+}
+
+/* Creates dir (one level) if missing. */
+static int ensure_dir(const char *dir, char *err, size_t errlen) {
+    if (mkdir(dir, 0750) == 0 || errno == EEXIST) return PS_OK;
+    snprintf(err, errlen, "cannot create checkpoint directory %s: %s", dir, strerror(errno));
+    return PS_EIO;
+}
+
+/* Loads the newest valid checkpoint of --checkpoint-dir, if any. */
+static int restore(ps_server *s, char *err, size_t errlen) {
+    const char *dir = s->cfg.checkpoint_dir;
+    int rc = ensure_dir(dir, err, errlen);
+    if (rc != PS_OK) return rc;
+    ps_ckpt_meta m;
+    char path[1200];
+    rc = ps_ckpt_restore(dir, &s->store, &m, path, sizeof path, err, errlen);
+    if (rc == PS_ENOENT) {
+        PS_INFO("no valid checkpoint in %s: starting empty", dir);
+        return PS_OK;
+    }
+    if (rc != PS_OK) return rc;
+    if (m.shard != (uint64_t)s->cfg.shard || m.num_shards != (uint64_t)s->cfg.num_shards) {
+        snprintf(err, errlen,
+                 "checkpoint %s belongs to shard %llu of %llu, this is shard %ld of %ld", path,
+                 (unsigned long long)m.shard, (unsigned long long)m.num_shards, s->cfg.shard,
+                 s->cfg.num_shards);
+        return PS_EINVAL;
+    }
+    s->version = m.version;
+    s->stats.updates_applied = m.updates_applied;
+    s->ckpt_version = m.version;
+    s->ckpt_ns = ps__now_ns();
+    PS_INFO("restored checkpoint %s: version %llu, %zu variables", path,
+            (unsigned long long)m.version, s->store.n);
+    return PS_OK;
+}
+
+int ps__server_checkpoint(ps_server *s, char *path, size_t path_len, uint64_t *bytes, char *err,
+                          size_t errlen) {
+    if (!s->cfg.checkpoint_dir[0]) {
+        snprintf(err, errlen, "this psd has no --checkpoint-dir");
+        return PS_EINVAL;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    ps_ckpt_meta m = {
+        .version = s->version,
+        .updates_applied = s->stats.updates_applied,
+        .shard = (uint64_t)s->cfg.shard,
+        .num_shards = (uint64_t)s->cfg.num_shards,
+        .mode = (uint64_t)s->cfg.mode,
+        .incarnation = s->incarnation,
+        .unix_ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u,
+    };
+    uint64_t t0 = ps__now_ns();
+    int rc = ps_ckpt_save(s->cfg.checkpoint_dir, (int)s->cfg.keep_checkpoints, &s->store, &m, path,
+                          path_len, bytes, err, errlen);
+    if (rc != PS_OK) {
+        PS_ERROR("checkpoint failed: %s", err);
+        return rc;
+    }
+    s->stats.checkpoints++;
+    s->ckpt_version = s->version;
+    s->ckpt_ns = ps__now_ns();
+    PS_INFO("checkpoint version %llu written to %s (%llu bytes, %.1f ms)",
+            (unsigned long long)s->version, path, (unsigned long long)*bytes,
+            (double)(s->ckpt_ns - t0) / 1e6);
+    return PS_OK;
 }
 
 static int write_ready_file(const char *path, const char *endpoint, char *err, size_t errlen) {
@@ -35,13 +115,15 @@ int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, c
     s->cfg = *cfg;
     s->loop = loop;
     s->start_ns = ps__now_ns();
+    s->incarnation = new_incarnation();
     ps_store_init(&s->store);
     s->pushed = calloc((size_t)cfg->workers, 1);
     s->zctx = zmq_ctx_new();
-    if (!s->pushed || !s->zctx) {
+    if (!s->pushed || !s->zctx || ps__members_init(s) != PS_OK) {
         snprintf(err, errlen, "out of memory");
         return PS_ENOMEM;
     }
+    if (cfg->checkpoint_dir[0] && restore(s, err, errlen) != PS_OK) return PS_EIO;
     s->router = zmq_socket(s->zctx, ZMQ_ROUTER);
     int one = 1, linger = 1000;
     zmq_setsockopt(s->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
@@ -100,7 +182,30 @@ static void on_poll(uv_poll_t *h, int status, int events) {
 static void on_signal(uv_signal_t *h, int signum) {
     ps_server *s = h->data;
     PS_INFO("received %s, shutting down", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    if (s->cfg.checkpoint_dir[0] && !s->stopping) {
+        char path[1200], err[512];
+        uint64_t bytes = 0;
+        ps__server_checkpoint(s, path, sizeof path, &bytes, err, sizeof err);
+    }
     ps_server_stop(s);
+}
+
+static void on_member_timer(uv_timer_t *t) {
+    ps_server *s = t->data;
+    ps__members_expire(s);
+    /* Removing a worker may close a step and send replies. A send on the
+     * socket can consume ZMQ_FD's edge while requests wait to be read, and
+     * the poll would not fire again for them: read them now. */
+    drain(s);
+}
+
+static void on_ckpt_timer(uv_timer_t *t) {
+    ps_server *s = t->data;
+    if (s->ckpt_ns && s->ckpt_version == s->version) return; /* nothing new */
+    char path[1200], err[512];
+    uint64_t bytes = 0;
+    ps__server_checkpoint(s, path, sizeof path, &bytes, err, sizeof err);
+    drain(s); /* requests that arrived while the checkpoint was written (see above) */
 }
 
 static void on_close(uv_handle_t *h) {
@@ -115,11 +220,21 @@ int ps_server_run(ps_server *s) {
     uv_poll_init(s->loop, &s->poll, fd);
     uv_signal_init(s->loop, &s->sigterm);
     uv_signal_init(s->loop, &s->sigint);
+    uv_timer_init(s->loop, &s->member_timer);
+    uv_timer_init(s->loop, &s->ckpt_timer);
     s->poll.data = s->sigterm.data = s->sigint.data = s;
-    s->handles_open = 3;
+    s->member_timer.data = s->ckpt_timer.data = s;
+    s->handles_open = 5;
     uv_poll_start(&s->poll, UV_READABLE, on_poll);
     uv_signal_start(&s->sigterm, on_signal, SIGTERM);
     uv_signal_start(&s->sigint, on_signal, SIGINT);
+    uint64_t tick = (uint64_t)s->cfg.worker_timeout_ms / 4;
+    tick = tick < 10 ? 10 : tick > 1000 ? 1000 : tick;
+    uv_timer_start(&s->member_timer, on_member_timer, tick, tick);
+    if (s->cfg.checkpoint_dir[0] && s->cfg.checkpoint_every > 0) {
+        uint64_t every = (uint64_t)s->cfg.checkpoint_every * 1000u;
+        uv_timer_start(&s->ckpt_timer, on_ckpt_timer, every, every);
+    }
     PS_INFO("shard %ld/%ld listening on %s, mode %s, %ld workers", s->cfg.shard, s->cfg.num_shards,
             s->endpoint, ps_mode_name(s->cfg.mode), s->cfg.workers);
     drain(s); /* messages may have arrived before the poll started */
@@ -135,6 +250,8 @@ void ps_server_stop(ps_server *s) {
         uv_close((uv_handle_t *)&s->poll, on_close);
         uv_close((uv_handle_t *)&s->sigterm, on_close);
         uv_close((uv_handle_t *)&s->sigint, on_close);
+        uv_close((uv_handle_t *)&s->member_timer, on_close);
+        uv_close((uv_handle_t *)&s->ckpt_timer, on_close);
     }
 }
 
@@ -143,6 +260,7 @@ void ps_server_free(ps_server *s) {
     if (s->zctx) zmq_ctx_term(s->zctx);
     ps_store_free(&s->store);
     free(s->pushed);
+    free(s->members);
     free(s->scratch);
     s->router = s->zctx = NULL;
     s->pushed = NULL;

@@ -22,7 +22,17 @@ typedef struct ps_pending_pull {
 typedef struct {
     uint64_t requests, errors, pushes_applied, stale_pushes, updates_applied;
     uint64_t bytes_in, bytes_out, dropped_replies;
+    uint64_t workers_removed, dropped_pushes, max_staleness, staleness_waits, checkpoints;
+    uint64_t heartbeats;
 } ps_server_stats;
+
+/* What the shard knows of one worker of the job (members.c). */
+typedef struct {
+    uint64_t last_seen_ns; /* last request or heartbeat */
+    uint64_t clock;        /* async: pushes received from it */
+    unsigned char live;    /* in the expected set */
+    unsigned char done;    /* said Goodbye (finished its job) */
+} ps_member;
 
 typedef struct ps_server {
     ps_server_config cfg;
@@ -39,6 +49,13 @@ typedef struct ps_server {
     ps_pending_pull *pending; /* deferred pulls, oldest first */
     size_t n_pending;
     ps_server_stats stats;
+    ps_member *members; /* [cfg.workers] */
+    uint32_t live_count;
+    uv_timer_t member_timer;
+    uv_timer_t ckpt_timer;
+    uint64_t incarnation;  /* random per process start */
+    uint64_t ckpt_version; /* version of the newest checkpoint written or restored */
+    uint64_t ckpt_ns;      /* when (monotonic), 0: none */
     uint64_t start_ns;
     int stopping;
     float *scratch; /* for misaligned payload frames */
@@ -81,6 +98,33 @@ int ps__handle_pull(ps_server *s, ps_request *r, char *err, size_t errlen);
 int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen);
 int ps__handle_stats(ps_server *s, ps_request *r, char *err, size_t errlen);
 int ps__handle_shutdown(ps_server *s, ps_request *r, char *err, size_t errlen);
+int ps__handle_heartbeat(ps_server *s, ps_request *r, char *err, size_t errlen);
+int ps__handle_goodbye(ps_server *s, ps_request *r, char *err, size_t errlen);
+int ps__handle_checkpoint(ps_server *s, ps_request *r, char *err, size_t errlen);
+
+/* Membership (members.c): the expected set of workers, heartbeats, timeouts. */
+int ps__members_init(ps_server *s);
+/* Worker w showed a sign of life (any request naming it, or a heartbeat). */
+void ps__member_seen(ps_server *s, uint32_t w);
+/* Hello from w: it (re)joins the expected set. */
+void ps__member_join(ps_server *s, uint32_t w);
+/* Goodbye from w: it leaves the expected set, finished. */
+void ps__member_leave(ps_server *s, uint32_t w);
+/* Removes workers silent for longer than --worker-timeout (the timer calls it). */
+void ps__members_expire(ps_server *s);
+/* Async: the smallest clock among live workers (UINT64_MAX when none). */
+uint64_t ps__members_min_clock(const ps_server *s);
+/* Sync: pushes that close a step now: --replicas-to-aggregate (or all
+ * workers) capped by the live count, at least 1. */
+uint32_t ps__members_needed(const ps_server *s);
+/* Sync: closes the open step if enough pushes arrived; 1 if it did. */
+int ps__sync_try_close_step(ps_server *s);
+/* Async with --staleness: may a pull at this clock be answered now? */
+int ps__staleness_allows(const ps_server *s, const Ps__Pull *p);
+
+/* Checkpoints (server.c): writes one now; PS_OK, or an error with a reason. */
+int ps__server_checkpoint(ps_server *s, char *path, size_t path_len, uint64_t *bytes, char *err,
+                          size_t errlen);
 /* Answers the deferred pulls whose version now exists. */
 void ps__server_answer_pending(ps_server *s);
 /* Nanoseconds on a monotonic clock. */
