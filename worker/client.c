@@ -10,6 +10,7 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "heartbeat.h"
 #include "log.h"
 #include "ps_error.h"
 #include "wire.h"
@@ -17,10 +18,22 @@
 typedef struct {
     void *sock;
     char endpoint[280];
-    uint64_t want_id; /* request id of the outstanding request, 0 = none */
-    size_t *tensors;  /* indices into c->tensors living on this shard */
+    uint64_t want_id;  /* request id of the outstanding request, 0 = none */
+    uint64_t probe_id; /* outstanding Hello probe (is the shard alive? restarted?), 0 = none */
+    uint64_t attempt_deadline, probe_deadline, next_probe_at; /* ms, monotonic */
+    unsigned probes;      /* unanswered probes in a row: the reconnect backoff */
+    int after_probe;      /* what to do when the probe is answered (PROBE_*) */
+    int reopened;         /* the socket was reopened since want_id was sent */
+    uint64_t incarnation; /* the shard process we talk to (from its Welcome) */
+    uint64_t version;     /* version of the values last pulled from this shard */
+    int pushed;           /* pushed gradients computed from `version` */
+    uint64_t worker_clock;
+    unsigned heartbeat_ms;
+    size_t *tensors; /* indices into c->tensors living on this shard */
     size_t n_tensors, cap_tensors;
 } shard_conn;
+
+enum { PROBE_WAIT = 0, PROBE_RESEND, PROBE_STALE };
 
 struct ps_client {
     void *zctx;
@@ -30,7 +43,9 @@ struct ps_client {
     size_t n_tensors, cap_tensors;
     unsigned worker_index, num_workers;
     uint64_t next_id;
-    int timeout_ms;
+    int timeout_ms, attempt_ms;
+    uint64_t rng;
+    ps_heartbeat *heartbeat;
     char error[512];
 };
 
@@ -47,6 +62,17 @@ static uint64_t now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static int open_socket(ps_client *c, shard_conn *s) {
+    s->sock = zmq_socket(c->zctx, ZMQ_DEALER);
+    if (!s->sock) return PS_ENOMEM;
+    int linger = 0, ivl = 100, ivl_max = 2000;
+    zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof linger);
+    /* ZeroMQ reconnects by itself, with its own exponential backoff */
+    zmq_setsockopt(s->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
+    zmq_setsockopt(s->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
+    return zmq_connect(s->sock, s->endpoint) == 0 ? PS_OK : PS_EINVAL;
 }
 
 int ps_client_open(ps_client **out, const char *const *endpoints, size_t n_shards,
@@ -66,14 +92,13 @@ int ps_client_open(ps_client **out, const char *const *endpoints, size_t n_shard
     c->worker_index = worker_index;
     c->num_workers = num_workers;
     c->timeout_ms = 120000;
+    c->attempt_ms = 5000;
     c->next_id = 1;
+    c->rng = now_ms() ^ ((uint64_t)worker_index << 40) ^ 0x9E3779B97F4A7C15ull;
     for (size_t i = 0; i < n_shards; i++) {
         shard_conn *s = &c->shards[i];
         snprintf(s->endpoint, sizeof s->endpoint, "tcp://%s", endpoints[i]);
-        s->sock = zmq_socket(c->zctx, ZMQ_DEALER);
-        int linger = 0;
-        zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof linger);
-        if (zmq_connect(s->sock, s->endpoint) != 0) {
+        if (open_socket(c, s) != PS_OK) {
             snprintf(err, errlen, "cannot connect to %s: %s", endpoints[i],
                      zmq_strerror(zmq_errno()));
             ps_client_close(c);
@@ -86,6 +111,7 @@ int ps_client_open(ps_client **out, const char *const *endpoints, size_t n_shard
 
 void ps_client_close(ps_client *c) {
     if (!c) return;
+    ps_heartbeat_stop(c->heartbeat);
     for (size_t i = 0; c->shards && i < c->n_shards; i++) {
         if (c->shards[i].sock) zmq_close(c->shards[i].sock);
         free(c->shards[i].tensors);
@@ -98,6 +124,10 @@ void ps_client_close(ps_client *c) {
 
 void ps_client_set_timeout(ps_client *c, int timeout_ms) {
     c->timeout_ms = timeout_ms;
+}
+
+void ps_client_set_retry(ps_client *c, int attempt_ms) {
+    c->attempt_ms = attempt_ms > 0 ? attempt_ms : 1;
 }
 
 const char *ps_client_error(const ps_client *c) {
@@ -142,19 +172,106 @@ static size_t tensor_numel(const ps_client_tensor *t) {
 static int send_request(ps_client *c, size_t i, Ps__Header *hdr, const ps_payload *pl, size_t n) {
     hdr->protocol_version = PS_PROTOCOL_VERSION;
     hdr->request_id = c->next_id++;
-    c->shards[i].want_id = hdr->request_id;
-    if (ps_wire_send(c->shards[i].sock, NULL, 0, hdr, pl, n, 0) != PS_OK)
-        return fail(c, PS_EIO, "send to %s failed: %s", c->shards[i].endpoint,
-                    zmq_strerror(zmq_errno()));
+    shard_conn *s = &c->shards[i];
+    s->want_id = hdr->request_id;
+    s->attempt_deadline = now_ms() + (uint64_t)c->attempt_ms;
+    s->reopened = 0;
+    if (ps_wire_send(s->sock, NULL, 0, hdr, pl, n, 0) != PS_OK)
+        return fail(c, PS_EIO, "send to %s failed: %s", s->endpoint, zmq_strerror(zmq_errno()));
     return PS_OK;
 }
 
-/* Called with each shard's reply; returns PS_OK or an error (message set). */
-typedef int (*reply_fn)(ps_client *c, size_t shard, Ps__Header *hdr, ps_frames *f, void *ctx);
+/* One request round: how to (re)send it to a shard, what to do with a reply,
+ * and what a shard restart (a new incarnation) means for it. */
+typedef struct {
+    const char *what;
+    int (*send)(ps_client *c, size_t shard, void *ctx);
+    int (*on_reply)(ps_client *c, size_t shard, Ps__Header *hdr, ps_frames *f, void *ctx);
+    int fail_on_restart; /* push: gradients for a version the shard no longer has */
+    int stale_is_drop;   /* push: ESTALE from the same incarnation is a dropped push */
+    void *ctx;
+} op_spec;
 
-/* Waits until every shard with an outstanding request answered (or the deadline).
- * Replies to older requests are dropped. Returns the first error seen. */
-static int collect(ps_client *c, const char *what, reply_fn on_reply, void *ctx) {
+/* Sends a Hello probe to shard i: its Welcome tells whether the process we
+ * talked to is still there (same incarnation) and rejoins the expected set. */
+static void send_probe(ps_client *c, size_t i, uint64_t now) {
+    shard_conn *s = &c->shards[i];
+    Ps__Header h = PS__HEADER__INIT;
+    Ps__Hello hello = PS__HELLO__INIT;
+    hello.worker_index = c->worker_index;
+    hello.num_workers = c->num_workers;
+    h.protocol_version = PS_PROTOCOL_VERSION;
+    h.request_id = c->next_id++;
+    h.body_case = PS__HEADER__BODY_HELLO;
+    h.hello = &hello;
+    s->probe_id = h.request_id;
+    uint64_t wait = (uint64_t)c->attempt_ms < 2000 ? (uint64_t)c->attempt_ms : 2000;
+    s->probe_deadline = now + wait;
+    ps_wire_send(s->sock, NULL, 0, &h, NULL, 0, ZMQ_DONTWAIT);
+}
+
+/* A probe went unanswered: reopen the socket (drops whatever was queued for
+ * a dead peer) and wait 100 ms doubling to 4 s, +-25% jitter, before the next. */
+static void probe_timed_out(ps_client *c, size_t i, const char *what, uint64_t now) {
+    shard_conn *s = &c->shards[i];
+    s->probe_id = 0;
+    if (s->probes++ == 0)
+        PS_WARN("%s: psd %zu (%s) does not answer; reconnecting", what, i, s->endpoint + 6);
+    zmq_close(s->sock);
+    open_socket(c, s);
+    s->reopened = 1;
+    unsigned shift = s->probes < 6 ? s->probes : 6;
+    uint64_t base = 100u << shift; /* 200 ms .. 6.4 s */
+    if (base > 4000) base = 4000;
+    c->rng = c->rng * 6364136223846793005ull + 1442695040888963407ull;
+    uint64_t jitter = (c->rng >> 33) % (base / 2 + 1);
+    s->next_probe_at = now + base * 3 / 4 + jitter;
+    s->after_probe = PROBE_RESEND; /* whatever was in flight was lost with the socket */
+}
+
+/* A Welcome answering shard i's probe. Returns PS_OK to keep waiting (or the
+ * request was re-sent), or the op's outcome for this shard. */
+static int probe_answered(ps_client *c, size_t i, const Ps__Welcome *w, op_spec *op, int *done) {
+    shard_conn *s = &c->shards[i];
+    s->probe_id = 0;
+    if (s->probes) PS_INFO("%s: psd %zu answers again", op->what, i);
+    s->probes = 0;
+    int restarted = s->incarnation && w->incarnation != s->incarnation;
+    s->incarnation = w->incarnation;
+    int action = s->after_probe;
+    s->after_probe = PROBE_WAIT;
+    *done = 0;
+    if (restarted) {
+        PS_WARN("%s: psd %zu restarted (now at version %llu)", op->what, i,
+                (unsigned long long)w->version);
+        s->version = w->version;
+        s->pushed = 0;
+        if (op->fail_on_restart) {
+            *done = 1;
+            s->want_id = 0;
+            return fail(c, PS_ERESTARTED, "%s: psd %zu restarted from a checkpoint", op->what, i);
+        }
+        return op->send(c, i, op->ctx);
+    }
+    if (action == PROBE_RESEND || s->reopened) return op->send(c, i, op->ctx);
+    if (action == PROBE_STALE) { /* same process: the push really was late */
+        *done = 1;
+        s->want_id = 0;
+        if (op->stale_is_drop) {
+            s->pushed = 1;
+            return PS_OK;
+        }
+        return fail(c, PS_ESTALE, "%s: psd %zu: %s", op->what, i, c->error);
+    }
+    s->attempt_deadline = now_ms() + (uint64_t)c->attempt_ms; /* alive: keep waiting */
+    return PS_OK;
+}
+
+/* Waits until every shard with an outstanding request answered (or the
+ * overall deadline). A shard silent past the attempt time is probed with a
+ * Hello; one that does not answer is reconnected with backoff and jitter,
+ * and the request re-sent once it is back. Returns the first error seen. */
+static int collect(ps_client *c, op_spec *op) {
     size_t n = c->n_shards;
     zmq_pollitem_t *items = calloc(n, sizeof *items);
     if (!items) return PS_ENOMEM;
@@ -163,32 +280,41 @@ static int collect(ps_client *c, const char *what, reply_fn on_reply, void *ctx)
              next_note = start + 10000;
     for (;;) {
         size_t waiting = 0;
+        uint64_t now = now_ms(), wake = deadline < next_note ? deadline : next_note;
         for (size_t i = 0; i < n; i++) {
-            items[i] =
-                (zmq_pollitem_t){c->shards[i].sock, 0, c->shards[i].want_id ? ZMQ_POLLIN : 0, 0};
-            waiting += c->shards[i].want_id != 0;
+            shard_conn *s = &c->shards[i];
+            items[i] = (zmq_pollitem_t){s->sock, 0, s->want_id ? ZMQ_POLLIN : 0, 0};
+            if (!s->want_id) continue;
+            waiting++;
+            if (s->probe_id && now >= s->probe_deadline) probe_timed_out(c, i, op->what, now);
+            if (!s->probe_id && now >= s->attempt_deadline && now >= s->next_probe_at)
+                send_probe(c, i, now);
+            items[i].socket = s->sock; /* may have been reopened */
+            uint64_t t = s->probe_id ? s->probe_deadline
+                                     : (s->attempt_deadline > s->next_probe_at ? s->attempt_deadline
+                                                                               : s->next_probe_at);
+            if (t < wake) wake = t;
         }
         if (waiting == 0) break;
-        uint64_t now = now_ms();
         if (now >= deadline) {
             for (size_t i = 0; i < n; i++) {
                 if (!c->shards[i].want_id) continue;
-                c->shards[i].want_id = 0;
+                c->shards[i].want_id = c->shards[i].probe_id = 0;
                 if (rc == PS_OK)
-                    rc = fail(c, PS_ETIMEDOUT, "%s: no answer from psd %zu (%s) within %d ms", what,
-                              i, c->shards[i].endpoint + 6, c->timeout_ms);
+                    rc = fail(c, PS_ETIMEDOUT, "%s: no answer from psd %zu (%s) within %d ms",
+                              op->what, i, c->shards[i].endpoint + 6, c->timeout_ms);
             }
             break;
         }
         if (now >= next_note) {
             for (size_t i = 0; i < n; i++)
                 if (c->shards[i].want_id)
-                    PS_INFO("%s: still waiting for psd %zu (%s) after %llu s", what, i,
+                    PS_INFO("%s: still waiting for psd %zu (%s) after %llu s", op->what, i,
                             c->shards[i].endpoint + 6, (unsigned long long)((now - start) / 1000));
             next_note = now + 10000;
+            continue;
         }
-        uint64_t wait = deadline - now < next_note - now ? deadline - now : next_note - now;
-        int ready = zmq_poll(items, (int)n, (long)wait);
+        int ready = zmq_poll(items, (int)n, (long)(wake > now ? wake - now : 0));
         if (ready < 0) {
             if (zmq_errno() == EINTR) continue;
             rc = fail(c, PS_EIO, "poll failed: %s", zmq_strerror(zmq_errno()));
@@ -196,31 +322,51 @@ static int collect(ps_client *c, const char *what, reply_fn on_reply, void *ctx)
         }
         for (size_t i = 0; i < n; i++) {
             if (!(items[i].revents & ZMQ_POLLIN)) continue;
+            shard_conn *s = &c->shards[i];
             ps_frames f;
-            if (ps_frames_recv(c->shards[i].sock, ZMQ_DONTWAIT, &f) != PS_OK) continue;
+            if (ps_frames_recv(s->sock, ZMQ_DONTWAIT, &f) != PS_OK) continue;
             Ps__Header *h = NULL;
             char err[256];
             int drc = f.n >= 1 ? ps_header_decode(zmq_msg_data(&f.frames[0]),
                                                   zmq_msg_size(&f.frames[0]), &h, err, sizeof err)
                                : PS_EPROTO;
-            if (h && h->request_id != c->shards[i].want_id) {
-                /* an answer to a request we gave up on */
+            int r2 = PS_OK, done = 0;
+            if (h && s->probe_id && h->request_id == s->probe_id) {
+                if (h->body_case == PS__HEADER__BODY_WELCOME) {
+                    r2 = probe_answered(c, i, h->welcome, op, &done);
+                    if (r2 != PS_OK) done = 1;
+                } else { /* the shard refused our Hello: report that */
+                    s->probe_id = 0;
+                    s->want_id = 0;
+                    done = 1;
+                    r2 = fail(c, PS_EREMOTE, "%s: psd %zu refused the worker's Hello: %s", op->what,
+                              i, h->body_case == PS__HEADER__BODY_ERROR ? h->error->message : "?");
+                }
+            } else if (h && h->request_id != s->want_id) {
+                /* an answer to a request we gave up on or re-sent */
             } else if (drc != PS_OK) {
-                c->shards[i].want_id = 0;
-                if (rc == PS_OK) rc = fail(c, drc, "%s: bad reply from psd %zu: %s", what, i, err);
+                s->want_id = 0;
+                done = 1;
+                r2 = fail(c, drc, "%s: bad reply from psd %zu: %s", op->what, i, err);
+            } else if (h->body_case == PS__HEADER__BODY_ERROR &&
+                       (h->error->code == PS_EREJOIN || h->error->code == PS_ESTALE)) {
+                /* not in the expected set any more, or a version the shard does
+                 * not have: ask it who it is (a Hello also rejoins) */
+                fail(c, h->error->code, "%s", h->error->message);
+                s->after_probe = h->error->code == PS_EREJOIN ? PROBE_RESEND : PROBE_STALE;
+                if (!s->probe_id) send_probe(c, i, now_ms());
             } else {
-                c->shards[i].want_id = 0;
-                int r2;
+                s->want_id = 0;
+                done = 1;
                 if (h->body_case == PS__HEADER__BODY_ERROR) {
                     r2 = h->error->code < 0 ? h->error->code : PS_EREMOTE;
-                    if (rc == PS_OK)
-                        fail(c, r2, "%s: psd %zu answered %s: %s", what, i, h->error->code_name,
-                             h->error->message);
+                    fail(c, r2, "%s: psd %zu answered %s: %s", op->what, i, h->error->code_name,
+                         h->error->message);
                 } else {
-                    r2 = on_reply(c, i, h, &f, ctx);
+                    r2 = op->on_reply(c, i, h, &f, op->ctx);
                 }
-                if (rc == PS_OK) rc = r2;
             }
+            if (done && rc == PS_OK) rc = r2;
             if (h) ps__header__free_unpacked(h, NULL);
             ps_frames_close(&f);
         }
@@ -239,6 +385,8 @@ typedef struct {
     int async;
     uint64_t version;
     int have_mode;
+    unsigned heartbeat_ms;
+    uint64_t worker_clock;
 } hello_ctx;
 
 static int on_welcome(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, void *vctx) {
@@ -257,27 +405,60 @@ static int on_welcome(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, v
     ctx->async = async;
     ctx->have_mode = 1;
     if (w->version < ctx->version) ctx->version = w->version;
+    if (w->heartbeat_ms && (!ctx->heartbeat_ms || w->heartbeat_ms < ctx->heartbeat_ms))
+        ctx->heartbeat_ms = w->heartbeat_ms;
+    if (w->worker_clock > ctx->worker_clock) ctx->worker_clock = w->worker_clock;
+    shard_conn *s = &c->shards[shard];
+    s->incarnation = w->incarnation;
+    s->version = w->version;
+    s->pushed = 0;
     return PS_OK;
 }
 
+static int send_hello(ps_client *c, size_t i, void *ctx) {
+    (void)ctx;
+    Ps__Header h = PS__HEADER__INIT;
+    Ps__Hello hello = PS__HELLO__INIT;
+    hello.worker_index = c->worker_index;
+    hello.num_workers = c->num_workers;
+    h.body_case = PS__HEADER__BODY_HELLO;
+    h.hello = &hello;
+    return send_request(c, i, &h, NULL, 0);
+}
+
+/* Sends to every shard that has tensors (all: every shard), then collects. */
+static int round_trip(ps_client *c, op_spec *op, int all) {
+    int rc = PS_OK;
+    for (size_t i = 0; i < c->n_shards && rc == PS_OK; i++)
+        if (all || c->shards[i].n_tensors) rc = op->send(c, i, op->ctx);
+    int rc2 = collect(c, op);
+    return rc != PS_OK ? rc : rc2;
+}
+
 int ps_client_hello(ps_client *c, int *async, uint64_t *version) {
-    for (size_t i = 0; i < c->n_shards; i++) {
-        Ps__Header h = PS__HEADER__INIT;
-        Ps__Hello hello = PS__HELLO__INIT;
-        hello.worker_index = c->worker_index;
-        hello.num_workers = c->num_workers;
-        h.body_case = PS__HEADER__BODY_HELLO;
-        h.hello = &hello;
-        int rc = send_request(c, i, &h, NULL, 0);
-        if (rc != PS_OK) return rc;
+    hello_ctx ctx = {0, UINT64_MAX, 0, 0, 0};
+    op_spec op = {"hello", send_hello, on_welcome, 0, 0, &ctx};
+    int rc = round_trip(c, &op, 1);
+    if (rc != PS_OK) return rc;
+    if (async) *async = ctx.async;
+    if (version) *version = ctx.version;
+    if (!c->heartbeat && ctx.heartbeat_ms) {
+        const char **eps = calloc(c->n_shards, sizeof *eps);
+        if (!eps) return PS_ENOMEM;
+        for (size_t i = 0; i < c->n_shards; i++)
+            eps[i] = c->shards[i].endpoint;
+        rc = ps_heartbeat_start(c->zctx, eps, c->n_shards, c->worker_index, ctx.heartbeat_ms,
+                                &c->heartbeat);
+        free(eps);
+        if (rc != PS_OK) return fail(c, rc, "cannot start the heartbeat thread");
     }
-    hello_ctx ctx = {0, UINT64_MAX, 0};
-    int rc = collect(c, "hello", on_welcome, &ctx);
-    if (rc == PS_OK) {
-        if (async) *async = ctx.async;
-        if (version) *version = ctx.version;
-    }
-    return rc;
+    for (size_t i = 0; i < c->n_shards; i++)
+        c->shards[i].worker_clock = ctx.worker_clock;
+    return PS_OK;
+}
+
+uint64_t ps_client_worker_clock(const ps_client *c) {
+    return c->n_shards ? c->shards[0].worker_clock : 0;
 }
 
 static int on_created(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, void *vctx) {
@@ -343,36 +524,40 @@ static int frame_set_build(ps_client *c, size_t i, int use_grad, frame_set *fs) 
     return PS_OK;
 }
 
-int ps_client_create_vars(ps_client *c, size_t *created) {
-    size_t count = 0;
-    int rc = PS_OK;
-    frame_set *sets = calloc(c->n_shards, sizeof *sets);
-    if (!sets) return PS_ENOMEM;
-    for (size_t i = 0; i < c->n_shards && rc == PS_OK; i++) {
-        if (c->shards[i].n_tensors == 0) continue;
-        rc = frame_set_build(c, i, 0, &sets[i]);
-        if (rc != PS_OK) break;
+static int send_create(ps_client *c, size_t i, void *ctx) {
+    (void)ctx;
+    frame_set fs = {0};
+    int rc = frame_set_build(c, i, 0, &fs);
+    if (rc == PS_OK) {
         Ps__Header h = PS__HEADER__INIT;
         Ps__CreateVars cv = PS__CREATE_VARS__INIT;
-        cv.vars = sets[i].ptrs;
+        cv.vars = fs.ptrs;
         cv.n_vars = c->shards[i].n_tensors;
-        cv.optimizers = sets[i].optptrs;
+        cv.optimizers = fs.optptrs;
         cv.n_optimizers = cv.n_vars;
         h.body_case = PS__HEADER__BODY_CREATE_VARS;
         h.create_vars = &cv;
-        rc = send_request(c, i, &h, sets[i].pl, cv.n_vars);
+        /* ZeroMQ copies nothing: the frames point at the params, unchanged until the reply */
+        rc = send_request(c, i, &h, fs.pl, cv.n_vars);
     }
-    int rc2 = collect(c, "create", on_created, &count);
-    if (rc == PS_OK) rc = rc2;
-    for (size_t i = 0; i < c->n_shards; i++)
-        frame_set_free(&sets[i]);
-    free(sets);
+    frame_set_free(&fs);
+    return rc;
+}
+
+int ps_client_create_vars(ps_client *c, size_t *created) {
+    size_t count = 0;
+    op_spec op = {"create", send_create, on_created, 0, 0, &count};
+    int rc = round_trip(c, &op, 0);
     if (created) *created = count;
     return rc;
 }
 
 typedef struct {
     uint64_t version;
+    uint64_t min_version; /* explicit pulls */
+    int next;             /* ps_client_pull_next: per-shard versions, worker clock */
+    int async;
+    uint64_t clock;
 } pull_ctx;
 
 static int on_pulled(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, void *vctx) {
@@ -380,7 +565,7 @@ static int on_pulled(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, vo
     int rc = expect_body(c, shard, h, PS__HEADER__BODY_PULL_REPLY, "pull");
     if (rc != PS_OK) return rc;
     const Ps__PullReply *p = h->pull_reply;
-    const shard_conn *s = &c->shards[shard];
+    shard_conn *s = &c->shards[shard];
     char err[256];
     rc = ps_tensors_check(p->tensors, p->n_tensors, f->frames + 1, f->n - 1, err, sizeof err);
     if (rc != PS_OK) return fail(c, rc, "pull: bad reply from psd %zu: %s", shard, err);
@@ -396,74 +581,112 @@ static int on_pulled(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, vo
         /* the one copy on the pull path: from the received frame into place */
         memcpy(t->param, zmq_msg_data(&f->frames[k + 1]), bytes);
     }
+    s->version = p->version;
+    s->pushed = 0;
     if (p->version < ctx->version) ctx->version = p->version;
     return PS_OK;
 }
 
-int ps_client_pull(ps_client *c, uint64_t min_version, uint64_t *version) {
-    int rc = PS_OK;
-    for (size_t i = 0; i < c->n_shards && rc == PS_OK; i++) {
-        shard_conn *s = &c->shards[i];
-        if (s->n_tensors == 0) continue;
-        char **names = calloc(s->n_tensors, sizeof *names);
-        if (!names) return PS_ENOMEM;
-        for (size_t k = 0; k < s->n_tensors; k++)
-            names[k] = c->tensors[s->tensors[k]].name;
-        Ps__Header h = PS__HEADER__INIT;
-        Ps__Pull pull = PS__PULL__INIT;
-        pull.names = names;
-        pull.n_names = s->n_tensors;
-        pull.min_version = min_version;
-        h.body_case = PS__HEADER__BODY_PULL;
-        h.pull = &pull;
-        rc = send_request(c, i, &h, NULL, 0);
-        free(names);
+static int send_pull(ps_client *c, size_t i, void *vctx) {
+    pull_ctx *ctx = vctx;
+    shard_conn *s = &c->shards[i];
+    char **names = calloc(s->n_tensors ? s->n_tensors : 1, sizeof *names);
+    if (!names) return PS_ENOMEM;
+    for (size_t k = 0; k < s->n_tensors; k++)
+        names[k] = c->tensors[s->tensors[k]].name;
+    Ps__Header h = PS__HEADER__INIT;
+    Ps__Pull pull = PS__PULL__INIT;
+    pull.names = names;
+    pull.n_names = s->n_tensors;
+    pull.min_version = ctx->min_version;
+    if (ctx->next) {
+        /* sync: the step this worker contributed to, once it closed; async: any */
+        pull.min_version = ctx->async ? 0 : s->version + (s->pushed ? 1u : 0u);
+        pull.has_worker = 1;
+        pull.worker_index = c->worker_index;
+        pull.clock = ctx->clock;
     }
-    pull_ctx ctx = {UINT64_MAX};
-    int rc2 = collect(c, "pull", on_pulled, &ctx);
-    if (rc == PS_OK) rc = rc2;
+    h.body_case = PS__HEADER__BODY_PULL;
+    h.pull = &pull;
+    int rc = send_request(c, i, &h, NULL, 0);
+    free(names);
+    return rc;
+}
+
+int ps_client_pull(ps_client *c, uint64_t min_version, uint64_t *version) {
+    pull_ctx ctx = {UINT64_MAX, min_version, 0, 0, 0};
+    op_spec op = {"pull", send_pull, on_pulled, 0, 0, &ctx};
+    int rc = round_trip(c, &op, 0);
     if (rc == PS_OK && version) *version = ctx.version;
     return rc;
 }
 
+int ps_client_pull_next(ps_client *c, int async, uint64_t clock, uint64_t *version) {
+    pull_ctx ctx = {UINT64_MAX, 0, 1, async, clock};
+    op_spec op = {"pull", send_pull, on_pulled, 0, 0, &ctx};
+    int rc = round_trip(c, &op, 0);
+    if (rc == PS_OK && version) *version = ctx.version;
+    return rc;
+}
+
+typedef struct {
+    int applied, dropped;
+    int per_shard_step; /* tag each shard with the version pulled from it */
+    uint64_t step, clock;
+} push_ctx;
+
 static int on_pushed(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, void *vctx) {
     (void)f;
+    push_ctx *ctx = vctx;
     int rc = expect_body(c, shard, h, PS__HEADER__BODY_PUSH_REPLY, "push");
-    if (rc == PS_OK && !h->push_reply->applied) *(int *)vctx = 0;
+    if (rc != PS_OK) return rc;
+    if (!h->push_reply->applied) ctx->applied = 0;
+    if (h->push_reply->dropped) ctx->dropped++;
+    c->shards[shard].pushed = 1;
+    return PS_OK;
+}
+
+static int send_push(ps_client *c, size_t i, void *vctx) {
+    push_ctx *ctx = vctx;
+    frame_set fs = {0};
+    int rc = frame_set_build(c, i, 1, &fs);
+    if (rc == PS_OK) {
+        Ps__Header h = PS__HEADER__INIT;
+        Ps__Push push = PS__PUSH__INIT;
+        push.grads = fs.ptrs;
+        push.n_grads = c->shards[i].n_tensors;
+        push.step = ctx->per_shard_step ? c->shards[i].version : ctx->step;
+        push.clock = ctx->clock;
+        push.worker_index = c->worker_index;
+        h.body_case = PS__HEADER__BODY_PUSH;
+        h.push = &push;
+        rc = send_request(c, i, &h, fs.pl, push.n_grads);
+    }
+    frame_set_free(&fs);
     return rc;
 }
 
 int ps_client_push(ps_client *c, uint64_t step, int *applied_all) {
-    int rc = PS_OK;
-    frame_set *sets = calloc(c->n_shards, sizeof *sets);
-    if (!sets) return PS_ENOMEM;
-    for (size_t i = 0; i < c->n_shards && rc == PS_OK; i++) {
-        if (c->shards[i].n_tensors == 0) continue;
-        rc = frame_set_build(c, i, 1, &sets[i]);
-        if (rc != PS_OK) break;
-        Ps__Header h = PS__HEADER__INIT;
-        Ps__Push push = PS__PUSH__INIT;
-        push.grads = sets[i].ptrs;
-        push.n_grads = c->shards[i].n_tensors;
-        push.step = step;
-        push.worker_index = c->worker_index;
-        h.body_case = PS__HEADER__BODY_PUSH;
-        h.push = &push;
-        rc = send_request(c, i, &h, sets[i].pl, push.n_grads);
-    }
-    int applied = 1;
-    int rc2 = collect(c, "push", on_pushed, &applied);
-    if (rc == PS_OK) rc = rc2;
-    for (size_t i = 0; i < c->n_shards; i++)
-        frame_set_free(&sets[i]);
-    free(sets);
-    if (applied_all) *applied_all = applied;
+    push_ctx ctx = {1, 0, 0, step, 0};
+    op_spec op = {"push", send_push, on_pushed, 1, 1, &ctx};
+    int rc = round_trip(c, &op, 0);
+    if (applied_all) *applied_all = ctx.applied;
+    return rc;
+}
+
+int ps_client_push_next(ps_client *c, uint64_t clock, size_t *dropped) {
+    push_ctx ctx = {1, 0, 1, 0, clock};
+    op_spec op = {"push", send_push, on_pushed, 1, 1, &ctx};
+    int rc = round_trip(c, &op, 0);
+    if (dropped) *dropped = (size_t)ctx.dropped;
     return rc;
 }
 
 typedef struct {
     Ps__Header__BodyCase want;
     Ps__Header *keep;
+    Ps__Header *req;
+    unsigned shard;
 } one_ctx;
 
 static int on_one(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, void *vctx) {
@@ -471,6 +694,7 @@ static int on_one(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, void 
     one_ctx *ctx = vctx;
     int rc = expect_body(c, shard, h, ctx->want, "request");
     if (rc != PS_OK) return rc;
+    if (ctx->keep) return PS_OK; /* all-shard rounds keep nothing */
     /* re-decode a private copy the caller can keep */
     size_t len = ps__header__get_packed_size(h);
     uint8_t *buf = malloc(len ? len : 1);
@@ -481,13 +705,18 @@ static int on_one(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, void 
     return ctx->keep ? PS_OK : PS_ENOMEM;
 }
 
+static int send_one(ps_client *c, size_t i, void *vctx) {
+    one_ctx *ctx = vctx;
+    return send_request(c, i, ctx->req, NULL, 0);
+}
+
 static int one_request(ps_client *c, unsigned shard, Ps__Header *h, Ps__Header__BodyCase want,
                        Ps__Header **out) {
     if (shard >= c->n_shards) return fail(c, PS_EINVAL, "shard %u out of range", shard);
-    int rc = send_request(c, shard, h, NULL, 0);
-    if (rc != PS_OK) return rc;
-    one_ctx ctx = {want, NULL};
-    rc = collect(c, "request", on_one, &ctx);
+    one_ctx ctx = {want, NULL, h, shard};
+    op_spec op = {"request", send_one, on_one, 0, 0, &ctx};
+    int rc = send_one(c, shard, &ctx);
+    if (rc == PS_OK) rc = collect(c, &op);
     if (rc == PS_OK && out)
         *out = ctx.keep;
     else if (ctx.keep)
@@ -509,4 +738,19 @@ int ps_client_shutdown(ps_client *c, unsigned shard) {
     h.body_case = PS__HEADER__BODY_SHUTDOWN;
     h.shutdown = &sd;
     return one_request(c, shard, &h, PS__HEADER__BODY_SHUTDOWN_REPLY, NULL);
+}
+
+int ps_client_goodbye(ps_client *c) {
+    ps_heartbeat_stop(c->heartbeat);
+    c->heartbeat = NULL;
+    Ps__Header h = PS__HEADER__INIT;
+    Ps__Goodbye bye = PS__GOODBYE__INIT;
+    bye.worker_index = c->worker_index;
+    h.body_case = PS__HEADER__BODY_GOODBYE;
+    h.goodbye = &bye;
+    one_ctx ctx = {PS__HEADER__BODY_GOODBYE_REPLY, NULL, &h, 0};
+    op_spec op = {"goodbye", send_one, on_one, 0, 0, &ctx};
+    int rc = round_trip(c, &op, 1);
+    if (ctx.keep) ps__header__free_unpacked(ctx.keep, NULL);
+    return rc;
 }

@@ -32,20 +32,42 @@ void ps_client_close(ps_client *c);
 /* Deadline for one request round (default 120000 ms); sync pulls wait for
  * the slowest worker, so this bounds a barrier too. */
 void ps_client_set_timeout(ps_client *c, int timeout_ms);
+/* A shard silent this long during a round (default 5000 ms) is probed with a
+ * Hello: same process → keep waiting; no answer → reconnect with backoff and
+ * jitter and re-send; a new process (restarted from a checkpoint) → re-send
+ * (pulls) or PS_ERESTARTED (pushes). */
+void ps_client_set_retry(ps_client *c, int attempt_ms);
 /* Registers a tensor (copied). PS_OK, PS_EINVAL (bad shard) or PS_ENOMEM. */
 int ps_client_add(ps_client *c, const ps_client_tensor *t);
-/* Hello to every shard: checks protocol version and job size. *async is set
- * from the shards' mode (they must agree); *version = the smallest shard version. */
+/* Hello to every shard: checks protocol version and job size, joins the
+ * expected set, and starts the heartbeat thread (at the interval psd asks).
+ * *async is set from the shards' mode (they must agree); *version = the
+ * smallest shard version. */
 int ps_client_hello(ps_client *c, int *async, uint64_t *version);
+/* Async: this worker's clock (pushes made) as the shards last saw it. */
+uint64_t ps_client_worker_clock(const ps_client *c);
 /* Creates every registered tensor on its shard with its current param values;
  * existing ones (same shape) are kept. *created counts new ones (may be NULL). */
 int ps_client_create_vars(ps_client *c, size_t *created);
 /* Pulls every registered tensor into its param buffer from all shards at once;
  * each shard answers when its version >= min_version. *version = smallest shard version. */
 int ps_client_pull(ps_client *c, uint64_t min_version, uint64_t *version);
+/* The training loop's pull: sync, each shard answers with the step this
+ * worker last pushed to, once closed (or at once if it pushed nothing since
+ * its last pull); async, the newest values, unless --staleness holds this
+ * worker (at `clock` pushes) back. */
+int ps_client_pull_next(ps_client *c, int async, uint64_t clock, uint64_t *version);
 /* Pushes every registered tensor's grad, tagged with `step`, to all shards at once.
  * *applied_all is 1 when every shard completed the step with this push (may be NULL). */
 int ps_client_push(ps_client *c, uint64_t step, int *applied_all);
+/* The training loop's push: each shard's gradients are tagged with the
+ * version pulled from it; `clock` = pushes made before (async). *dropped
+ * counts shards that dropped it (its step had closed). PS_ERESTARTED when a
+ * shard restarted from a checkpoint meanwhile (pull again and go on). */
+int ps_client_push_next(ps_client *c, uint64_t clock, size_t *dropped);
+/* Tells every shard this worker is done (it leaves the expected set); stops
+ * the heartbeat. */
+int ps_client_goodbye(ps_client *c);
 /* Asks one shard for its stats; *out is owned by the caller
  * (ps__header__free_unpacked(*out, NULL)), its body is stats_reply. */
 int ps_client_stats(ps_client *c, unsigned shard, Ps__Header **out);

@@ -19,9 +19,9 @@
 typedef struct {
     char ps[8192];
     long index, workers;
-    char model[1024], data[1024], summary[1024], device[64];
+    char model[1024], data[1024], summary[1024], device[64], save[1024], init_from[1024];
     long epochs, batch, seed, progress, dataset;
-    long max_train, max_test, max_steps, timeout, blas_threads;
+    long max_train, max_test, max_steps, timeout, blas_threads, retry_ms, slow_ms;
 } worker_opts;
 
 enum { PROGRESS_AUTO, PROGRESS_TTY, PROGRESS_PLAIN, PROGRESS_NONE };
@@ -64,6 +64,15 @@ static const ps_option table[] = {
      "give up when the shards do not answer for this long"},
     {"blas-threads", PS_OPTION_LONG, F(blas_threads), 1, 256, "1", NULL, "N",
      "OpenBLAS threads (one per worker: two pools on two cores slow a small MLP ~3x)"},
+    {"save", PS_OPTION_STR, F(save), 0, 0, "", NULL, "FILE",
+     "chief: save the final model here (tensor file, docs/FORMATS.md)"},
+    {"init-from", PS_OPTION_STR, F(init_from), 0, 0, "", NULL, "FILE",
+     "chief: start from a model saved with --save instead of seeded values"},
+    {"retry-ms", PS_OPTION_LONG, F(retry_ms), 50, 3600000, "5000", NULL, "MS",
+     "a shard silent this long in a request is probed; one that does not answer is "
+     "reconnected with backoff, and the request re-sent when it is back"},
+    {"slow-ms", PS_OPTION_LONG, F(slow_ms), 0, 3600000, "0", NULL, "MS",
+     "for tests: sleep MS every step, to play a slow worker"},
 };
 #define N_OPTIONS (sizeof table / sizeof table[0])
 
@@ -129,6 +138,10 @@ int main(int argc, char **argv) {
         .max_test = (size_t)o.max_test,
         .max_steps = (size_t)o.max_steps,
         .timeout_ms = (int)o.timeout * 1000,
+        .save_path = o.save[0] ? o.save : NULL,
+        .init_from = o.init_from[0] ? o.init_from : NULL,
+        .retry_ms = (int)o.retry_ms,
+        .slow_ms = (unsigned)o.slow_ms,
     };
     static const ps_progress_mode modes[] = {PS_PROGRESS_PLAIN, PS_PROGRESS_TTY, PS_PROGRESS_PLAIN,
                                              PS_PROGRESS_NONE};

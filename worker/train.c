@@ -15,6 +15,7 @@
 #include "model.h"
 #include "placement.h"
 #include "ps_error.h"
+#include "tensorfile.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -107,6 +108,7 @@ static int write_summary(const ps_train_config *cfg, const ps_train_result *res,
 typedef struct {
     ps_model *model;
     ps_k_dev *dev;
+    int timeout_ms;
     ps_client *client;
     ps_dataset train, test;
     ps_batcher batcher;
@@ -123,6 +125,64 @@ static void state_free(train_state *st) {
     ps_k_dev_close(st->dev);
     free(st->x);
     free(st->y);
+}
+
+/* --init-from: the saved model's tensors replace the seeded values; every
+ * variable of the model must be there with the same size. */
+static int init_from_file(ps_model *m, const char *path, char *err, size_t errlen) {
+    ps_tf_file f;
+    char why[300];
+    int rc = ps_tf_read(path, &f, why, sizeof why);
+    if (rc != PS_OK) {
+        snprintf(err, errlen, "--init-from %s: %s", path, why);
+        return rc;
+    }
+    if (f.h.kind != PS_TF_MODEL) {
+        snprintf(err, errlen, "--init-from %s: not a saved model (kind %u)", path, f.h.kind);
+        ps_tf_file_free(&f);
+        return PS_EFORMAT;
+    }
+    for (size_t i = 0; i < ps_model_num_vars(m) && rc == PS_OK; i++) {
+        const ps_model_var *v = ps_model_var_at(m, i);
+        const ps_tf_owned *t = NULL;
+        for (size_t k = 0; k < f.n && !t; k++)
+            if (strcmp(f.t[k].name, v->name) == 0) t = &f.t[k];
+        if (!t || t->numel != v->numel) {
+            snprintf(err, errlen, "--init-from %s: %s '%s' [%zu values]", path,
+                     t ? "size differs for" : "no variable", v->name, v->numel);
+            rc = PS_EFORMAT;
+        } else {
+            memcpy(ps_model_params(m) + v->offset, t->data, v->numel * sizeof(float));
+        }
+    }
+    ps_tf_file_free(&f);
+    if (rc == PS_OK) PS_INFO("initial values from %s", path);
+    return rc;
+}
+
+/* --save: the model's current values (just pulled), one tensor per variable. */
+static int save_model(ps_model *m, const char *path, uint64_t steps, char *err, size_t errlen) {
+    size_t n = ps_model_num_vars(m);
+    ps_tf_tensor *t = calloc(n ? n : 1, sizeof *t);
+    if (!t) return PS_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        const ps_model_var *v = ps_model_var_at(m, i);
+        t[i] = (ps_tf_tensor){.name = v->name,
+                              .rank = (uint32_t)v->rank,
+                              .data = ps_model_params(m) + v->offset,
+                              .numel = v->numel};
+        for (int d = 0; d < v->rank; d++)
+            t[i].shape[d] = v->shape[d];
+    }
+    ps_tf_header h = {.kind = PS_TF_MODEL, .meta = {ps_model_num_params(m), steps}};
+    char why[300];
+    int rc = ps_tf_write(path, &h, t, n, why, sizeof why);
+    free(t);
+    if (rc != PS_OK)
+        snprintf(err, errlen, "--save %s: %s", path, why);
+    else
+        PS_INFO("saved the model to %s", path);
+    return rc;
 }
 
 /* Loads the training set (and, on the chief, the test set): CIFAR-10 binary
@@ -148,6 +208,9 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, cha
                              : ps_model_from_json(ps_model_default_spec(), &st->model, err, errlen);
     if (rc != PS_OK) return rc;
     ps_model_init_params(st->model, cfg->seed);
+    if (cfg->init_from && cfg->index == 0 &&
+        (rc = init_from_file(st->model, cfg->init_from, err, errlen)) != PS_OK)
+        return rc;
     /* every worker draws its own dropout masks */
     ps_model_set_dropout_seed(st->model, cfg->seed ^ (0x5851F42D4C957F2Dull * (cfg->index + 1)));
     rc = ps_k_dev_open(cfg->device ? cfg->device : "auto", &st->dev, err, errlen);
@@ -179,22 +242,63 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, cha
     rc = ps_client_open(&st->client, cfg->ps, cfg->n_ps, cfg->index, cfg->workers, err, errlen);
     if (rc != PS_OK) return rc;
     ps_client_set_timeout(st->client, cfg->timeout_ms);
+    if (cfg->retry_ms > 0) ps_client_set_retry(st->client, cfg->retry_ms);
     return ps_train_register_vars(st->model, st->client, (unsigned)cfg->n_ps, err, errlen);
 }
 
-/* Chief: pulls the latest values and evaluates on the test set. */
-static int evaluate(const ps_train_config *cfg, train_state *st, uint64_t min_version, float *loss,
+/* Chief: pulls the values to evaluate and evaluates on the test set. Sync:
+ * the step this worker last pushed to, once closed. Async: the version by
+ * which every worker's pushes for the epoch are in (`want`), waiting at most
+ * 15 s for it (a dead or restarted worker or shard may never get there),
+ * then the newest. */
+static int evaluate(train_state *st, int async, uint64_t clock, uint64_t want, float *loss,
                     double *acc, char *err, size_t errlen) {
-    int rc = ps_client_pull(st->client, min_version, NULL);
+    int rc;
+    if (!async) {
+        rc = ps_client_pull_next(st->client, 0, clock, NULL);
+    } else {
+        ps_client_set_timeout(st->client, 15000);
+        rc = ps_client_pull(st->client, want, NULL);
+        ps_client_set_timeout(st->client, st->timeout_ms);
+        if (rc == PS_ETIMEDOUT) {
+            PS_WARN("the shards did not reach version %llu in 15 s: evaluating the newest values",
+                    (unsigned long long)want);
+            rc = ps_client_pull(st->client, 0, NULL);
+        }
+    }
     if (rc != PS_OK) {
         snprintf(err, errlen, "%s", ps_client_error(st->client));
         return rc;
     }
     size_t correct = 0;
     rc = ps_model_evaluate(st->model, st->test.x, st->test.y, st->test.n, loss, &correct);
-    (void)cfg;
     if (rc != PS_OK) snprintf(err, errlen, "evaluation failed: %s", ps_strerror(rc));
     *acc = st->test.n ? (double)correct / (double)st->test.n : 0;
+    return rc;
+}
+
+/* One training step: pull, forward/backward, push. A push a shard dropped
+ * (its step had closed: backup workers) or a shard restarted from a
+ * checkpoint meanwhile is not an error: the next pull catches up. */
+static int train_one(const ps_train_config *cfg, train_state *st, int async, uint64_t clock,
+                     size_t nb, float *loss, size_t *correct, char *err, size_t errlen) {
+    int rc = ps_client_pull_next(st->client, async, clock, NULL);
+    if (rc != PS_OK) return rc;
+    rc = ps_model_train_step(st->model, st->x, st->y, nb, loss, correct);
+    if (rc != PS_OK) {
+        snprintf(err, errlen, "training step failed: %s", ps_strerror(rc));
+        return rc;
+    }
+    if (cfg->slow_ms)
+        nanosleep(&(struct timespec){cfg->slow_ms / 1000, (long)(cfg->slow_ms % 1000) * 1000000L},
+                  NULL);
+    size_t dropped = 0;
+    rc = ps_client_push_next(st->client, clock, &dropped);
+    if (rc == PS_ERESTARTED) {
+        PS_WARN("%s; this step's gradients are lost, going on", ps_client_error(st->client));
+        rc = PS_OK;
+    }
+    if (dropped) PS_DEBUG("push dropped by %zu shard(s): the step had closed", dropped);
     return rc;
 }
 
@@ -203,11 +307,12 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     memset(res, 0, sizeof *res);
     res->test_accuracy = res->test_loss = -1;
     train_state st = {0};
+    st.timeout_ms = cfg->timeout_ms;
     size_t batch = 0;
     int rc = setup(cfg, &st, &batch, err, errlen);
     int async = 0;
-    uint64_t step = 0;
-    if (rc == PS_OK && (rc = ps_client_hello(st.client, &async, &step)) != PS_OK)
+    uint64_t version = 0;
+    if (rc == PS_OK && (rc = ps_client_hello(st.client, &async, &version)) != PS_OK)
         snprintf(err, errlen, "%s", ps_client_error(st.client));
     if (rc == PS_OK) {
         if (cfg->index == 0) {
@@ -223,6 +328,19 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
         }
     }
     res->async = async;
+    size_t steps = ps_batcher_steps_per_epoch(&st.batcher);
+    if (cfg->max_steps && steps > cfg->max_steps) steps = cfg->max_steps;
+    /* Where the job is: a worker (re)starting into a running job continues at
+     * the current epoch of its data shard. Sync: one version per step; async:
+     * the shards remember this worker's clock (its pushes). */
+    uint64_t clock = async ? ps_client_worker_clock(st.client) : version;
+    uint64_t total = (uint64_t)steps * cfg->epochs;
+    if (clock > total) clock = total;
+    unsigned first_epoch = steps ? (unsigned)(clock / steps) : 0;
+    size_t first_step = steps ? (size_t)(clock % steps) : 0;
+    if (rc == PS_OK && clock > 0)
+        PS_INFO("joining a running job: epoch %u, step %zu of %zu", first_epoch + 1, first_step,
+                steps);
     if (rc == PS_OK && cfg->index == 0)
         PS_INFO("%s training: %u workers x batch %zu = global batch %zu; %zu samples per worker",
                 async ? "async" : "sync", cfg->workers, batch, batch * cfg->workers,
@@ -232,31 +350,20 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     ps_progress_init(&prog, cfg->progress, stdout, cfg->epochs, cfg->workers);
     double train_secs = 0;
     size_t job_samples = 0;
-    for (unsigned epoch = 0; rc == PS_OK && epoch < cfg->epochs; epoch++) {
-        size_t steps = ps_batcher_steps_per_epoch(&st.batcher);
-        if (cfg->max_steps && steps > cfg->max_steps) steps = cfg->max_steps;
+    for (unsigned epoch = first_epoch; rc == PS_OK && epoch < cfg->epochs; epoch++) {
         ps_batcher_start_epoch(&st.batcher, epoch);
-        ps_progress_begin_epoch(&prog, epoch, steps);
+        size_t s0 = epoch == first_epoch ? first_step : 0;
+        for (size_t s = 0; s < s0; s++) /* skip what the job already did this epoch */
+            ps_batcher_next(&st.batcher, st.x, st.y);
+        ps_progress_begin_epoch(&prog, epoch, steps - s0);
         double te = now_s();
-        for (size_t s = 0; s < steps; s++) {
+        for (size_t s = s0; s < steps; s++) {
             size_t nb = ps_batcher_next(&st.batcher, st.x, st.y);
-            /* sync: the parameters after `step` applies; async: whatever is newest */
-            rc = ps_client_pull(st.client, async ? 0 : step, NULL);
-            if (rc != PS_OK) break;
             float loss = 0;
             size_t correct = 0;
-            rc = ps_model_train_step(st.model, st.x, st.y, nb, &loss, &correct);
-            if (rc != PS_OK) {
-                snprintf(err, errlen, "training step failed: %s", ps_strerror(rc));
-                break;
-            }
-            rc = ps_client_push(st.client, step, NULL);
-            if (rc == PS_ESTALE) {
-                PS_WARN("%s", ps_client_error(st.client));
-                rc = PS_OK;
-            }
+            rc = train_one(cfg, &st, async, clock, nb, &loss, &correct, err, errlen);
             if (rc != PS_OK) break;
-            step++;
+            clock++;
             res->steps++;
             job_samples += nb * cfg->workers;
             ps_progress_step(&prog, loss, nb, correct);
@@ -270,10 +377,8 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
         if (cfg->index == 0 && st.test.n > 0) {
             float vloss = 0;
             double vacc = 0;
-            /* evaluate the model once every worker finished this epoch: sync, the
-             * version after our last step; async, every worker's pushes so far */
-            uint64_t want = async ? (uint64_t)(epoch + 1) * steps * cfg->workers : step;
-            rc = evaluate(cfg, &st, want, &vloss, &vacc, err, errlen);
+            uint64_t want = (uint64_t)(epoch + 1) * steps * cfg->workers;
+            rc = evaluate(&st, async, clock, want, &vloss, &vacc, err, errlen);
             if (rc != PS_OK) break;
             res->test_loss = vloss;
             res->test_accuracy = vacc;
@@ -282,6 +387,18 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
         }
         ps_progress_end_epoch(&prog, extra);
     }
+    if (rc == PS_OK && cfg->index == 0 && res->test_accuracy < 0 && st.test.n > 0) {
+        /* started after the last epoch had ended: evaluate what the job made */
+        float vloss = 0;
+        double vacc = 0;
+        rc = evaluate(&st, 1, clock, 0, &vloss, &vacc, err, errlen);
+        res->test_loss = vloss;
+        res->test_accuracy = vacc;
+    }
+    if (rc == PS_OK && cfg->index == 0 && cfg->save_path)
+        rc = save_model(st.model, cfg->save_path, clock, err, errlen);
+    if (rc == PS_OK && ps_client_goodbye(st.client) != PS_OK)
+        PS_WARN("goodbye: %s", ps_client_error(st.client)); /* the job is done anyway */
     res->samples_per_sec = train_secs > 0 ? (double)job_samples / train_secs : 0;
     res->wall_seconds = now_s() - t0;
     if (rc == PS_OK && cfg->index == 0) {

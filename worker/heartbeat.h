@@ -1,0 +1,19 @@
+/* A worker's heartbeat: a thread with its own DEALER sockets that tells every
+ * shard "worker i is alive" at a fixed interval, so a long computation (or
+ * an evaluation on the chief) never looks like a dead worker to psd. */
+#ifndef PS_HEARTBEAT_H
+#define PS_HEARTBEAT_H
+
+#include <stddef.h>
+
+typedef struct ps_heartbeat ps_heartbeat;
+
+/* Starts the thread: one DEALER per endpoint ("tcp://host:port") in zctx (a
+ * ZeroMQ context is thread-safe; sockets are the thread's own). Returns PS_OK
+ * with *out owned by the caller (ps_heartbeat_stop), or an error. */
+int ps_heartbeat_start(void *zctx, const char *const *endpoints, size_t n, unsigned worker_index,
+                       unsigned interval_ms, ps_heartbeat **out);
+/* Stops and joins the thread, closes its sockets; NULL is ignored. */
+void ps_heartbeat_stop(ps_heartbeat *hb);
+
+#endif
