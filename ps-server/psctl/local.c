@@ -2,6 +2,7 @@
  * and hands the job to the supervisor. */
 #include "local.h"
 
+#include "child_argv.h"
 #include "kernels.h"
 #include "log.h"
 #include "supervisor.h"
@@ -108,6 +109,43 @@ static void remove_run_dir(const char *dir) {
         closedir(d);
     }
     if (rmdir(dir) != 0) PS_WARN("cannot remove run directory %s: %s", dir, strerror(errno));
+}
+
+/* mkdir -p path (mode 0755 for what it makes). Returns 0, or -1 with errno set. */
+static int make_dirs(const char *path) {
+    char *p = strdup(path);
+    if (!p) return -1;
+    int rc = 0;
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0') continue;
+        char c = *s;
+        *s = '\0';
+        struct stat st;
+        if (mkdir(p, 0755) != 0 && !(errno == EEXIST && stat(p, &st) == 0 && S_ISDIR(st.st_mode))) {
+            if (errno == EEXIST) errno = ENOTDIR;
+            rc = -1;
+            break;
+        }
+        *s = c;
+        if (c == '\0') break;
+    }
+    free(p);
+    return rc;
+}
+
+/* Makes --checkpoint-dir DIR/ps-<i> for every shard. Returns 0, or 2 after a message. */
+static int make_checkpoint_dirs(const psctl_local_opts *o) {
+    for (int i = 0; o->checkpoint_dir && i < o->num_ps; i++) {
+        char *sub = psctl_checkpoint_subdir(o->checkpoint_dir, i);
+        if (!sub || make_dirs(sub) != 0) {
+            fprintf(stderr, "psctl local: --checkpoint-dir: cannot make %s: %s\n",
+                    sub ? sub : o->checkpoint_dir, sub ? strerror(errno) : "out of memory");
+            free(sub);
+            return 2;
+        }
+        free(sub);
+    }
+    return 0;
 }
 
 /* $PSCTL_READY_TIMEOUT_MS (tests shorten it), else 30 s. */
@@ -236,6 +274,10 @@ int psctl_local_main(int argc, char **argv) {
     if (r == 1) return 0;
     if (r != 0) return 2;
     if (psctl_local_resolve_gpus(&opts) != 0) return 2;
+    if (psctl_local_check(&opts) != 0 || make_checkpoint_dirs(&opts) != 0) {
+        psctl_local_free_gpus(&opts);
+        return 2;
+    }
 
     static const char *const psd_rel[] = {"psd", NULL};
     static const char *const worker_rel[] = {"../worker/psworker", "psworker", NULL};

@@ -21,6 +21,12 @@ typedef struct {
     double timeout_s;    /* --timeout SECONDS for the whole job; 0 = none */
     char **extra;        /* arguments after "--", passed to every worker */
     int num_extra;
+    long max_restarts;          /* --max-restarts N per process (default 3; 0: no restarts) */
+    const char *checkpoint_dir; /* --checkpoint-dir DIR (shard i gets DIR/ps-<i>), or NULL */
+    long checkpoint_every;      /* passed to every psd when >= 0 (-1: not given), and so */
+    long worker_timeout_ms;     /* are these three */
+    long replicas;
+    long staleness;
     const char *gpus; /* --gpus as given, or NULL */
     int gpus_all;     /* --gpus all */
     int num_gpu_ids;  /* --gpus ID,...: the distinct ids, in order */
@@ -35,6 +41,10 @@ typedef struct {
  * flag to stderr. Uses getopt_long (resets optind). */
 int psctl_local_parse(int argc, char **argv, psctl_local_opts *opts);
 
+/* Checks what needs the final worker count (after psctl_local_resolve_gpus):
+ * --replicas-to-aggregate at most --workers. Returns 0, or 2 after a message. */
+int psctl_local_check(const psctl_local_opts *opts);
+
 /* Decides where the workers run: without --gpus on the CPU; with --gpus on the
  * listed GPUs (or all of them), one worker each, seeing only its GPU; with --gpus
  * all and no GPU (or no CUDA in this build) on the CPU, --workers M of them or one
@@ -48,8 +58,9 @@ void psctl_local_free_gpus(psctl_local_opts *opts);
 void psctl_local_usage(FILE *f);
 
 /* Runs `psctl local` with argv[0] == "local". Returns the process exit code: 0 job
- * finished, 1 a process failed or the job timed out, 2 bad usage or missing
- * binaries, 128+signal when interrupted by SIGINT/SIGTERM. */
+ * finished, 1 a process failed (beyond its restarts) or the job timed out, 2 bad
+ * usage, missing binaries or an unusable --checkpoint-dir, 128+signal when
+ * interrupted by SIGINT/SIGTERM. */
 int psctl_local_main(int argc, char **argv);
 
 #endif

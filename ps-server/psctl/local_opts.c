@@ -35,6 +35,18 @@ static const opt_def defs[] = {
     {"seed", OPT_LLONG, 0, 0x7fffffffffffffffLL, F(seed), "S", "random seed"},
     {"timeout", OPT_SECONDS, 0, 0, F(timeout_s), "SECONDS",
      "stop everything and fail after this long (default 0 = never)"},
+    {"max-restarts", OPT_LONG, 0, 1000, F(max_restarts), "N",
+     "restart a failed process up to N times (default 3; 0: never)"},
+    {"checkpoint-dir", OPT_STR, 0, 0, F(checkpoint_dir), "DIR",
+     "psd shard i checkpoints to and restores from DIR/ps-<i>"},
+    {"checkpoint-every", OPT_LONG, 0, 31536000, F(checkpoint_every), "SECONDS",
+     "psd: checkpoint this often (0: on request and at stop only)"},
+    {"worker-timeout", OPT_LONG, 100, 86400000, F(worker_timeout_ms), "MS",
+     "psd: a worker silent this long leaves the expected set"},
+    {"replicas-to-aggregate", OPT_LONG, 0, 1000, F(replicas), "R",
+     "psd, sync: a step applies after R pushes (0: all live workers)"},
+    {"staleness", OPT_LONG, 0, 1000000, F(staleness), "S",
+     "psd, async: a worker S steps ahead of the slowest one waits"},
     {"gpus", OPT_GPUS, 0, PSCTL_MAX_GPUS - 1, F(gpus), "all|0,1,...",
      "one worker per GPU, each seeing only its own (see below)"},
     {"help", OPT_HELP, 0, 0, 0, NULL, "show this help"},
@@ -56,16 +68,26 @@ void psctl_local_usage(FILE *f) {
             snprintf(left, sizeof left, "--%s %s", defs[i].name, defs[i].metavar);
         else
             snprintf(left, sizeof left, "-h, --%s", defs[i].name);
-        fprintf(f, "  %-22s %s\n", left, defs[i].help);
+        fprintf(f, "  %-28s %s\n", left, defs[i].help);
     }
     fprintf(f, "\nDevices: without --gpus every worker gets --device cpu (so several workers\n"
                "never pile onto GPU 0). With --gpus, worker j runs on the j-th listed GPU with\n"
                "CUDA_VISIBLE_DEVICES=<that id> and --device cuda:0. --gpus all with no CUDA GPU\n"
                "(or a psctl built without CUDA) says so and runs CPU workers instead: --workers M\n"
                "of them, else one per CPU core; listed ids must exist.\n"
+               "\nRestarts: a process killed by a signal or exiting non-zero is started again\n"
+               "with the same arguments and environment, up to --max-restarts times each,\n"
+               "after 0.2 s (doubling with each restart of that process, at most 5 s). A psd\n"
+               "comes back on the port it first got (--port P), so the workers' --ps list\n"
+               "stays valid. Exit status 2 (bad configuration) is never restarted; a psd\n"
+               "exiting 0 (Shutdown request, SIGTERM) stops the job. A worker exiting 0 is\n"
+               "done; when all are, the psd shards get SIGTERM and the job ends.\n"
+               "\nThe psd flags (--checkpoint-*, --worker-timeout, --replicas-to-aggregate,\n"
+               "--staleness) are passed to every shard only when given; psctl makes the\n"
+               "DIR/ps-<i> directories. --checkpoint-every needs --checkpoint-dir.\n"
                "\nBinaries: $PSD and $PSWORKER, else next to psctl, else on PATH.\n"
-               "Exit status: 0 done, 1 a process failed or --timeout, 2 bad usage,\n"
-               "130/143 interrupted by SIGINT/SIGTERM.\n");
+               "Exit status: 0 done, 1 a process failed (beyond its restarts) or --timeout,\n"
+               "2 bad usage, 130/143 interrupted by SIGINT/SIGTERM.\n");
 }
 
 static int bad_value(const opt_def *d, const char *arg, const char *what) {
@@ -169,6 +191,8 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
     memset(o, 0, sizeof *o);
     o->epochs = 2;
     o->seed = -1;
+    o->max_restarts = 3;
+    o->checkpoint_every = o->worker_timeout_ms = o->replicas = o->staleness = -1;
 
     struct option longopts[NDEFS + 1];
     for (size_t i = 0; i < NDEFS; i++) {
@@ -233,9 +257,29 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
                 o->num_workers, o->gpus, o->num_gpu_ids);
         goto usage_hint;
     }
+    const char *conflict = NULL;
+    if (o->checkpoint_every >= 0 && !o->checkpoint_dir)
+        conflict = "--checkpoint-every needs --checkpoint-dir";
+    else if (o->replicas >= 0 && strcmp(o->mode, "sync") != 0)
+        conflict = "--replicas-to-aggregate applies to --mode sync only";
+    else if (o->staleness >= 0 && strcmp(o->mode, "async") != 0)
+        conflict = "--staleness applies to --mode async only";
+    if (conflict) {
+        fprintf(stderr, "psctl local: %s\n", conflict);
+        goto usage_hint;
+    }
     return 0;
 
 usage_hint:
     fprintf(stderr, "Try 'psctl local --help'.\n");
     return 2;
+}
+
+int psctl_local_check(const psctl_local_opts *o) {
+    if (o->replicas > o->num_workers) {
+        fprintf(stderr, "psctl local: --replicas-to-aggregate %ld is more than the %ld workers\n",
+                o->replicas, o->num_workers);
+        return 2;
+    }
+    return 0;
 }

@@ -1,5 +1,6 @@
-/* psctl, the operator's tool: dispatches to its commands (today: `local`, which runs
- * a whole cluster on this machine). */
+/* psctl, the operator's tool: dispatches to its commands (`local` runs a whole cluster
+ * on this machine; `checkpoint` and `shutdown` talk to the shards of a running job). */
+#include "admin.h"
 #include "local.h"
 #include "log.h"
 
@@ -15,12 +16,14 @@ typedef struct {
 
 static const command commands[] = {
     {"local", psctl_local_main, "run psd shards and workers on this machine until training ends"},
+    {"checkpoint", psctl_checkpoint_main, "ask every psd shard of a job to write a checkpoint now"},
+    {"shutdown", psctl_shutdown_main, "ask every psd shard of a job to stop"},
 };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: psctl COMMAND [ARGS...]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+        fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\n'psctl COMMAND --help' describes a command.\n");
 }
 

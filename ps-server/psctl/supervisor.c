@@ -1,7 +1,9 @@
 /* psctl local's supervisor: spawns the shards and workers with uv_spawn, relays their
- * output, and turns exits, signals and deadlines into an orderly stop of everything. */
+ * output, restarts a process that fails (up to --max-restarts), and turns exits beyond
+ * that, signals and deadlines into an orderly stop of everything. */
 #include "supervisor.h"
 
+#include "child_argv.h"
 #include "lifetime.h"
 #include "log.h"
 #include "relay.h"
@@ -24,6 +26,9 @@ extern char **environ;
 #define ABORT_GRACE_MS 5000   /* everyone gets this long to stop after a failure */
 #define KILL_GRACE_MS 5000    /* after SIGKILL, before giving up on a process */
 #define DRAIN_MS 2000         /* output pipes may stay open this long after the last exit */
+#define RESTART_DELAY_MS 200  /* before the first restart of a process; doubles with each */
+#define RESTART_DELAY_MAX_MS 5000
+#define EXIT_BAD_CONFIG 2 /* our programs' "bad configuration": restarting cannot help */
 
 typedef enum { CHILD_PSD, CHILD_WORKER } child_kind;
 
@@ -35,7 +40,8 @@ typedef enum {
     PHASE_DONE       /* no child left running */
 } phase;
 
-enum { PIPE_NONE, PIPE_OPEN, PIPE_CLOSED };
+/* A pipe (or process handle) must be fully closed before a restart initialises it again. */
+enum { PIPE_NONE, PIPE_OPEN, PIPE_CLOSING, PIPE_CLOSED };
 
 struct sup;
 
@@ -48,11 +54,18 @@ typedef struct {
     uv_pipe_t pipes[2];    /* read side of the child's stdout and stderr */
     psctl_relay relays[2]; /* to psctl's stdout and stderr */
     int pipe_state[2];
-    int proc_inited;
-    int running; /* spawned and not yet exited (or given up on) */
+    int proc_open; /* proc initialised and its close callback not run yet */
+    int running;   /* spawned and not yet exited (or given up on) */
     int pid;
-    char *ready_path; /* psd only */
-    char endpoint[64];
+    int restarts;             /* restarts so far */
+    int restart_pending;      /* restart_timer is armed */
+    uv_timer_t restart_timer; /* data: this child */
+    /* psd only: */
+    char *ready_path;
+    int awaiting_ready; /* started; its ready file has not been read yet */
+    uint64_t ready_deadline;
+    int port;          /* from the first ready file; restarts ask for it again */
+    char endpoint[64]; /* "host:port" from the first ready file: what the workers use */
 } child;
 
 typedef struct sup {
@@ -69,7 +82,7 @@ typedef struct sup {
     int kill_stage;    /* 0: SIGTERM sent, 1: SIGKILL sent */
     int stop_grace_ms; /* the SIGTERM grace of the current stop */
     int open_handles;  /* initialised handles whose close callback has not run */
-    uint64_t ready_deadline;
+    char *endpoints;   /* the workers' --ps list once every shard was ready (owned) */
     uv_timer_t ready_timer, stop_timer, timeout_timer, drain_timer;
     uv_signal_t sigint, sigterm;
     psctl_screen screen;
@@ -126,11 +139,28 @@ static void close_handle(uv_handle_t *h) {
     if (h->type != UV_UNKNOWN_HANDLE && !uv_is_closing(h)) uv_close(h, on_closed);
 }
 
+static void on_pipe_closed(uv_handle_t *h) {
+    child *c = h->data;
+    c->pipe_state[h == (uv_handle_t *)&c->pipes[1]] = PIPE_CLOSED;
+    c->sv->open_handles--;
+}
+
 static void close_pipe(child *c, int k) {
     if (c->pipe_state[k] != PIPE_OPEN) return;
     psctl_relay_flush(&c->relays[k]);
-    close_handle((uv_handle_t *)&c->pipes[k]);
-    c->pipe_state[k] = PIPE_CLOSED;
+    uv_close((uv_handle_t *)&c->pipes[k], on_pipe_closed);
+    c->pipe_state[k] = PIPE_CLOSING;
+}
+
+static void on_proc_closed(uv_handle_t *h) {
+    child *c = h->data;
+    c->proc_open = 0;
+    c->sv->open_handles--;
+}
+
+static void close_proc(child *c) {
+    if (c->proc_open && !uv_is_closing((uv_handle_t *)&c->proc))
+        uv_close((uv_handle_t *)&c->proc, on_proc_closed);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -162,8 +192,15 @@ static void signal_child(child *c, int sig) {
 /* Sends SIGTERM to every running child; arm_stop then arms the SIGKILL deadline. */
 static void stop_all(sup *sv, int grace_ms) {
     uv_timer_stop(&sv->ready_timer);
-    for (int i = 0; i < sv->nchildren; i++)
-        signal_child(&sv->children[i], SIGTERM);
+    for (int i = 0; i < sv->nchildren; i++) {
+        child *c = &sv->children[i];
+        if (c->restart_pending) {
+            PS_DEBUG("%s: restart cancelled", c->label);
+            uv_timer_stop(&c->restart_timer);
+            c->restart_pending = 0;
+        }
+        signal_child(c, SIGTERM);
+    }
     sv->kill_stage = 0;
     sv->stop_grace_ms = grace_ms;
     uv_timer_stop(&sv->stop_timer);
@@ -243,12 +280,12 @@ static void on_drain_timer(uv_timer_t *t) {
     }
 }
 
-/* Ends the run once no child is running: stops the timers and gives the output pipes
- * DRAIN_MS to reach end of file; uv_run then returns. */
+/* Ends the run once no child is running or waiting for its restart: stops the timers
+ * and gives the output pipes DRAIN_MS to reach end of file; uv_run then returns. */
 static void check_done(sup *sv) {
     if (sv->phase == PHASE_DONE) return;
     for (int i = 0; i < sv->nchildren; i++)
-        if (sv->children[i].running) return;
+        if (sv->children[i].running || sv->children[i].restart_pending) return;
     sv->end_phase = sv->phase;
     sv->phase = PHASE_DONE;
     uv_timer_stop(&sv->ready_timer);
@@ -259,47 +296,11 @@ static void check_done(sup *sv) {
 
 /* ---- spawning ----------------------------------------------------------------- */
 
-typedef struct {
-    char **v;
-    int n, cap, oom;
-} argv_builder;
-
-static void arg_add(argv_builder *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void arg_add(argv_builder *a, const char *fmt, ...) {
-    if (a->oom) return;
-    if (a->n + 2 > a->cap) {
-        int cap = a->cap ? a->cap * 2 : 32;
-        char **v = realloc(a->v, (size_t)cap * sizeof *v);
-        if (!v) {
-            a->oom = 1;
-            return;
-        }
-        a->v = v;
-        a->cap = cap;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0) s = NULL;
-    va_end(ap);
-    if (!s) {
-        a->oom = 1;
-        return;
-    }
-    a->v[a->n++] = s;
-    a->v[a->n] = NULL;
-}
-
-static void args_free(argv_builder *a) {
-    for (int i = 0; i < a->n; i++)
-        free(a->v[i]);
-    free(a->v);
-}
-
 static void on_child_exit(uv_process_t *p, int64_t status, int sig);
+static void on_ready_timer(uv_timer_t *t);
 
-/* Starts c with args (args[0] is the executable) and env (NULL: sv->env). Returns
+/* Starts c with args (args[0] is the executable) and env (NULL: sv->env); its handles
+ * must be closed (a fresh child, or a restart after the close callbacks ran). Returns
  * 0, or a negative libuv error after printing why. */
 static int spawn_child(sup *sv, child *c, char **args, char **env) {
     for (int k = 0; k < 2; k++) {
@@ -324,14 +325,13 @@ static int spawn_child(sup *sv, child *c, char **args, char **env) {
     o.exit_cb = on_child_exit;
     c->proc.data = c;
     int r = uv_spawn(&sv->loop, &c->proc, &o);
-    c->proc_inited = 1;
+    c->proc_open = 1;
     sv->open_handles++;
     if (r < 0) {
         say(sv, "cannot start %s (%s): %s", c->label, args[0], uv_strerror(r));
-        for (int k = 0; k < 2; k++) {
-            close_handle((uv_handle_t *)&c->pipes[k]);
-            c->pipe_state[k] = PIPE_CLOSED;
-        }
+        for (int k = 0; k < 2; k++)
+            close_pipe(c, k);
+        close_proc(c);
         return r;
     }
     c->running = 1;
@@ -347,98 +347,129 @@ static int spawn_child(sup *sv, child *c, char **args, char **env) {
     return 0;
 }
 
-static void start_psds(sup *sv) {
+/* Starts (or restarts) psd shard c: on its first start with --port 0, afterwards on
+ * the port it got then; its old ready file is removed first and the ready poll waits
+ * for the new one. Returns 0 or a negative libuv error (printed). */
+static int start_psd(sup *sv, child *c) {
+    if (unlink(c->ready_path) != 0 && errno != ENOENT)
+        PS_WARN("cannot remove %s: %s", c->ready_path, strerror(errno));
+    psctl_argv a = {0};
+    int r = psctl_psd_argv(&a, sv->job->opts, sv->job->psd_path, c->index, c->port, c->ready_path);
+    r = r < 0 ? UV_ENOMEM : spawn_child(sv, c, a.v, NULL);
+    psctl_argv_free(&a);
+    if (r < 0) return r;
+    c->awaiting_ready = 1;
+    c->ready_deadline = uv_now(&sv->loop) + (uint64_t)sv->job->ready_timeout_ms;
+    if (!uv_is_active((uv_handle_t *)&sv->ready_timer))
+        uv_timer_start(&sv->ready_timer, on_ready_timer, 10, READY_POLL_MS);
+    return 0;
+}
+
+/* Starts (or restarts) worker c with the same command line and environment each time.
+ * Returns 0 or a negative libuv error (printed). */
+static int start_worker(sup *sv, child *c) {
     const psctl_local_opts *o = sv->job->opts;
-    for (int i = 0; i < o->num_ps; i++) {
-        argv_builder a = {0};
-        arg_add(&a, "%s", sv->job->psd_path);
-        arg_add(&a, "--bind");
-        arg_add(&a, "127.0.0.1");
-        arg_add(&a, "--port");
-        arg_add(&a, "0");
-        arg_add(&a, "--shard");
-        arg_add(&a, "%d", i);
-        arg_add(&a, "--num-shards");
-        arg_add(&a, "%ld", o->num_ps);
-        arg_add(&a, "--workers");
-        arg_add(&a, "%ld", o->num_workers);
-        arg_add(&a, "--mode");
-        arg_add(&a, "%s", o->mode);
-        arg_add(&a, "--ready-file");
-        arg_add(&a, "%s", sv->children[i].ready_path);
-        int r = a.oom ? UV_ENOMEM : spawn_child(sv, &sv->children[i], a.v, NULL);
-        args_free(&a);
-        if (r < 0) {
+    psctl_argv a = {0};
+    int r = psctl_worker_argv(&a, o, sv->job->worker_path, c->index, sv->endpoints,
+                              c->index == 0 && sv->stdout_tty);
+    char **env = o->worker_cuda_visible ? psctl_env_set(sv->env, "CUDA_VISIBLE_DEVICES",
+                                                        o->worker_cuda_visible[c->index])
+                                        : NULL;
+    int oom = r < 0 || (o->worker_cuda_visible && !env);
+    r = oom ? UV_ENOMEM : spawn_child(sv, c, a.v, env);
+    psctl_env_free(env);
+    psctl_argv_free(&a);
+    return r;
+}
+
+static int start_child(sup *sv, child *c) {
+    return c->kind == CHILD_PSD ? start_psd(sv, c) : start_worker(sv, c);
+}
+
+static void start_psds(sup *sv) {
+    for (int i = 0; i < sv->job->opts->num_ps; i++) {
+        if (start_psd(sv, &sv->children[i]) < 0) {
             abort_job(sv, 1, "psd %d could not be started; stopping", i);
             return;
         }
     }
 }
 
-/* sv->env with CUDA_VISIBLE_DEVICES=visible in place of any inherited value; the
- * array and that one string are malloc'd (free_worker_env), the rest is sv->env's. */
-static char **worker_env(sup *sv, const char *visible) {
-    static const char key[] = "CUDA_VISIBLE_DEVICES=";
-    size_t n = 0;
-    while (sv->env[n])
-        n++;
-    char **env = calloc(n + 2, sizeof *env);
-    if (!env) return NULL;
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (strncmp(sv->env[i], key, sizeof key - 1) != 0) env[m++] = sv->env[i];
-    if (asprintf(&env[m], "%s%s", key, visible) < 0) {
-        free(env);
-        return NULL;
-    }
-    return env;
-}
-
-static void free_worker_env(char **env) {
-    if (!env) return;
-    size_t n = 0;
-    while (env[n + 1])
-        n++;
-    free(env[n]); /* ours is last */
-    free(env);
-}
-
-static void start_workers(sup *sv, const char *endpoints) {
+static void start_workers(sup *sv) {
     const psctl_local_opts *o = sv->job->opts;
     sv->phase = PHASE_RUNNING;
     for (int j = 0; j < o->num_workers; j++) {
-        child *c = &sv->children[o->num_ps + j];
-        argv_builder a = {0};
-        arg_add(&a, "%s", sv->job->worker_path);
-        arg_add(&a, "--ps");
-        arg_add(&a, "%s", endpoints);
-        arg_add(&a, "--index");
-        arg_add(&a, "%d", j);
-        arg_add(&a, "--workers");
-        arg_add(&a, "%ld", o->num_workers);
-        arg_add(&a, "--epochs");
-        arg_add(&a, "%ld", o->epochs);
-        if (o->model) arg_add(&a, "--model"), arg_add(&a, "%s", o->model);
-        if (o->data) arg_add(&a, "--data"), arg_add(&a, "%s", o->data);
-        if (o->batch > 0) arg_add(&a, "--batch"), arg_add(&a, "%ld", o->batch);
-        if (o->seed >= 0) arg_add(&a, "--seed"), arg_add(&a, "%lld", o->seed);
-        if (j == 0 && o->summary) arg_add(&a, "--summary"), arg_add(&a, "%s", o->summary);
-        arg_add(&a, "--device"); /* CPU unless --gpus: workers must not all share GPU 0 */
-        arg_add(&a, "%s", o->worker_device ? o->worker_device : "cpu");
-        arg_add(&a, "--progress");
-        arg_add(&a, "%s", j == 0 && sv->stdout_tty ? "tty" : "plain");
-        for (int e = 0; e < o->num_extra; e++)
-            arg_add(&a, "%s", o->extra[e]);
-        char **env = o->worker_cuda_visible ? worker_env(sv, o->worker_cuda_visible[j]) : NULL;
-        int oom = a.oom || (o->worker_cuda_visible && !env);
-        int r = oom ? UV_ENOMEM : spawn_child(sv, c, a.v, env);
-        free_worker_env(env);
-        args_free(&a);
-        if (r < 0) {
+        if (start_worker(sv, &sv->children[o->num_ps + j]) < 0) {
             abort_job(sv, 1, "worker %d could not be started; stopping", j);
             return;
         }
     }
+}
+
+/* ---- restarts ----------------------------------------------------------------- */
+
+static void on_restart_timer(uv_timer_t *t) {
+    child *c = t->data;
+    sup *sv = c->sv;
+    c->restart_pending = 0;
+    if (sv->phase != PHASE_STARTING && sv->phase != PHASE_RUNNING) {
+        check_done(sv);
+        return;
+    }
+    /* The old process's output ends once its process group is gone; whatever it still
+     * holds open after the restart delay is cut off, as at the end of a job. */
+    for (int k = 0; k < 2; k++)
+        close_pipe(c, k);
+    if (c->pipe_state[0] == PIPE_CLOSING || c->pipe_state[1] == PIPE_CLOSING || c->proc_open) {
+        c->restart_pending = 1; /* close callbacks run on the next loop turn */
+        uv_timer_start(&c->restart_timer, on_restart_timer, 10, 0);
+        return;
+    }
+    PS_DEBUG("restarting %s (%d/%ld)", c->label, c->restarts, sv->job->opts->max_restarts);
+    if (start_child(sv, c) < 0) abort_job(sv, 1, "%s could not be restarted; stopping", c->label);
+}
+
+/* Handles a child that died abnormally while the job runs: schedules its restart when
+ * it has restarts left (and the exit status is not "bad configuration"), else stops
+ * the job naming it. */
+static void child_failed(sup *sv, child *c, int64_t status, int sig) {
+    long max = sv->job->opts->max_restarts;
+    int bad_config = sig == 0 && status == EXIT_BAD_CONFIG;
+    if (!bad_config && c->restarts < max) {
+        c->restarts++;
+        uint64_t delay = RESTART_DELAY_MS;
+        for (int i = 1; i < c->restarts && delay < RESTART_DELAY_MAX_MS; i++)
+            delay *= 2;
+        if (delay > RESTART_DELAY_MAX_MS) delay = RESTART_DELAY_MAX_MS;
+        char how[64];
+        if (sig)
+            snprintf(how, sizeof how, "killed by signal %d", sig);
+        else
+            snprintf(how, sizeof how, "exited with status %lld", (long long)status);
+        say(sv, "%s %s%s; restarting (%d/%ld)", c->label, how,
+            c->kind == CHILD_PSD && !c->endpoint[0] ? " before it was ready" : "", c->restarts,
+            max);
+        c->restart_pending = 1;
+        uv_timer_start(&c->restart_timer, on_restart_timer, delay, 0);
+        return;
+    }
+    char msg[256], how[96];
+    if (c->kind == CHILD_PSD && !c->endpoint[0]) {
+        describe_status(how, sizeof how, status, sig);
+        snprintf(msg, sizeof msg, "%s exited before it was ready (%s)", c->label, how);
+    } else {
+        describe_exit(msg, sizeof msg, c, "failed", status, sig);
+    }
+    size_t used = strlen(msg);
+    if (max > 0 && bad_config)
+        snprintf(msg + used, sizeof msg - used,
+                 "; exit status %d means bad configuration: "
+                 "not restarted",
+                 EXIT_BAD_CONFIG);
+    else if (max > 0)
+        snprintf(msg + used, sizeof msg - used, "; gave up after %d restart%s (--max-restarts %ld)",
+                 c->restarts, c->restarts == 1 ? "" : "s", max);
+    abort_job(sv, 1, "%s", msg);
 }
 
 /* ---- events ------------------------------------------------------------------- */
@@ -447,7 +478,9 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
     child *c = p->data;
     sup *sv = c->sv;
     c->running = 0;
+    c->awaiting_ready = 0;
     uv_kill(-c->pid, SIGKILL); /* whatever it left behind in its process group */
+    close_proc(c);             /* a restart initialises the handle again */
     int ok = status == 0 && sig == 0;
     char how[96];
     PS_DEBUG("%s (pid %d) exited: status %lld, signal %d", c->label, c->pid, (long long)status,
@@ -456,18 +489,16 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
     switch (sv->phase) {
     case PHASE_STARTING:
     case PHASE_RUNNING:
-        if (c->kind == CHILD_PSD) {
-            if (sv->phase == PHASE_STARTING && !c->endpoint[0]) {
+        if (!ok) {
+            child_failed(sv, c, status, sig);
+        } else if (c->kind == CHILD_PSD) { /* Shutdown request or someone's SIGTERM */
+            if (!c->endpoint[0]) {
                 describe_status(how, sizeof how, status, sig);
                 abort_job(sv, 1, "%s exited before it was ready (%s)", c->label, how);
             } else {
-                describe_exit(how, sizeof how, c, ok ? "exited unexpectedly" : "failed", status,
-                              sig);
+                describe_exit(how, sizeof how, c, "exited unexpectedly", status, sig);
                 abort_job(sv, 1, "%s", how);
             }
-        } else if (!ok) {
-            describe_exit(how, sizeof how, c, "failed", status, sig);
-            abort_job(sv, 1, "%s", how);
         } else if (++sv->workers_ok == sv->job->opts->num_workers) {
             PS_DEBUG("all workers finished; stopping the psd shards");
             sv->phase = PHASE_FINISHING;
@@ -488,9 +519,9 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
     check_done(sv);
 }
 
-/* Returns 1 when c's ready file holds an endpoint (copied to c->endpoint), 0 when it
- * is not there (or not complete) yet, -1 when it is malformed. */
-static int read_ready(child *c) {
+/* Returns 1 when c's ready file holds an endpoint (copied to ep[64]), 0 when it is not
+ * there (or not complete) yet, -1 when it is malformed. */
+static int read_ready(const child *c, char ep[64]) {
     int fd = open(c->ready_path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 0;
     char buf[128];
@@ -499,59 +530,95 @@ static int read_ready(child *c) {
     if (n <= 0 || buf[n - 1] != '\n') return n == (ssize_t)sizeof buf - 1 ? -1 : 0;
     buf[n - 1] = '\0';
     char *colon = strrchr(buf, ':');
-    if (!colon || colon == buf || strlen(buf) >= sizeof c->endpoint) return -1;
+    if (!colon || colon == buf || strlen(buf) >= 64) return -1;
     if (strcspn(buf, " \t\r\n,") != strlen(buf)) return -1;
     char *end;
     long port = strtol(colon + 1, &end, 10);
     if (end == colon + 1 || *end || port < 1 || port > 65535) return -1;
-    memcpy(c->endpoint, buf, strlen(buf) + 1);
+    memcpy(ep, buf, strlen(buf) + 1);
     return 1;
 }
 
+/* Takes the endpoint psd c reported. The first one is what the workers get; a
+ * restarted shard must report the same (it was given that port). Returns 0, or -1
+ * after stopping the job. */
+static int psd_ready(sup *sv, child *c, const char *ep) {
+    c->awaiting_ready = 0;
+    if (!c->endpoint[0]) {
+        snprintf(c->endpoint, sizeof c->endpoint, "%s", ep);
+        c->port = atoi(strrchr(ep, ':') + 1);
+        return 0;
+    }
+    if (strcmp(ep, c->endpoint) != 0) {
+        abort_job(sv, 1, "%s came back at %s, not at %s where the workers expect it; stopping",
+                  c->label, ep, c->endpoint);
+        return -1;
+    }
+    say(sv, "%s back at %s", c->label, ep);
+    return 0;
+}
+
+/* The workers' --ps list, "host:port,..." in shard order, into sv->endpoints. */
+static int join_endpoints(sup *sv) {
+    int nps = (int)sv->job->opts->num_ps;
+    size_t cap = (size_t)nps * sizeof sv->children[0].endpoint + 1;
+    sv->endpoints = calloc(1, cap);
+    if (!sv->endpoints) return -1;
+    for (int i = 0; i < nps; i++) {
+        if (i) strcat(sv->endpoints, ",");
+        strcat(sv->endpoints, sv->children[i].endpoint);
+    }
+    return 0;
+}
+
+/* Polls the ready files of the shards that were (re)started: a new one is taken (see
+ * psd_ready), a missing one past its deadline stops the job. Once every shard is up
+ * for the first time, the workers start. */
 static void on_ready_timer(uv_timer_t *t) {
     sup *sv = t->data;
-    if (sv->phase != PHASE_STARTING) return;
-    int nps = (int)sv->job->opts->num_ps;
-    int all = 1;
+    if (sv->phase != PHASE_STARTING && sv->phase != PHASE_RUNNING) {
+        uv_timer_stop(t);
+        return;
+    }
+    int nps = (int)sv->job->opts->num_ps, waiting = 0, all_up = 1;
+    uint64_t now = uv_now(&sv->loop);
+    char late[512] = "";
+    size_t used = 0;
     for (int i = 0; i < nps; i++) {
         child *c = &sv->children[i];
-        if (c->endpoint[0]) continue;
-        int r = read_ready(c);
-        if (r < 0) {
-            abort_job(sv, 1, "%s wrote a malformed ready file %s (want HOST:PORT and a newline)",
-                      c->label, c->ready_path);
-            return;
+        if (c->awaiting_ready) {
+            char ep[64];
+            int r = read_ready(c, ep);
+            if (r < 0) {
+                abort_job(sv, 1,
+                          "%s wrote a malformed ready file %s (want HOST:PORT and a newline)",
+                          c->label, c->ready_path);
+                return;
+            }
+            if (r > 0 && psd_ready(sv, c, ep) < 0) return;
+            if (r == 0) {
+                waiting++;
+                if (now >= c->ready_deadline && used < sizeof late - 16)
+                    used += (size_t)snprintf(late + used, sizeof late - used, "%s%s",
+                                             used ? ", " : "", c->label);
+            }
         }
-        if (r == 0) all = 0;
+        if (!c->running || c->awaiting_ready) all_up = 0;
     }
-    if (all) {
-        uv_timer_stop(&sv->ready_timer);
-        size_t cap = (size_t)nps * sizeof sv->children[0].endpoint + 1;
-        char *endpoints = calloc(1, cap);
-        if (!endpoints) {
+    if (late[0]) {
+        abort_job(sv, 1, "%s not ready within %.1f s (no ready file); stopping", late,
+                  sv->job->ready_timeout_ms / 1000.0);
+        return;
+    }
+    if (waiting == 0) uv_timer_stop(t);
+    if (sv->phase == PHASE_STARTING && all_up) {
+        if (join_endpoints(sv) < 0) {
             abort_job(sv, 1, "out of memory");
             return;
         }
-        for (int i = 0; i < nps; i++) {
-            if (i) strcat(endpoints, ",");
-            strcat(endpoints, sv->children[i].endpoint);
-        }
-        say(sv, "psd shards ready at %s; starting %ld worker%s", endpoints,
+        say(sv, "psd shards ready at %s; starting %ld worker%s", sv->endpoints,
             sv->job->opts->num_workers, sv->job->opts->num_workers == 1 ? "" : "s");
-        start_workers(sv, endpoints);
-        free(endpoints);
-        return;
-    }
-    if (uv_now(&sv->loop) >= sv->ready_deadline) {
-        char names[512] = "";
-        size_t used = 0;
-        for (int i = 0; i < nps && used < sizeof names - 16; i++) {
-            if (sv->children[i].endpoint[0]) continue;
-            used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "",
-                                     sv->children[i].label);
-        }
-        abort_job(sv, 1, "%s not ready within %.1f s (no ready file); stopping", names,
-                  sv->job->ready_timeout_ms / 1000.0);
+        start_workers(sv);
     }
 }
 
@@ -582,32 +649,11 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 /* ---- setup and teardown ------------------------------------------------------- */
 
-/* The inherited environment plus PS_PARENT_PID=<our pid>; the array is malloc'd, the
- * strings are environ's except the last one (also malloc'd). */
+/* The inherited environment plus PS_PARENT_PID=<our pid> (psctl_env_free). */
 static char **build_env(void) {
-    size_t n = 0;
-    while (environ[n])
-        n++;
-    char **env = calloc(n + 2, sizeof *env);
-    if (!env) return NULL;
-    size_t m = 0;
-    const char *key = PS_PARENT_PID_ENV "=";
-    for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], key, strlen(key)) != 0) env[m++] = environ[i];
-    if (asprintf(&env[m], "%s%ld", key, (long)getpid()) < 0) {
-        free(env);
-        return NULL;
-    }
-    return env;
-}
-
-static void free_env(char **env) {
-    if (!env) return;
-    size_t n = 0;
-    while (env[n + 1])
-        n++;
-    free(env[n]); /* ours is last */
-    free(env);
+    char pid[32];
+    snprintf(pid, sizeof pid, "%ld", (long)getpid());
+    return psctl_env_set(environ, PS_PARENT_PID_ENV, pid);
 }
 
 static int setup(sup *sv, const psctl_job *job) {
@@ -633,6 +679,9 @@ static int setup(sup *sv, const psctl_job *job) {
             c->ready_path = NULL;
             return UV_ENOMEM;
         }
+        uv_timer_init(&sv->loop, &c->restart_timer);
+        c->restart_timer.data = c;
+        sv->open_handles++;
     }
     uv_timer_t *timers[] = {&sv->ready_timer, &sv->stop_timer, &sv->timeout_timer,
                             &sv->drain_timer};
@@ -641,8 +690,8 @@ static int setup(sup *sv, const psctl_job *job) {
         timers[i]->data = sv;
         sv->open_handles++;
     }
-    /* Only children and the ready poll keep the loop running; the other timers and the
-     * signal watchers fire while it runs but never hold it open. */
+    /* Only children, the ready poll and pending restarts keep the loop running; the
+     * other timers and the signal watchers fire while it runs but never hold it open. */
     uv_unref((uv_handle_t *)&sv->stop_timer);
     uv_unref((uv_handle_t *)&sv->timeout_timer);
     uv_unref((uv_handle_t *)&sv->drain_timer);
@@ -665,7 +714,8 @@ static void close_all(sup *sv) {
         child *c = &sv->children[i];
         for (int k = 0; k < 2; k++)
             close_pipe(c, k);
-        if (c->proc_inited) close_handle((uv_handle_t *)&c->proc);
+        close_proc(c);
+        close_handle((uv_handle_t *)&c->restart_timer);
     }
     close_handle((uv_handle_t *)&sv->ready_timer);
     close_handle((uv_handle_t *)&sv->stop_timer);
@@ -682,7 +732,8 @@ static void free_all(sup *sv) {
         free(sv->children[i].ready_path);
     }
     free(sv->children);
-    free_env(sv->env);
+    free(sv->endpoints);
+    psctl_env_free(sv->env);
     free(sv);
 }
 
@@ -710,10 +761,6 @@ int psctl_supervise(const psctl_job *job) {
                            (uint64_t)(job->opts->timeout_s * 1000.0 + 0.5), 0);
         sv->phase = PHASE_STARTING;
         start_psds(sv);
-        if (sv->phase == PHASE_STARTING) {
-            sv->ready_deadline = uv_now(&sv->loop) + (uint64_t)job->ready_timeout_ms;
-            uv_timer_start(&sv->ready_timer, on_ready_timer, 10, READY_POLL_MS);
-        }
         uv_run(&sv->loop, UV_RUN_DEFAULT);
     }
 

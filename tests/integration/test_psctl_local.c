@@ -381,8 +381,10 @@ START_TEST(test_happy_path_prefixes_and_sigterm) {
 END_TEST
 
 START_TEST(test_worker_fails_stops_everyone) {
-    const char *args[] = {"psctl", "local", "--ps",         "2", "--workers", "2", "--mode",
-                          "async", "--",    "--fail-index", "1", "--hang",    NULL};
+    /* --max-restarts 0: the first failure stops the job (test_psctl_restart.c has restarts). */
+    const char *args[] = {"psctl", "local",          "--ps", "2",  "--workers",    "2", "--mode",
+                          "async", "--max-restarts", "0",    "--", "--fail-index", "1", "--hang",
+                          NULL};
     run_result r;
     run_psctl(args, NULL, NULL, &r);
     ck_assert(r.finished);

@@ -1,0 +1,139 @@
+/* Command lines and environments of psctl local's children (see child_argv.h). */
+#include "child_argv.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void psctl_argv_add(psctl_argv *a, const char *fmt, ...) {
+    if (a->oom) return;
+    if (a->n + 2 > a->cap) {
+        int cap = a->cap ? a->cap * 2 : 32;
+        char **v = realloc(a->v, (size_t)cap * sizeof *v);
+        if (!v) {
+            a->oom = 1;
+            return;
+        }
+        a->v = v;
+        a->cap = cap;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0) s = NULL;
+    va_end(ap);
+    if (!s) {
+        a->oom = 1;
+        return;
+    }
+    a->v[a->n++] = s;
+    a->v[a->n] = NULL;
+}
+
+void psctl_argv_free(psctl_argv *a) {
+    for (int i = 0; i < a->n; i++)
+        free(a->v[i]);
+    free(a->v);
+    a->v = NULL;
+    a->n = a->cap = a->oom = 0;
+}
+
+char *psctl_checkpoint_subdir(const char *dir, int shard) {
+    char *p;
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/') /* "ckpt/" -> "ckpt/ps-0", not "ckpt//ps-0" */
+        len--;
+    if (asprintf(&p, "%.*s/ps-%d", (int)len, dir, shard) < 0) return NULL;
+    return p;
+}
+
+/* Adds "--flag value" when value >= 0 (given to psctl). */
+static void add_if_given(psctl_argv *a, const char *flag, long value) {
+    if (value < 0) return;
+    psctl_argv_add(a, "%s", flag);
+    psctl_argv_add(a, "%ld", value);
+}
+
+int psctl_psd_argv(psctl_argv *a, const psctl_local_opts *o, const char *psd_path, int shard,
+                   int port, const char *ready_path) {
+    psctl_argv_add(a, "%s", psd_path);
+    psctl_argv_add(a, "--bind");
+    psctl_argv_add(a, "127.0.0.1");
+    psctl_argv_add(a, "--port");
+    psctl_argv_add(a, "%d", port);
+    psctl_argv_add(a, "--shard");
+    psctl_argv_add(a, "%d", shard);
+    psctl_argv_add(a, "--num-shards");
+    psctl_argv_add(a, "%ld", o->num_ps);
+    psctl_argv_add(a, "--workers");
+    psctl_argv_add(a, "%ld", o->num_workers);
+    psctl_argv_add(a, "--mode");
+    psctl_argv_add(a, "%s", o->mode);
+    psctl_argv_add(a, "--ready-file");
+    psctl_argv_add(a, "%s", ready_path);
+    if (o->checkpoint_dir) {
+        char *sub = psctl_checkpoint_subdir(o->checkpoint_dir, shard);
+        psctl_argv_add(a, "--checkpoint-dir");
+        if (sub)
+            psctl_argv_add(a, "%s", sub);
+        else
+            a->oom = 1;
+        free(sub);
+    }
+    add_if_given(a, "--checkpoint-every", o->checkpoint_every);
+    add_if_given(a, "--worker-timeout", o->worker_timeout_ms);
+    add_if_given(a, "--replicas-to-aggregate", o->replicas);
+    add_if_given(a, "--staleness", o->staleness);
+    return a->oom ? -1 : 0;
+}
+
+int psctl_worker_argv(psctl_argv *a, const psctl_local_opts *o, const char *worker_path, int j,
+                      const char *endpoints, int progress_tty) {
+    psctl_argv_add(a, "%s", worker_path);
+    psctl_argv_add(a, "--ps");
+    psctl_argv_add(a, "%s", endpoints);
+    psctl_argv_add(a, "--index");
+    psctl_argv_add(a, "%d", j);
+    psctl_argv_add(a, "--workers");
+    psctl_argv_add(a, "%ld", o->num_workers);
+    psctl_argv_add(a, "--epochs");
+    psctl_argv_add(a, "%ld", o->epochs);
+    if (o->model) psctl_argv_add(a, "--model"), psctl_argv_add(a, "%s", o->model);
+    if (o->data) psctl_argv_add(a, "--data"), psctl_argv_add(a, "%s", o->data);
+    if (o->batch > 0) psctl_argv_add(a, "--batch"), psctl_argv_add(a, "%ld", o->batch);
+    if (o->seed >= 0) psctl_argv_add(a, "--seed"), psctl_argv_add(a, "%lld", o->seed);
+    if (j == 0 && o->summary) psctl_argv_add(a, "--summary"), psctl_argv_add(a, "%s", o->summary);
+    psctl_argv_add(a, "--device"); /* CPU unless --gpus: workers must not all share GPU 0 */
+    psctl_argv_add(a, "%s", o->worker_device ? o->worker_device : "cpu");
+    psctl_argv_add(a, "--progress");
+    psctl_argv_add(a, "%s", progress_tty ? "tty" : "plain");
+    for (int e = 0; e < o->num_extra; e++)
+        psctl_argv_add(a, "%s", o->extra[e]);
+    return a->oom ? -1 : 0;
+}
+
+char **psctl_env_set(char *const *base, const char *key, const char *value) {
+    size_t n = 0, klen = strlen(key);
+    while (base[n])
+        n++;
+    char **env = calloc(n + 2, sizeof *env);
+    if (!env) return NULL;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(strncmp(base[i], key, klen) == 0 && base[i][klen] == '=')) env[m++] = base[i];
+    if (asprintf(&env[m], "%s=%s", key, value) < 0) {
+        free(env);
+        return NULL;
+    }
+    return env;
+}
+
+void psctl_env_free(char **env) {
+    if (!env) return;
+    size_t n = 0;
+    while (env[n + 1])
+        n++;
+    free(env[n]); /* ours is last */
+    free(env);
+}

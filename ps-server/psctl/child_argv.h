@@ -1,0 +1,42 @@
+/* The command lines and environments psctl local gives its children: built afresh for
+ * every start, so a restarted process gets the same arguments and environment. */
+#ifndef PSCTL_CHILD_ARGV_H
+#define PSCTL_CHILD_ARGV_H
+
+#include "local.h"
+
+/* A NULL-terminated argv under construction; every string is malloc'd. Zero it to
+ * start; after an allocation failure `oom` is set and further adds do nothing. */
+typedef struct {
+    char **v;
+    int n, cap, oom;
+} psctl_argv;
+
+/* Appends one printf-formatted argument. */
+void psctl_argv_add(psctl_argv *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Frees the array and its strings; a may be reused after zeroing. */
+void psctl_argv_free(psctl_argv *a);
+
+/* DIR/ps-<shard> for --checkpoint-dir DIR, malloc'd, or NULL (no memory). */
+char *psctl_checkpoint_subdir(const char *dir, int shard);
+
+/* Fills a (zeroed) with the command line of psd shard `shard`: listening on
+ * 127.0.0.1:port (0: any free port) and writing ready_path once it listens, plus the
+ * psd flags given to psctl. Returns 0, or -1 when out of memory (a->oom). */
+int psctl_psd_argv(psctl_argv *a, const psctl_local_opts *o, const char *psd_path, int shard,
+                   int port, const char *ready_path);
+
+/* Fills a (zeroed) with the command line of worker j: the shards' endpoints
+ * ("host:port,..."), its index, the training flags, and the arguments after "--".
+ * progress_tty: the worker's progress redraws in place (worker 0 on a terminal).
+ * Returns 0, or -1 when out of memory (a->oom). */
+int psctl_worker_argv(psctl_argv *a, const psctl_local_opts *o, const char *worker_path, int j,
+                      const char *endpoints, int progress_tty);
+
+/* A copy of the environment `base` with KEY=value in place of any KEY=... it has.
+ * The array and the new string (its last entry) are malloc'd, the other strings are
+ * base's; free with psctl_env_free. Returns NULL when out of memory. */
+char **psctl_env_set(char *const *base, const char *key, const char *value);
+void psctl_env_free(char **env);
+
+#endif
