@@ -76,17 +76,14 @@ void ps_test_dump(const char *path) {
     fclose(f);
 }
 
-int ps_test_psd_start(ps_test_psd *p, const char *const *extra_args, int timeout_ms) {
-    memset(p, 0, sizeof *p);
-    char *dir = ps_test_mkdtemp();
-    if (!dir) return -1;
-    snprintf(p->dir, sizeof p->dir, "%s", dir);
-    free(dir);
+/* Spawns psd on `port` ("0": any) and waits for its ready file. */
+static int psd_spawn(ps_test_psd *p, const char *port, const char *const *extra_args,
+                     int timeout_ms) {
     char ready[600];
     snprintf(ready, sizeof ready, "%s/ready", p->dir);
-    snprintf(p->log, sizeof p->log, "%s/psd.log", p->dir);
+    unlink(ready);
     const char *argv[64] = {getenv("PSD"), "--bind",       "127.0.0.1", "--port",
-                            "0",           "--ready-file", ready};
+                            port,          "--ready-file", ready};
     int n = 7;
     for (int i = 0; extra_args && extra_args[i] && n < 62; i++)
         argv[n++] = extra_args[i];
@@ -118,6 +115,31 @@ int ps_test_psd_start(ps_test_psd *p, const char *const *extra_args, int timeout
     ps_test_dump(p->log);
     ps_test_psd_stop(p, 1000);
     return -1;
+}
+
+int ps_test_psd_start(ps_test_psd *p, const char *const *extra_args, int timeout_ms) {
+    memset(p, 0, sizeof *p);
+    char *dir = ps_test_mkdtemp();
+    if (!dir) return -1;
+    snprintf(p->dir, sizeof p->dir, "%s", dir);
+    free(dir);
+    snprintf(p->log, sizeof p->log, "%s/psd.log", p->dir);
+    return psd_spawn(p, "0", extra_args, timeout_ms);
+}
+
+int ps_test_psd_restart(ps_test_psd *p, const char *const *extra_args, int timeout_ms) {
+    const char *colon = strrchr(p->endpoint, ':');
+    if (!colon || p->pid > 0) return -1;
+    char port[16];
+    snprintf(port, sizeof port, "%s", colon + 1);
+    return psd_spawn(p, port, extra_args, timeout_ms);
+}
+
+void ps_test_psd_kill(ps_test_psd *p) {
+    if (p->pid <= 0) return;
+    kill(p->pid, SIGKILL);
+    ps_test_wait(p->pid, 5000);
+    p->pid = 0;
 }
 
 int ps_test_psd_stop(ps_test_psd *p, int timeout_ms) {

@@ -16,6 +16,11 @@ typedef struct {
  * (NULL-terminated, may be NULL) and waits up to timeout_ms for it to listen.
  * Returns 0, or -1 (the process is killed, the reason printed). */
 int ps_test_psd_start(ps_test_psd *p, const char *const *extra_args, int timeout_ms);
+/* Starts psd again in the same temp dir (log appended) on the port it had,
+ * with extra_args; waits for it to listen like ps_test_psd_start. */
+int ps_test_psd_restart(ps_test_psd *p, const char *const *extra_args, int timeout_ms);
+/* SIGKILL and reap; keeps the temp dir (and the log) for a restart. */
+void ps_test_psd_kill(ps_test_psd *p);
 /* SIGTERM, wait up to timeout_ms, then SIGKILL. Returns the exit status (0..255),
  * 128+signal when killed by a signal, or -1. Removes the temp dir. */
 int ps_test_psd_stop(ps_test_psd *p, int timeout_ms);

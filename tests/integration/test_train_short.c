@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../unit/testutil.h"
 #include "proc.h"
@@ -125,6 +126,68 @@ START_TEST(worker_help_and_bad_config) {
 }
 END_TEST
 
+/* One worker, one psd, with extra flags; returns the chief's test accuracy
+ * (-1 if it failed; its output then contains `expect` when given). */
+static double solo_job(const char *const *extra, const char *dir, const char *expect) {
+    ps_test_psd psd;
+    const char *pa[] = {"--workers", "1", NULL};
+    ck_assert_int_eq(ps_test_psd_start(&psd, pa, 10000), 0);
+    char summary[700], log[700];
+    snprintf(summary, sizeof summary, "%s/solo.json", dir);
+    snprintf(log, sizeof log, "%s/solo.log", dir);
+    unlink(summary);
+    unlink(log);
+    const char *argv[32] = {getenv("PSWORKER"), "--ps", psd.endpoint, "--summary", summary,
+                            "--max-test",       "2000", "--epochs",   "1",         NULL};
+    int n = 9;
+    for (int i = 0; extra[i]; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    int st = ps_test_wait(ps_test_spawn(argv, log), 120000);
+    ck_assert_int_eq(ps_test_psd_stop(&psd, 5000), 0);
+    const char *out = slurp(log);
+    if (expect) ck_assert_msg(out && strstr(out, expect), "no '%s' in:\n%s", expect, out);
+    if (st != 0) return -1;
+    cJSON *j = cJSON_Parse(slurp(summary));
+    ck_assert_ptr_nonnull(j);
+    double acc = cJSON_GetObjectItem(j, "test_accuracy")->valuedouble;
+    cJSON_Delete(j);
+    return acc;
+}
+
+/* --save writes the final model; --init-from starts a new job from it (so two
+ * steps already give the trained accuracy), and refuses a file that does not
+ * fit the model. */
+START_TEST(save_and_init_from) {
+    char *dir = ps_test_mkdtemp();
+    char saved[700], bad[700];
+    snprintf(saved, sizeof saved, "%s/model.pstf", dir);
+    const char *train[] = {"--max-train", "20000", "--save", saved, NULL};
+    double trained = solo_job(train, dir, "saved the model to");
+    ck_assert_double_gt(trained, 0.75);
+    const char *resume[] = {"--init-from", saved, "--max-steps", "2", NULL};
+    double resumed = solo_job(resume, dir, "initial values from");
+    const char *scratch[] = {"--max-steps", "2", NULL};
+    double fresh = solo_job(scratch, dir, NULL);
+    printf("save/init-from: trained %.4f, 2 steps from the file %.4f, 2 from scratch %.4f\n",
+           trained, resumed, fresh);
+    ck_assert_double_gt(resumed, trained - 0.05);
+    ck_assert_double_lt(fresh, 0.6);
+    /* a model with another shape does not fit the file */
+    snprintf(bad, sizeof bad, "%s/wide.json", dir);
+    FILE *f = fopen(bad, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"input_shape\": [784], \"layers\": [{\"type\": \"Dense\", \"units\": 64,"
+          " \"activation\": \"relu\"}, {\"type\": \"Dense\", \"units\": 10}]}",
+          f);
+    fclose(f);
+    const char *mismatch[] = {"--init-from", saved, "--model", bad, "--max-steps", "1", NULL};
+    ck_assert_double_eq(solo_job(mismatch, dir, "size differs for 'dense_0/kernel'"), -1);
+    ps_test_rmdir(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(worker_without_server_times_out) {
     /* a port nobody listens on: the worker gives up after --timeout with a clear message */
     const char *w = getenv("PSWORKER");
@@ -200,6 +263,7 @@ int main(void) {
     tcase_add_test(tc, async_epoch_reaches_accuracy);
     tcase_add_test(tc, worker_help_and_bad_config);
     tcase_add_test(tc, worker_without_server_times_out);
+    tcase_add_test(tc, save_and_init_from);
     tcase_add_test(tc, worker_accepts_tf_config);
     tcase_add_test(tc, main_job_sync_two_epochs);
     tcase_add_test(tc, main_job_async_two_epochs);

@@ -1,0 +1,294 @@
+/* Training that survives failures, with real processes and real kills
+ * (SIGKILL, not cooperative), on 127.0.0.1:
+ * 1. kill -9 one of 3 workers mid-epoch in sync mode: the job finishes,
+ *    test accuracy >= 0.84, the shards log the removal;
+ * 2. kill -9 a psd mid-training and start it again with the same flags:
+ *    training goes on from its checkpoint and ends at accuracy >= 0.84;
+ * 6. backup workers: 3 workers, --replicas-to-aggregate 2, one slowed by
+ *    --slow-ms: the steps do not wait for the slow one;
+ * 7. bounded staleness: with --staleness 2 no applied gradient is more than
+ *    2 steps stale (psd's counters); without it, some are. */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../unit/testutil.h"
+#include "client.h"
+#include "proc.h"
+#include "ps_error.h"
+
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void nap_ms(int ms) {
+    nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL);
+}
+
+static int file_has(const char *path, const char *what) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[4096];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, what) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* Stats of shard `ps` (a client that never says Hello, so it joins nothing). */
+static Ps__StatsReply *stats(const ps_test_psd *ps, Ps__Header **hold) {
+    ps_client *c;
+    char err[256];
+    const char *eps[1] = {ps->endpoint};
+    ck_assert_int_eq(ps_client_open(&c, eps, 1, 0, 1, err, sizeof err), PS_OK);
+    ps_client_set_timeout(c, 10000);
+    int rc = ps_client_stats(c, 0, hold);
+    ck_assert_msg(rc == PS_OK, "stats: %s", ps_client_error(c));
+    ps_client_close(c);
+    return (*hold)->stats_reply;
+}
+
+static uint64_t version_of(const ps_test_psd *ps) {
+    Ps__Header *h;
+    uint64_t v = stats(ps, &h)->version;
+    ps__header__free_unpacked(h, NULL);
+    return v;
+}
+
+typedef struct {
+    char dir[600], ps[300], summary[700], log[4][700];
+    pid_t pid[4];
+} job;
+
+/* Starts worker i of n against j->ps with extra args (NULL-terminated). */
+static void start_worker(job *j, int i, int n, const char *const *extra) {
+    char idx[8], cnt[8];
+    snprintf(idx, sizeof idx, "%d", i);
+    snprintf(cnt, sizeof cnt, "%d", n);
+    char log[sizeof j->log[i]];
+    snprintf(log, sizeof log, "%s/worker%d.log", j->dir, i);
+    memcpy(j->log[i], log, sizeof log);
+    const char *argv[48] = {
+        getenv("PSWORKER"), "--ps",  j->ps,       "--index", idx, "--workers", cnt,
+        "--progress",       "plain", "--timeout", "120"};
+    int k = 11;
+    if (i == 0) {
+        argv[k++] = "--summary";
+        argv[k++] = j->summary;
+    }
+    for (int e = 0; extra && extra[e] && k < 46; e++)
+        argv[k++] = extra[e];
+    argv[k] = NULL;
+    j->pid[i] = ps_test_spawn(argv, j->log[i]);
+    ck_assert_int_gt(j->pid[i], 0);
+}
+
+static double summary_accuracy(const job *j) {
+    FILE *f = fopen(j->summary, "r");
+    ck_assert_msg(f != NULL, "no summary");
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *o = cJSON_Parse(buf);
+    ck_assert_ptr_nonnull(o);
+    double acc = cJSON_GetObjectItem(o, "test_accuracy")->valuedouble;
+    cJSON_Delete(o);
+    return acc;
+}
+
+static void job_init(job *j) {
+    memset(j, 0, sizeof *j);
+    char *d = ps_test_mkdtemp();
+    snprintf(j->dir, sizeof j->dir, "%s", d);
+    free(d);
+    snprintf(j->summary, sizeof j->summary, "%s/summary.json", j->dir);
+}
+
+/* Waits for worker i; dumps its log when it failed. Returns its exit status. */
+static int finish_worker(job *j, int i, int timeout_ms) {
+    int st = ps_test_wait(j->pid[i], timeout_ms);
+    j->pid[i] = 0;
+    if (st != 0) ps_test_dump(j->log[i]);
+    return st;
+}
+
+START_TEST(worker_killed_sync_job_finishes) {
+    job j;
+    job_init(&j);
+    ps_test_psd psd[2];
+    for (int i = 0; i < 2; i++) {
+        const char *a[] = {"--shard", i ? "1" : "0", "--num-shards",     "2",    "--workers", "3",
+                           "--mode",  "sync",        "--worker-timeout", "1500", NULL};
+        ck_assert_int_eq(ps_test_psd_start(&psd[i], a, 10000), 0);
+    }
+    snprintf(j.ps, sizeof j.ps, "%s,%s", psd[0].endpoint, psd[1].endpoint);
+    /* 3 x batch 32: 625 steps per epoch */
+    const char *extra[] = {"--epochs", "2", "--batch", "32", NULL};
+    for (int i = 0; i < 3; i++)
+        start_worker(&j, i, 3, extra);
+    long long deadline = now_ms() + 60000;
+    while (version_of(&psd[0]) < 200 && now_ms() < deadline)
+        nap_ms(20);
+    ck_assert_msg(version_of(&psd[0]) >= 200, "training did not start");
+    ck_assert_int_eq(kill(j.pid[2], SIGKILL), 0); /* mid-epoch 1 */
+    ck_assert_int_eq(ps_test_wait(j.pid[2], 5000), 128 + SIGKILL);
+    j.pid[2] = 0;
+    ck_assert_int_eq(finish_worker(&j, 0, 180000), 0);
+    ck_assert_int_eq(finish_worker(&j, 1, 30000), 0);
+    double acc = summary_accuracy(&j);
+    printf("worker killed: test accuracy %.4f\n", acc);
+    ck_assert_msg(acc >= 0.84, "test accuracy %.4f < 0.84", acc);
+    for (int i = 0; i < 2; i++) {
+        Ps__Header *h;
+        Ps__StatsReply *st = stats(&psd[i], &h);
+        ck_assert_uint_eq(st->workers_removed, 1);
+        ps__header__free_unpacked(h, NULL);
+        ck_assert_msg(file_has(psd[i].log, "worker 2 removed"), "shard %d logged no removal", i);
+        ck_assert_int_eq(ps_test_psd_stop(&psd[i], 10000), 0);
+    }
+    ps_test_rmdir(j.dir);
+}
+END_TEST
+
+START_TEST(psd_killed_restarts_from_checkpoint) {
+    job j;
+    job_init(&j);
+    ps_test_psd psd[2];
+    char ck[2][700];
+    const char *args[2][16];
+    for (int i = 0; i < 2; i++) {
+        snprintf(ck[i], sizeof ck[i], "%s/ckpt%d", j.dir, i);
+        const char *a[] = {
+            "--shard", i ? "1" : "0", "--num-shards",     "2",   "--workers",          "2",
+            "--mode",  "sync",        "--checkpoint-dir", ck[i], "--checkpoint-every", "1",
+            NULL};
+        memcpy(args[i], a, sizeof a);
+        ck_assert_int_eq(ps_test_psd_start(&psd[i], args[i], 10000), 0);
+    }
+    snprintf(j.ps, sizeof j.ps, "%s,%s", psd[0].endpoint, psd[1].endpoint);
+    const char *extra[] = {"--epochs", "2", "--retry-ms", "500", NULL};
+    for (int i = 0; i < 2; i++)
+        start_worker(&j, i, 2, extra);
+    /* wait for a periodic checkpoint of shard 0, well into the job */
+    long long deadline = now_ms() + 60000;
+    for (;;) {
+        Ps__Header *h;
+        Ps__StatsReply *st = stats(&psd[0], &h);
+        int ready = st->checkpoints >= 1 && st->version >= 150;
+        ps__header__free_unpacked(h, NULL);
+        if (ready || now_ms() > deadline) break;
+        nap_ms(20);
+    }
+    uint64_t before = version_of(&psd[0]);
+    ck_assert_uint_ge(before, 150);
+    ps_test_psd_kill(&psd[0]);
+    nap_ms(700); /* the workers notice: requests time out, reconnects back off */
+    ck_assert_int_eq(ps_test_psd_restart(&psd[0], args[0], 10000), 0);
+    ck_assert_msg(file_has(psd[0].log, "restored checkpoint"), "psd 0 did not restore");
+    ck_assert_int_eq(finish_worker(&j, 0, 180000), 0);
+    ck_assert_int_eq(finish_worker(&j, 1, 30000), 0);
+    double acc = summary_accuracy(&j);
+    printf("psd killed at version %llu: test accuracy %.4f\n", (unsigned long long)before, acc);
+    ck_assert_msg(acc >= 0.84, "test accuracy %.4f < 0.84", acc);
+    ck_assert_msg(file_has(j.log[0], "restarted"), "the chief did not notice the restart");
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(ps_test_psd_stop(&psd[i], 10000), 0);
+    ps_test_rmdir(j.dir);
+}
+END_TEST
+
+START_TEST(backup_workers_do_not_wait_for_the_slow_one) {
+    enum { STEPS = 40, SLOW_MS = 250 };
+    job j;
+    job_init(&j);
+    ps_test_psd psd;
+    const char *a[] = {"--workers", "3", "--mode", "sync", "--replicas-to-aggregate", "2", NULL};
+    ck_assert_int_eq(ps_test_psd_start(&psd, a, 10000), 0);
+    snprintf(j.ps, sizeof j.ps, "%s", psd.endpoint);
+    const char *fast[] = {"--epochs", "1", "--max-steps", "40", "--max-test", "500", NULL};
+    const char *slow[] = {"--epochs", "1", "--max-steps", "40", "--slow-ms", "250", NULL};
+    long long t0 = now_ms();
+    start_worker(&j, 0, 3, fast);
+    start_worker(&j, 1, 3, fast);
+    start_worker(&j, 2, 3, slow);
+    ck_assert_int_eq(finish_worker(&j, 0, 60000), 0);
+    long long chief_ms = now_ms() - t0;
+    ck_assert_int_eq(finish_worker(&j, 1, 60000), 0);
+    ck_assert_int_eq(finish_worker(&j, 2, 60000), 0);
+    long long all_ms = now_ms() - t0;
+    Ps__Header *h;
+    Ps__StatsReply *st = stats(&psd, &h);
+    printf("backup workers: chief %lld ms, slow worker done at %lld ms; version %llu, dropped "
+           "%llu\n",
+           chief_ms, all_ms, (unsigned long long)st->version,
+           (unsigned long long)st->dropped_pushes);
+    /* waiting for the slow worker would take >= STEPS * SLOW_MS = 10 s */
+    ck_assert_msg(chief_ms < STEPS * SLOW_MS / 2, "the chief took %lld ms", chief_ms);
+    ck_assert_uint_ge(all_ms, STEPS * SLOW_MS);
+    ck_assert_uint_ge(st->version, STEPS);
+    ck_assert_uint_gt(st->dropped_pushes, 0); /* the slow worker's late pushes */
+    ps__header__free_unpacked(h, NULL);
+    ck_assert_int_eq(ps_test_psd_stop(&psd, 10000), 0);
+    ps_test_rmdir(j.dir);
+}
+END_TEST
+
+/* Runs 3 async workers (worker 2 slow) against one psd; returns its max_staleness. */
+static uint64_t async_staleness(const char *staleness, uint64_t *waits) {
+    job j;
+    job_init(&j);
+    ps_test_psd psd;
+    const char *a[] = {"--workers", "3", "--mode", "async", staleness ? "--staleness" : NULL,
+                       staleness,   NULL};
+    ck_assert_int_eq(ps_test_psd_start(&psd, a, 10000), 0);
+    snprintf(j.ps, sizeof j.ps, "%s", psd.endpoint);
+    const char *fast[] = {"--epochs", "1", "--max-steps", "30", "--max-test", "500", NULL};
+    const char *slow[] = {"--epochs", "1", "--max-steps", "30", "--slow-ms", "60", NULL};
+    start_worker(&j, 0, 3, fast);
+    start_worker(&j, 1, 3, fast);
+    start_worker(&j, 2, 3, slow);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(finish_worker(&j, i, 60000), 0);
+    Ps__Header *h;
+    Ps__StatsReply *st = stats(&psd, &h);
+    uint64_t worst = st->max_staleness;
+    *waits = st->staleness_waits;
+    ck_assert_uint_eq(st->pushes_applied, 90);
+    ps__header__free_unpacked(h, NULL);
+    ck_assert_int_eq(ps_test_psd_stop(&psd, 10000), 0);
+    ps_test_rmdir(j.dir);
+    return worst;
+}
+
+START_TEST(bounded_staleness) {
+    uint64_t waits = 0, free_waits = 0;
+    uint64_t bounded = async_staleness("2", &waits);
+    uint64_t unbounded = async_staleness(NULL, &free_waits);
+    printf("staleness: max %llu with --staleness 2 (%llu waits), %llu without\n",
+           (unsigned long long)bounded, (unsigned long long)waits, (unsigned long long)unbounded);
+    ck_assert_uint_le(bounded, 2);
+    ck_assert_uint_gt(waits, 0);
+    ck_assert_uint_gt(unbounded, 2); /* the counter sees staleness when nothing bounds it */
+    ck_assert_uint_eq(free_waits, 0);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("faults");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 400);
+    tcase_add_test(tc, worker_killed_sync_job_finishes);
+    tcase_add_test(tc, psd_killed_restarts_from_checkpoint);
+    tcase_add_test(tc, backup_workers_do_not_wait_for_the_slow_one);
+    tcase_add_test(tc, bounded_staleness);
+    suite_add_tcase(s, tc);
+    return ps_test_run_suite(s);
+}
