@@ -2,6 +2,7 @@
  * (SIGKILL, not cooperative), on 127.0.0.1:
  * 1. kill -9 one of 3 workers mid-epoch in sync mode: the job finishes,
  *    test accuracy >= 0.84, the shards log the removal;
+ *    A killed worker started again rejoins and continues where the job is;
  * 2. kill -9 a psd mid-training and start it again with the same flags:
  *    training goes on from its checkpoint and ends at accuracy >= 0.84;
  * 6. backup workers: 3 workers, --replicas-to-aggregate 2, one slowed by
@@ -158,6 +159,44 @@ START_TEST(worker_killed_sync_job_finishes) {
 }
 END_TEST
 
+/* A killed worker started again with the same flags rejoins under its index
+ * (after the shards removed it) and continues at the job's current epoch and
+ * step of its data shard instead of starting over. */
+START_TEST(worker_restarted_rejoins_where_the_job_is) {
+    job j;
+    job_init(&j);
+    ps_test_psd psd;
+    const char *a[] = {"--workers", "2", "--mode", "sync", "--worker-timeout", "1000", NULL};
+    ck_assert_int_eq(ps_test_psd_start(&psd, a, 10000), 0);
+    snprintf(j.ps, sizeof j.ps, "%s", psd.endpoint);
+    const char *extra[] = {"--epochs", "2", NULL}; /* 469 steps per epoch */
+    start_worker(&j, 0, 2, extra);
+    start_worker(&j, 1, 2, extra);
+    long long deadline = now_ms() + 60000;
+    while (version_of(&psd) < 520 && now_ms() < deadline)
+        nap_ms(10);
+    ck_assert_int_eq(kill(j.pid[1], SIGKILL), 0); /* in epoch 2 */
+    ck_assert_int_eq(ps_test_wait(j.pid[1], 5000), 128 + SIGKILL);
+    deadline = now_ms() + 30000;
+    while (!file_has(psd.log, "worker 1 removed") && now_ms() < deadline)
+        nap_ms(20);
+    ck_assert_msg(file_has(psd.log, "worker 1 removed"), "the shard did not remove worker 1");
+    char first[800];
+    snprintf(first, sizeof first, "%s.first", j.log[1]);
+    ck_assert_int_eq(rename(j.log[1], first), 0); /* the restart logs afresh */
+    start_worker(&j, 1, 2, extra);                /* the same flags */
+    ck_assert_int_eq(finish_worker(&j, 1, 120000), 0);
+    ck_assert_int_eq(finish_worker(&j, 0, 120000), 0);
+    ck_assert_msg(file_has(psd.log, "worker 1 rejoined"), "no rejoin logged");
+    ck_assert_msg(file_has(j.log[1], "joining a running job: epoch 2"),
+                  "the restarted worker did not continue in epoch 2");
+    ck_assert_msg(!file_has(j.log[1], "Epoch 1/2"), "the restarted worker redid epoch 1");
+    ck_assert_double_ge(summary_accuracy(&j), 0.84);
+    ck_assert_int_eq(ps_test_psd_stop(&psd, 10000), 0);
+    ps_test_rmdir(j.dir);
+}
+END_TEST
+
 START_TEST(psd_killed_restarts_from_checkpoint) {
     job j;
     job_init(&j);
@@ -286,6 +325,7 @@ int main(void) {
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 400);
     tcase_add_test(tc, worker_killed_sync_job_finishes);
+    tcase_add_test(tc, worker_restarted_rejoins_where_the_job_is);
     tcase_add_test(tc, psd_killed_restarts_from_checkpoint);
     tcase_add_test(tc, backup_workers_do_not_wait_for_the_slow_one);
     tcase_add_test(tc, bounded_staleness);
