@@ -22,6 +22,8 @@ typedef struct {
     char checkpoint_dir[1024]; /* "" : no checkpoints */
     long checkpoint_every;     /* seconds between periodic checkpoints (0: only on request/exit) */
     long keep_checkpoints;     /* newest checkpoint files kept */
+    long metrics_port;         /* HTTP /metrics and /healthz; -1: off, 0: any free port */
+    char metrics_bind[256];
 } ps_server_config;
 
 /* Fills cfg from TF_CONFIG (when tf_config is non-NULL and non-empty, task type

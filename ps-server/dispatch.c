@@ -48,16 +48,20 @@ void ps__server_dispatch(ps_server *s, ps_frames *f) {
 
     if (f->n < 2) {
         s->stats.requests++;
+        s->stats.by_type[0]++;
         rc = PS_EPROTO;
         snprintf(err, sizeof err, "message has no header frame");
     } else {
         rc = ps_header_decode(zmq_msg_data(&f->frames[1]), zmq_msg_size(&f->frames[1]), &hdr, err,
                               sizeof err);
         if (hdr) req_id = hdr->request_id;
-        if (hdr && hdr->body_case == PS__HEADER__BODY_HEARTBEAT)
+        if (hdr && hdr->body_case == PS__HEADER__BODY_HEARTBEAT) {
             s->stats.heartbeats++; /* not a request: nothing is answered */
-        else
+        } else {
             s->stats.requests++;
+            unsigned bc = hdr ? (unsigned)hdr->body_case : 0u;
+            s->stats.by_type[bc < PS_BODY_CASES ? bc : 0]++;
+        }
         if (rc == PS_OK && f->truncated) {
             rc = PS_EPROTO;
             snprintf(err, sizeof err, "message has more than %u payload frames",
@@ -84,6 +88,7 @@ void ps__server_dispatch(ps_server *s, ps_frames *f) {
     }
     if (rc != PS_OK) {
         s->stats.errors++;
+        s->stats.by_error[-rc > 0 && -rc < PS_ERR_CODES ? -rc : 0]++;
         PS_DEBUG("%s %llu: %s: %s", what, (unsigned long long)req_id, ps_errname(rc), err);
         ps__server_reply_error(s, id, id_len, req_id, rc, err);
     }

@@ -317,10 +317,24 @@ static void reply_push(ps_server *s, ps_request *r, int applied, int dropped) {
     ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
 }
 
+const double ps__lat_bounds[PS_LAT_BUCKETS] = {1e-5,   2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
+                                               2.5e-3, 5e-3,   1e-2, 2.5e-2, 5e-2, 0.1,  1.0};
+
+void ps__stats_apply_latency(ps_server *s, double seconds) {
+    size_t b = 0;
+    while (b < PS_LAT_BUCKETS && seconds > ps__lat_bounds[b])
+        b++;
+    s->stats.lat_buckets[b]++;
+    s->stats.lat_sum += seconds;
+    s->stats.lat_count++;
+}
+
 int ps__sync_try_close_step(ps_server *s) {
     if (s->pushes_in_step == 0 || s->pushes_in_step < ps__members_needed(s)) return 0;
+    uint64_t t0 = ps__now_ns();
     for (size_t i = 0; i < s->store.n; i++)
         ps_var_apply_accumulated(s->store.vars[i]);
+    ps__stats_apply_latency(s, (double)(ps__now_ns() - t0) / 1e9);
     s->version++;
     s->stats.updates_applied++;
     s->pushes_in_step = 0;
@@ -376,6 +390,7 @@ int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen) {
     if (!data) return PS_ENOMEM;
     int rc = check_grads(s, r, data, err, errlen);
     int applied = 0;
+    uint64_t t0 = ps__now_ns();
     for (size_t i = 0; rc == PS_OK && i < p->n_grads; i++) {
         ps_var *v = ps_store_find(&s->store, p->grads[i]->name);
         if (s->cfg.mode == PS_MODE_SYNC)
@@ -383,6 +398,8 @@ int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen) {
         else
             ps_var_apply(v, data[i]);
     }
+    if (rc == PS_OK && s->cfg.mode == PS_MODE_ASYNC)
+        ps__stats_apply_latency(s, (double)(ps__now_ns() - t0) / 1e9);
     if (rc == PS_OK) {
         s->stats.pushes_applied++;
         if (s->cfg.mode == PS_MODE_SYNC) {

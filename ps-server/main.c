@@ -34,11 +34,11 @@ int main(int argc, char **argv) {
         uv_loop_close(&loop);
         return 2;
     }
-    ps_server_run(&s);
+    int run_rc = ps_server_run(&s);
     PS_INFO("stopped at version %llu after %llu requests (%llu errors)",
             (unsigned long long)s.version, (unsigned long long)s.stats.requests,
             (unsigned long long)s.stats.errors);
     ps_server_free(&s);
     if (uv_loop_close(&loop) != 0) PS_WARN("loop closed with handles still open");
-    return 0;
+    return run_rc == PS_OK ? 0 : 2; /* the metrics port could not be bound */
 }

@@ -12,6 +12,8 @@
 
 #include "checkpoint.h"
 #include "log.h"
+#include "metrics.h"
+#include "notify.h"
 #include "ps_error.h"
 
 uint64_t ps__now_ns(void) {
@@ -222,9 +224,10 @@ int ps_server_run(ps_server *s) {
     uv_signal_init(s->loop, &s->sigint);
     uv_timer_init(s->loop, &s->member_timer);
     uv_timer_init(s->loop, &s->ckpt_timer);
+    uv_timer_init(s->loop, &s->watchdog_timer);
     s->poll.data = s->sigterm.data = s->sigint.data = s;
-    s->member_timer.data = s->ckpt_timer.data = s;
-    s->handles_open = 5;
+    s->member_timer.data = s->ckpt_timer.data = s->watchdog_timer.data = s;
+    s->handles_open = 6;
     uv_poll_start(&s->poll, UV_READABLE, on_poll);
     uv_signal_start(&s->sigterm, on_signal, SIGTERM);
     uv_signal_start(&s->sigint, on_signal, SIGINT);
@@ -237,6 +240,14 @@ int ps_server_run(ps_server *s) {
     }
     PS_INFO("shard %ld/%ld listening on %s, mode %s, %ld workers", s->cfg.shard, s->cfg.num_shards,
             s->endpoint, ps_mode_name(s->cfg.mode), s->cfg.workers);
+    char err[512];
+    if (ps__metrics_start(s, err, sizeof err) != PS_OK) {
+        PS_ERROR("%s", err);
+        ps_server_stop(s);
+        uv_run(s->loop, UV_RUN_DEFAULT);
+        return PS_EADDRINUSE;
+    }
+    ps__notify_ready(s); /* bound, checkpoint restored, about to serve */
     drain(s); /* messages may have arrived before the poll started */
     uv_run(s->loop, UV_RUN_DEFAULT);
     return PS_OK;
@@ -245,6 +256,8 @@ int ps_server_run(ps_server *s) {
 void ps_server_stop(ps_server *s) {
     if (s->stopping) return;
     s->stopping = 1;
+    ps__notify_stopping(s);
+    ps__metrics_stop(s);
     ps__server_answer_pending(s);
     if (s->handles_open > 0) {
         uv_close((uv_handle_t *)&s->poll, on_close);
@@ -252,6 +265,7 @@ void ps_server_stop(ps_server *s) {
         uv_close((uv_handle_t *)&s->sigint, on_close);
         uv_close((uv_handle_t *)&s->member_timer, on_close);
         uv_close((uv_handle_t *)&s->ckpt_timer, on_close);
+        uv_close((uv_handle_t *)&s->watchdog_timer, on_close);
     }
 }
 

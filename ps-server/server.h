@@ -19,8 +19,19 @@ typedef struct ps_pending_pull {
     Ps__Header *req; /* owned */
 } ps_pending_pull;
 
+/* Upper bounds (seconds) of the apply-latency histogram buckets (+Inf last). */
+#define PS_LAT_BUCKETS 14
+extern const double ps__lat_bounds[PS_LAT_BUCKETS];
+#define PS_BODY_CASES 64 /* > every Ps__Header__BodyCase value */
+#define PS_ERR_CODES 32  /* > -(every ps_err value) */
+
 typedef struct {
     uint64_t requests, errors, pushes_applied, stale_pushes, updates_applied;
+    uint64_t by_type[PS_BODY_CASES]; /* requests by Header body case (0: undecodable) */
+    uint64_t by_error[PS_ERR_CODES]; /* error replies by -code */
+    uint64_t lat_buckets[PS_LAT_BUCKETS + 1]; /* optimizer applies by duration; last: +Inf */
+    double lat_sum;                           /* seconds */
+    uint64_t lat_count;
     uint64_t bytes_in, bytes_out, dropped_replies;
     uint64_t workers_removed, dropped_pushes, max_staleness, staleness_waits, checkpoints;
     uint64_t heartbeats;
@@ -57,6 +68,8 @@ typedef struct ps_server {
     uint64_t ckpt_version; /* version of the newest checkpoint written or restored */
     uint64_t ckpt_ns;      /* when (monotonic), 0: none */
     uint64_t start_ns;
+    uv_timer_t watchdog_timer; /* systemd WatchdogSec (notify.c) */
+    struct ps_metrics *metrics; /* HTTP /metrics and /healthz (metrics.c), NULL: off */
     int stopping;
     float *scratch; /* for misaligned payload frames */
     size_t scratch_cap;
@@ -121,6 +134,9 @@ uint32_t ps__members_needed(const ps_server *s);
 int ps__sync_try_close_step(ps_server *s);
 /* Async with --staleness: may a pull at this clock be answered now? */
 int ps__staleness_allows(const ps_server *s, const Ps__Pull *p);
+
+/* Records one optimizer apply of `seconds` in the latency histogram. */
+void ps__stats_apply_latency(ps_server *s, double seconds);
 
 /* Checkpoints (server.c): writes one now; PS_OK, or an error with a reason. */
 int ps__server_checkpoint(ps_server *s, char *path, size_t path_len, uint64_t *bytes, char *err,
