@@ -42,7 +42,7 @@ static const ps_option table[] = {
      "periodic checkpoints when the version moved (0: only on request and at SIGTERM/SIGINT)"},
     {"metrics-port", PS_OPTION_LONG, F(metrics_port), -1, 65535, "-1", NULL, "N",
      "serve GET /metrics (Prometheus) and /healthz over HTTP on this port (0: any free "
-     "port, written to the ready file's second line; -1: off)"},
+     "port, logged as \"metrics on http://HOST:PORT/metrics\"; -1: off)"},
     {"metrics-bind", PS_OPTION_STR, F(metrics_bind), 0, 0, "0.0.0.0", NULL, "ADDR",
      "address for --metrics-port"},
     {"keep-checkpoints", PS_OPTION_LONG, F(keep_checkpoints), 1, 1000, "3", NULL, "K",
