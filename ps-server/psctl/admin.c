@@ -1,11 +1,13 @@
-/* psctl checkpoint / psctl shutdown: sends one request to every psd shard over a ZeroMQ
- * DEALER, waits for the answers under one deadline and reports each shard. */
+/* psctl checkpoint / shutdown / status: sends one request to every psd shard over a ZeroMQ
+ * DEALER, waits for the answers under one deadline and reports each shard (status: as a
+ * table or JSON). */
 #include "admin.h"
 
 #include "ps_error.h"
 #include "tfconfig.h"
 #include "wire.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -26,13 +28,16 @@ typedef struct {
     const char *what; /* for --help: "write a checkpoint now" */
     Ps__Header__BodyCase reply;
     void (*fill)(Ps__Header *h);
+    /* The line printed for a shard that answered (NULL: the command prints its own report). */
     void (*describe)(const Ps__Header *h, char *buf, size_t n);
+    int json; /* accepts --json */
 } admin_cmd;
 
-/* ---- the two commands ------------------------------------------------------------ */
+/* ---- the commands ---------------------------------------------------------------- */
 
 static Ps__Checkpoint checkpoint_body = PS__CHECKPOINT__INIT;
 static Ps__Shutdown shutdown_body = PS__SHUTDOWN__INIT;
+static Ps__Stats stats_body = PS__STATS__INIT;
 
 static void fill_checkpoint(Ps__Header *h) {
     h->body_case = PS__HEADER__BODY_CHECKPOINT;
@@ -42,6 +47,11 @@ static void fill_checkpoint(Ps__Header *h) {
 static void fill_shutdown(Ps__Header *h) {
     h->body_case = PS__HEADER__BODY_SHUTDOWN;
     h->shutdown = &shutdown_body;
+}
+
+static void fill_stats(Ps__Header *h) {
+    h->body_case = PS__HEADER__BODY_STATS;
+    h->stats = &stats_body;
 }
 
 /* "812 B", "5.2 kB", "5.2 MB", "1.3 GB" (powers of 1000). */
@@ -76,31 +86,59 @@ static void describe_shutdown(const Ps__Header *h, char *buf, size_t n) {
 static const admin_cmd checkpoint_cmd = {"checkpoint",
                                          "write a checkpoint now (psd needs "
                                          "--checkpoint-dir)",
-                                         PS__HEADER__BODY_CHECKPOINT_REPLY, fill_checkpoint,
-                                         describe_checkpoint};
-static const admin_cmd shutdown_cmd = {"shutdown", "stop gracefully (psd answers, then exits 0)",
-                                       PS__HEADER__BODY_SHUTDOWN_REPLY, fill_shutdown,
-                                       describe_shutdown};
+                                         PS__HEADER__BODY_CHECKPOINT_REPLY,
+                                         fill_checkpoint,
+                                         describe_checkpoint,
+                                         0};
+static const admin_cmd shutdown_cmd = {"shutdown",
+                                       "stop gracefully (psd answers, then exits 0)",
+                                       PS__HEADER__BODY_SHUTDOWN_REPLY,
+                                       fill_shutdown,
+                                       describe_shutdown,
+                                       0};
+static const admin_cmd status_cmd = {
+    "status", "report its stats", PS__HEADER__BODY_STATS_REPLY, fill_stats, NULL, 1};
 
 /* ---- options --------------------------------------------------------------------- */
 
 typedef struct {
     const char *ps;   /* --ps host:port,... or NULL: TF_CONFIG */
     double timeout_s; /* --timeout */
+    int json;         /* --json (status) */
 } admin_opts;
 
 static void usage(const admin_cmd *cmd, FILE *f) {
+    if (cmd->json)
+        fprintf(f,
+                "usage: psctl %s [--ps HOST:PORT,...] [--json] [--timeout SECONDS]\n"
+                "Asks every psd shard (all at once) to %s. Prints a table, one row per shard:\n"
+                "  SHARD ADDRESS MODE VERSION WORKERS (live/total) UPTIME REQUESTS ERRORS\n"
+                "  PUSHES (applied) DROPPED (pushes) PENDING (pulls) CKPT (version of the newest\n"
+                "  checkpoint written or restored) CKPT_AGE (\"-\": none)\n"
+                "A shard that does not answer shows \"unreachable (no answer in Ns)\".\n\n",
+                cmd->name, cmd->what);
+    else
+        fprintf(f,
+                "usage: psctl %s [--ps HOST:PORT,...] [--timeout SECONDS]\n"
+                "Asks every psd shard to %s.\nPrints one line per shard.\n\n",
+                cmd->name, cmd->what);
+    fprintf(f, "options:\n"
+               "  --ps HOST:PORT,...     the shards, in shard order (default: TF_CONFIG's "
+               "cluster.ps)\n");
+    if (cmd->json)
+        fprintf(f,
+                "  --json                 print a JSON array instead: per shard \"shard\",\n"
+                "                         \"address\", \"ok\" and every StatsReply field "
+                "(counters\n"
+                "                         as numbers, \"incarnation\" as a decimal string,\n"
+                "                         checkpoint fields null when there is none, \"vars\"),\n"
+                "                         or \"ok\": false and \"error\"\n");
     fprintf(f,
-            "usage: psctl %s [--ps HOST:PORT,...] [--timeout SECONDS]\n"
-            "Asks every psd shard to %s.\nPrints one line per shard.\n\n"
-            "options:\n"
-            "  --ps HOST:PORT,...     the shards, in shard order (default: TF_CONFIG's "
-            "cluster.ps)\n"
             "  --timeout SECONDS      wait this long for each shard's answer (default %g)\n"
             "  -h, --help             show this help\n\n"
-            "Exit status: 0 every shard succeeded, 1 a shard failed, answered an error or\n"
+            "Exit status: 0 every shard %s, 1 a shard failed, answered an error or\n"
             "did not answer in time, 2 bad usage.\n",
-            cmd->name, cmd->what, DEFAULT_TIMEOUT_S);
+            DEFAULT_TIMEOUT_S, cmd->json ? "answered" : "succeeded");
 }
 
 /* Returns 0 with o filled in, 1 after --help, 2 after a message to stderr. */
@@ -108,9 +146,11 @@ static int parse(const admin_cmd *cmd, int argc, char **argv, admin_opts *o) {
     static const struct option longopts[] = {{"ps", required_argument, NULL, 'p'},
                                              {"timeout", required_argument, NULL, 't'},
                                              {"help", no_argument, NULL, 'h'},
+                                             {"json", no_argument, NULL, 'j'},
                                              {0, 0, 0, 0}};
     o->ps = NULL;
     o->timeout_s = DEFAULT_TIMEOUT_S;
+    o->json = 0;
     opterr = 0;
     optind = 0;
     int c;
@@ -121,6 +161,13 @@ static int parse(const admin_cmd *cmd, int argc, char **argv, admin_opts *o) {
             return 1;
         case 'p':
             o->ps = optarg;
+            break;
+        case 'j':
+            if (!cmd->json) {
+                fprintf(stderr, "psctl %s: unknown option '%s'\n", cmd->name, argv[optind - 1]);
+                goto usage_hint;
+            }
+            o->json = 1;
             break;
         case 't': {
             char *end;
@@ -191,13 +238,14 @@ static int load_shards(const admin_cmd *cmd, const admin_opts *o, ps_cluster *cl
 
 /* ---- requests -------------------------------------------------------------------- */
 
-enum { WAITING = 0, DONE_OK = 1, DONE_FAILED = -1 };
+enum { WAITING = 0, DONE_OK = 1, DONE_FAILED = -1, TIMED_OUT = -2 };
 
 typedef struct {
     void *sock;
     uint64_t request_id;
     int state;
-    char line[768]; /* what to print about this shard */
+    Ps__Header *reply; /* DONE_OK: the decoded reply, owned */
+    char line[768];    /* DONE_FAILED, or DONE_OK with a describe(): what to say about it */
 } shard_req;
 
 static uint64_t now_ms(void) {
@@ -243,8 +291,8 @@ static void send_request(const admin_cmd *cmd, void *zctx, const char *addr, sha
                    zmq_strerror(zmq_errno()));
 }
 
-/* Reads one message from s's socket and records the outcome unless it answers an
- * older request (then it is dropped). */
+/* Reads one message from s's socket and records the outcome (keeping the reply) unless
+ * it answers an older request (then it is dropped). */
 static void take_reply(const admin_cmd *cmd, shard_req *s) {
     ps_frames f;
     if (ps_frames_recv(s->sock, ZMQ_DONTWAIT, &f) != PS_OK) return;
@@ -265,17 +313,19 @@ static void take_reply(const admin_cmd *cmd, shard_req *s) {
         set_result(s, DONE_FAILED, "unexpected reply to %s (body %d)", cmd->name,
                    (int)h->body_case);
     } else {
-        cmd->describe(h, s->line, sizeof s->line);
+        if (cmd->describe) cmd->describe(h, s->line, sizeof s->line);
         s->state = DONE_OK;
+        s->reply = h;
+        h = NULL;
     }
     if (h) ps__header__free_unpacked(h, NULL);
     ps_frames_close(&f);
 }
 
-/* Sends cmd to every shard and waits for all answers until timeout_s. Prints one line
- * per shard in shard order (stdout for successes, stderr for failures). Returns the
- * exit code: 0 all succeeded, 1 otherwise. */
-static int run_requests(const admin_cmd *cmd, const ps_cluster *cl, double timeout_s) {
+/* Sends cmd to every shard at once and waits for all answers until timeout_s. Returns
+ * the n_ps outcomes in shard order (none WAITING; the caller frees them with
+ * free_results), or NULL after a message when out of memory. */
+static shard_req *exchange(const admin_cmd *cmd, const ps_cluster *cl, double timeout_s) {
     size_t n = cl->n_ps;
     shard_req *reqs = calloc(n, sizeof *reqs);
     zmq_pollitem_t *items = calloc(n, sizeof *items);
@@ -285,7 +335,7 @@ static int run_requests(const admin_cmd *cmd, const ps_cluster *cl, double timeo
         free(reqs);
         free(items);
         if (zctx) zmq_ctx_term(zctx);
-        return 1;
+        return NULL;
     }
     for (size_t i = 0; i < n; i++) {
         reqs[i].request_id = i + 1;
@@ -310,21 +360,268 @@ static int run_requests(const admin_cmd *cmd, const ps_cluster *cl, double timeo
         for (size_t i = 0; i < n; i++)
             if (items[i].revents & ZMQ_POLLIN) take_reply(cmd, &reqs[i]);
     }
-    size_t failed = 0;
     for (size_t i = 0; i < n; i++) {
-        shard_req *s = &reqs[i];
-        if (s->state == WAITING) set_result(s, DONE_FAILED, "no answer within %g s", timeout_s);
-        failed += s->state != DONE_OK;
-        fprintf(s->state == DONE_OK ? stdout : stderr, "ps %zu %s: %s\n", i, cl->ps[i], s->line);
-        if (s->sock) zmq_close(s->sock);
+        if (reqs[i].state == WAITING) reqs[i].state = TIMED_OUT;
+        if (reqs[i].sock) zmq_close(reqs[i].sock);
+        reqs[i].sock = NULL;
     }
+    zmq_ctx_term(zctx);
+    free(items);
+    return reqs;
+}
+
+static void free_results(shard_req *reqs, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i].reply) ps__header__free_unpacked(reqs[i].reply, NULL);
+    free(reqs);
+}
+
+/* Ends a report: "psctl CMD: k of n shards failed" on stderr when k > 0. Returns the
+ * exit code: 0 all succeeded, 1 otherwise. */
+static int report_failed(const admin_cmd *cmd, const shard_req *reqs, size_t n) {
+    size_t failed = 0;
+    for (size_t i = 0; i < n; i++)
+        failed += reqs[i].state != DONE_OK;
     if (failed)
         fprintf(stderr, "psctl %s: %zu of %zu shard%s failed\n", cmd->name, failed, n,
                 n == 1 ? "" : "s");
-    zmq_ctx_term(zctx);
-    free(items);
-    free(reqs);
     return failed ? 1 : 0;
+}
+
+/* checkpoint, shutdown: one line per shard in shard order (stdout for successes,
+ * stderr for failures). Returns the exit code. */
+static int report_lines(const admin_cmd *cmd, const ps_cluster *cl, shard_req *reqs,
+                        double timeout_s) {
+    for (size_t i = 0; i < cl->n_ps; i++) {
+        shard_req *s = &reqs[i];
+        if (s->state == TIMED_OUT) set_result(s, DONE_FAILED, "no answer within %g s", timeout_s);
+        fprintf(s->state == DONE_OK ? stdout : stderr, "ps %zu %s: %s\n", i, cl->ps[i], s->line);
+    }
+    return report_failed(cmd, reqs, cl->n_ps);
+}
+
+/* ---- psctl status ---------------------------------------------------------------- */
+
+/* "42.0s", "3m07s", "2h05m", "3d04h". */
+static void format_duration(char *buf, size_t n, double secs) {
+    if (!(secs >= 0)) secs = 0;
+    if (secs < 59.95) {
+        snprintf(buf, n, "%.1fs", secs);
+        return;
+    }
+    unsigned long long t = (unsigned long long)(secs + 0.5);
+    if (t < 3600)
+        snprintf(buf, n, "%llum%02llus", t / 60, t % 60);
+    else if (t < 86400)
+        snprintf(buf, n, "%lluh%02llum", t / 3600, t % 3600 / 60);
+    else
+        snprintf(buf, n, "%llud%02lluh", t / 86400, t % 86400 / 3600);
+}
+
+static const char *mode_name(const Ps__StatsReply *r, char *buf, size_t n) {
+    if (r->mode == PS__MODE__MODE_SYNC) return "sync";
+    if (r->mode == PS__MODE__MODE_ASYNC) return "async";
+    snprintf(buf, n, "mode-%d", (int)r->mode);
+    return buf;
+}
+
+/* What a shard's row says when it gave no stats. */
+static void failure_text(const shard_req *s, double timeout_s, char *buf, size_t n) {
+    if (s->state == TIMED_OUT)
+        snprintf(buf, n, "unreachable (no answer in %gs)", timeout_s);
+    else
+        snprintf(buf, n, "%s", s->line);
+}
+
+enum {
+    COL_SHARD,
+    COL_ADDRESS,
+    COL_MODE,
+    COL_VERSION,
+    COL_WORKERS,
+    COL_UPTIME,
+    COL_REQUESTS,
+    COL_ERRORS,
+    COL_PUSHES,
+    COL_DROPPED,
+    COL_PENDING,
+    COL_CKPT,
+    COL_CKPT_AGE,
+    N_COLS
+};
+static const char *const col_names[N_COLS] = {
+    "SHARD",  "ADDRESS", "MODE",    "VERSION", "WORKERS", "UPTIME",  "REQUESTS",
+    "ERRORS", "PUSHES",  "DROPPED", "PENDING", "CKPT",    "CKPT_AGE"};
+/* Numbers are right-aligned. */
+static const unsigned char col_right[N_COLS] = {0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+
+#define CELL 300 /* an address is at most ~280 bytes (host:port from --ps or TF_CONFIG) */
+typedef char status_row[N_COLS][CELL];
+
+/* Fills the cells of shard i's row; a shard without stats only gets SHARD and ADDRESS. */
+static void fill_row(status_row row, size_t i, const char *addr, const shard_req *s) {
+    memset(row, 0, sizeof(status_row));
+    snprintf(row[COL_SHARD], CELL, "%zu", i);
+    snprintf(row[COL_ADDRESS], CELL, "%s", addr);
+    if (s->state != DONE_OK) return;
+    const Ps__StatsReply *r = s->reply->stats_reply;
+    char mode[32];
+    snprintf(row[COL_MODE], CELL, "%s", mode_name(r, mode, sizeof mode));
+    snprintf(row[COL_VERSION], CELL, "%llu", (unsigned long long)r->version);
+    snprintf(row[COL_WORKERS], CELL, "%u/%u", (unsigned)r->live_workers, (unsigned)r->num_workers);
+    format_duration(row[COL_UPTIME], CELL, r->uptime_seconds);
+    snprintf(row[COL_REQUESTS], CELL, "%llu", (unsigned long long)r->requests);
+    snprintf(row[COL_ERRORS], CELL, "%llu", (unsigned long long)r->errors);
+    snprintf(row[COL_PUSHES], CELL, "%llu", (unsigned long long)r->pushes_applied);
+    snprintf(row[COL_DROPPED], CELL, "%llu", (unsigned long long)r->dropped_pushes);
+    snprintf(row[COL_PENDING], CELL, "%llu", (unsigned long long)r->pending_pulls);
+    if (r->checkpoint_age_seconds < 0) {
+        snprintf(row[COL_CKPT], CELL, "-");
+        snprintf(row[COL_CKPT_AGE], CELL, "-");
+    } else {
+        snprintf(row[COL_CKPT], CELL, "%llu", (unsigned long long)r->checkpoint_version);
+        format_duration(row[COL_CKPT_AGE], CELL, r->checkpoint_age_seconds);
+    }
+}
+
+static void print_cells(status_row row, const size_t *width, size_t ncols) {
+    for (size_t j = 0; j < ncols; j++)
+        printf(col_right[j] ? "%s%*s" : "%s%-*s", j ? "  " : "", (int)width[j], row[j]);
+}
+
+/* The table on stdout; rows of shards without stats name the failure after ADDRESS. */
+static void print_table(const ps_cluster *cl, const shard_req *reqs, double timeout_s) {
+    size_t n = cl->n_ps;
+    status_row *rows = calloc(n + 1, sizeof *rows);
+    if (!rows) {
+        fprintf(stderr, "psctl status: out of memory\n");
+        return;
+    }
+    size_t width[N_COLS];
+    for (size_t j = 0; j < N_COLS; j++) {
+        snprintf(rows[0][j], CELL, "%s", col_names[j]);
+        width[j] = strlen(col_names[j]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        fill_row(rows[i + 1], i, cl->ps[i], &reqs[i]);
+        for (size_t j = 0; j < N_COLS; j++)
+            if (strlen(rows[i + 1][j]) > width[j]) width[j] = strlen(rows[i + 1][j]);
+    }
+    for (size_t i = 0; i <= n; i++) {
+        if (i == 0 || reqs[i - 1].state == DONE_OK) {
+            print_cells(rows[i], width, N_COLS);
+        } else {
+            char why[CELL + 64];
+            failure_text(&reqs[i - 1], timeout_s, why, sizeof why);
+            print_cells(rows[i], width, COL_ADDRESS + 1);
+            printf("  %s", why);
+        }
+        putchar('\n');
+    }
+    free(rows);
+}
+
+static void add_u64(cJSON *o, const char *key, uint64_t v) {
+    cJSON_AddNumberToObject(o, key, (double)v); /* exact below 2^53 */
+}
+
+/* One shard's JSON object: shard, address, ok, then every StatsReply field or "error". */
+static cJSON *shard_json(size_t i, const char *addr, const shard_req *s, double timeout_s) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    add_u64(o, "shard", i);
+    cJSON_AddStringToObject(o, "address", addr);
+    if (s->state != DONE_OK) {
+        char why[sizeof s->line + 64];
+        failure_text(s, timeout_s, why, sizeof why);
+        cJSON_AddFalseToObject(o, "ok");
+        cJSON_AddStringToObject(o, "error", why);
+        return o;
+    }
+    const Ps__StatsReply *r = s->reply->stats_reply;
+    char buf[32];
+    cJSON_AddTrueToObject(o, "ok");
+    cJSON_AddStringToObject(o, "mode", mode_name(r, buf, sizeof buf));
+    add_u64(o, "version", r->version);
+    add_u64(o, "shard_index", r->shard_index);
+    add_u64(o, "num_workers", r->num_workers);
+    add_u64(o, "live_workers", r->live_workers);
+    cJSON_AddNumberToObject(o, "uptime_seconds", r->uptime_seconds);
+    add_u64(o, "requests", r->requests);
+    add_u64(o, "errors", r->errors);
+    add_u64(o, "pushes_applied", r->pushes_applied);
+    add_u64(o, "updates_applied", r->updates_applied);
+    add_u64(o, "stale_pushes", r->stale_pushes);
+    add_u64(o, "dropped_pushes", r->dropped_pushes);
+    add_u64(o, "pending_pulls", r->pending_pulls);
+    add_u64(o, "bytes_in", r->bytes_in);
+    add_u64(o, "bytes_out", r->bytes_out);
+    add_u64(o, "workers_removed", r->workers_removed);
+    add_u64(o, "max_staleness", r->max_staleness);
+    add_u64(o, "staleness_waits", r->staleness_waits);
+    add_u64(o, "checkpoints", r->checkpoints);
+    if (r->checkpoint_age_seconds < 0) {
+        cJSON_AddNullToObject(o, "checkpoint_version");
+        cJSON_AddNullToObject(o, "checkpoint_age_seconds");
+    } else {
+        add_u64(o, "checkpoint_version", r->checkpoint_version);
+        cJSON_AddNumberToObject(o, "checkpoint_age_seconds", r->checkpoint_age_seconds);
+    }
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)r->incarnation); /* 64 random bits */
+    cJSON_AddStringToObject(o, "incarnation", buf);
+    cJSON *vars = cJSON_AddArrayToObject(o, "vars");
+    for (size_t k = 0; vars && k < r->n_vars; k++) {
+        cJSON *v = cJSON_CreateObject();
+        if (!v) break;
+        cJSON_AddStringToObject(v, "name", r->vars[k]->name ? r->vars[k]->name : "");
+        add_u64(v, "numel", r->vars[k]->numel);
+        cJSON_AddStringToObject(v, "optimizer", r->vars[k]->optimizer ? r->vars[k]->optimizer : "");
+        cJSON_AddItemToArray(vars, v);
+    }
+    return o;
+}
+
+/* The JSON array on stdout. Returns 0, or -1 when out of memory (after a message). */
+static int print_json(const ps_cluster *cl, const shard_req *reqs, double timeout_s) {
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; arr && i < cl->n_ps; i++) {
+        cJSON *o = shard_json(i, cl->ps[i], &reqs[i], timeout_s);
+        if (!o) {
+            cJSON_Delete(arr);
+            arr = NULL;
+        } else {
+            cJSON_AddItemToArray(arr, o);
+        }
+    }
+    char *text = arr ? cJSON_Print(arr) : NULL;
+    cJSON_Delete(arr);
+    if (!text) {
+        fprintf(stderr, "psctl status: out of memory\n");
+        return -1;
+    }
+    printf("%s\n", text);
+    cJSON_free(text);
+    return 0;
+}
+
+/* status: the table or JSON on stdout; failures also summed up on stderr, and a shard
+ * that calls itself another index than its place in the list is pointed out. Returns
+ * the exit code. */
+static int report_status(const ps_cluster *cl, const shard_req *reqs, double timeout_s, int json) {
+    int rc = 0;
+    if (json)
+        rc = print_json(cl, reqs, timeout_s);
+    else
+        print_table(cl, reqs, timeout_s);
+    fflush(stdout);
+    for (size_t i = 0; i < cl->n_ps; i++)
+        if (reqs[i].state == DONE_OK && reqs[i].reply->stats_reply->shard_index != i)
+            fprintf(stderr,
+                    "psctl status: ps %zu %s says it is shard %u: the list is not in "
+                    "shard order\n",
+                    i, cl->ps[i], (unsigned)reqs[i].reply->stats_reply->shard_index);
+    int failed = report_failed(&status_cmd, reqs, cl->n_ps);
+    return rc || failed ? 1 : 0;
 }
 
 static int admin_main(const admin_cmd *cmd, int argc, char **argv) {
@@ -334,7 +631,16 @@ static int admin_main(const admin_cmd *cmd, int argc, char **argv) {
     if (r != 0) return 2;
     ps_cluster cl = {0};
     r = load_shards(cmd, &o, &cl);
-    if (r == 0) r = run_requests(cmd, &cl, o.timeout_s);
+    if (r == 0) {
+        shard_req *reqs = exchange(cmd, &cl, o.timeout_s);
+        if (!reqs)
+            r = 1;
+        else if (cmd->describe)
+            r = report_lines(cmd, &cl, reqs, o.timeout_s);
+        else
+            r = report_status(&cl, reqs, o.timeout_s, o.json);
+        if (reqs) free_results(reqs, cl.n_ps);
+    }
     ps_cluster_free(&cl);
     return r;
 }
@@ -345,4 +651,8 @@ int psctl_checkpoint_main(int argc, char **argv) {
 
 int psctl_shutdown_main(int argc, char **argv) {
     return admin_main(&shutdown_cmd, argc, argv);
+}
+
+int psctl_status_main(int argc, char **argv) {
+    return admin_main(&status_cmd, argc, argv);
 }

@@ -1,5 +1,6 @@
 /* psctl, the operator's tool: dispatches to its commands (`local` runs a whole cluster
- * on this machine; `checkpoint` and `shutdown` talk to the shards of a running job). */
+ * on this machine; `checkpoint`, `shutdown` and `status` talk to the shards of a running
+ * job). */
 #include "admin.h"
 #include "local.h"
 #include "log.h"
@@ -18,6 +19,7 @@ static const command commands[] = {
     {"local", psctl_local_main, "run psd shards and workers on this machine until training ends"},
     {"checkpoint", psctl_checkpoint_main, "ask every psd shard of a job to write a checkpoint now"},
     {"shutdown", psctl_shutdown_main, "ask every psd shard of a job to stop"},
+    {"status", psctl_status_main, "show every psd shard's state and counters (or --json)"},
 };
 
 static void usage(FILE *f) {
