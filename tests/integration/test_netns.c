@@ -1,0 +1,528 @@
+/* Training across hosts: three network namespaces A, B, C (10.231.77.1-3/24),
+ * each joined by a veth pair to a bridge in a fourth namespace (the switch), so
+ * the host's own network is untouched. psd shard 0 runs in A, shard 1 in B, the
+ * chief in B and worker 1 in C, all configured by the same TF_CONFIG; the job
+ * trains 300 sync steps. Skipped (exit 77) where namespaces cannot be made. */
+#include <arpa/inet.h>
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../unit/testutil.h"
+#include "proc.h"
+
+#define NETNS_DIR "/var/run/netns" /* where `ip netns` keeps its names */
+#define PREFIX "pstnet"            /* namespaces are PREFIX <pid> <s|a|b|c|p> */
+#define SUBNET "10.231.77."
+#define OUTSIDE "198.51.100.7" /* TEST-NET-2: off the bridge */
+#define PORT 23000
+#define STEPS 300
+#define STR(x) STR_(x)
+#define STR_(x) #x
+
+enum { SWITCH, HOST_A, HOST_B, HOST_C, N_NS };
+static const char ns_suffix[N_NS] = {'s', 'a', 'b', 'c'};
+
+static pid_t main_pid;     /* the test binary's pid (the forked test inherits it) */
+static const char *ip_exe; /* the `ip` binary */
+
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void nap_ms(int ms) {
+    nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL);
+}
+
+static const char *find_ip(void) {
+    static const char *const where[] = {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"};
+    for (size_t i = 0; i < sizeof where / sizeof where[0]; i++)
+        if (access(where[i], X_OK) == 0) return where[i];
+    return NULL;
+}
+
+/* First line of a file into buf ("" when there is none). */
+static void first_line(const char *path, char *buf, size_t n) {
+    buf[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    if (!fgets(buf, (int)n, f)) buf[0] = 0;
+    fclose(f);
+    buf[strcspn(buf, "\n")] = 0;
+}
+
+/* Runs `ip ARGS...` (NULL-terminated) with its output in `log`, for at most 5 s.
+ * Returns 0, or -1 with the command and ip's message in err. */
+__attribute__((sentinel)) static int run_ip(const char *log, char *err, size_t errlen, ...) {
+    const char *argv[32] = {ip_exe};
+    int n = 1;
+    va_list ap;
+    va_start(ap, errlen);
+    for (const char *a; (a = va_arg(ap, const char *)) != NULL && n < 31;)
+        argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    unlink(log);
+    pid_t pid = ps_test_spawn(argv, log);
+    int st = pid > 0 ? ps_test_wait(pid, 5000) : -1;
+    if (st == 0) return 0;
+    char cmd[512] = "ip", msg[512];
+    for (int i = 1; i < n; i++)
+        snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), " %s", argv[i]);
+    first_line(log, msg, sizeof msg);
+    snprintf(err, errlen, "'%s' failed (status %d): %s", cmd, st, msg[0] ? msg : "no output");
+    return -1;
+}
+
+/* SIGKILLs every process whose network namespace is the named one (ours,
+ * started with `ip netns exec`). Returns how many were signalled. */
+static int kill_ns_processes(const char *name) {
+    char path[512];
+    struct stat ns, st;
+    snprintf(path, sizeof path, "%s/%s", NETNS_DIR, name);
+    if (stat(path, &ns) != 0) return 0;
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    int killed = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0 || pid == getpid()) continue;
+        snprintf(path, sizeof path, "/proc/%ld/ns/net", pid);
+        if (stat(path, &st) == 0 && st.st_dev == ns.st_dev && st.st_ino == ns.st_ino &&
+            kill((pid_t)pid, SIGKILL) == 0)
+            killed++;
+    }
+    closedir(d);
+    return killed;
+}
+
+/* Kills what runs in the namespace, then deletes it (its veth ends go with it).
+ * Returns 0 when the name is gone. */
+static int delete_ns(const char *name, const char *log) {
+    char path[512], err[600];
+    snprintf(path, sizeof path, "%s/%s", NETNS_DIR, name);
+    if (access(path, F_OK) != 0) return 0;
+    kill_ns_processes(name);
+    if (run_ip(log, err, sizeof err, "netns", "delete", name, NULL) != 0)
+        fprintf(stderr, "%s\n", err);
+    return access(path, F_OK) == 0 ? -1 : 0;
+}
+
+/* Deletes this prefix's namespaces: those of `owner`, or with owner 0 those
+ * whose creating test process is gone (left by a crashed or killed run). */
+static void delete_namespaces_of(pid_t owner) {
+    DIR *d = opendir(NETNS_DIR);
+    if (!d) return;
+    char names[64][256];
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL && n < 64;) {
+        if (strncmp(e->d_name, PREFIX, strlen(PREFIX)) != 0) continue;
+        char *end;
+        long pid = strtol(e->d_name + strlen(PREFIX), &end, 10);
+        if (pid <= 0 || end[0] == 0 || end[1] != 0 || !strchr("sabcp", end[0])) continue;
+        int stale = kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+        if (owner ? pid == owner : stale) snprintf(names[n++], sizeof names[0], "%s", e->d_name);
+    }
+    closedir(d);
+    char *tmp = ps_test_mkdtemp();
+    char log[4200];
+    snprintf(log, sizeof log, "%s/ip.log", tmp ? tmp : "/tmp");
+    for (int i = 0; i < n; i++) {
+        if (!owner) printf("netns: removing stale namespace %s\n", names[i]);
+        delete_ns(names[i], log);
+    }
+    if (tmp) {
+        ps_test_rmdir(tmp);
+        free(tmp);
+    }
+}
+
+/* Unchecked teardown, run in the parent: the forked test cannot clean up
+ * after a Check timeout or a crash of its own. */
+static void remove_our_namespaces(void) {
+    delete_namespaces_of(main_pid);
+}
+
+/* Connects to addr:port from the calling process's network namespace and,
+ * with `greet`, reads the 10-byte ZMTP signature libzmq sends unprompted (a
+ * psd answers with it; a proxy or a stranger does not). Returns 0, or an errno
+ * value: ETIMEDOUT after timeout_ms, EPROTO when the bytes are not ZMTP. */
+static int tcp_probe(const char *addr, int port, int greet, int timeout_ms) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return errno;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, addr, &sa.sin_addr);
+    long long deadline = now_ms() + timeout_ms;
+    int rc = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 ? 0 : errno;
+    if (rc == EINPROGRESS) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int r = poll(&p, 1, timeout_ms);
+        socklen_t len = sizeof rc;
+        if (r == 0)
+            rc = ETIMEDOUT;
+        else if (r < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &rc, &len) != 0)
+            rc = errno;
+    }
+    unsigned char sig[10];
+    size_t got = 0;
+    while (rc == 0 && greet && got < sizeof sig) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int left = (int)(deadline - now_ms());
+        if (left <= 0 || poll(&p, 1, left) <= 0) {
+            rc = ETIMEDOUT;
+            break;
+        }
+        ssize_t n = read(fd, sig + got, sizeof sig - got);
+        if (n <= 0) rc = n == 0 ? ECONNRESET : errno;
+        if (n > 0) got += (size_t)n;
+    }
+    if (rc == 0 && greet && (sig[0] != 0xff || sig[9] != 0x7f)) rc = EPROTO;
+    close(fd);
+    return rc;
+}
+
+/* From inside namespace `ns` (a forked child that setns()es into it) runs
+ * tcp_probe, retrying until timeout_ms (0: once). Returns 0 or an errno value. */
+static int probe_from_ns(const char *ns, const char *addr, int port, int greet, int timeout_ms) {
+    pid_t pid = fork();
+    if (pid < 0) return errno;
+    if (pid == 0) {
+        char path[512];
+        if (snprintf(path, sizeof path, "%s/%s", NETNS_DIR, ns) >= (int)sizeof path) _exit(1);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) _exit(errno & 0xff);
+        long long deadline = now_ms() + timeout_ms;
+        int rc;
+        while ((rc = tcp_probe(addr, port, greet, 1000)) != 0 && now_ms() < deadline)
+            nap_ms(50);
+        _exit(rc & 0xff);
+    }
+    return ps_test_wait(pid, timeout_ms + 3000);
+}
+
+typedef struct {
+    char ns[N_NS][32];
+    char dir[512], iplog[600], summary[600];
+    char psd_log[2][600], ready[2][600], worker_log[2][600];
+    pid_t psd[2], worker[2];
+    char fail[2048];
+} netjob;
+
+/* Records why the test fails and jumps to the cleanup. */
+#define CHECK(j, cond, ...)                                                                        \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            snprintf((j)->fail, sizeof(j)->fail, __VA_ARGS__);                                     \
+            goto done;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+/* Builds the switch and the three hosts. Returns 0, or -1 with j->fail set. */
+static int build_topology(netjob *j) {
+    const char *sw = j->ns[SWITCH];
+    char *e = j->fail;
+    size_t el = sizeof j->fail;
+    for (int k = 0; k < N_NS; k++)
+        if (run_ip(j->iplog, e, el, "netns", "add", j->ns[k], NULL)) return -1;
+    if (run_ip(j->iplog, e, el, "-n", sw, "link", "add", "br0", "type", "bridge", NULL) ||
+        run_ip(j->iplog, e, el, "-n", sw, "link", "set", "lo", "up", NULL) ||
+        run_ip(j->iplog, e, el, "-n", sw, "link", "set", "br0", "up", NULL))
+        return -1;
+    for (int h = HOST_A; h <= HOST_C; h++) {
+        /* veth names live only inside the namespaces: no clash with the host's */
+        char port[8], addr[32];
+        snprintf(port, sizeof port, "p%c", ns_suffix[h]);
+        snprintf(addr, sizeof addr, SUBNET "%d/24", h);
+        const char *ns = j->ns[h];
+        if (run_ip(j->iplog, e, el, "-n", sw, "link", "add", port, "type", "veth", "peer", "name",
+                   "eth0", "netns", ns, NULL) ||
+            run_ip(j->iplog, e, el, "-n", sw, "link", "set", port, "master", "br0", "up", NULL) ||
+            run_ip(j->iplog, e, el, "-n", ns, "addr", "add", addr, "dev", "eth0", NULL) ||
+            run_ip(j->iplog, e, el, "-n", ns, "link", "set", "eth0", "up", NULL) ||
+            run_ip(j->iplog, e, el, "-n", ns, "link", "set", "lo", "up", NULL))
+            return -1;
+    }
+    return 0;
+}
+
+/* The cluster every process is given; only the task differs. */
+static void set_tf_config(const char *type, int index) {
+    char tf[512];
+    snprintf(tf, sizeof tf,
+             "{\"cluster\": {\"ps\": [\"" SUBNET "1:%d\", \"" SUBNET "2:%d\"],"
+             " \"chief\": [\"" SUBNET "2:0\"], \"worker\": [\"" SUBNET "3:0\"]},"
+             " \"task\": {\"type\": \"%s\", \"index\": %d}}",
+             PORT, PORT, type, index);
+    setenv("TF_CONFIG", tf, 1);
+}
+
+/* Starts psd shard i in host A (i = 0) or B (i = 1), bound to that host's
+ * address; waits up to 10 s for its ready file. Returns 0 or -1 (j->fail). */
+static int start_psd(netjob *j, int i) {
+    char bind[32];
+    snprintf(bind, sizeof bind, SUBNET "%d", HOST_A + i);
+    snprintf(j->psd_log[i], sizeof j->psd_log[i], "%s/psd%d.log", j->dir, i);
+    snprintf(j->ready[i], sizeof j->ready[i], "%s/ready%d", j->dir, i);
+    set_tf_config("ps", i);
+    const char *argv[] = {
+        ip_exe, "netns",  "exec", j->ns[HOST_A + i], getenv("PSD"), "--bind", bind, "--workers",
+        "2",    "--mode", "sync", "--ready-file",    j->ready[i],   NULL};
+    j->psd[i] = ps_test_spawn(argv, j->psd_log[i]);
+    if (j->psd[i] <= 0) {
+        snprintf(j->fail, sizeof j->fail, "cannot spawn psd %d", i);
+        return -1;
+    }
+    char want[64], got[64];
+    snprintf(want, sizeof want, "%s:%d", bind, PORT);
+    long long deadline = now_ms() + 10000;
+    while (now_ms() < deadline) {
+        first_line(j->ready[i], got, sizeof got);
+        if (got[0]) {
+            if (strcmp(got, want) == 0) return 0;
+            snprintf(j->fail, sizeof j->fail, "psd %d listens on %s, not %s", i, got, want);
+            return -1;
+        }
+        if (!ps_test_alive(j->psd[i])) {
+            j->psd[i] = 0;
+            snprintf(j->fail, sizeof j->fail, "psd %d exited before listening", i);
+            return -1;
+        }
+        nap_ms(10);
+    }
+    snprintf(j->fail, sizeof j->fail, "psd %d did not listen within 10 s", i);
+    return -1;
+}
+
+/* Starts the chief (global index 0) in B or worker 1 in C. */
+static int start_worker(netjob *j, int i) {
+    snprintf(j->worker_log[i], sizeof j->worker_log[i], "%s/worker%d.log", j->dir, i);
+    set_tf_config(i == 0 ? "chief" : "worker", 0);
+    const char *argv[24] = {ip_exe,
+                            "netns",
+                            "exec",
+                            j->ns[i ? HOST_C : HOST_B],
+                            getenv("PSWORKER"),
+                            "--epochs",
+                            "1",
+                            "--max-steps",
+                            STR(STEPS),
+                            "--max-test",
+                            "2000",
+                            "--data",
+                            ps_test_data_dir(),
+                            "--progress",
+                            "plain",
+                            "--timeout",
+                            "20"};
+    int n = 0;
+    while (argv[n])
+        n++;
+    if (i == 0) { /* the chief writes the summary */
+        argv[n++] = "--summary";
+        argv[n++] = j->summary;
+    }
+    j->worker[i] = ps_test_spawn(argv, j->worker_log[i]);
+    if (j->worker[i] > 0) return 0;
+    snprintf(j->fail, sizeof j->fail, "cannot spawn worker %d", i);
+    return -1;
+}
+
+static int file_has(const char *path, const char *what) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[4096];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, what) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* Reads the chief's summary: steps and test accuracy. Returns 0 or -1. */
+static int read_summary(const char *path, double *steps, double *acc) {
+    static char buf[1 << 16];
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *o = cJSON_Parse(buf);
+    if (!o) return -1;
+    const cJSON *s = cJSON_GetObjectItem(o, "steps"), *a = cJSON_GetObjectItem(o, "test_accuracy");
+    int ok = cJSON_IsNumber(s) && cJSON_IsNumber(a);
+    if (ok) {
+        *steps = s->valuedouble;
+        *acc = a->valuedouble;
+    }
+    cJSON_Delete(o);
+    return ok ? 0 : -1;
+}
+
+START_TEST(train_across_three_hosts) {
+    static netjob job;
+    netjob *j = &job;
+    memset(j, 0, sizeof *j);
+    for (int k = 0; k < N_NS; k++)
+        snprintf(j->ns[k], sizeof j->ns[k], PREFIX "%d%c", (int)main_pid, ns_suffix[k]);
+    char *d = ps_test_mkdtemp();
+    ck_assert_ptr_nonnull(d);
+    snprintf(j->dir, sizeof j->dir, "%s", d);
+    free(d);
+    if (snprintf(j->iplog, sizeof j->iplog, "%s/ip.log", j->dir) >= (int)sizeof j->iplog ||
+        snprintf(j->summary, sizeof j->summary, "%s/summary.json", j->dir) >=
+            (int)sizeof j->summary)
+        ck_abort_msg("temp dir path too long: %s", j->dir);
+    long long t0 = now_ms(), t_setup = 0, t_train = 0;
+    const char *a_addr = SUBNET "1", *b_addr = SUBNET "2";
+
+    if (build_topology(j) != 0) goto done; /* j->fail says why */
+    t_setup = now_ms() - t0;
+    for (int i = 0; i < 2; i++)
+        if (start_psd(j, i) != 0) goto done;
+
+    /* Proof that the traffic crosses the bridge: from C (nothing but lo and
+     * eth0 on the bridge) both psds answer with their ZMTP greeting, and an
+     * address outside 10.231.77.0/24 has no route; the host namespace gets no
+     * greeting from A's address (no route, or only its default route). */
+    int rc = probe_from_ns(j->ns[HOST_C], a_addr, PORT, 1, 5000);
+    CHECK(j, rc == 0, "from C, psd 0 at %s:%d does not greet: %s", a_addr, PORT, strerror(rc));
+    rc = probe_from_ns(j->ns[HOST_C], b_addr, PORT, 1, 5000);
+    CHECK(j, rc == 0, "from C, psd 1 at %s:%d does not greet: %s", b_addr, PORT, strerror(rc));
+    rc = probe_from_ns(j->ns[HOST_C], OUTSIDE, 80, 0, 0);
+    CHECK(j, rc == ENETUNREACH, "from C, %s:80 is not unreachable: %s", OUTSIDE,
+          rc ? strerror(rc) : "connected");
+    int host_rc = tcp_probe(a_addr, PORT, 1, 1000);
+    CHECK(j, host_rc != 0, "the host namespace got psd's greeting from %s:%d", a_addr, PORT);
+    printf("netns: from C both psds greet and %s is unreachable; from the host, %s:%d: %s\n",
+           OUTSIDE, a_addr, PORT, strerror(host_rc));
+
+    long long t1 = now_ms();
+    for (int i = 0; i < 2; i++)
+        if (start_worker(j, i) != 0) goto done;
+    long long deadline = now_ms() + 45000;
+    for (int i = 0; i < 2; i++) {
+        int left = (int)(deadline - now_ms());
+        int st = ps_test_wait(j->worker[i], left > 0 ? left : 1);
+        j->worker[i] = 0;
+        CHECK(j, st == 0, "worker %d %s", i,
+              st < 0      ? "did not finish within 45 s"
+              : st >= 128 ? "was killed"
+                          : "failed");
+    }
+    t_train = now_ms() - t1;
+    double steps = 0, acc = 0;
+    CHECK(j, read_summary(j->summary, &steps, &acc) == 0, "the chief wrote no readable summary");
+    printf("netns: %.0f steps, test accuracy %.4f; topology %lld ms, training %lld ms\n", steps,
+           acc, t_setup, t_train);
+    CHECK(j, steps == STEPS, "summary steps %.0f != %d", steps, STEPS);
+    CHECK(j, acc > 0.7, "test accuracy %.4f <= 0.7", acc);
+    for (int i = 0; i < 2; i++) {
+        kill(j->psd[i], SIGTERM);
+        int st = ps_test_wait(j->psd[i], 10000);
+        j->psd[i] = 0;
+        CHECK(j, st == 0, "psd %d stopped with status %d", i, st);
+        CHECK(j, file_has(j->psd_log[i], "hello from worker 0"), "psd %d: no hello from worker 0",
+              i);
+        CHECK(j, file_has(j->psd_log[i], "hello from worker 1"), "psd %d: no hello from worker 1",
+              i);
+    }
+
+done:;
+    long long t2 = now_ms();
+    for (int i = 0; i < 2; i++) {
+        pid_t pids[2] = {j->worker[i], j->psd[i]};
+        for (int k = 0; k < 2; k++) {
+            if (pids[k] <= 0) continue;
+            kill(pids[k], SIGKILL);
+            ps_test_wait(pids[k], 5000);
+        }
+    }
+    if (j->fail[0]) {
+        for (int i = 0; i < 2; i++) {
+            ps_test_dump(j->psd_log[i]);
+            ps_test_dump(j->worker_log[i]);
+        }
+    }
+    int left = 0;
+    for (int k = 0; k < N_NS; k++)
+        left += delete_ns(j->ns[k], j->iplog) != 0;
+    printf("netns: teardown %lld ms, %d namespaces left\n", now_ms() - t2, left);
+    unsetenv("TF_CONFIG");
+    ps_test_rmdir(j->dir);
+    fflush(stdout);
+    ck_assert_msg(j->fail[0] == 0, "%s", j->fail);
+    ck_assert_msg(left == 0, "%d namespaces could not be deleted", left);
+}
+END_TEST
+
+/* Can namespaces, veth pairs and a bridge be made here? Returns 0, or -1
+ * with the reason in why. */
+static int probe(char *why, size_t n) {
+    char *d = ps_test_mkdtemp();
+    if (!d) {
+        snprintf(why, n, "no temp dir");
+        return -1;
+    }
+    char log[4200], ns[64], err[700];
+    snprintf(log, sizeof log, "%s/ip.log", d);
+    snprintf(ns, sizeof ns, PREFIX "%dp", (int)main_pid);
+    int rc = run_ip(log, err, sizeof err, "netns", "add", ns, NULL);
+    if (rc == 0)
+        rc = run_ip(log, err, sizeof err, "-n", ns, "link", "add", "v0", "type", "veth", "peer",
+                    "name", "v1", NULL);
+    if (rc == 0)
+        rc = run_ip(log, err, sizeof err, "-n", ns, "link", "add", "br0", "type", "bridge", NULL);
+    if (rc != 0) {
+        const char *hint = geteuid() != 0                         ? " (not root)"
+                           : strstr(err, "not permitted") != NULL ? " (no CAP_SYS_ADMIN)"
+                                                                  : "";
+        snprintf(why, n, "%s%s", err, hint);
+    }
+    delete_ns(ns, log);
+    ps_test_rmdir(d);
+    free(d);
+    return rc;
+}
+
+int main(void) {
+    main_pid = getpid();
+    if (!getenv("PSD") || !getenv("PSWORKER")) {
+        printf("netns test skipped: PSD or PSWORKER is not set\n");
+        return 77;
+    }
+    ip_exe = find_ip();
+    if (!ip_exe) {
+        printf("netns test skipped: no 'ip' (iproute2) in /usr/sbin, /sbin, /usr/bin or /bin\n");
+        return 77;
+    }
+    delete_namespaces_of(0); /* left by a run that was killed */
+    char why[1024];
+    if (probe(why, sizeof why) != 0) {
+        printf("netns test skipped: %s\n", why);
+        return 77;
+    }
+    Suite *s = suite_create("netns");
+    TCase *tc = tcase_create("hosts");
+    tcase_set_timeout(tc, 120);
+    tcase_add_unchecked_fixture(tc, NULL, remove_our_namespaces);
+    tcase_add_test(tc, train_across_three_hosts);
+    suite_add_tcase(s, tc);
+    return ps_test_run_suite(s);
+}
