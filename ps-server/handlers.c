@@ -68,8 +68,16 @@ int ps__handle_create_vars(ps_server *s, ps_request *r, char *err, size_t errlen
         return PS_EPROTO;
     }
     /* Validate everything before creating anything: the request is all or nothing. */
+    size_t new_vars = 0;
+    uint64_t max_bytes = (uint64_t)s->cfg.max_tensor_mb << 20;
     for (size_t i = 0; i < cv->n_vars; i++) {
         const Ps__TensorMeta *m = cv->vars[i];
+        if (m->nbytes > max_bytes) {
+            snprintf(err, errlen, "variable '%s' has %llu bytes, more than --max-tensor-mb %ld",
+                     m->name, (unsigned long long)m->nbytes, s->cfg.max_tensor_mb);
+            return PS_EINVAL;
+        }
+        new_vars += ps_store_find(&s->store, m->name) == NULL;
         ps_opt_spec opt = opt_from_proto(cv->optimizers[i]);
         char why[200];
         if (ps_opt_spec_validate(&opt, why, sizeof why) != PS_OK) {
@@ -87,6 +95,11 @@ int ps__handle_create_vars(ps_server *s, ps_request *r, char *err, size_t errlen
             snprintf(err, errlen, "variable '%s' exists with a different shape", m->name);
             return PS_EEXIST;
         }
+    }
+    if (s->store.n + new_vars > (size_t)s->cfg.max_vars) {
+        snprintf(err, errlen, "creating %zu variables would make %zu, more than --max-vars %ld",
+                 new_vars, s->store.n + new_vars, s->cfg.max_vars);
+        return PS_EINVAL;
     }
     protobuf_c_boolean *created = calloc(cv->n_vars ? cv->n_vars : 1, sizeof *created);
     if (!created) return PS_ENOMEM;
