@@ -45,6 +45,17 @@ static const ps_option table[] = {
      "port, logged as \"metrics on http://HOST:PORT/metrics\"; -1: off)"},
     {"metrics-bind", PS_OPTION_STR, F(metrics_bind), 0, 0, "0.0.0.0", NULL, "ADDR",
      "address for --metrics-port"},
+    {"curve-secret", PS_OPTION_STR, F(curve_secret), 0, 0, "", NULL, "FILE",
+     "CurveZMQ: encrypt and authenticate with this key pair (psctl keygen); needs "
+     "--authorized-keys"},
+    {"authorized-keys", PS_OPTION_STR, F(authorized_keys), 0, 0, "", NULL, "DIR",
+     "CurveZMQ: accept only clients whose public key is a file in DIR"},
+    {"max-message-mb", PS_OPTION_LONG, F(max_message_mb), 1, 1 << 20, "2048", NULL, "MB",
+     "largest message accepted (ZMQ_MAXMSGSIZE); a bigger one drops the connection"},
+    {"max-tensor-mb", PS_OPTION_LONG, F(max_tensor_mb), 1, 1 << 20, "1024", NULL, "MB",
+     "largest tensor a request may create or carry"},
+    {"max-vars", PS_OPTION_LONG, F(max_vars), 1, 100000000, "100000", NULL, "N",
+     "variables this shard may hold"},
     {"keep-checkpoints", PS_OPTION_LONG, F(keep_checkpoints), 1, 1000, "3", NULL, "K",
      "newest checkpoint files kept in DIR"},
 };
@@ -133,6 +144,10 @@ int ps_server_config_parse(int argc, char **argv, const char *tf_config, ps_serv
     }
     if (cfg->replicas && cfg->mode != PS_MODE_SYNC) {
         snprintf(err, errlen, "--replicas-to-aggregate applies to --mode sync only");
+        return PS_EINVAL;
+    }
+    if (!cfg->curve_secret[0] != !cfg->authorized_keys[0]) {
+        snprintf(err, errlen, "--curve-secret and --authorized-keys go together");
         return PS_EINVAL;
     }
     if (cfg->staleness >= 0 && cfg->mode != PS_MODE_ASYNC) {

@@ -24,6 +24,11 @@ typedef struct {
     long keep_checkpoints;     /* newest checkpoint files kept */
     long metrics_port;         /* HTTP /metrics and /healthz; -1: off, 0: any free port */
     char metrics_bind[256];
+    char curve_secret[1024];    /* CurveZMQ: this server's key pair file ("": plaintext) */
+    char authorized_keys[1024]; /* CurveZMQ: directory of client public keys */
+    long max_message_mb;        /* ZMQ_MAXMSGSIZE */
+    long max_tensor_mb;         /* largest tensor a request may carry or create */
+    long max_vars;              /* variables a shard may hold */
 } ps_server_config;
 
 /* Fills cfg from TF_CONFIG (when tf_config is non-NULL and non-empty, task type

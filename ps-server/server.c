@@ -130,6 +130,9 @@ int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, c
     int one = 1, linger = 1000;
     zmq_setsockopt(s->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
     zmq_setsockopt(s->router, ZMQ_LINGER, &linger, sizeof linger);
+    /* a message larger than this drops its connection before any of it is buffered */
+    int64_t maxmsg = (int64_t)cfg->max_message_mb << 20;
+    zmq_setsockopt(s->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     char addr[300];
     if (cfg->port == 0)
         snprintf(addr, sizeof addr, "tcp://%s:*", cfg->bind);

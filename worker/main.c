@@ -20,6 +20,7 @@ typedef struct {
     char ps[8192];
     long index, workers;
     char model[1024], data[1024], summary[1024], device[64], save[1024], init_from[1024];
+    char curve_secret[1024], server_key[1024];
     long epochs, batch, seed, progress, dataset;
     long max_train, max_test, max_steps, timeout, blas_threads, retry_ms, slow_ms;
 } worker_opts;
@@ -71,6 +72,10 @@ static const ps_option table[] = {
     {"retry-ms", PS_OPTION_LONG, F(retry_ms), 50, 3600000, "5000", NULL, "MS",
      "a shard silent this long in a request is probed; one that does not answer is "
      "reconnected with backoff, and the request re-sent when it is back"},
+    {"curve-secret", PS_OPTION_STR, F(curve_secret), 0, 0, "", NULL, "FILE",
+     "CurveZMQ: this worker's key pair (psctl keygen); needs --server-key"},
+    {"server-key", PS_OPTION_STR, F(server_key), 0, 0, "", NULL, "FILE",
+     "CurveZMQ: the shards' public key (the .pub file of their key pair)"},
     {"slow-ms", PS_OPTION_LONG, F(slow_ms), 0, 3600000, "0", NULL, "MS",
      "for tests: sleep MS every step, to play a slow worker"},
 };
@@ -142,6 +147,8 @@ int main(int argc, char **argv) {
         .init_from = o.init_from[0] ? o.init_from : NULL,
         .retry_ms = (int)o.retry_ms,
         .slow_ms = (unsigned)o.slow_ms,
+        .curve_secret = o.curve_secret[0] ? o.curve_secret : NULL,
+        .server_key = o.server_key[0] ? o.server_key : NULL,
     };
     static const ps_progress_mode modes[] = {PS_PROGRESS_PLAIN, PS_PROGRESS_TTY, PS_PROGRESS_PLAIN,
                                              PS_PROGRESS_NONE};

@@ -31,6 +31,8 @@ typedef struct {
     const char *init_from;      /* chief: initial values from this saved model; NULL: seeded */
     unsigned slow_ms;           /* tests: sleep this long every step (a slow worker) */
     int retry_ms;               /* a shard silent this long is probed (client retry) */
+    const char *curve_secret;   /* CurveZMQ key pair file; NULL: plaintext */
+    const char *server_key;     /* CurveZMQ: the shards' public key file */
 } ps_train_config;
 
 typedef struct {
