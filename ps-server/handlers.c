@@ -463,6 +463,7 @@ int ps__handle_stats(ps_server *s, ps_request *r, char *err, size_t errlen) {
     st.checkpoint_version = s->ckpt_version;
     st.checkpoint_age_seconds = s->ckpt_ns ? (double)(ps__now_ns() - s->ckpt_ns) / 1e9 : -1.0;
     st.incarnation = s->incarnation;
+    st.auth_denied = s->stats.auth_denied;
     st.uptime_seconds = (double)(ps__now_ns() - s->start_ns) / 1e9;
     size_t n = s->store.n;
     Ps__VarStats *vs = calloc(n ? n : 1, sizeof *vs);

@@ -2,7 +2,9 @@
  * orderly shutdown (see server.h). */
 #include "server.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "checkpoint.h"
 #include "log.h"
 #include "metrics.h"
@@ -111,6 +114,41 @@ static int write_ready_file(const char *path, const char *endpoint, char *err, s
     return PS_OK;
 }
 
+/* 1 when host (a --bind value) only accepts connections from this machine:
+ * 127.0.0.0/8, ::1 or localhost. */
+static int is_loopback(const char *host) {
+    char h[256];
+    size_t n = strlen(host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') /* [::1] */
+        snprintf(h, sizeof h, "%.*s", (int)(n - 2), host + 1);
+    else
+        snprintf(h, sizeof h, "%s", host);
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, h, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, h, &a6) == 1) return IN6_IS_ADDR_LOOPBACK(&a6);
+    return strcmp(h, "localhost") == 0;
+}
+
+/* Makes the ROUTER (not bound yet); with --curve-secret a CURVE server with its ZAP
+ * handler, which must exist before the ROUTER binds. */
+static int make_router(ps_server *s, char *err, size_t errlen) {
+    s->router = zmq_socket(s->zctx, ZMQ_ROUTER);
+    if (!s->router) {
+        snprintf(err, errlen, "cannot make the socket: %s", zmq_strerror(zmq_errno()));
+        return PS_EIO;
+    }
+    int one = 1, linger = 1000;
+    zmq_setsockopt(s->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    zmq_setsockopt(s->router, ZMQ_LINGER, &linger, sizeof linger);
+    /* a message larger than this drops its connection before any of it is buffered */
+    int64_t maxmsg = (int64_t)s->cfg.max_message_mb << 20;
+    zmq_setsockopt(s->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    if (!s->cfg.curve_secret[0]) return PS_OK;
+    return ps__auth_init(&s->auth, s->zctx, s->router, s->cfg.curve_secret, s->cfg.authorized_keys,
+                         &s->stats.auth_denied, err, errlen);
+}
+
 int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, char *err,
                    size_t errlen) {
     memset(s, 0, sizeof *s);
@@ -125,14 +163,9 @@ int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, c
         snprintf(err, errlen, "out of memory");
         return PS_ENOMEM;
     }
+    int rc = make_router(s, err, errlen); /* key files are checked before a long restore */
+    if (rc != PS_OK) return rc;
     if (cfg->checkpoint_dir[0] && restore(s, err, errlen) != PS_OK) return PS_EIO;
-    s->router = zmq_socket(s->zctx, ZMQ_ROUTER);
-    int one = 1, linger = 1000;
-    zmq_setsockopt(s->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-    zmq_setsockopt(s->router, ZMQ_LINGER, &linger, sizeof linger);
-    /* a message larger than this drops its connection before any of it is buffered */
-    int64_t maxmsg = (int64_t)cfg->max_message_mb << 20;
-    zmq_setsockopt(s->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     char addr[300];
     if (cfg->port == 0)
         snprintf(addr, sizeof addr, "tcp://%s:*", cfg->bind);
@@ -148,6 +181,10 @@ int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, c
     zmq_getsockopt(s->router, ZMQ_LAST_ENDPOINT, last, &last_len);
     snprintf(s->endpoint, sizeof s->endpoint, "%s",
              strncmp(last, "tcp://", 6) == 0 ? last + 6 : last);
+    if (!s->auth && !is_loopback(cfg->bind))
+        PS_WARN("serving in plaintext on %s without authentication; use "
+                "--curve-secret/--authorized-keys (psctl keygen) on untrusted networks",
+                s->endpoint);
     if (cfg->ready_file[0] && write_ready_file(cfg->ready_file, s->endpoint, err, errlen) != PS_OK)
         return PS_EIO;
     return PS_OK;
@@ -232,6 +269,12 @@ int ps_server_run(ps_server *s) {
     s->member_timer.data = s->ckpt_timer.data = s->watchdog_timer.data = s;
     s->handles_open = 6;
     uv_poll_start(&s->poll, UV_READABLE, on_poll);
+    if (s->auth && ps__auth_start(s->auth, s->loop) != PS_OK) {
+        PS_ERROR("cannot watch the ZAP handler's socket");
+        ps_server_stop(s);
+        uv_run(s->loop, UV_RUN_DEFAULT);
+        return PS_EIO;
+    }
     uv_signal_start(&s->sigterm, on_signal, SIGTERM);
     uv_signal_start(&s->sigint, on_signal, SIGINT);
     uint64_t tick = (uint64_t)s->cfg.worker_timeout_ms / 4;
@@ -251,7 +294,7 @@ int ps_server_run(ps_server *s) {
         return PS_EADDRINUSE;
     }
     ps__notify_ready(s); /* bound, checkpoint restored, about to serve */
-    drain(s); /* messages may have arrived before the poll started */
+    drain(s);            /* messages may have arrived before the poll started */
     uv_run(s->loop, UV_RUN_DEFAULT);
     return PS_OK;
 }
@@ -262,6 +305,7 @@ void ps_server_stop(ps_server *s) {
     ps__notify_stopping(s);
     ps__metrics_stop(s);
     ps__server_answer_pending(s);
+    ps__auth_stop(s->auth);
     if (s->handles_open > 0) {
         uv_close((uv_handle_t *)&s->poll, on_close);
         uv_close((uv_handle_t *)&s->sigterm, on_close);
@@ -274,6 +318,8 @@ void ps_server_stop(ps_server *s) {
 
 void ps_server_free(ps_server *s) {
     if (s->router) zmq_close(s->router);
+    ps__auth_free(s->auth); /* after the ROUTER: without a ZAP handler CURVE admits anyone */
+    s->auth = NULL;
     if (s->zctx) zmq_ctx_term(s->zctx);
     ps_store_free(&s->store);
     free(s->pushed);

@@ -27,14 +27,16 @@ extern const double ps__lat_bounds[PS_LAT_BUCKETS];
 
 typedef struct {
     uint64_t requests, errors, pushes_applied, stale_pushes, updates_applied;
-    uint64_t by_type[PS_BODY_CASES]; /* requests by Header body case (0: undecodable) */
-    uint64_t by_error[PS_ERR_CODES]; /* error replies by -code */
+    uint64_t by_type[PS_BODY_CASES];          /* requests by Header body case (0: undecodable) */
+    uint64_t by_error[PS_ERR_CODES];          /* error replies by -code */
     uint64_t lat_buckets[PS_LAT_BUCKETS + 1]; /* optimizer applies by duration; last: +Inf */
     double lat_sum;                           /* seconds */
     uint64_t lat_count;
     uint64_t bytes_in, bytes_out, dropped_replies;
     uint64_t workers_removed, dropped_pushes, max_staleness, staleness_waits, checkpoints;
     uint64_t heartbeats;
+    /* connections CurveZMQ refused (auth.c): unknown key, plaintext, bad handshake */
+    uint64_t auth_denied;
 } ps_server_stats;
 
 /* What the shard knows of one worker of the job (members.c). */
@@ -52,6 +54,8 @@ typedef struct ps_server {
     uv_signal_t sigterm, sigint;
     int handles_open;
     void *zctx, *router;
+    /* CurveZMQ: ZAP handler and authorized keys (auth.c); NULL: plaintext */
+    struct ps_auth *auth;
     char endpoint[256]; /* "host:port" actually bound */
     ps_store store;
     uint64_t version;      /* sync: completed steps; async: applied pushes */
@@ -68,7 +72,7 @@ typedef struct ps_server {
     uint64_t ckpt_version; /* version of the newest checkpoint written or restored */
     uint64_t ckpt_ns;      /* when (monotonic), 0: none */
     uint64_t start_ns;
-    uv_timer_t watchdog_timer; /* systemd WatchdogSec (notify.c) */
+    uv_timer_t watchdog_timer;  /* systemd WatchdogSec (notify.c) */
     struct ps_metrics *metrics; /* HTTP /metrics and /healthz (metrics.c), NULL: off */
     int stopping;
     float *scratch; /* for misaligned payload frames */
@@ -84,8 +88,9 @@ typedef struct {
     size_t n_payloads;
 } ps_request;
 
-/* Sets up the server state and binds the ROUTER. Returns PS_OK, PS_EADDRINUSE
- * or PS_EINVAL/PS_EIO with a reason in err. Does not start the loop. */
+/* Sets up the server state and binds the ROUTER (with --curve-secret: a CURVE server
+ * whose ZAP handler admits only the --authorized-keys). Returns PS_OK, PS_EADDRINUSE
+ * or PS_EINVAL/PS_EFORMAT/PS_EIO with a reason in err. Does not start the loop. */
 int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, char *err,
                    size_t errlen);
 /* Starts watching the socket and the signals; runs the loop until shutdown. */

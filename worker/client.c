@@ -10,6 +10,7 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "curve_keys.h"
 #include "heartbeat.h"
 #include "log.h"
 #include "ps_error.h"
@@ -46,6 +47,9 @@ struct ps_client {
     int timeout_ms, attempt_ms;
     uint64_t rng;
     ps_heartbeat *heartbeat;
+    int connected;         /* the sockets exist (made at the first request) */
+    int have_curve;        /* CurveZMQ: every socket is a CURVE client with these keys */
+    ps_curve_client curve; /* secret: wiped on close */
     char error[512];
 };
 
@@ -72,7 +76,25 @@ static int open_socket(ps_client *c, shard_conn *s) {
     /* ZeroMQ reconnects by itself, with its own exponential backoff */
     zmq_setsockopt(s->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
     zmq_setsockopt(s->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
+    if (c->have_curve && ps_curve_client_apply(s->sock, &c->curve) != PS_OK) return PS_EINVAL;
     return zmq_connect(s->sock, s->endpoint) == 0 ? PS_OK : PS_EINVAL;
+}
+
+/* Opens every shard's socket at the first request, so that the options set after
+ * ps_client_open (CurveZMQ keys) apply to every connection: a socket opened earlier
+ * would first try to talk in plaintext. */
+static int connect_all(ps_client *c) {
+    if (c->connected) return PS_OK;
+    for (size_t i = 0; i < c->n_shards; i++) {
+        shard_conn *s = &c->shards[i];
+        if (s->sock) zmq_close(s->sock);
+        s->sock = NULL;
+        if (open_socket(c, s) != PS_OK)
+            return fail(c, PS_EINVAL, "cannot connect to %s: %s", s->endpoint + 6,
+                        zmq_strerror(zmq_errno()));
+    }
+    c->connected = 1;
+    return PS_OK;
 }
 
 int ps_client_open(ps_client **out, const char *const *endpoints, size_t n_shards,
@@ -95,17 +117,25 @@ int ps_client_open(ps_client **out, const char *const *endpoints, size_t n_shard
     c->attempt_ms = 5000;
     c->next_id = 1;
     c->rng = now_ms() ^ ((uint64_t)worker_index << 40) ^ 0x9E3779B97F4A7C15ull;
-    for (size_t i = 0; i < n_shards; i++) {
-        shard_conn *s = &c->shards[i];
-        snprintf(s->endpoint, sizeof s->endpoint, "tcp://%s", endpoints[i]);
-        if (open_socket(c, s) != PS_OK) {
-            snprintf(err, errlen, "cannot connect to %s: %s", endpoints[i],
-                     zmq_strerror(zmq_errno()));
-            ps_client_close(c);
-            return PS_EINVAL;
-        }
-    }
+    for (size_t i = 0; i < n_shards; i++)
+        snprintf(c->shards[i].endpoint, sizeof c->shards[i].endpoint, "tcp://%s", endpoints[i]);
     *out = c;
+    return PS_OK;
+}
+
+int ps_client_set_curve(ps_client *c, const char *secret_file, const char *server_key_file,
+                        char *err, size_t errlen) {
+    if (c->heartbeat) {
+        snprintf(err, errlen, "set the CurveZMQ keys before the first request");
+        return PS_EINVAL;
+    }
+    ps_curve_client k;
+    int rc = ps_curve_client_load(&k, secret_file, server_key_file, err, errlen);
+    if (rc != PS_OK) return rc;
+    c->curve = k;
+    c->have_curve = 1;
+    ps_curve_wipe(&k, sizeof k);
+    c->connected = 0; /* reopened with the keys at the next request */
     return PS_OK;
 }
 
@@ -117,6 +147,7 @@ void ps_client_close(ps_client *c) {
         free(c->shards[i].tensors);
     }
     if (c->zctx) zmq_ctx_term(c->zctx);
+    ps_curve_wipe(&c->curve, sizeof c->curve);
     free(c->shards);
     free(c->tensors);
     free(c);
@@ -428,7 +459,8 @@ static int send_hello(ps_client *c, size_t i, void *ctx) {
 
 /* Sends to every shard that has tensors (all: every shard), then collects. */
 static int round_trip(ps_client *c, op_spec *op, int all) {
-    int rc = PS_OK;
+    int rc = connect_all(c);
+    if (rc != PS_OK) return rc;
     for (size_t i = 0; i < c->n_shards && rc == PS_OK; i++)
         if (all || c->shards[i].n_tensors) rc = op->send(c, i, op->ctx);
     int rc2 = collect(c, op);
@@ -448,7 +480,7 @@ int ps_client_hello(ps_client *c, int *async, uint64_t *version) {
         for (size_t i = 0; i < c->n_shards; i++)
             eps[i] = c->shards[i].endpoint;
         rc = ps_heartbeat_start(c->zctx, eps, c->n_shards, c->worker_index, ctx.heartbeat_ms,
-                                &c->heartbeat);
+                                c->have_curve ? &c->curve : NULL, &c->heartbeat);
         free(eps);
         if (rc != PS_OK) return fail(c, rc, "cannot start the heartbeat thread");
     }
@@ -715,7 +747,8 @@ static int one_request(ps_client *c, unsigned shard, Ps__Header *h, Ps__Header__
     if (shard >= c->n_shards) return fail(c, PS_EINVAL, "shard %u out of range", shard);
     one_ctx ctx = {want, NULL, h, shard};
     op_spec op = {"request", send_one, on_one, 0, 0, &ctx};
-    int rc = send_one(c, shard, &ctx);
+    int rc = connect_all(c);
+    if (rc == PS_OK) rc = send_one(c, shard, &ctx);
     if (rc == PS_OK) rc = collect(c, &op);
     if (rc == PS_OK && out)
         *out = ctx.keep;

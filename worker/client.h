@@ -24,10 +24,20 @@ typedef struct {
     ps_opt_spec opt;
 } ps_client_tensor;
 
-/* Connects one DEALER per endpoint ("host:port"). Returns PS_OK with *out
- * owned by the caller (ps_client_close), or an error with a reason in err. */
+/* Makes a client for one DEALER per endpoint ("host:port"); the sockets connect
+ * at the first request (after ps_client_set_curve, if called). Returns PS_OK with
+ * *out owned by the caller (ps_client_close), or an error with a reason in err. */
 int ps_client_open(ps_client **out, const char *const *endpoints, size_t n_shards,
                    unsigned worker_index, unsigned num_workers, char *err, size_t errlen);
+/* CurveZMQ: every socket of the client (request sockets, the ones reopened on
+ * reconnect, and the heartbeat thread's) becomes a CURVE client with the key pair
+ * in secret_file (psctl keygen's NAME.key) talking to shards whose public key is in
+ * server_key_file (the server's .pub). Call before the first request (after one,
+ * the sockets are reopened, dropping what was in flight; after the heartbeat has
+ * started, PS_EINVAL). Returns PS_OK, PS_EINVAL (a file cannot be read) or
+ * PS_EFORMAT (malformed), with a reason in err. */
+int ps_client_set_curve(ps_client *c, const char *secret_file, const char *server_key_file,
+                        char *err, size_t errlen);
 void ps_client_close(ps_client *c);
 /* Deadline for one request round (default 120000 ms); sync pulls wait for
  * the slowest worker, so this bounds a barrier too. */

@@ -19,6 +19,8 @@ struct ps_heartbeat {
     char **endpoints;
     size_t n;
     unsigned worker_index, interval_ms;
+    int have_curve;
+    ps_curve_client curve; /* secret: wiped on stop */
 };
 
 static void *run(void *arg) {
@@ -29,6 +31,7 @@ static void *run(void *arg) {
         int linger = 0, hwm = 4; /* a dead shard must not pile up heartbeats */
         zmq_setsockopt(socks[i], ZMQ_LINGER, &linger, sizeof linger);
         zmq_setsockopt(socks[i], ZMQ_SNDHWM, &hwm, sizeof hwm);
+        if (hb->have_curve) ps_curve_client_apply(socks[i], &hb->curve);
         zmq_connect(socks[i], hb->endpoints[i]);
     }
     uint64_t id = 1;
@@ -54,7 +57,7 @@ static void *run(void *arg) {
 }
 
 int ps_heartbeat_start(void *zctx, const char *const *endpoints, size_t n, unsigned worker_index,
-                       unsigned interval_ms, ps_heartbeat **out) {
+                       unsigned interval_ms, const ps_curve_client *curve, ps_heartbeat **out) {
     *out = NULL;
     ps_heartbeat *hb = calloc(1, sizeof *hb);
     if (!hb || !(hb->endpoints = calloc(n, sizeof *hb->endpoints))) {
@@ -65,6 +68,10 @@ int ps_heartbeat_start(void *zctx, const char *const *endpoints, size_t n, unsig
     hb->n = n;
     hb->worker_index = worker_index;
     hb->interval_ms = interval_ms ? interval_ms : 1000;
+    if (curve) {
+        hb->curve = *curve;
+        hb->have_curve = 1;
+    }
     atomic_init(&hb->stop, 0);
     for (size_t i = 0; i < n; i++) {
         size_t len = 0;
@@ -83,6 +90,7 @@ int ps_heartbeat_start(void *zctx, const char *const *endpoints, size_t n, unsig
         for (size_t i = 0; i < n; i++)
             free(hb->endpoints[i]);
         free(hb->endpoints);
+        ps_curve_wipe(&hb->curve, sizeof hb->curve);
         free(hb);
         return PS_ENOMEM;
     }
@@ -97,5 +105,6 @@ void ps_heartbeat_stop(ps_heartbeat *hb) {
     for (size_t i = 0; i < hb->n; i++)
         free(hb->endpoints[i]);
     free(hb->endpoints);
+    ps_curve_wipe(&hb->curve, sizeof hb->curve);
     free(hb);
 }

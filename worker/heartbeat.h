@@ -6,13 +6,16 @@
 
 #include <stddef.h>
 
+#include "curve_keys.h"
+
 typedef struct ps_heartbeat ps_heartbeat;
 
 /* Starts the thread: one DEALER per endpoint ("tcp://host:port") in zctx (a
- * ZeroMQ context is thread-safe; sockets are the thread's own). Returns PS_OK
- * with *out owned by the caller (ps_heartbeat_stop), or an error. */
+ * ZeroMQ context is thread-safe; sockets are the thread's own), each a CURVE
+ * client with `curve` (copied; NULL: plaintext). Returns PS_OK with *out owned
+ * by the caller (ps_heartbeat_stop), or an error. */
 int ps_heartbeat_start(void *zctx, const char *const *endpoints, size_t n, unsigned worker_index,
-                       unsigned interval_ms, ps_heartbeat **out);
+                       unsigned interval_ms, const ps_curve_client *curve, ps_heartbeat **out);
 /* Stops and joins the thread, closes its sockets; NULL is ignored. */
 void ps_heartbeat_stop(ps_heartbeat *hb);
 

@@ -241,6 +241,16 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, cha
     if (!st->x || !st->y) return PS_ENOMEM;
     rc = ps_client_open(&st->client, cfg->ps, cfg->n_ps, cfg->index, cfg->workers, err, errlen);
     if (rc != PS_OK) return rc;
+    if (cfg->curve_secret || cfg->server_key) {
+        if (!cfg->curve_secret || !cfg->server_key) {
+            snprintf(err, errlen, "--curve-secret and --server-key go together");
+            return PS_EINVAL;
+        }
+        /* PS_EINVAL (unreadable) or PS_EFORMAT (malformed): psworker exits 2 */
+        rc = ps_client_set_curve(st->client, cfg->curve_secret, cfg->server_key, err, errlen);
+        if (rc != PS_OK) return rc;
+        PS_INFO("CurveZMQ on: key pair %s, server key %s", cfg->curve_secret, cfg->server_key);
+    }
     ps_client_set_timeout(st->client, cfg->timeout_ms);
     if (cfg->retry_ms > 0) ps_client_set_retry(st->client, cfg->retry_ms);
     return ps_train_register_vars(st->model, st->client, (unsigned)cfg->n_ps, err, errlen);

@@ -3,6 +3,7 @@
  * table or JSON). */
 #include "admin.h"
 
+#include "curve_keys.h"
 #include "ps_error.h"
 #include "tfconfig.h"
 #include "wire.h"
@@ -105,12 +106,15 @@ typedef struct {
     const char *ps;   /* --ps host:port,... or NULL: TF_CONFIG */
     double timeout_s; /* --timeout */
     int json;         /* --json (status) */
+    /* --curve-secret, --server-key: CurveZMQ key files, or NULL: plaintext */
+    const char *curve_secret, *server_key;
 } admin_opts;
 
 static void usage(const admin_cmd *cmd, FILE *f) {
     if (cmd->json)
         fprintf(f,
                 "usage: psctl %s [--ps HOST:PORT,...] [--json] [--timeout SECONDS]\n"
+                "       [--curve-secret FILE --server-key FILE]\n"
                 "Asks every psd shard (all at once) to %s. Prints a table, one row per shard:\n"
                 "  SHARD ADDRESS MODE VERSION WORKERS (live/total) UPTIME REQUESTS ERRORS\n"
                 "  PUSHES (applied) DROPPED (pushes) PENDING (pulls) CKPT (version of the newest\n"
@@ -120,6 +124,7 @@ static void usage(const admin_cmd *cmd, FILE *f) {
     else
         fprintf(f,
                 "usage: psctl %s [--ps HOST:PORT,...] [--timeout SECONDS]\n"
+                "       [--curve-secret FILE --server-key FILE]\n"
                 "Asks every psd shard to %s.\nPrints one line per shard.\n\n",
                 cmd->name, cmd->what);
     fprintf(f, "options:\n"
@@ -135,6 +140,10 @@ static void usage(const admin_cmd *cmd, FILE *f) {
                 "                         or \"ok\": false and \"error\"\n");
     fprintf(f,
             "  --timeout SECONDS      wait this long for each shard's answer (default %g)\n"
+            "  --curve-secret FILE    CurveZMQ: talk to shards run with --curve-secret, with\n"
+            "                         this key pair (psctl keygen; its .pub must be in the\n"
+            "                         shards' --authorized-keys)\n"
+            "  --server-key FILE      CurveZMQ: the shards' public key (their .pub file)\n"
             "  -h, --help             show this help\n\n"
             "Exit status: 0 every shard %s, 1 a shard failed, answered an error or\n"
             "did not answer in time, 2 bad usage.\n",
@@ -147,10 +156,13 @@ static int parse(const admin_cmd *cmd, int argc, char **argv, admin_opts *o) {
                                              {"timeout", required_argument, NULL, 't'},
                                              {"help", no_argument, NULL, 'h'},
                                              {"json", no_argument, NULL, 'j'},
+                                             {"curve-secret", required_argument, NULL, 'c'},
+                                             {"server-key", required_argument, NULL, 's'},
                                              {0, 0, 0, 0}};
     o->ps = NULL;
     o->timeout_s = DEFAULT_TIMEOUT_S;
     o->json = 0;
+    o->curve_secret = o->server_key = NULL;
     opterr = 0;
     optind = 0;
     int c;
@@ -161,6 +173,12 @@ static int parse(const admin_cmd *cmd, int argc, char **argv, admin_opts *o) {
             return 1;
         case 'p':
             o->ps = optarg;
+            break;
+        case 'c':
+            o->curve_secret = optarg;
+            break;
+        case 's':
+            o->server_key = optarg;
             break;
         case 'j':
             if (!cmd->json) {
@@ -191,6 +209,10 @@ static int parse(const admin_cmd *cmd, int argc, char **argv, admin_opts *o) {
     }
     if (optind < argc) {
         fprintf(stderr, "psctl %s: unexpected argument '%s'\n", cmd->name, argv[optind]);
+        goto usage_hint;
+    }
+    if (!o->curve_secret != !o->server_key) {
+        fprintf(stderr, "psctl %s: --curve-secret and --server-key go together\n", cmd->name);
         goto usage_hint;
     }
     return 0;
@@ -265,8 +287,10 @@ static void set_result(shard_req *s, int state, const char *fmt, ...) {
     s->state = state;
 }
 
-/* Opens a DEALER to addr and sends the request; a failure is recorded in s. */
-static void send_request(const admin_cmd *cmd, void *zctx, const char *addr, shard_req *s) {
+/* Opens a DEALER to addr (a CURVE client when curve is non-NULL) and sends the request;
+ * a failure is recorded in s. */
+static void send_request(const admin_cmd *cmd, void *zctx, const char *addr,
+                         const ps_curve_client *curve, shard_req *s) {
     s->sock = zmq_socket(zctx, ZMQ_DEALER);
     if (!s->sock) {
         set_result(s, DONE_FAILED, "cannot make a socket: %s", zmq_strerror(zmq_errno()));
@@ -275,6 +299,10 @@ static void send_request(const admin_cmd *cmd, void *zctx, const char *addr, sha
     int linger = 0, ipv6 = 1;
     zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(s->sock, ZMQ_IPV6, &ipv6, sizeof ipv6);
+    if (curve && ps_curve_client_apply(s->sock, curve) != PS_OK) {
+        set_result(s, DONE_FAILED, "cannot set the CurveZMQ keys: %s", zmq_strerror(zmq_errno()));
+        return;
+    }
     char endpoint[300];
     snprintf(endpoint, sizeof endpoint, "tcp://%s", addr);
     if (zmq_connect(s->sock, endpoint) != 0) {
@@ -325,7 +353,8 @@ static void take_reply(const admin_cmd *cmd, shard_req *s) {
 /* Sends cmd to every shard at once and waits for all answers until timeout_s. Returns
  * the n_ps outcomes in shard order (none WAITING; the caller frees them with
  * free_results), or NULL after a message when out of memory. */
-static shard_req *exchange(const admin_cmd *cmd, const ps_cluster *cl, double timeout_s) {
+static shard_req *exchange(const admin_cmd *cmd, const ps_cluster *cl, double timeout_s,
+                           const ps_curve_client *curve) {
     size_t n = cl->n_ps;
     shard_req *reqs = calloc(n, sizeof *reqs);
     zmq_pollitem_t *items = calloc(n, sizeof *items);
@@ -339,7 +368,7 @@ static shard_req *exchange(const admin_cmd *cmd, const ps_cluster *cl, double ti
     }
     for (size_t i = 0; i < n; i++) {
         reqs[i].request_id = i + 1;
-        send_request(cmd, zctx, cl->ps[i], &reqs[i]);
+        send_request(cmd, zctx, cl->ps[i], curve, &reqs[i]);
     }
     uint64_t deadline = now_ms() + (uint64_t)(timeout_s * 1000.0 + 0.5);
     for (;;) {
@@ -559,6 +588,7 @@ static cJSON *shard_json(size_t i, const char *addr, const shard_req *s, double 
     add_u64(o, "workers_removed", r->workers_removed);
     add_u64(o, "max_staleness", r->max_staleness);
     add_u64(o, "staleness_waits", r->staleness_waits);
+    add_u64(o, "auth_denied", r->auth_denied);
     add_u64(o, "checkpoints", r->checkpoints);
     if (r->checkpoint_age_seconds < 0) {
         cJSON_AddNullToObject(o, "checkpoint_version");
@@ -629,10 +659,18 @@ static int admin_main(const admin_cmd *cmd, int argc, char **argv) {
     int r = parse(cmd, argc, argv, &o);
     if (r == 1) return 0;
     if (r != 0) return 2;
+    ps_curve_client curve;
+    if (o.curve_secret) {
+        char err[1200];
+        if (ps_curve_client_load(&curve, o.curve_secret, o.server_key, err, sizeof err) != PS_OK) {
+            fprintf(stderr, "psctl %s: %s\n", cmd->name, err);
+            return 2;
+        }
+    }
     ps_cluster cl = {0};
     r = load_shards(cmd, &o, &cl);
     if (r == 0) {
-        shard_req *reqs = exchange(cmd, &cl, o.timeout_s);
+        shard_req *reqs = exchange(cmd, &cl, o.timeout_s, o.curve_secret ? &curve : NULL);
         if (!reqs)
             r = 1;
         else if (cmd->describe)
@@ -642,6 +680,7 @@ static int admin_main(const admin_cmd *cmd, int argc, char **argv) {
         if (reqs) free_results(reqs, cl.n_ps);
     }
     ps_cluster_free(&cl);
+    if (o.curve_secret) ps_curve_wipe(&curve, sizeof curve);
     return r;
 }
 

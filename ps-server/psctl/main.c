@@ -1,7 +1,8 @@
 /* psctl, the operator's tool: dispatches to its commands (`local` runs a whole cluster
  * on this machine; `checkpoint`, `shutdown` and `status` talk to the shards of a running
- * job). */
+ * job; `keygen` makes CurveZMQ keys). */
 #include "admin.h"
+#include "keygen.h"
 #include "local.h"
 #include "log.h"
 
@@ -20,6 +21,7 @@ static const command commands[] = {
     {"checkpoint", psctl_checkpoint_main, "ask every psd shard of a job to write a checkpoint now"},
     {"shutdown", psctl_shutdown_main, "ask every psd shard of a job to stop"},
     {"status", psctl_status_main, "show every psd shard's state and counters (or --json)"},
+    {"keygen", psctl_keygen_main, "make a CurveZMQ key pair (NAME.key, NAME.pub) for psd/workers"},
 };
 
 static void usage(FILE *f) {
