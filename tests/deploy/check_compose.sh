@@ -72,9 +72,9 @@ stage_pkgs() { # $1: 1 (build) or 2 (runtime)
 }
 build_pkgs=$(stage_pkgs 1)
 runtime_pkgs=$(stage_pkgs 2)
-# deploy/bootstrap.sh's PKGS without the dataset and the deployment tools
+# deploy/bootstrap.sh's PKGS without the dataset, the deployment tools and the fuzzing compiler
 bootstrap_pkgs=$(sed -n '/^PKGS=(/,/)/p' "$root/deploy/bootstrap.sh" | tr -d '()' | sed 's/PKGS=//' \
-    | tr ' ' '\n' | grep -vE '^(dataset-.*|systemd|iproute2|curl|prometheus|docker-compose|)$' | sort -u)
+    | tr ' ' '\n' | grep -vE '^(dataset-.*|systemd|iproute2|curl|prometheus|docker-compose|clang|libclang-rt-.*|)$' | sort -u)
 if [ "$build_pkgs" = "$bootstrap_pkgs" ]; then
     ok "build stage installs bootstrap.sh's build packages"
 else
