@@ -22,7 +22,7 @@ typedef struct {
     char model[1024], data[1024], summary[1024], device[64], save[1024], init_from[1024];
     char curve_secret[1024], server_key[1024];
     long epochs, batch, seed, progress, dataset;
-    long max_train, max_test, max_steps, timeout, blas_threads, retry_ms, slow_ms;
+    long max_train, max_test, max_steps, timeout, blas_threads, retry_ms, slow_ms, no_ps;
 } worker_opts;
 
 enum { PROGRESS_AUTO, PROGRESS_TTY, PROGRESS_PLAIN, PROGRESS_NONE };
@@ -76,6 +76,9 @@ static const ps_option table[] = {
      "CurveZMQ: this worker's key pair (psctl keygen); needs --server-key"},
     {"server-key", PS_OPTION_STR, F(server_key), 0, 0, "", NULL, "FILE",
      "CurveZMQ: the shards' public key (the .pub file of their key pair)"},
+    {"no-ps", PS_OPTION_CHOICE, F(no_ps), 0, 0, "no", "no|yes", NULL,
+     "yes: train alone with the optimizer in this process (no psd; one worker): the floor "
+     "against which the system's overhead is measured"},
     {"slow-ms", PS_OPTION_LONG, F(slow_ms), 0, 3600000, "0", NULL, "MS",
      "for tests: sleep MS every step, to play a slow worker"},
 };
@@ -147,6 +150,7 @@ int main(int argc, char **argv) {
         .init_from = o.init_from[0] ? o.init_from : NULL,
         .retry_ms = (int)o.retry_ms,
         .slow_ms = (unsigned)o.slow_ms,
+        .no_ps = (int)o.no_ps,
         .curve_secret = o.curve_secret[0] ? o.curve_secret : NULL,
         .server_key = o.server_key[0] ? o.server_key : NULL,
     };
@@ -186,7 +190,14 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < cl.n_ps && i < 256; i++)
             ps_list[n_ps++] = cl.ps[i];
     }
-    if (n_ps == 0) {
+    if (cfg.no_ps) {
+        if (n_ps || (workers > 1)) {
+            fprintf(stderr,
+                    "psworker: --no-ps trains alone: give no --ps, TF_CONFIG or --workers\n");
+            ps_cluster_free(&cl);
+            return 2;
+        }
+    } else if (n_ps == 0) {
         fprintf(stderr,
                 "psworker: no parameter servers: give --ps HOST:PORT,... or a TF_CONFIG with "
                 "cluster.ps (this system trains through psd shards)\n");

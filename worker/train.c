@@ -11,6 +11,7 @@
 #include "client.h"
 #include "data.h"
 #include "kernels.h"
+#include "local_opt.h"
 #include "log.h"
 #include "model.h"
 #include "placement.h"
@@ -108,6 +109,7 @@ static int write_summary(const ps_train_config *cfg, const ps_train_result *res,
 typedef struct {
     ps_model *model;
     ps_k_dev *dev;
+    ps_local_opt *local; /* --no-ps */
     int timeout_ms;
     ps_client *client;
     ps_dataset train, test;
@@ -121,6 +123,7 @@ static void state_free(train_state *st) {
     ps_dataset_free(&st->train);
     ps_dataset_free(&st->test);
     ps_client_close(st->client);
+    ps_local_opt_free(st->local);
     ps_model_free(st->model);
     ps_k_dev_close(st->dev);
     free(st->x);
@@ -239,6 +242,11 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, cha
     st->x = malloc(*batch * st->train.dim * sizeof(float));
     st->y = malloc(*batch * sizeof(int32_t));
     if (!st->x || !st->y) return PS_ENOMEM;
+    if (cfg->no_ps) { /* the optimizer runs here: no shards, no client */
+        PS_INFO("--no-ps: %s applied in this process",
+                ps_opt_kind_name(ps_model_optimizer(st->model)->kind));
+        return ps_local_opt_new(st->model, &st->local);
+    }
     rc = ps_client_open(&st->client, cfg->ps, cfg->n_ps, cfg->index, cfg->workers, err, errlen);
     if (rc != PS_OK) return rc;
     if (cfg->curve_secret || cfg->server_key) {
@@ -264,7 +272,9 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, cha
 static int evaluate(train_state *st, int async, uint64_t clock, uint64_t want, float *loss,
                     double *acc, char *err, size_t errlen) {
     int rc;
-    if (!async) {
+    if (st->local) {
+        rc = PS_OK; /* the parameters are here */
+    } else if (!async) {
         rc = ps_client_pull_next(st->client, 0, clock, NULL);
     } else {
         ps_client_set_timeout(st->client, 15000);
@@ -292,6 +302,14 @@ static int evaluate(train_state *st, int async, uint64_t clock, uint64_t want, f
  * checkpoint meanwhile is not an error: the next pull catches up. */
 static int train_one(const ps_train_config *cfg, train_state *st, int async, uint64_t clock,
                      size_t nb, float *loss, size_t *correct, char *err, size_t errlen) {
+    if (st->local) {
+        int lrc = ps_model_train_step(st->model, st->x, st->y, nb, loss, correct);
+        if (lrc != PS_OK)
+            snprintf(err, errlen, "training step failed: %s", ps_strerror(lrc));
+        else
+            ps_local_opt_step(st->local);
+        return lrc;
+    }
     int rc = ps_client_pull_next(st->client, async, clock, NULL);
     if (rc != PS_OK) return rc;
     rc = ps_model_train_step(st->model, st->x, st->y, nb, loss, correct);
@@ -322,9 +340,9 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     int rc = setup(cfg, &st, &batch, err, errlen);
     int async = 0;
     uint64_t version = 0;
-    if (rc == PS_OK && (rc = ps_client_hello(st.client, &async, &version)) != PS_OK)
+    if (rc == PS_OK && !st.local && (rc = ps_client_hello(st.client, &async, &version)) != PS_OK)
         snprintf(err, errlen, "%s", ps_client_error(st.client));
-    if (rc == PS_OK) {
+    if (rc == PS_OK && !st.local) {
         if (cfg->index == 0) {
             size_t created = 0;
             rc = ps_client_create_vars(st.client, &created);
@@ -343,7 +361,7 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     /* Where the job is: a worker (re)starting into a running job continues at
      * the current epoch of its data shard. Sync: one version per step; async:
      * the shards remember this worker's clock (its pushes). */
-    uint64_t clock = async ? ps_client_worker_clock(st.client) : version;
+    uint64_t clock = async && st.client ? ps_client_worker_clock(st.client) : version;
     uint64_t total = (uint64_t)steps * cfg->epochs;
     if (clock > total) clock = total;
     unsigned first_epoch = steps ? (unsigned)(clock / steps) : 0;
@@ -407,7 +425,7 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     }
     if (rc == PS_OK && cfg->index == 0 && cfg->save_path)
         rc = save_model(st.model, cfg->save_path, clock, err, errlen);
-    if (rc == PS_OK && ps_client_goodbye(st.client) != PS_OK)
+    if (rc == PS_OK && st.client && ps_client_goodbye(st.client) != PS_OK)
         PS_WARN("goodbye: %s", ps_client_error(st.client)); /* the job is done anyway */
     res->samples_per_sec = train_secs > 0 ? (double)job_samples / train_secs : 0;
     res->wall_seconds = now_s() - t0;

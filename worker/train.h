@@ -33,6 +33,7 @@ typedef struct {
     int retry_ms;               /* a shard silent this long is probed (client retry) */
     const char *curve_secret;   /* CurveZMQ key pair file; NULL: plaintext */
     const char *server_key;     /* CurveZMQ: the shards' public key file */
+    int no_ps;                  /* train alone, optimizer in this process (the benchmark floor) */
 } ps_train_config;
 
 typedef struct {

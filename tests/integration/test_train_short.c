@@ -188,6 +188,37 @@ START_TEST(save_and_init_from) {
 }
 END_TEST
 
+/* --no-ps (the optimizer in the worker, the benchmark floor) computes the
+ * same model as one worker through psd: same formulas, same order, so the
+ * test loss is bit-identical. */
+START_TEST(no_ps_matches_one_worker_through_psd) {
+    char *dir = ps_test_mkdtemp();
+    const char *limits[] = {"--max-train", "6000", NULL};
+    double via_psd = solo_job(limits, dir, NULL);
+    char summary[700], log[700];
+    snprintf(summary, sizeof summary, "%s/nops.json", dir);
+    snprintf(log, sizeof log, "%s/nops.log", dir);
+    const char *argv[] = {getenv("PSWORKER"), "--no-ps",     "yes",     "--summary", summary,
+                          "--max-test",       "2000",        "--epochs", "1",        "--max-train",
+                          "6000",             NULL};
+    int st = ps_test_wait(ps_test_spawn(argv, log), 120000);
+    if (st != 0) ps_test_dump(log);
+    ck_assert_int_eq(st, 0);
+    cJSON *j = cJSON_Parse(slurp(summary));
+    ck_assert_ptr_nonnull(j);
+    double alone = cJSON_GetObjectItem(j, "test_accuracy")->valuedouble;
+    cJSON_Delete(j);
+    printf("--no-ps: test accuracy %.4f, through psd %.4f\n", alone, via_psd);
+    ck_assert_double_eq(alone, via_psd);
+    ck_assert_double_gt(alone, 0.7);
+    /* --no-ps with a cluster is a configuration error */
+    const char *bad[] = {getenv("PSWORKER"), "--no-ps", "yes", "--ps", "127.0.0.1:1", NULL};
+    ck_assert_int_eq(run_worker_expect(bad, NULL, "--no-ps trains alone"), 2);
+    ps_test_rmdir(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(worker_without_server_times_out) {
     /* a port nobody listens on: the worker gives up after --timeout with a clear message */
     const char *w = getenv("PSWORKER");
@@ -264,6 +295,7 @@ int main(void) {
     tcase_add_test(tc, worker_help_and_bad_config);
     tcase_add_test(tc, worker_without_server_times_out);
     tcase_add_test(tc, save_and_init_from);
+    tcase_add_test(tc, no_ps_matches_one_worker_through_psd);
     tcase_add_test(tc, worker_accepts_tf_config);
     tcase_add_test(tc, main_job_sync_two_epochs);
     tcase_add_test(tc, main_job_async_two_epochs);

@@ -1,5 +1,6 @@
-/* Server-side optimizers: update a variable in place from its gradient and
- * its slot arrays (the optimizer's state). Pure functions over floats. */
+/* The optimizers, applied by psd (and by a worker running with --no-ps):
+ * update a variable in place from its gradient and its slot arrays (the
+ * optimizer's state). Pure functions over floats. */
 #ifndef PS_OPTIM_H
 #define PS_OPTIM_H
 

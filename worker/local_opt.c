@@ -1,0 +1,63 @@
+/* The in-worker optimizer (see local_opt.h). */
+#include "local_opt.h"
+
+#include <stdlib.h>
+
+#include "optim.h"
+#include "ps_error.h"
+
+struct ps_local_opt {
+    ps_model *m;
+    float **slots; /* [var * 2 + k] */
+    uint64_t t;    /* updates applied (the same for every variable) */
+};
+
+int ps_local_opt_new(ps_model *m, ps_local_opt **out) {
+    *out = NULL;
+    ps_local_opt *o = calloc(1, sizeof *o);
+    size_t n = ps_model_num_vars(m);
+    if (!o || !(o->slots = calloc(2 * n + 1, sizeof *o->slots))) {
+        free(o);
+        return PS_ENOMEM;
+    }
+    o->m = m;
+    const ps_opt_spec *spec = ps_model_optimizer(m);
+    int k = ps_optim_num_slots(spec->kind);
+    for (size_t i = 0; i < n; i++) {
+        size_t numel = ps_model_var_at(m, i)->numel;
+        for (int s = 0; s < k; s++) {
+            float *p = malloc((numel ? numel : 1) * sizeof *p);
+            if (!p) {
+                ps_local_opt_free(o);
+                return PS_ENOMEM;
+            }
+            float init = ps_optim_slot_init(spec, s);
+            for (size_t j = 0; j < numel; j++)
+                p[j] = init;
+            o->slots[2 * i + (size_t)s] = p;
+        }
+    }
+    *out = o;
+    return PS_OK;
+}
+
+void ps_local_opt_free(ps_local_opt *o) {
+    if (!o) return;
+    size_t n = ps_model_num_vars(o->m);
+    for (size_t i = 0; i < 2 * n; i++)
+        free(o->slots[i]);
+    free(o->slots);
+    free(o);
+}
+
+void ps_local_opt_step(ps_local_opt *o) {
+    const ps_opt_spec *spec = ps_model_optimizer(o->m);
+    float *params = ps_model_params(o->m);
+    const float *grads = ps_model_grads(o->m);
+    o->t++;
+    for (size_t i = 0; i < ps_model_num_vars(o->m); i++) {
+        const ps_model_var *v = ps_model_var_at(o->m, i);
+        ps_optim_apply(spec, params + v->offset, grads + v->offset, &o->slots[2 * i], v->numel,
+                       o->t);
+    }
+}

@@ -1,0 +1,19 @@
+/* The optimizer inside the worker, for --no-ps: the same formulas psd
+ * applies (common/optim.h), on the model's own parameters, one update per
+ * step. The floor against which the system's overhead is measured. */
+#ifndef PS_LOCAL_OPT_H
+#define PS_LOCAL_OPT_H
+
+#include "model.h"
+
+typedef struct ps_local_opt ps_local_opt;
+
+/* Slots for every variable of m (borrowed: must outlive the optimizer).
+ * Returns PS_OK or PS_ENOMEM. */
+int ps_local_opt_new(ps_model *m, ps_local_opt **out);
+void ps_local_opt_free(ps_local_opt *o);
+/* Applies the model's gradients to its parameters (each variable with its
+ * optimizer spec). */
+void ps_local_opt_step(ps_local_opt *o);
+
+#endif
