@@ -2,7 +2,7 @@
  * ps_var_apply calls on every push), in GB/s of memory touched, against a
  * STREAM-style triad (a[i] = b[i] + s*c[i]) measured in the same run.
  *
- * Bytes per element, read + written, from ps-server/optim.c (floats, 4 B):
+ * Bytes per element, read + written, from common/optim.c (floats, 4 B):
  *   sgd       w, g -> w                              12 B
  *   momentum  w, g, v -> v, w                        20 B
  *   adagrad   w, g, a -> a, w                        20 B
@@ -32,8 +32,8 @@
 #define GOAL 0.60 /* the target: optimizer apply >= 60% of the triad's bandwidth */
 
 static const int bytes_per_elem[PS_OPT_COUNT] = {
-    [PS_OPT_SGD] = 12,  [PS_OPT_MOMENTUM] = 20, [PS_OPT_ADAGRAD] = 20,
-    [PS_OPT_RMSPROP] = 20, [PS_OPT_ADAM] = 28,  [PS_OPT_ADAMW] = 36,
+    [PS_OPT_SGD] = 12,     [PS_OPT_MOMENTUM] = 20, [PS_OPT_ADAGRAD] = 20,
+    [PS_OPT_RMSPROP] = 20, [PS_OPT_ADAM] = 28,     [PS_OPT_ADAMW] = 36,
 };
 #define TRIAD_BYTES 12
 
@@ -173,7 +173,7 @@ __attribute__((noinline)) static void triad(float *restrict a, const float *rest
 }
 
 typedef struct {
-    float *a, *b, *c;      /* triad */
+    float *a, *b, *c;       /* triad */
     float *w, *g, *s0, *s1; /* optimizer: values, gradient, slots */
     size_t n;
     ps_opt_spec spec;
@@ -268,13 +268,13 @@ int main(int argc, char **argv) {
            "        optimizer and triad interleaved; ratio = median over reps of "
            "GB/s(optimizer) / GB/s(triad)\n",
            o.min_s * 1e3, o.reps);
-    printf("bytes: GB/s = (bytes read + written per element, from ps-server/optim.c) x n / "
+    printf("bytes: GB/s = (bytes read + written per element, from common/optim.c) x n / "
            "time;\n"
            "       triad a[i] = b[i] + s*c[i] counts 12 B/elem (STREAM convention, no "
            "write-allocate)\n\n");
 
-    printf("%-8s %8s %-9s %5s %10s %9s %9s %10s %6s %s\n", "floats", "MiB/arr", "optimizer",
-           "B/el", "opt ms", "opt GB/s", "opt ns/el", "triad GB/s", "ratio", "goal");
+    printf("%-8s %8s %-9s %5s %10s %9s %9s %10s %6s %s\n", "floats", "MiB/arr", "optimizer", "B/el",
+           "opt ms", "opt GB/s", "opt ns/el", "triad GB/s", "ratio", "goal");
     double ratios[PS_OPT_COUNT][MAX_SIZES];
     for (int si = 0; si < o.nsizes; si++) {
         size_t n = o.sizes[si];
@@ -312,9 +312,9 @@ int main(int argc, char **argv) {
             row_result r = measure(&x, bytes_per_elem[k], &o);
             ratios[k][si] = r.ratio;
             printf("%-8s %8.2f %-9s %5d %10.3f %9.2f %9.3f %10.2f %6.3f %s\n", label,
-                   (double)n * 4.0 / 1048576.0, ps_opt_kind_name((ps_opt_kind)k),
-                   bytes_per_elem[k], r.opt_ms, r.opt_gbs, r.opt_ms * 1e6 / (double)n,
-                   r.triad_gbs, r.ratio, r.ratio >= GOAL ? "ok" : "BELOW");
+                   (double)n * 4.0 / 1048576.0, ps_opt_kind_name((ps_opt_kind)k), bytes_per_elem[k],
+                   r.opt_ms, r.opt_gbs, r.opt_ms * 1e6 / (double)n, r.triad_gbs, r.ratio,
+                   r.ratio >= GOAL ? "ok" : "BELOW");
             fflush(stdout);
         }
         free(x.a);
