@@ -170,7 +170,11 @@ START_TEST(worker_restarted_rejoins_where_the_job_is) {
     ck_assert_int_eq(ps_test_psd_start(&psd, a, 10000), 0);
     snprintf(j.ps, sizeof j.ps, "%s", psd.endpoint);
     const char *extra[] = {"--epochs", "2", NULL}; /* 469 steps per epoch */
-    start_worker(&j, 0, 2, extra);
+    /* the chief takes >= 15 ms a step, so the job is still in epoch 2 when
+     * worker 1 comes back, even under the sanitizers (alone, the chief would
+     * otherwise finish the epoch in half a second) */
+    const char *chief[] = {"--epochs", "2", "--slow-ms", "15", NULL};
+    start_worker(&j, 0, 2, chief);
     start_worker(&j, 1, 2, extra);
     long long deadline = now_ms() + 60000;
     while (version_of(&psd) < 520 && now_ms() < deadline)
@@ -254,10 +258,17 @@ START_TEST(backup_workers_do_not_wait_for_the_slow_one) {
     snprintf(j.ps, sizeof j.ps, "%s", psd.endpoint);
     const char *fast[] = {"--epochs", "1", "--max-steps", "40", "--max-test", "500", NULL};
     const char *slow[] = {"--epochs", "1", "--max-steps", "40", "--slow-ms", "250", NULL};
+    /* The slow worker joins first: a worker that says Hello after the job has
+     * moved on starts at the job's current step (as a restarted one does),
+     * and would then have fewer steps to do. */
+    start_worker(&j, 2, 3, slow);
+    long long deadline = now_ms() + 30000;
+    while (!file_has(psd.log, "hello from worker 2") && now_ms() < deadline)
+        nap_ms(10);
+    ck_assert_msg(file_has(psd.log, "hello from worker 2"), "the slow worker did not say Hello");
     long long t0 = now_ms();
     start_worker(&j, 0, 3, fast);
     start_worker(&j, 1, 3, fast);
-    start_worker(&j, 2, 3, slow);
     ck_assert_int_eq(finish_worker(&j, 0, 60000), 0);
     long long chief_ms = now_ms() - t0;
     ck_assert_int_eq(finish_worker(&j, 1, 60000), 0);
