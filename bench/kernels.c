@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "benchutil.h"
 #include "kernels.h"
 
 #ifndef PS_BENCH_EXAMPLES
@@ -309,16 +310,6 @@ static void calibrate(job *j, double min_s) {
     }
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 typedef struct {
     double ta, tb; /* median seconds per call */
     double ratio;  /* median over reps of tb / ta: a's throughput relative to b's */
@@ -339,7 +330,8 @@ static pair_res time_pair(job a, job b, const opts *o) {
         }
         r[i] = tb[i] / ta[i];
     }
-    return (pair_res){median(ta, o->reps), median(tb, o->reps), median(r, o->reps)};
+    return (pair_res){ps_bench_median(ta, o->reps), ps_bench_median(tb, o->reps),
+                      ps_bench_median(r, o->reps)};
 }
 
 static double time_one(job a, const opts *o) {
@@ -347,7 +339,7 @@ static double time_one(job a, const opts *o) {
     double t[MAX_REPS];
     for (int i = 0; i < o->reps; i++)
         t[i] = run(&a);
-    return median(t, o->reps);
+    return ps_bench_median(t, o->reps);
 }
 
 /* ---- contestants ------------------------------------------------------- */

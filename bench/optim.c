@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "benchutil.h"
 #include "optim.h"
 #include "optim_spec.h"
 
@@ -62,15 +63,6 @@ static void usage(FILE *f, const char *argv0) {
             "50)\n"
             "  --help        this text\n",
             argv0);
-}
-
-static bool parse_long(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
 }
 
 /* "65536", "64Ki", "16Mi" -> floats; bounded to [64Ki, 64Mi]. */
@@ -127,9 +119,9 @@ static int parse_opts(int argc, char **argv, opts *o) {
             }
             o->only[k] = true;
             o->any_only = true;
-        } else if (strcmp(a, "--reps") == 0 && parse_long(val, 1, MAX_REPS, &v)) {
+        } else if (strcmp(a, "--reps") == 0 && ps_bench_parse_long(val, 1, MAX_REPS, &v)) {
             o->reps = (int)v;
-        } else if (strcmp(a, "--min-ms") == 0 && parse_long(val, 1, 60000, &v)) {
+        } else if (strcmp(a, "--min-ms") == 0 && ps_bench_parse_long(val, 1, 60000, &v)) {
             o->min_s = (double)v / 1000.0;
         } else {
             fprintf(stderr, "%s: bad option or value: %s %s\n", argv[0], a, val);
@@ -148,22 +140,6 @@ static int parse_opts(int argc, char **argv, opts *o) {
 }
 
 /* ---- timing -------------------------------------------------------------- */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* The reference: STREAM's triad, in float, compiled here at the build's -O. */
 __attribute__((noinline)) static void triad(float *restrict a, const float *restrict b,
@@ -193,10 +169,10 @@ static void run_once(arrays *x, int which) {
 
 /* Seconds per call of `which`, averaged over `iters` calls. */
 static double time_calls(arrays *x, int which, long iters) {
-    double t0 = now_s();
+    double t0 = ps_bench_now_s();
     for (long i = 0; i < iters; i++)
         run_once(x, which);
-    return (now_s() - t0) / (double)iters;
+    return (ps_bench_now_s() - t0) / (double)iters;
 }
 
 /* Calls per rep so a rep lasts at least min_s. */
@@ -229,10 +205,10 @@ static row_result measure(arrays *x, int bpe, const opts *o) {
         ms[r] = sec[1] * 1e3;
     }
     row_result res;
-    res.triad_gbs = median(gbs[0], o->reps);
-    res.opt_gbs = median(gbs[1], o->reps);
-    res.ratio = median(ratio, o->reps);
-    res.opt_ms = median(ms, o->reps);
+    res.triad_gbs = ps_bench_median(gbs[0], o->reps);
+    res.opt_gbs = ps_bench_median(gbs[1], o->reps);
+    res.ratio = ps_bench_median(ratio, o->reps);
+    res.opt_ms = ps_bench_median(ms, o->reps);
     return res;
 }
 

@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchutil.h"
 #include "client.h"
 #include "ps_error.h"
 
@@ -67,15 +68,6 @@ static void usage(FILE *f, const char *argv0) {
             argv0, MAX_K, PS_BENCH_PSD);
 }
 
-static bool parse_long(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
 static int parse_opts(int argc, char **argv, opts *o) {
     *o = (opts){.reps = 7, .min_s = 0.300};
     for (int i = 1; i < argc; i++) {
@@ -90,9 +82,9 @@ static int parse_opts(int argc, char **argv, opts *o) {
             return -1;
         }
         const char *val = argv[++i];
-        if (strcmp(a, "--reps") == 0 && parse_long(val, 1, MAX_REPS, &v)) {
+        if (strcmp(a, "--reps") == 0 && ps_bench_parse_long(val, 1, MAX_REPS, &v)) {
             o->reps = (int)v;
-        } else if (strcmp(a, "--min-ms") == 0 && parse_long(val, 1, 60000, &v)) {
+        } else if (strcmp(a, "--min-ms") == 0 && ps_bench_parse_long(val, 1, 60000, &v)) {
             o->min_s = (double)v / 1000.0;
         } else if (strcmp(a, "--clients") == 0) {
             o->nks = 0;
@@ -100,7 +92,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
             snprintf(buf, sizeof buf, "%s", val);
             for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
                  tok = strtok_r(NULL, ",", &save)) {
-                if (o->nks == 8 || !parse_long(tok, 1, MAX_K, &v)) {
+                if (o->nks == 8 || !ps_bench_parse_long(tok, 1, MAX_K, &v)) {
                     fprintf(stderr, "%s: bad --clients: %s\n", argv[0], val);
                     return -1;
                 }
@@ -121,12 +113,6 @@ static int parse_opts(int argc, char **argv, opts *o) {
 }
 
 /* ---- psd ------------------------------------------------------------------ */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static char psd_path[PATH_MAX];
 static char tmpdir[64];
@@ -171,8 +157,8 @@ static int psd_start(psd_proc *p, int workers) {
         _exit(127);
     }
     p->pid = pid;
-    double deadline = now_s() + 10.0;
-    while (now_s() < deadline) {
+    double deadline = ps_bench_now_s() + 10.0;
+    while (ps_bench_now_s() < deadline) {
         FILE *f = fopen(ready, "r");
         if (f) {
             int ok = fgets(p->endpoint, sizeof p->endpoint, f) != NULL;
@@ -196,8 +182,8 @@ static int psd_start(psd_proc *p, int workers) {
 
 static void psd_stop(psd_proc *p) {
     kill(p->pid, SIGTERM);
-    double deadline = now_s() + 5.0;
-    while (now_s() < deadline) {
+    double deadline = ps_bench_now_s() + 5.0;
+    while (ps_bench_now_s() < deadline) {
         if (waitpid(p->pid, NULL, WNOHANG) == p->pid) return;
         struct timespec ts = {0, 5000000};
         nanosleep(&ts, NULL);
@@ -258,7 +244,7 @@ static void client_close(bench_client *b) {
 static long run_loop(bench_client *b, int push, double secs, double *elapsed) {
     long n = 0;
     uint64_t step = 0, version;
-    double t0 = now_s(), t;
+    double t0 = ps_bench_now_s(), t;
     do {
         for (int i = 0; i < 16; i++, n++) {
             int rc = push ? ps_client_push(b->c, step++, NULL) : ps_client_pull(b->c, 0, &version);
@@ -267,7 +253,7 @@ static long run_loop(bench_client *b, int push, double secs, double *elapsed) {
                 return -1;
             }
         }
-        t = now_s();
+        t = ps_bench_now_s();
     } while (t - t0 < secs);
     *elapsed = t - t0;
     return n;
@@ -291,7 +277,7 @@ static void *worker_main(void *p) {
         pthread_barrier_wait(w->go);
         if (w->stop) break;
         double el;
-        w->start = now_s();
+        w->start = ps_bench_now_s();
         w->rounds = run_loop(&w->b, w->push, w->secs, &el);
         w->end = w->start + el;
         pthread_barrier_wait(w->done);
@@ -300,16 +286,6 @@ static void *worker_main(void *p) {
 }
 
 /* ---- results ------------------------------------------------------------------ */
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void print_row(const char *name, int clients, int vars, double rounds_s, double min_r,
                       double max_r) {
@@ -339,7 +315,7 @@ static int single(const opts *o, int nvars, int push, const char *name) {
                     if (rate[r] < lo) lo = rate[r];
                     if (rate[r] > hi) hi = rate[r];
                 }
-                print_row(name, 1, nvars, median(rate, o->reps), lo, hi);
+                print_row(name, 1, nvars, ps_bench_median(rate, o->reps), lo, hi);
             }
         }
         client_close(b);
@@ -388,8 +364,8 @@ static int parallel(const opts *o, int k, int push) {
                 if (rate[r] < lo) lo = rate[r];
                 if (rate[r] > hi) hi = rate[r];
             }
-            print_row(push ? "push 1x16, K thr" : "pull 1x16, K thr", k, 1, median(rate, o->reps),
-                      lo, hi);
+            print_row(push ? "push 1x16, K thr" : "pull 1x16, K thr", k, 1,
+                      ps_bench_median(rate, o->reps), lo, hi);
         }
     }
     if (started) {

@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchutil.h"
+
 #ifndef PS_BENCH_PSWORKER
 #define PS_BENCH_PSWORKER "psworker"
 #endif
@@ -58,15 +60,6 @@ static void usage(FILE *f, const char *argv0) {
             argv0, PS_BENCH_PSWORKER, PS_BENCH_PSCTL);
 }
 
-static bool parse_long(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
 static int parse_opts(int argc, char **argv, opts *o) {
     *o = (opts){.reps = 3, .epochs = 1};
     for (int i = 1; i < argc; i++) {
@@ -81,9 +74,9 @@ static int parse_opts(int argc, char **argv, opts *o) {
             return -1;
         }
         const char *val = argv[++i];
-        if (strcmp(a, "--reps") == 0 && parse_long(val, 1, MAX_REPS, &v)) {
+        if (strcmp(a, "--reps") == 0 && ps_bench_parse_long(val, 1, MAX_REPS, &v)) {
             o->reps = (int)v;
-        } else if (strcmp(a, "--epochs") == 0 && parse_long(val, 1, 1000, &v)) {
+        } else if (strcmp(a, "--epochs") == 0 && ps_bench_parse_long(val, 1, 1000, &v)) {
             o->epochs = v;
         } else if (strcmp(a, "--data") == 0 && *val) {
             o->data = val;
@@ -114,12 +107,6 @@ static void find_bin(char *out, size_t len, const char *env_name, const char *ar
         if (access(out, X_OK) == 0) return;
     }
     snprintf(out, len, "%s", built);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Runs argv (stdout and stderr appended to logf), waits; 0 when it exits 0. */
@@ -229,16 +216,6 @@ static int build_argv(const setup *s, const opts *o, const char *summary, char *
     return n;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 int main(int argc, char **argv) {
     opts o;
     if (parse_opts(argc, argv, &o) != 0) {
@@ -283,9 +260,9 @@ int main(int argc, char **argv) {
             char *av[MAX_ARGS], bufs[3][32];
             build_argv(&setups[s], &o, summary, av, bufs);
             unlink(summary);
-            double t0 = now_s();
+            double t0 = ps_bench_now_s();
             if (run(av, logf) != 0 || (rate[s][r] = read_rate(summary)) <= 0) rc = 1;
-            wall[s][r] = now_s() - t0;
+            wall[s][r] = ps_bench_now_s() - t0;
             if (rc == 0)
                 fprintf(stderr, "rep %d %s: %.0f samples/s, %.1f s wall\n", r + 1, setups[s].name,
                         rate[s][r], wall[s][r]);
@@ -300,8 +277,8 @@ int main(int argc, char **argv) {
             if (rate[s][r] < lo[s]) lo[s] = rate[s][r];
             if (rate[s][r] > hi[s]) hi[s] = rate[s][r];
         }
-        med[s] = median(rate[s], o.reps);
-        medwall[s] = median(wall[s], o.reps);
+        med[s] = ps_bench_median(rate[s], o.reps);
+        medwall[s] = ps_bench_median(wall[s], o.reps);
     }
     printf("%-28s %12s %10s %10s %8s %10s\n", "setup", "samples/s", "min", "max", "x (a)",
            "wall s");

@@ -35,6 +35,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "benchutil.h"
 #include "client.h"
 #include "optim_spec.h"
 #include "placement.h"
@@ -88,15 +89,6 @@ static void usage(FILE *f, const char *argv0) {
             argv0, PS_BENCH_PSD, PS_BENCH_PSCTL);
 }
 
-static bool parse_long(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
 static bool parse_sizes(const char *list, opts *o) {
     char buf[512];
     snprintf(buf, sizeof buf, "%s", list);
@@ -143,9 +135,9 @@ static int parse_opts(int argc, char **argv, opts *o) {
         }
         const char *val = argv[++i];
         if (strcmp(a, "--sizes") == 0 && parse_sizes(val, o)) {
-        } else if (strcmp(a, "--reps") == 0 && parse_long(val, 1, MAX_REPS, &v)) {
+        } else if (strcmp(a, "--reps") == 0 && ps_bench_parse_long(val, 1, MAX_REPS, &v)) {
             o->reps = (int)v;
-        } else if (strcmp(a, "--min-ms") == 0 && parse_long(val, 1, 60000, &v)) {
+        } else if (strcmp(a, "--min-ms") == 0 && ps_bench_parse_long(val, 1, 60000, &v)) {
             o->min_s = (double)v / 1000.0;
         } else if (strcmp(a, "--enc") == 0 &&
                    (!strcmp(val, "plain") || !strcmp(val, "curve") || !strcmp(val, "both"))) {
@@ -171,16 +163,11 @@ static double now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
+/* The median of v[0..n) without reordering v. */
 static double median(const double *v, int n) {
     double s[MAX_REPS];
     memcpy(s, v, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    return ps_bench_median(s, n);
 }
 
 static void die(const char *what) {
