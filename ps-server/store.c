@@ -1,6 +1,7 @@
 /* The shard's variable store (see store.h). */
 #include "store.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,13 +15,66 @@ static uint64_t hash_name(const char *s) {
     return h;
 }
 
+/* A variable's values live in a reference-counted block: the variable holds
+ * one reference, and every pull reply still being sent by ZeroMQ's I/O thread
+ * holds another. An update writes in place when the variable's reference is
+ * the only one, else into a fresh copy (copy-on-write), so a reply in flight
+ * never sees values change under it. The header is padded to 64 bytes so the
+ * values stay cache-line aligned. */
+typedef struct {
+    atomic_uint refs;
+    size_t numel;
+} wbuf;
+#define WBUF_HDR 64
+
+static wbuf *wbuf_of(const float *w) {
+    return (wbuf *)(void *)((char *)(uintptr_t)w - WBUF_HDR);
+}
+
+static float *wbuf_alloc(size_t numel) {
+    wbuf *b = aligned_alloc(64, WBUF_HDR + ((numel * sizeof(float) + 63) & ~(size_t)63));
+    if (!b) return NULL;
+    atomic_init(&b->refs, 1);
+    b->numel = numel;
+    return (float *)(void *)((char *)b + WBUF_HDR);
+}
+
+static void wbuf_release(float *w) {
+    if (!w) return;
+    wbuf *b = wbuf_of(w);
+    if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) free(b);
+}
+
+/* ZeroMQ's free function for a zero-copy reply frame (runs on its I/O thread). */
+static void wbuf_frame_done(void *data, void *hint) {
+    (void)hint;
+    wbuf_release(data);
+}
+
+void ps_var_share(const ps_var *v, ps_payload *out) {
+    atomic_fetch_add_explicit(&wbuf_of(v->w)->refs, 1, memory_order_relaxed);
+    *out = (ps_payload){v->w, v->numel * sizeof(float), wbuf_frame_done, NULL};
+}
+
+int ps_var_writable(ps_var *v) {
+    if (atomic_load_explicit(&wbuf_of(v->w)->refs, memory_order_acquire) == 1) return PS_OK;
+    /* a reply still reads the current block: update a copy */
+    float *w = wbuf_alloc(v->numel);
+    if (!w) return PS_ENOMEM;
+    memcpy(w, v->w, v->numel * sizeof(float));
+    wbuf_release(v->w);
+    v->w = w;
+    v->cow_copies++;
+    return PS_OK;
+}
+
 void ps_store_init(ps_store *s) {
     memset(s, 0, sizeof *s);
 }
 
 static void var_free(ps_var *v) {
     free(v->name);
-    free(v->w);
+    wbuf_release(v->w);
     free(v->slots[0]);
     free(v->slots[1]);
     free(v->gsum);
@@ -83,7 +137,7 @@ int ps_store_create(ps_store *s, const Ps__TensorMeta *meta, const float *init,
     memcpy(v->shape, meta->shape, meta->n_shape * sizeof(uint64_t));
     v->numel = ps_tensor_numel(meta);
     v->opt = *opt;
-    v->w = malloc(v->numel * sizeof(float));
+    v->w = wbuf_alloc(v->numel);
     int ok = v->name && v->w;
     for (int k = 0; ok && k < ps_optim_num_slots(opt->kind); k++) {
         v->slots[k] = malloc(v->numel * sizeof(float));
@@ -111,31 +165,39 @@ int ps_var_same_shape(const ps_var *v, const Ps__TensorMeta *meta) {
     return memcmp(meta->shape, v->shape, v->rank * sizeof(uint64_t)) == 0;
 }
 
-void ps_var_apply(ps_var *v, const float *g) {
+int ps_var_apply(ps_var *v, const float *g) {
+    int rc = ps_var_writable(v);
+    if (rc != PS_OK) return rc;
     v->updates++;
     ps_optim_apply(&v->opt, v->w, g, v->slots, v->numel, v->updates);
+    return PS_OK;
 }
 
 int ps_var_accumulate(ps_var *v, const float *g) {
     if (!v->gsum) {
-        v->gsum = calloc(v->numel, sizeof(float));
+        v->gsum = malloc(v->numel * sizeof(float));
         if (!v->gsum) return PS_ENOMEM;
     }
-    float *acc = v->gsum;
-    for (size_t i = 0; i < v->numel; i++)
-        acc[i] += g[i];
+    float *restrict acc = v->gsum;
+    if (v->gcount == 0) {
+        memcpy(acc, g, v->numel * sizeof(float)); /* the step's first push: 0 + g */
+    } else {
+        for (size_t i = 0; i < v->numel; i++)
+            acc[i] += g[i];
+    }
     v->gcount++;
     return PS_OK;
 }
 
-void ps_var_apply_accumulated(ps_var *v) {
-    if (v->gcount == 0) return;
-    float scale = 1.0f / (float)v->gcount;
-    for (size_t i = 0; i < v->numel; i++)
-        v->gsum[i] *= scale;
-    ps_var_apply(v, v->gsum);
-    memset(v->gsum, 0, v->numel * sizeof(float));
+int ps_var_apply_accumulated(ps_var *v) {
+    if (v->gcount == 0) return PS_OK;
+    if (v->gcount > 1) {
+        float scale = 1.0f / (float)v->gcount;
+        for (size_t i = 0; i < v->numel; i++)
+            v->gsum[i] *= scale;
+    }
     v->gcount = 0;
+    return ps_var_apply(v, v->gsum);
 }
 
 size_t ps_store_bytes(const ps_store *s) {

@@ -15,12 +15,13 @@ typedef struct {
     size_t rank;
     uint64_t shape[PS_WIRE_MAX_RANK];
     size_t numel;
-    float *w;        /* owned: values */
+    float *w;        /* values: a reference-counted block (see ps_var_share), never NULL */
     float *slots[2]; /* owned: optimizer state, ps_optim_num_slots of them */
     ps_opt_spec opt;
     uint64_t updates; /* optimizer applies so far (Adam's t) */
     float *gsum;      /* owned, sync mode: gradients summed for the open step */
     uint32_t gcount;  /* pushes summed into gsum */
+    uint64_t cow_copies; /* updates that copied w because a reply still held it */
 } ps_var;
 
 typedef struct {
@@ -40,12 +41,20 @@ int ps_store_create(ps_store *s, const Ps__TensorMeta *meta, const float *init,
                     const ps_opt_spec *opt, ps_var **out);
 /* 1 when the variable has exactly this shape, else 0. */
 int ps_var_same_shape(const ps_var *v, const Ps__TensorMeta *meta);
-/* Applies one optimizer update from g (numel floats). */
-void ps_var_apply(ps_var *v, const float *g);
+/* A zero-copy payload of the variable's current values for a reply: takes a
+ * reference on the value block, which ZeroMQ drops once the frame is sent.
+ * Later updates do not change what the reply sends. */
+void ps_var_share(const ps_var *v, ps_payload *out);
+/* Makes v->w safe to write: in place when no reply holds it, else a fresh
+ * copy (copy-on-write). PS_OK or PS_ENOMEM. Every writer of v->w calls it. */
+int ps_var_writable(ps_var *v);
+/* Applies one optimizer update from g (numel floats). PS_OK or PS_ENOMEM. */
+int ps_var_apply(ps_var *v, const float *g);
 /* Sync mode: adds g to the accumulator (allocated on first use). PS_OK or PS_ENOMEM. */
 int ps_var_accumulate(ps_var *v, const float *g);
-/* Sync mode: applies the mean of the accumulated gradients, if any, and clears them. */
-void ps_var_apply_accumulated(ps_var *v);
+/* Sync mode: applies the mean of the accumulated gradients, if any, and clears
+ * them. PS_OK or PS_ENOMEM (the gradients are dropped). */
+int ps_var_apply_accumulated(ps_var *v);
 /* Total bytes of values held. */
 size_t ps_store_bytes(const ps_store *s);
 
