@@ -22,6 +22,7 @@ static const dispatch_entry table[] = {
     {PS__HEADER__BODY_CREATE_VARS, "CreateVars", ps__handle_create_vars, 1},
     {PS__HEADER__BODY_PULL, "Pull", ps__handle_pull, 0},
     {PS__HEADER__BODY_PUSH, "Push", ps__handle_push, 1},
+    {PS__HEADER__BODY_PUSH_PULL, "PushPull", ps__handle_push_pull, 1},
     {PS__HEADER__BODY_STATS, "Stats", ps__handle_stats, 0},
     {PS__HEADER__BODY_SHUTDOWN, "Shutdown", ps__handle_shutdown, 0},
     {PS__HEADER__BODY_HEARTBEAT, "Heartbeat", ps__handle_heartbeat, 0},

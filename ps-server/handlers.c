@@ -132,60 +132,57 @@ int ps__handle_create_vars(ps_server *s, ps_request *r, char *err, size_t errlen
     return rc;
 }
 
-static void free_copy(void *data, void *hint) {
-    (void)hint;
-    free(data);
+/* The variables a Pull or a PushPull wants back. */
+static size_t want_count(const Ps__Header *req) {
+    return req->body_case == PS__HEADER__BODY_PULL ? req->pull->n_names
+                                                   : req->push_pull->push->n_grads;
 }
 
-/* Replies to a pull whose names were checked and whose version exists. */
-static int reply_pull(ps_server *s, const void *identity, size_t identity_len,
-                      const Ps__Header *req) {
-    const Ps__Pull *p = req->pull;
-    size_t n = p->n_names;
+static const char *want_name(const Ps__Header *req, size_t i) {
+    return req->body_case == PS__HEADER__BODY_PULL ? req->pull->names[i]
+                                                   : req->push_pull->push->grads[i]->name;
+}
+
+/* Replies to a Pull or PushPull whose names were checked and whose version
+ * exists. The frames are the variables' own value blocks (zero-copy, with a
+ * reference each: an update meanwhile writes a copy, see ps_var_writable). */
+static int reply_values(ps_server *s, const void *identity, size_t identity_len,
+                        const Ps__Header *req, int applied, int dropped) {
+    size_t n = want_count(req);
     Ps__TensorMeta *metas = calloc(n ? n : 1, sizeof *metas);
     Ps__TensorMeta **mptrs = calloc(n ? n : 1, sizeof *mptrs);
     uint64_t *shapes = calloc(n ? n * PS_WIRE_MAX_RANK : 1, sizeof *shapes);
     ps_payload *pl = calloc(n ? n : 1, sizeof *pl);
     int rc = (metas && mptrs && shapes && pl) ? PS_OK : PS_ENOMEM;
     for (size_t i = 0; i < n && rc == PS_OK; i++) {
-        const ps_var *v = ps_store_find(&s->store, p->names[i]);
+        const ps_var *v = ps_store_find(&s->store, want_name(req, i));
         size_t shape[PS_WIRE_MAX_RANK];
         for (size_t d = 0; d < v->rank; d++)
             shape[d] = (size_t)v->shape[d];
         ps_tensor_meta_f32(&metas[i], v->name, shape, v->rank, shapes + i * PS_WIRE_MAX_RANK);
         mptrs[i] = &metas[i];
-        size_t bytes = v->numel * sizeof(float);
-        if (s->cfg.mode == PS_MODE_SYNC &&
-            (s->cfg.replicas == 0 || s->cfg.replicas == s->cfg.workers)) {
-            /* Zero-copy: in sync mode a variable changes only after every worker
-             * pushed the next step, which each does only after receiving this reply.
-             * (With backup workers a step can close while a slow worker's reply
-             * is still being sent: then the reply carries a copy, below. A worker
-             * removed after its timeout is long done reading, or dead.) */
-            pl[i] = (ps_payload){v->w, bytes, NULL, NULL};
-        } else {
-            /* Async (or backup workers): pushes may change the values while
-             * ZeroMQ still sends them, so the reply carries a snapshot (the one
-             * copy on this path). */
-            void *copy = malloc(bytes);
-            if (!copy) {
-                for (size_t j = 0; j < i; j++)
-                    if (pl[j].free_fn) free((void *)pl[j].data);
-                rc = PS_ENOMEM;
-                break;
-            }
-            memcpy(copy, v->w, bytes);
-            pl[i] = (ps_payload){copy, bytes, free_copy, NULL};
-        }
+        ps_var_share(v, &pl[i]);
     }
     if (rc == PS_OK) {
         Ps__Header out = PS__HEADER__INIT;
         Ps__PullReply rep = PS__PULL_REPLY__INIT;
+        Ps__PushReply prep = PS__PUSH_REPLY__INIT;
+        Ps__PushPullReply pprep = PS__PUSH_PULL_REPLY__INIT;
         rep.tensors = mptrs;
         rep.n_tensors = n;
         rep.version = s->version;
-        out.body_case = PS__HEADER__BODY_PULL_REPLY;
-        out.pull_reply = &rep;
+        if (req->body_case == PS__HEADER__BODY_PULL) {
+            out.body_case = PS__HEADER__BODY_PULL_REPLY;
+            out.pull_reply = &rep;
+        } else {
+            prep.version = s->version;
+            prep.applied = applied;
+            prep.dropped = dropped;
+            pprep.push = &prep;
+            pprep.pull = &rep;
+            out.body_case = PS__HEADER__BODY_PUSH_PULL_REPLY;
+            out.push_pull_reply = &pprep;
+        }
         ps__server_reply(s, identity, identity_len, req->request_id, &out, pl, n);
     }
     free(metas);
@@ -193,6 +190,49 @@ static int reply_pull(ps_server *s, const void *identity, size_t identity_len,
     free(shapes);
     free(pl);
     return rc;
+}
+
+/* Answers r (a Pull or PushPull) with the values now when min_version exists
+ * and the staleness gate is open, else keeps it on the pending list (it owns
+ * r->hdr then) until a step or push makes it so. */
+static int answer_or_defer(ps_server *s, ps_request *r, uint64_t min_version, int has_worker,
+                           uint64_t clock, int applied, int dropped, char *err, size_t errlen) {
+    int gate_open = ps__staleness_allows(s, has_worker, clock);
+    if (min_version <= s->version && gate_open)
+        return reply_values(s, r->identity, r->identity_len, r->hdr, applied, dropped);
+    if (!gate_open) s->stats.staleness_waits++;
+    /* sync: only the open step's result can be waited for; async: any future
+     * version (pushes keep arriving; the client bounds the wait) */
+    if (s->cfg.mode == PS_MODE_SYNC && min_version > s->version + 1) {
+        /* ESTALE: the client's idea of this shard is out of date (it may have
+         * restarted from a checkpoint); a worker asks who we are and resyncs */
+        snprintf(err, errlen, "pull asks for version %llu but the shard is at %llu",
+                 (unsigned long long)min_version, (unsigned long long)s->version);
+        return PS_ESTALE;
+    }
+    ps_pending_pull *pp = calloc(1, sizeof *pp);
+    void *id = pp ? malloc(r->identity_len) : NULL;
+    if (!id) {
+        free(pp);
+        snprintf(err, errlen, "out of memory deferring a pull");
+        return PS_ENOMEM;
+    }
+    memcpy(id, r->identity, r->identity_len);
+    pp->identity = id;
+    pp->identity_len = r->identity_len;
+    pp->req = r->hdr;
+    r->hdr = NULL; /* the pending list owns it now */
+    pp->min_version = min_version;
+    pp->has_worker = has_worker;
+    pp->clock = clock;
+    pp->applied = applied;
+    pp->dropped = dropped;
+    ps_pending_pull **tail = &s->pending;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = pp;
+    s->n_pending++;
+    return PS_OK;
 }
 
 int ps__handle_pull(ps_server *s, ps_request *r, char *err, size_t errlen) {
@@ -216,44 +256,14 @@ int ps__handle_pull(ps_server *s, ps_request *r, char *err, size_t errlen) {
             return PS_ENOENT;
         }
     }
-    int gate_open = ps__staleness_allows(s, p);
-    if (p->min_version <= s->version && gate_open)
-        return reply_pull(s, r->identity, r->identity_len, r->hdr);
-    if (!gate_open) s->stats.staleness_waits++;
-    /* sync: only the open step's result can be waited for; async: any future
-     * version (pushes keep arriving; the client bounds the wait) */
-    if (s->cfg.mode == PS_MODE_SYNC && p->min_version > s->version + 1) {
-        /* ESTALE: the client's idea of this shard is out of date (it may have
-         * restarted from a checkpoint); a worker asks who we are and resyncs */
-        snprintf(err, errlen, "pull asks for version %llu but the shard is at %llu",
-                 (unsigned long long)p->min_version, (unsigned long long)s->version);
-        return PS_ESTALE;
-    }
-    ps_pending_pull *pp = calloc(1, sizeof *pp);
-    void *id = pp ? malloc(r->identity_len) : NULL;
-    if (!id) {
-        free(pp);
-        snprintf(err, errlen, "out of memory deferring a pull");
-        return PS_ENOMEM;
-    }
-    memcpy(id, r->identity, r->identity_len);
-    pp->identity = id;
-    pp->identity_len = r->identity_len;
-    pp->req = r->hdr;
-    r->hdr = NULL; /* the pending list owns it now */
-    ps_pending_pull **tail = &s->pending;
-    while (*tail)
-        tail = &(*tail)->next;
-    *tail = pp;
-    s->n_pending++;
-    return PS_OK;
+    return answer_or_defer(s, r, p->min_version, p->has_worker, p->clock, 0, 0, err, errlen);
 }
 
 void ps__server_answer_pending(ps_server *s) {
     ps_pending_pull **pp = &s->pending;
     while (*pp) {
         ps_pending_pull *p = *pp;
-        if ((p->req->pull->min_version > s->version || !ps__staleness_allows(s, p->req->pull)) &&
+        if ((p->min_version > s->version || !ps__staleness_allows(s, p->has_worker, p->clock)) &&
             !s->stopping) {
             pp = &p->next;
             continue;
@@ -263,7 +273,8 @@ void ps__server_answer_pending(ps_server *s) {
         if (s->stopping)
             ps__server_reply_error(s, p->identity, p->identity_len, p->req->request_id,
                                    PS_ESHUTDOWN, "psd is shutting down");
-        else if (reply_pull(s, p->identity, p->identity_len, p->req) != PS_OK)
+        else if (reply_values(s, p->identity, p->identity_len, p->req, p->applied, p->dropped) !=
+                 PS_OK)
             ps__server_reply_error(s, p->identity, p->identity_len, p->req->request_id, PS_ENOMEM,
                                    "out of memory answering a pull");
         ps__header__free_unpacked(p->req, NULL);
@@ -272,9 +283,19 @@ void ps__server_answer_pending(ps_server *s) {
     }
 }
 
+/* 1 when every float of g[0..n) is finite. Branch-free over the bits (the
+ * exponent all ones is Inf or NaN), so the compiler vectorizes it. */
+static int all_finite(const float *g, size_t n) {
+    const uint32_t *u = (const uint32_t *)(const void *)g;
+    uint32_t bad = 0;
+    for (size_t k = 0; k < n; k++)
+        bad |= (uint32_t)((u[k] & 0x7f800000u) == 0x7f800000u);
+    return bad == 0;
+}
+
 /* Checks every gradient names a variable of the same shape and is finite. */
-static int check_grads(ps_server *s, ps_request *r, const float **data, char *err, size_t errlen) {
-    const Ps__Push *p = r->hdr->push;
+static int check_grads(ps_server *s, const Ps__Push *p, ps_request *r, const float **data,
+                       char *err, size_t errlen) {
     int rc = ps_tensors_check(p->grads, p->n_grads, r->payloads, r->n_payloads, err, errlen);
     if (rc != PS_OK) return rc;
     if (p->n_grads == 0) {
@@ -309,25 +330,15 @@ static int check_grads(ps_server *s, ps_request *r, const float **data, char *er
         } else {
             data[i] = raw;
         }
-        for (size_t k = 0; k < v->numel; k++) {
-            if (!isfinite(data[i][k])) {
-                snprintf(err, errlen, "gradient for '%s' has a NaN or Inf at %zu", m->name, k);
-                return PS_EINVAL;
-            }
+        if (!all_finite(data[i], v->numel)) {
+            size_t k = 0;
+            while (isfinite(data[i][k]))
+                k++;
+            snprintf(err, errlen, "gradient for '%s' has a NaN or Inf at %zu", m->name, k);
+            return PS_EINVAL;
         }
     }
     return PS_OK;
-}
-
-static void reply_push(ps_server *s, ps_request *r, int applied, int dropped) {
-    Ps__Header out = PS__HEADER__INIT;
-    Ps__PushReply rep = PS__PUSH_REPLY__INIT;
-    rep.version = s->version;
-    rep.applied = applied;
-    rep.dropped = dropped;
-    out.body_case = PS__HEADER__BODY_PUSH_REPLY;
-    out.push_reply = &rep;
-    ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
 }
 
 const double ps__lat_bounds[PS_LAT_BUCKETS] = {1e-5,   2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
@@ -342,11 +353,16 @@ void ps__stats_apply_latency(ps_server *s, double seconds) {
     s->stats.lat_count++;
 }
 
-int ps__sync_try_close_step(ps_server *s) {
+static void warn_nomem(int rc) {
+    if (rc == PS_ENOMEM) PS_ERROR("out of memory applying an update: a gradient was dropped");
+}
+
+/* Sync: closes the step when enough workers pushed; the apply latency counts
+ * from t0 (a direct push's apply began before). */
+static int try_close_step(ps_server *s, uint64_t t0) {
     if (s->pushes_in_step == 0 || s->pushes_in_step < ps__members_needed(s)) return 0;
-    uint64_t t0 = ps__now_ns();
     for (size_t i = 0; i < s->store.n; i++)
-        ps_var_apply_accumulated(s->store.vars[i]);
+        warn_nomem(ps_var_apply_accumulated(s->store.vars[i]));
     ps__stats_apply_latency(s, (double)(ps__now_ns() - t0) / 1e9);
     s->version++;
     s->stats.updates_applied++;
@@ -354,6 +370,10 @@ int ps__sync_try_close_step(ps_server *s) {
     memset(s->pushed, 0, (size_t)s->cfg.workers);
     ps__server_answer_pending(s);
     return 1;
+}
+
+int ps__sync_try_close_step(ps_server *s) {
+    return try_close_step(s, ps__now_ns());
 }
 
 /* Async: records worker w's clock and the staleness of its push: how many
@@ -368,8 +388,28 @@ static void note_clock(ps_server *s, uint32_t w, uint64_t clock) {
     if (clock + 1 > s->members[w].clock) s->members[w].clock = clock + 1;
 }
 
-int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen) {
-    const Ps__Push *p = r->hdr->push;
+/* A checked push, before its gradients are used. */
+typedef struct {
+    const float **data; /* per gradient: the frame itself, or an aligned copy (owned) */
+    int dropped;        /* sync: for a closed step, or a second one: nothing to apply */
+    int applied;        /* async: applied; sync: the step closes with this push */
+    int direct;         /* sync: this push alone closes the step: applied without averaging */
+} push_plan;
+
+static void push_plan_free(ps_request *r, const Ps__Push *p, push_plan *pl) {
+    if (!pl->data) return;
+    for (size_t i = 0; i < p->n_grads; i++)
+        if (pl->data[i] && (const void *)pl->data[i] != zmq_msg_data(&r->payloads[i]))
+            free((void *)pl->data[i]);
+    free(pl->data);
+    pl->data = NULL;
+}
+
+/* Validates a push and decides what it does; changes nothing yet but the
+ * worker's liveness and the dropped-push counters. */
+static int push_prepare(ps_server *s, ps_request *r, const Ps__Push *p, push_plan *pl, char *err,
+                        size_t errlen) {
+    memset(pl, 0, sizeof *pl);
     if (p->worker_index >= (uint32_t)s->cfg.workers) {
         snprintf(err, errlen, "worker index %u out of range (job has %ld workers)", p->worker_index,
                  s->cfg.workers);
@@ -395,46 +435,102 @@ int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen) {
             s->stats.stale_pushes++;
             PS_DEBUG("push from worker %u for step %llu dropped (shard at %llu)", p->worker_index,
                      (unsigned long long)p->step, (unsigned long long)s->version);
-            reply_push(s, r, 0, 1);
+            pl->dropped = 1;
             return PS_OK;
         }
     }
-    const float **data = calloc(p->n_grads ? p->n_grads : 1, sizeof *data);
-    if (!data) return PS_ENOMEM;
-    int rc = check_grads(s, r, data, err, errlen);
-    int applied = 0;
+    pl->data = calloc(p->n_grads ? p->n_grads : 1, sizeof *pl->data);
+    if (!pl->data) return PS_ENOMEM;
+    int rc = check_grads(s, p, r, pl->data, err, errlen);
+    if (rc != PS_OK) {
+        push_plan_free(r, p, pl);
+        return rc;
+    }
+    if (s->cfg.mode == PS_MODE_SYNC) {
+        uint32_t needed = ps__members_needed(s);
+        pl->applied = s->pushes_in_step + 1 >= needed;
+        /* the mean of one gradient is itself: skip the accumulator (bit-identical) */
+        pl->direct = s->pushes_in_step == 0 && needed <= 1;
+    } else {
+        pl->applied = 1;
+    }
+    return PS_OK;
+}
+
+/* Uses the gradients of a prepared push: async, applies them (a new version);
+ * sync, adds them to the step (closing it when this push completes it). */
+static void push_commit(ps_server *s, const Ps__Push *p, push_plan *pl) {
+    if (pl->dropped) return;
     uint64_t t0 = ps__now_ns();
-    for (size_t i = 0; rc == PS_OK && i < p->n_grads; i++) {
+    for (size_t i = 0; i < p->n_grads; i++) {
         ps_var *v = ps_store_find(&s->store, p->grads[i]->name);
-        if (s->cfg.mode == PS_MODE_SYNC)
-            rc = ps_var_accumulate(v, data[i]);
+        if (s->cfg.mode == PS_MODE_ASYNC || pl->direct)
+            warn_nomem(ps_var_apply(v, pl->data[i]));
         else
-            ps_var_apply(v, data[i]);
+            warn_nomem(ps_var_accumulate(v, pl->data[i]));
     }
-    if (rc == PS_OK && s->cfg.mode == PS_MODE_ASYNC)
+    s->stats.pushes_applied++;
+    if (s->cfg.mode == PS_MODE_SYNC) {
+        s->pushed[p->worker_index] = 1;
+        s->pushes_in_step++;
+        try_close_step(s, pl->direct ? t0 : ps__now_ns());
+    } else {
         ps__stats_apply_latency(s, (double)(ps__now_ns() - t0) / 1e9);
-    if (rc == PS_OK) {
-        s->stats.pushes_applied++;
-        if (s->cfg.mode == PS_MODE_SYNC) {
-            s->pushed[p->worker_index] = 1;
-            s->pushes_in_step++;
-            applied = ps__sync_try_close_step(s);
-        } else {
-            note_clock(s, p->worker_index, p->clock);
-            s->version++;
-            s->stats.updates_applied++;
-            applied = 1;
-            if (s->pending) ps__server_answer_pending(s);
-        }
-        reply_push(s, r, applied, 0);
-    } else if (rc == PS_ENOMEM) {
-        snprintf(err, errlen, "out of memory accumulating gradients");
+        note_clock(s, p->worker_index, p->clock);
+        s->version++;
+        s->stats.updates_applied++;
+        if (s->pending) ps__server_answer_pending(s);
     }
-    for (size_t i = 0; i < p->n_grads; i++)
-        if (data[i] && (const void *)data[i] != zmq_msg_data(&r->payloads[i]))
-            free((void *)data[i]);
-    free(data);
-    return rc;
+}
+
+/* A Push is answered before its gradients are applied: the outcome is known
+ * once they are checked, and the worker's next request is handled only after
+ * the apply anyway (one loop thread), so the apply overlaps the reply's trip
+ * and the worker's next send. */
+int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen) {
+    const Ps__Push *p = r->hdr->push;
+    push_plan pl;
+    int rc = push_prepare(s, r, p, &pl, err, errlen);
+    if (rc != PS_OK) return rc;
+    Ps__Header out = PS__HEADER__INIT;
+    Ps__PushReply rep = PS__PUSH_REPLY__INIT;
+    rep.version = s->version + (uint64_t)(pl.applied && !pl.dropped);
+    rep.applied = pl.applied;
+    rep.dropped = pl.dropped;
+    out.body_case = PS__HEADER__BODY_PUSH_REPLY;
+    out.push_reply = &rep;
+    ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
+    push_commit(s, p, &pl);
+    push_plan_free(r, p, &pl);
+    return PS_OK;
+}
+
+/* A push, then a pull of the same variables answered with the values after
+ * this push's update: sync, once the step closed (a dropped push: at once,
+ * its step has closed); async, at once unless the staleness gate holds this
+ * worker, now one clock further, back. */
+int ps__handle_push_pull(ps_server *s, ps_request *r, char *err, size_t errlen) {
+    const Ps__Push *p = r->hdr->push_pull->push;
+    if (!p || p->n_grads == 0 || p->n_grads > PS_WIRE_MAX_FRAMES) {
+        snprintf(err, errlen, "push-pull of %zu gradients (allowed 1..%u)", p ? p->n_grads : 0,
+                 PS_WIRE_MAX_FRAMES);
+        return PS_EPROTO;
+    }
+    for (size_t i = 0; i < p->n_grads; i++) { /* the pull side, even for a dropped push */
+        if (!p->grads[i] || !ps_store_find(&s->store, p->grads[i]->name)) {
+            snprintf(err, errlen, "no variable named '%.200s' on shard %ld",
+                     p->grads[i] ? p->grads[i]->name : "", s->cfg.shard);
+            return PS_ENOENT;
+        }
+    }
+    push_plan pl;
+    int rc = push_prepare(s, r, p, &pl, err, errlen);
+    if (rc != PS_OK) return rc;
+    push_commit(s, p, &pl);
+    push_plan_free(r, p, &pl);
+    uint64_t min_version = s->cfg.mode == PS_MODE_SYNC ? p->step + 1 : 0;
+    return answer_or_defer(s, r, min_version, 1, p->clock + 1, pl.applied, pl.dropped, err,
+                           errlen);
 }
 
 int ps__handle_stats(ps_server *s, ps_request *r, char *err, size_t errlen) {

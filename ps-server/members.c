@@ -85,8 +85,8 @@ uint32_t ps__members_needed(const ps_server *s) {
     return need ? need : 1;
 }
 
-int ps__staleness_allows(const ps_server *s, const Ps__Pull *p) {
-    if (s->cfg.mode != PS_MODE_ASYNC || s->cfg.staleness < 0 || !p->has_worker) return 1;
+int ps__staleness_allows(const ps_server *s, int has_worker, uint64_t clock) {
+    if (s->cfg.mode != PS_MODE_ASYNC || s->cfg.staleness < 0 || !has_worker) return 1;
     uint64_t min = ps__members_min_clock(s);
-    return min == UINT64_MAX || p->clock <= min + (uint64_t)s->cfg.staleness;
+    return min == UINT64_MAX || clock <= min + (uint64_t)s->cfg.staleness;
 }

@@ -11,12 +11,17 @@
 #include "store.h"
 #include "wire.h"
 
-/* A pull waiting for a version that does not exist yet (sync mode). */
+/* A Pull or PushPull waiting for a version that does not exist yet, or for
+ * the staleness gate. */
 typedef struct ps_pending_pull {
     struct ps_pending_pull *next;
     void *identity; /* owned copy of the ROUTER identity */
     size_t identity_len;
-    Ps__Header *req; /* owned */
+    Ps__Header *req; /* owned: a Pull or a PushPull */
+    uint64_t min_version;
+    int has_worker;       /* the staleness gate applies, at `clock` */
+    uint64_t clock;
+    int applied, dropped; /* PushPull: its push's outcome, for the reply */
 } ps_pending_pull;
 
 /* Upper bounds (seconds) of the apply-latency histogram buckets (+Inf last). */
@@ -114,6 +119,7 @@ int ps__handle_hello(ps_server *s, ps_request *r, char *err, size_t errlen);
 int ps__handle_create_vars(ps_server *s, ps_request *r, char *err, size_t errlen);
 int ps__handle_pull(ps_server *s, ps_request *r, char *err, size_t errlen);
 int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen);
+int ps__handle_push_pull(ps_server *s, ps_request *r, char *err, size_t errlen);
 int ps__handle_stats(ps_server *s, ps_request *r, char *err, size_t errlen);
 int ps__handle_shutdown(ps_server *s, ps_request *r, char *err, size_t errlen);
 int ps__handle_heartbeat(ps_server *s, ps_request *r, char *err, size_t errlen);
@@ -138,7 +144,7 @@ uint32_t ps__members_needed(const ps_server *s);
 /* Sync: closes the open step if enough pushes arrived; 1 if it did. */
 int ps__sync_try_close_step(ps_server *s);
 /* Async with --staleness: may a pull at this clock be answered now? */
-int ps__staleness_allows(const ps_server *s, const Ps__Pull *p);
+int ps__staleness_allows(const ps_server *s, int has_worker, uint64_t clock);
 
 /* Records one optimizer apply of `seconds` in the latency histogram. */
 void ps__stats_apply_latency(ps_server *s, double seconds);
