@@ -28,6 +28,8 @@ typedef struct {
     uint64_t incarnation; /* the shard process we talk to (from its Welcome) */
     uint64_t version;     /* version of the values last pulled from this shard */
     int pushed;           /* pushed gradients computed from `version` */
+    size_t n_ready;       /* step exchange: tensors whose gradients are final */
+    int step_sent;        /* step exchange: this shard's push-pull is out */
     uint64_t worker_clock;
     unsigned heartbeat_ms;
     size_t *tensors; /* indices into c->tensors living on this shard */
@@ -41,6 +43,7 @@ struct ps_client {
     shard_conn *shards;
     size_t n_shards;
     ps_client_tensor *tensors;
+    unsigned char *ready; /* per tensor: gradients final in the open step exchange */
     size_t n_tensors, cap_tensors;
     unsigned worker_index, num_workers;
     uint64_t next_id;
@@ -49,6 +52,9 @@ struct ps_client {
     ps_heartbeat *heartbeat;
     int connected;         /* the sockets exist (made at the first request) */
     int have_curve;        /* CurveZMQ: every socket is a CURVE client with these keys */
+    int step_open;         /* between ps_client_step_begin and ps_client_step_end */
+    int step_rc;           /* the first send error of the open step exchange */
+    uint64_t step_clock;
     ps_curve_client curve; /* secret: wiped on close */
     char error[512];
 };
@@ -150,6 +156,7 @@ void ps_client_close(ps_client *c) {
     ps_curve_wipe(&c->curve, sizeof c->curve);
     free(c->shards);
     free(c->tensors);
+    free(c->ready);
     free(c);
 }
 
@@ -177,6 +184,9 @@ int ps_client_add(ps_client *c, const ps_client_tensor *t) {
         ps_client_tensor *nt = realloc(c->tensors, cap * sizeof *nt);
         if (!nt) return PS_ENOMEM;
         c->tensors = nt;
+        unsigned char *nr = realloc(c->ready, cap);
+        if (!nr) return PS_ENOMEM;
+        c->ready = nr;
         c->cap_tensors = cap;
     }
     shard_conn *s = &c->shards[t->shard];
@@ -188,6 +198,7 @@ int ps_client_add(ps_client *c, const ps_client_tensor *t) {
         s->cap_tensors = cap;
     }
     s->tensors[s->n_tensors++] = c->n_tensors;
+    c->ready[c->n_tensors] = 0;
     c->tensors[c->n_tensors++] = *t;
     return PS_OK;
 }
@@ -592,31 +603,37 @@ typedef struct {
     uint64_t clock;
 } pull_ctx;
 
-static int on_pulled(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, void *vctx) {
-    pull_ctx *ctx = vctx;
-    int rc = expect_body(c, shard, h, PS__HEADER__BODY_PULL_REPLY, "pull");
-    if (rc != PS_OK) return rc;
-    const Ps__PullReply *p = h->pull_reply;
+/* Copies a reply's values into the shard's param buffers and records its version. */
+static int take_values(ps_client *c, size_t shard, const Ps__PullReply *p, ps_frames *f,
+                       const char *what) {
     shard_conn *s = &c->shards[shard];
     char err[256];
-    rc = ps_tensors_check(p->tensors, p->n_tensors, f->frames + 1, f->n - 1, err, sizeof err);
-    if (rc != PS_OK) return fail(c, rc, "pull: bad reply from psd %zu: %s", shard, err);
+    if (!p) return fail(c, PS_EPROTO, "%s: psd %zu sent no values", what, shard);
+    int rc = ps_tensors_check(p->tensors, p->n_tensors, f->frames + 1, f->n - 1, err, sizeof err);
+    if (rc != PS_OK) return fail(c, rc, "%s: bad reply from psd %zu: %s", what, shard, err);
     if (p->n_tensors != s->n_tensors)
-        return fail(c, PS_EPROTO, "pull: psd %zu sent %zu tensors, asked %zu", shard, p->n_tensors,
-                    s->n_tensors);
+        return fail(c, PS_EPROTO, "%s: psd %zu sent %zu tensors, asked %zu", what, shard,
+                    p->n_tensors, s->n_tensors);
     for (size_t k = 0; k < s->n_tensors; k++) {
         const ps_client_tensor *t = &c->tensors[s->tensors[k]];
         size_t bytes = tensor_numel(t) * sizeof(float);
         if (strcmp(p->tensors[k]->name, t->name) != 0 || zmq_msg_size(&f->frames[k + 1]) != bytes)
-            return fail(c, PS_ESHAPE, "pull: psd %zu sent '%s' where '%s' [%zu bytes] was expected",
-                        shard, p->tensors[k]->name, t->name, bytes);
+            return fail(c, PS_ESHAPE, "%s: psd %zu sent '%s' where '%s' [%zu bytes] was expected",
+                        what, shard, p->tensors[k]->name, t->name, bytes);
         /* the one copy on the pull path: from the received frame into place */
         memcpy(t->param, zmq_msg_data(&f->frames[k + 1]), bytes);
     }
     s->version = p->version;
     s->pushed = 0;
-    if (p->version < ctx->version) ctx->version = p->version;
     return PS_OK;
+}
+
+static int on_pulled(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, void *vctx) {
+    pull_ctx *ctx = vctx;
+    int rc = expect_body(c, shard, h, PS__HEADER__BODY_PULL_REPLY, "pull");
+    if (rc == PS_OK) rc = take_values(c, shard, h->pull_reply, f, "pull");
+    if (rc == PS_OK && h->pull_reply->version < ctx->version) ctx->version = h->pull_reply->version;
+    return rc;
 }
 
 static int send_pull(ps_client *c, size_t i, void *vctx) {
@@ -678,24 +695,36 @@ static int on_pushed(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, vo
     return PS_OK;
 }
 
-static int send_push(ps_client *c, size_t i, void *vctx) {
-    push_ctx *ctx = vctx;
+/* Sends shard i's gradients as a Push, or (with_pull) a PushPull. */
+static int send_grads(ps_client *c, size_t i, uint64_t step, uint64_t clock, int with_pull) {
     frame_set fs = {0};
     int rc = frame_set_build(c, i, 1, &fs);
     if (rc == PS_OK) {
         Ps__Header h = PS__HEADER__INIT;
         Ps__Push push = PS__PUSH__INIT;
+        Ps__PushPull pp = PS__PUSH_PULL__INIT;
         push.grads = fs.ptrs;
         push.n_grads = c->shards[i].n_tensors;
-        push.step = ctx->per_shard_step ? c->shards[i].version : ctx->step;
-        push.clock = ctx->clock;
+        push.step = step;
+        push.clock = clock;
         push.worker_index = c->worker_index;
-        h.body_case = PS__HEADER__BODY_PUSH;
-        h.push = &push;
+        if (with_pull) {
+            pp.push = &push;
+            h.body_case = PS__HEADER__BODY_PUSH_PULL;
+            h.push_pull = &pp;
+        } else {
+            h.body_case = PS__HEADER__BODY_PUSH;
+            h.push = &push;
+        }
         rc = send_request(c, i, &h, fs.pl, push.n_grads);
     }
     frame_set_free(&fs);
     return rc;
+}
+
+static int send_push(ps_client *c, size_t i, void *vctx) {
+    push_ctx *ctx = vctx;
+    return send_grads(c, i, ctx->per_shard_step ? c->shards[i].version : ctx->step, ctx->clock, 0);
 }
 
 int ps_client_push(ps_client *c, uint64_t step, int *applied_all) {
@@ -712,6 +741,78 @@ int ps_client_push_next(ps_client *c, uint64_t clock, size_t *dropped) {
     int rc = round_trip(c, &op, 0);
     if (dropped) *dropped = (size_t)ctx.dropped;
     return rc;
+}
+
+/* ---- the step exchange: push-pull per shard, each sent when its gradients are final ---- */
+
+typedef struct {
+    size_t dropped, fresh; /* shards that dropped the push; that sent values */
+} step_ctx;
+
+static int send_push_pull(ps_client *c, size_t i, void *vctx) {
+    (void)vctx;
+    shard_conn *s = &c->shards[i];
+    s->step_sent = 1;
+    return send_grads(c, i, s->version, c->step_clock, 1);
+}
+
+static int on_push_pulled(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, void *vctx) {
+    step_ctx *ctx = vctx;
+    int rc = expect_body(c, shard, h, PS__HEADER__BODY_PUSH_PULL_REPLY, "push-pull");
+    if (rc != PS_OK) return rc;
+    const Ps__PushPullReply *r = h->push_pull_reply;
+    if (r->push && r->push->dropped) ctx->dropped++;
+    rc = take_values(c, shard, r->pull, f, "push-pull");
+    if (rc == PS_OK) ctx->fresh++;
+    return rc;
+}
+
+void ps_client_step_begin(ps_client *c, uint64_t clock) {
+    c->step_open = 1;
+    c->step_clock = clock;
+    c->step_rc = connect_all(c);
+    for (size_t i = 0; i < c->n_shards; i++) {
+        c->shards[i].n_ready = 0;
+        c->shards[i].step_sent = 0;
+    }
+    memset(c->ready, 0, c->n_tensors);
+}
+
+void ps_client_grads_ready(ps_client *c, const float *begin, const float *end) {
+    if (!c->step_open || c->step_rc != PS_OK) return;
+    for (size_t i = 0; i < c->n_shards; i++) {
+        shard_conn *s = &c->shards[i];
+        if (s->step_sent || s->n_tensors == 0) continue;
+        for (size_t k = 0; k < s->n_tensors; k++) {
+            size_t ti = s->tensors[k];
+            const ps_client_tensor *t = &c->tensors[ti];
+            if (c->ready[ti] || t->grad < begin || t->grad + tensor_numel(t) > end) continue;
+            c->ready[ti] = 1;
+            s->n_ready++;
+        }
+        if (s->n_ready == s->n_tensors) {
+            int rc = send_push_pull(c, i, NULL);
+            if (rc != PS_OK && c->step_rc == PS_OK) c->step_rc = rc;
+        }
+    }
+}
+
+int ps_client_step_end(ps_client *c, size_t *dropped, int *fresh) {
+    step_ctx ctx = {0, 0};
+    op_spec op = {"push-pull", send_push_pull, on_push_pulled, 1, 1, &ctx};
+    int rc = c->step_rc;
+    size_t want = 0;
+    for (size_t i = 0; i < c->n_shards && rc == PS_OK; i++) {
+        shard_conn *s = &c->shards[i];
+        if (s->n_tensors == 0) continue;
+        want++;
+        if (!s->step_sent) rc = send_push_pull(c, i, NULL);
+    }
+    int rc2 = collect(c, &op); /* also when a send failed: what went out is answered */
+    c->step_open = 0;
+    if (dropped) *dropped = ctx.dropped;
+    if (fresh) *fresh = rc == PS_OK && rc2 == PS_OK && ctx.fresh == want;
+    return rc != PS_OK ? rc : rc2;
 }
 
 typedef struct {

@@ -75,6 +75,23 @@ int ps_client_push(ps_client *c, uint64_t step, int *applied_all);
  * counts shards that dropped it (its step had closed). PS_ERESTARTED when a
  * shard restarted from a checkpoint meanwhile (pull again and go on). */
 int ps_client_push_next(ps_client *c, uint64_t clock, size_t *dropped);
+/* The training loop's step exchange, one round trip per shard instead of a
+ * push and a pull: each shard gets a PushPull of its gradients (tagged as
+ * ps_client_push_next tags them; `clock` = pushes made before, async) whose
+ * reply carries its values after the update, copied into the param buffers.
+ * A shard's request goes out as soon as all its tensors' gradients are final
+ * (ps_client_grads_ready, called during the backward pass), so it travels
+ * while the rest of the step is computed; ps_client_step_end sends the rest
+ * and waits for every reply. *dropped counts shards that dropped the push
+ * (its step had closed); *fresh is 1 when every shard sent values, so the
+ * next step can start without a pull (0: pull first, e.g. after a shard
+ * restarted: PS_ERESTARTED as for ps_client_push_next). The gradients must
+ * stay unchanged until ps_client_step_end returns. */
+void ps_client_step_begin(ps_client *c, uint64_t clock);
+/* The gradients in [begin, end) are final for this step (tensors whose grad
+ * buffer lies inside count as ready). */
+void ps_client_grads_ready(ps_client *c, const float *begin, const float *end);
+int ps_client_step_end(ps_client *c, size_t *dropped, int *fresh);
 /* Tells every shard this worker is done (it leaves the expected set); stops
  * the heartbeat. */
 int ps_client_goodbye(ps_client *c);

@@ -398,6 +398,22 @@ static int correct_of(ps_model *m, const float *out, const int32_t *y, const int
     return PS_OK;
 }
 
+void ps_model_set_grad_hook(ps_model *m, ps_model_grad_hook fn, void *ctx) {
+    m->grad_hook = fn;
+    m->grad_hook_ctx = ctx;
+}
+
+/* Tells the hook that op o's weight gradients are final (CPU: d_grads is grads). */
+static void grads_final(const ps_model *m, const ps_op *o) {
+    if (!m->grad_hook || m->d_grads != m->grads) return;
+    size_t vs[2] = {o->kernel_var, o->bias_var};
+    for (int k = 0; k < 2; k++) {
+        if (vs[k] == PS_NO_VAR) continue;
+        const ps_model_var *v = &m->vars[vs[k]];
+        m->grad_hook(m->grad_hook_ctx, m->grads + v->offset, m->grads + v->offset + v->numel);
+    }
+}
+
 static void backward(ps_model *m, const float *x, size_t rows) {
     float *dout = m->g0, *dnext = m->g1;
     for (size_t j = m->nrun; j-- > 0;) {
@@ -410,12 +426,14 @@ static void backward(ps_model *m, const float *x, size_t rows) {
             ps_dense_backward_overwrite(m->dev, j ? dnext : NULL, grad(m, o->kernel_var),
                                         grad(m, o->bias_var), dout, in, param(m, o->kernel_var),
                                         rows, ps_shape_numel(o->in), o->out.c);
+            grads_final(m, o);
             break;
         case OP_CONV: {
             ps_k_conv p = conv_plan(o, rows);
             ps_k_conv2d_backward_overwrite(m->dev, &p, j ? dnext : NULL, grad(m, o->kernel_var),
                                            grad(m, o->bias_var), dout, in, param(m, o->kernel_var),
                                            m->ws);
+            grads_final(m, o);
             break;
         }
         case OP_MAXPOOL: {
@@ -504,6 +522,8 @@ int ps_model_train_step(ps_model *m, const float *x, const int32_t *y, size_t ba
     rc = ps_k_sync(m->dev);
     if (rc == PS_OK && on_cuda(m))
         rc = ps_k_copy_to_host(m->dev, m->grads, m->d_grads, m->nparams * sizeof(float));
+    if (rc == PS_OK && on_cuda(m) && m->grad_hook)
+        m->grad_hook(m->grad_hook_ctx, m->grads, m->grads + m->nparams);
     return rc;
 }
 

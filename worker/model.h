@@ -59,6 +59,15 @@ void ps_model_init_params(ps_model *m, uint64_t seed);
  * should use different seeds. */
 void ps_model_set_dropout_seed(ps_model *m, uint64_t seed);
 
+/* Called during ps_model_train_step as the gradients in [begin, end) (host
+ * memory, inside ps_model_grads()) become final for the step: after each
+ * weighted layer of the backward pass, last layer first, so they can be sent
+ * while the earlier layers are computed. On a CUDA device the gradients reach
+ * the host only at the end of the step: one call covers them all. */
+typedef void (*ps_model_grad_hook)(void *ctx, const float *begin, const float *end);
+/* Sets (fn NULL: clears) the hook. */
+void ps_model_set_grad_hook(ps_model *m, ps_model_grad_hook fn, void *ctx);
+
 /* Forward + backward on a batch. Overwrites the grads with d(mean loss)/d(params);
  * *loss = mean loss over the batch; *correct = number of argmax hits.
  * Returns PS_OK, or PS_EINVAL for a label out of range / batch of 0. */

@@ -75,6 +75,8 @@ struct ps_model {
     int32_t *d_y;     /* CUDA: labels */
     float *h_out;     /* host copy of a one-column output (MSE accuracy) */
     uint64_t dropout_seed, step;
+    ps_model_grad_hook grad_hook; /* CPU: told as each layer's gradients are final */
+    void *grad_hook_ctx;
 };
 
 /* Parses the JSON spec into m (ops, vars with offsets, nparams, optimizer,

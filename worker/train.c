@@ -116,6 +116,7 @@ typedef struct {
     ps_batcher batcher;
     float *x;
     int32_t *y;
+    int fresh; /* the params hold the values the last step exchange brought back */
 } train_state;
 
 static void state_free(train_state *st) {
@@ -297,9 +298,21 @@ static int evaluate(train_state *st, int async, uint64_t clock, uint64_t want, f
     return rc;
 }
 
-/* One training step: pull, forward/backward, push. A push a shard dropped
- * (its step had closed: backup workers) or a shard restarted from a
- * checkpoint meanwhile is not an error: the next pull catches up. */
+static void sleep_ms(unsigned ms) {
+    nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL);
+}
+
+/* The model's gradient hook: a shard's gradients go out once all are final. */
+static void grads_ready(void *client, const float *begin, const float *end) {
+    ps_client_grads_ready(client, begin, end);
+}
+
+/* One training step: pull (unless the last step's exchange brought the
+ * values), forward/backward with each shard's push-pull sent as soon as its
+ * gradients are final, then the replies. A push a shard dropped (its step had
+ * closed: backup workers) or a shard restarted from a checkpoint meanwhile is
+ * not an error: the next pull catches up. --push-pull no: pull, compute,
+ * push, as two round trips. */
 static int train_one(const ps_train_config *cfg, train_state *st, int async, uint64_t clock,
                      size_t nb, float *loss, size_t *correct, char *err, size_t errlen) {
     if (st->local) {
@@ -310,18 +323,24 @@ static int train_one(const ps_train_config *cfg, train_state *st, int async, uin
             ps_local_opt_step(st->local);
         return lrc;
     }
-    int rc = ps_client_pull_next(st->client, async, clock, NULL);
+    int rc = st->fresh ? PS_OK : ps_client_pull_next(st->client, async, clock, NULL);
     if (rc != PS_OK) return rc;
+    st->fresh = 0;
+    if (cfg->slow_ms) sleep_ms(cfg->slow_ms); /* a slow worker: slow to compute */
+    if (!cfg->separate_pull) {
+        ps_model_set_grad_hook(st->model, grads_ready, st->client);
+        ps_client_step_begin(st->client, clock);
+    }
     rc = ps_model_train_step(st->model, st->x, st->y, nb, loss, correct);
     if (rc != PS_OK) {
         snprintf(err, errlen, "training step failed: %s", ps_strerror(rc));
         return rc;
     }
-    if (cfg->slow_ms)
-        nanosleep(&(struct timespec){cfg->slow_ms / 1000, (long)(cfg->slow_ms % 1000) * 1000000L},
-                  NULL);
     size_t dropped = 0;
-    rc = ps_client_push_next(st->client, clock, &dropped);
+    if (cfg->separate_pull)
+        rc = ps_client_push_next(st->client, clock, &dropped);
+    else
+        rc = ps_client_step_end(st->client, &dropped, &st->fresh);
     if (rc == PS_ERESTARTED) {
         PS_WARN("%s; this step's gradients are lost, going on", ps_client_error(st->client));
         rc = PS_OK;

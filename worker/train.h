@@ -34,6 +34,7 @@ typedef struct {
     const char *curve_secret;   /* CurveZMQ key pair file; NULL: plaintext */
     const char *server_key;     /* CurveZMQ: the shards' public key file */
     int no_ps;                  /* train alone, optimizer in this process (the benchmark floor) */
+    int separate_pull;          /* a push then a pull per step, not one push-pull round trip */
 } ps_train_config;
 
 typedef struct {
