@@ -375,8 +375,8 @@ static int parse_csv(const char *csv, const char *what, int allow_ipc, char ***l
                 rc = PS_EINVAL;
             }
         } else if (ps_parse_hostport(item, NULL, 0, NULL) != PS_OK) {
-            set_err(err, errlen, "%s: item %zu \"%s\" is not host:port with a numeric port%s",
-                    what, count, preview(item, pv, sizeof pv), allow_ipc ? " or ipc://PATH" : "");
+            set_err(err, errlen, "%s: item %zu \"%s\" is not host:port with a numeric port%s", what,
+                    count, preview(item, pv, sizeof pv), allow_ipc ? " or ipc://PATH" : "");
             rc = PS_EINVAL;
         }
         if (rc != PS_OK) {

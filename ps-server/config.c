@@ -149,7 +149,8 @@ static int check_transport(ps_server_config *cfg, const unsigned char *given, ch
         return PS_OK;
     }
     if (!cfg->ipc_path[0]) {
-        snprintf(err, errlen, "--transport ipc needs --ipc-path PATH (the Unix socket to listen on)");
+        snprintf(err, errlen,
+                 "--transport ipc needs --ipc-path PATH (the Unix socket to listen on)");
         return PS_EINVAL;
     }
     if (ps_check_ipc_path(cfg->ipc_path, why, sizeof why) != PS_OK) {

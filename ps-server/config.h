@@ -9,11 +9,11 @@ typedef enum { PS_MODE_SYNC = 0, PS_MODE_ASYNC = 1 } ps_mode;
 typedef enum { PS_TRANSPORT_TCP = 0, PS_TRANSPORT_IPC = 1 } ps_transport;
 
 typedef struct {
-    long transport; /* ps_transport */
-    char bind[256]; /* tcp: address to bind: "0.0.0.0", "127.0.0.1", ... */
-    long port;      /* tcp: 0 = any free port */
+    long transport;      /* ps_transport */
+    char bind[256];      /* tcp: address to bind: "0.0.0.0", "127.0.0.1", ... */
+    long port;           /* tcp: 0 = any free port */
     char ipc_path[1024]; /* ipc: the Unix socket (at most PS_IPC_PATH_MAX bytes) */
-    long shard;     /* this shard's index */
+    long shard;          /* this shard's index */
     long num_shards;
     long workers;              /* workers in the job (sync barrier size) */
     long mode;                 /* ps_mode */

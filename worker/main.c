@@ -199,9 +199,8 @@ int main(int argc, char **argv) {
             return 2;
         }
     } else if (n_ps == 0) {
-        fprintf(stderr,
-                "psworker: no parameter servers: give --ps HOST:PORT|ipc://PATH,... or a TF_CONFIG with "
-                "cluster.ps (this system trains through psd shards)\n");
+        fprintf(stderr, "psworker: no parameter servers: give --ps HOST:PORT|ipc://PATH,... or a "
+                        "TF_CONFIG with cluster.ps (this system trains through psd shards)\n");
         ps_cluster_free(&cl);
         return 2;
     }

@@ -491,7 +491,8 @@ static const char *const col_names[N_COLS] = {
 /* Numbers are right-aligned. */
 static const unsigned char col_right[N_COLS] = {0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
 
-#define CELL 300 /* an address is at most ~280 bytes (host:port or ipc://PATH from --ps or TF_CONFIG) */
+/* an address is at most ~280 bytes (host:port or ipc://PATH from --ps or TF_CONFIG) */
+#define CELL 300
 typedef char status_row[N_COLS][CELL];
 
 /* Fills the cells of shard i's row; a shard without stats only gets SHARD and ADDRESS. */

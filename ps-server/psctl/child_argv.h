@@ -28,9 +28,9 @@ int psctl_psd_argv(psctl_argv *a, const psctl_local_opts *o, const char *psd_pat
                    int port, const char *ipc_path, const char *ready_path);
 
 /* Fills a (zeroed) with the command line of worker j: the shards' endpoints
- * ("host:port,..." or "ipc://PATH,..."), its index, the training flags, and the arguments after "--".
- * progress_tty: the worker's progress redraws in place (worker 0 on a terminal).
- * Returns 0, or -1 when out of memory (a->oom). */
+ * ("host:port,..." or "ipc://PATH,..."), its index, the training flags, and the arguments after
+ * "--". progress_tty: the worker's progress redraws in place (worker 0 on a terminal). Returns 0,
+ * or -1 when out of memory (a->oom). */
 int psctl_worker_argv(psctl_argv *a, const psctl_local_opts *o, const char *worker_path, int j,
                       const char *endpoints, int progress_tty);
 

@@ -65,7 +65,7 @@ typedef struct {
     uv_timer_t restart_timer; /* data: this child */
     /* psd only: */
     char *ready_path;
-    char *ipc_path; /* --transport ipc: its socket, the same for every start; NULL: tcp */
+    char *ipc_path;     /* --transport ipc: its socket, the same for every start; NULL: tcp */
     int awaiting_ready; /* started; its ready file has not been read yet */
     uint64_t ready_deadline;
     int port; /* tcp: from the first ready file; restarts ask for it again */
