@@ -103,6 +103,41 @@ static int entry_looks_like_hostport(const char *s) {
     return port[0] != '\0' && strchr(port, ':') == NULL && strchr(port, '/') == NULL;
 }
 
+const char *ps_ipc_path(const char *s) {
+    return s && strncmp(s, "ipc://", 6) == 0 ? s + 6 : NULL;
+}
+
+int ps_check_ipc_path(const char *path, char *err, size_t errlen) {
+    char pv[48];
+    size_t len = path ? strlen(path) : 0;
+    if (len == 0) {
+        set_err(err, errlen, "empty Unix socket path");
+        return PS_EINVAL;
+    }
+    if (len > PS_IPC_PATH_MAX) {
+        set_err(err, errlen,
+                "Unix socket path \"%s\" is %zu bytes; at most %d fit in sun_path (use a "
+                "shorter directory)",
+                preview(path, pv, sizeof pv), len, PS_IPC_PATH_MAX);
+        return PS_EINVAL;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)path[i];
+        if (ch <= 0x20 || ch >= 0x7f || ch == ',') {
+            set_err(err, errlen, "Unix socket path \"%s\" has a blank, comma or control character",
+                    preview(path, pv, sizeof pv));
+            return PS_EINVAL;
+        }
+    }
+    return PS_OK;
+}
+
+/* A shard address in a ps list: "ipc://PATH" with a usable PATH. */
+static int ipc_entry_ok(const char *s) {
+    const char *path = ps_ipc_path(s);
+    return path && ps_check_ipc_path(path, NULL, 0) == PS_OK;
+}
+
 /* Reads cluster.<job> into a newly allocated list of strings (NULL, 0 when absent). */
 static int parse_job(const cJSON *cluster, const char *job, char ***list, size_t *n, char *err,
                      size_t errlen) {
@@ -130,9 +165,11 @@ static int parse_job(const cJSON *cluster, const char *job, char ***list, size_t
             rc = PS_EFORMAT;
             break;
         }
-        if (!entry_looks_like_hostport(e->valuestring)) {
-            set_err(err, errlen, "cluster.%s[%zu]: \"%s\" is not host:port", job, i,
-                    preview(e->valuestring, pv, sizeof pv));
+        int is_ps = strcmp(job, "ps") == 0;
+        if (!entry_looks_like_hostport(e->valuestring) &&
+            !(is_ps && ipc_entry_ok(e->valuestring))) {
+            set_err(err, errlen, "cluster.%s[%zu]: \"%s\" is not host:port%s", job, i,
+                    preview(e->valuestring, pv, sizeof pv), is_ps ? " or ipc://PATH" : "");
             rc = PS_EINVAL;
             break;
         }
@@ -289,9 +326,10 @@ done:
     return rc;
 }
 
-/* Splits one comma-separated flag value into out[*n]; each item must be a usable address. */
-static int parse_csv(const char *csv, const char *what, char ***list, size_t *n, char *err,
-                     size_t errlen) {
+/* Splits one comma-separated flag value into out[*n]; each item must be a usable address
+ * (host:port, or with allow_ipc also ipc://PATH). */
+static int parse_csv(const char *csv, const char *what, int allow_ipc, char ***list, size_t *n,
+                     char *err, size_t errlen) {
     if (!csv) return PS_OK;
     const char *p = csv;
     while (*p == ' ' || *p == '\t')
@@ -329,9 +367,16 @@ static int parse_csv(const char *csv, const char *what, char ***list, size_t *n,
         if (len == 0) {
             set_err(err, errlen, "%s: item %zu is empty", what, count);
             rc = PS_EINVAL;
+        } else if (allow_ipc && ps_ipc_path(item)) {
+            if (!ipc_entry_ok(item)) {
+                char why[160];
+                ps_check_ipc_path(ps_ipc_path(item), why, sizeof why);
+                set_err(err, errlen, "%s: item %zu: %s", what, count, why);
+                rc = PS_EINVAL;
+            }
         } else if (ps_parse_hostport(item, NULL, 0, NULL) != PS_OK) {
-            set_err(err, errlen, "%s: item %zu \"%s\" is not host:port with a numeric port", what,
-                    count, preview(item, pv, sizeof pv));
+            set_err(err, errlen, "%s: item %zu \"%s\" is not host:port with a numeric port%s", what,
+                    count, preview(item, pv, sizeof pv), allow_ipc ? " or ipc://PATH" : "");
             rc = PS_EINVAL;
         }
         if (rc != PS_OK) {
@@ -359,9 +404,9 @@ int ps_cluster_from_lists(const char *ps_csv, const char *worker_csv, ps_cluster
         return PS_EINVAL;
     }
     cluster_init(out);
-    int rc = parse_csv(ps_csv, "ps list", &out->ps, &out->n_ps, err, errlen);
+    int rc = parse_csv(ps_csv, "ps list", 1, &out->ps, &out->n_ps, err, errlen);
     if (rc == PS_OK)
-        rc = parse_csv(worker_csv, "worker list", &out->worker, &out->n_worker, err, errlen);
+        rc = parse_csv(worker_csv, "worker list", 0, &out->worker, &out->n_worker, err, errlen);
     if (rc != PS_OK) ps_cluster_free(out);
     return rc;
 }

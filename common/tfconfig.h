@@ -1,5 +1,6 @@
 /* Cluster spec: TensorFlow's TF_CONFIG JSON (or --ps/--workers flag lists) turned into
- * ps/worker/chief address lists plus this process's task, and host:port parsing. */
+ * ps/worker/chief address lists plus this process's task, and address parsing: a shard
+ * is "host:port" (TCP) or "ipc://PATH" (a Unix socket on this machine). */
 #ifndef PS_TFCONFIG_H
 #define PS_TFCONFIG_H
 
@@ -7,7 +8,7 @@
 
 typedef struct {
     char **ps;
-    size_t n_ps; /* "host:port" strings, owned */
+    size_t n_ps; /* "host:port" or "ipc://PATH" strings, owned */
     char **worker;
     size_t n_worker;
     char **chief;
@@ -25,6 +26,7 @@ typedef struct {
  * outside the training cluster). Entries are checked only for shape ("host:port", non-empty
  * host and port, no blanks): like TensorFlow, the port is not validated here, so documentation
  * placeholders such as "host1:port" are accepted; use ps_parse_hostport when an address is used.
+ * A cluster.ps entry may also be "ipc://PATH" (checked with ps_check_ipc_path).
  * Returns PS_OK; PS_EFORMAT (not JSON, trailing garbage, duplicate key, wrong JSON types);
  * PS_EINVAL (NULL argument, missing cluster, task type missing or not in the cluster, task index
  * negative or out of range for its job, bad host:port entry, more than one chief). On error, err
@@ -35,7 +37,8 @@ int ps_cluster_from_tfconfig(const char *json, ps_cluster *out, char *err, size_
 
 /* Builds a cluster from flag values: comma-separated "host:port" lists (NULL or "" = none;
  * blanks around commas are ignored). Unlike TF_CONFIG, flag addresses are used as given, so
- * each one must pass ps_parse_hostport. The result has no task ("" and -1).
+ * each one must pass ps_parse_hostport (a ps item may instead be "ipc://PATH", checked with
+ * ps_check_ipc_path). The result has no task ("" and -1).
  * Returns PS_OK, PS_EINVAL (empty item or bad address, reason in err) or PS_ENOMEM.
  * *out is always initialised; on success the caller frees it with ps_cluster_free. */
 int ps_cluster_from_lists(const char *ps_csv, const char *worker_csv, ps_cluster *out, char *err,
@@ -59,5 +62,17 @@ int ps_cluster_worker_index(const ps_cluster *c, unsigned *index);
  * into *port; either may be NULL to only validate. Returns PS_OK, or PS_EINVAL for a bad
  * address or a host that does not fit in hostlen. */
 int ps_parse_hostport(const char *s, char *host, size_t hostlen, int *port);
+
+/* Longest PATH of an "ipc://PATH" address: a Unix socket path must fit in
+ * sockaddr_un.sun_path (108 bytes on Linux) with its terminating NUL. */
+#define PS_IPC_PATH_MAX 107
+
+/* Returns PATH (pointing into s) when s is "ipc://PATH", else NULL. */
+const char *ps_ipc_path(const char *s);
+
+/* Checks the PATH of an ipc:// address (or of psd --ipc-path): non-empty, at most
+ * PS_IPC_PATH_MAX bytes, printable ASCII without blanks or commas (shard lists are
+ * comma-separated). Returns PS_OK, or PS_EINVAL with a one-line reason in err. */
+int ps_check_ipc_path(const char *path, char *err, size_t errlen);
 
 #endif

@@ -12,9 +12,15 @@
 #define F(field) PS_OPTION_FIELD(ps_server_config, field)
 
 static const ps_option table[] = {
-    {"bind", PS_OPTION_STR, F(bind), 0, 0, "0.0.0.0", NULL, "ADDR", "address to listen on"},
+    {"transport", PS_OPTION_CHOICE, F(transport), 0, 0, "tcp", "tcp|ipc", NULL,
+     "tcp: listen on --bind:--port; ipc: on the Unix socket --ipc-path (this machine only; "
+     "TF_CONFIG gives it as ipc://PATH)"},
+    {"bind", PS_OPTION_STR, F(bind), 0, 0, "0.0.0.0", NULL, "ADDR", "tcp: address to listen on"},
     {"port", PS_OPTION_LONG, F(port), 0, 65535, NULL, NULL, "N",
-     "TCP port (0: any free port); TF_CONFIG gives it"},
+     "tcp: port (0: any free port); TF_CONFIG gives it; required with tcp"},
+    {"ipc-path", PS_OPTION_STR, F(ipc_path), 0, 0, "", NULL, "PATH",
+     "ipc: Unix socket path (at most 107 bytes), required with ipc; a stale socket left "
+     "by a dead psd is replaced, the socket is removed at a clean stop"},
     {"shard", PS_OPTION_LONG, F(shard), 0, 65535, "0", NULL, "N",
      "index of this shard (TF_CONFIG task.index)"},
     {"num-shards", PS_OPTION_LONG, F(num_shards), 1, 65536, "1", NULL, "N",
@@ -24,7 +30,7 @@ static const ps_option table[] = {
     {"mode", PS_OPTION_CHOICE, F(mode), 0, 0, "sync", "sync|async", NULL,
      "sync: average all workers' pushes per step; async: apply each push"},
     {"ready-file", PS_OPTION_STR, F(ready_file), 0, 0, "", NULL, "FILE",
-     "write \"host:port\" here once listening (for supervisors)"},
+     "write \"host:port\" (ipc: \"ipc://PATH\") here once listening (for supervisors)"},
     {"log-level", PS_OPTION_CHOICE, F(log_level), 0, 0, "info", "debug|info|warn|error", NULL,
      "log verbosity"},
     {"worker-timeout", PS_OPTION_LONG, F(worker_timeout_ms), 100, 86400000, "30000", NULL, "MS",
@@ -77,7 +83,9 @@ void ps_server_config_usage(FILE *out) {
         "\nexit status: 0 after SIGTERM/SIGINT or a Shutdown request, 2 on bad configuration.\n");
 }
 
-static int apply_tf_config(const char *json, ps_server_config *cfg, unsigned char *given, char *err,
+/* Takes this shard's address, index and the job's size from TF_CONFIG; *gave_port is set
+ * when its address is host:port. Returns PS_OK or PS_EINVAL with a reason. */
+static int apply_tf_config(const char *json, ps_server_config *cfg, int *gave_port, char *err,
                            size_t errlen) {
     ps_cluster c;
     char why[256];
@@ -94,31 +102,75 @@ static int apply_tf_config(const char *json, ps_server_config *cfg, unsigned cha
         snprintf(err, errlen, "TF_CONFIG: cluster.ps is empty");
         rc = PS_EINVAL;
     } else {
-        char host[256];
+        char host[256], why[200];
         int port;
         const char *addr = c.ps[c.task_index];
-        if (ps_parse_hostport(addr, host, sizeof host, &port) != PS_OK) {
+        const char *ipc = ps_ipc_path(addr);
+        if (ipc && ps_check_ipc_path(ipc, why, sizeof why) != PS_OK) {
+            snprintf(err, errlen, "TF_CONFIG: cluster.ps[%d]: %s", c.task_index, why);
+            rc = PS_EINVAL;
+        } else if (ipc) { /* the flags may still say otherwise (checked after them) */
+            cfg->transport = PS_TRANSPORT_IPC;
+            snprintf(cfg->ipc_path, sizeof cfg->ipc_path, "%s", ipc);
+        } else if (ps_parse_hostport(addr, host, sizeof host, &port) != PS_OK) {
             snprintf(err, errlen, "TF_CONFIG: cluster.ps[%d] = '%s' is not host:port", c.task_index,
                      addr);
             rc = PS_EINVAL;
         } else {
             cfg->port = port;
+            *gave_port = 1;
+        }
+        if (rc == PS_OK) {
             cfg->shard = c.task_index;
             cfg->num_shards = (long)c.n_ps;
             if (ps_cluster_num_workers(&c) > 0) cfg->workers = ps_cluster_num_workers(&c);
-            given[ps_options_find(table, N_ENTRIES, "port") - table] = 1;
         }
     }
     ps_cluster_free(&c);
     return rc;
 }
 
+/* 1 when the flag `name` was given on the command line. */
+static int was_given(const unsigned char *given, const char *name) {
+    return given[ps_options_find(table, N_ENTRIES, name) - table];
+}
+
+/* --transport against --bind/--port/--ipc-path (flags or TF_CONFIG's own ps entry).
+ * Returns PS_OK or PS_EINVAL with a reason. */
+static int check_transport(ps_server_config *cfg, const unsigned char *given, char *err,
+                           size_t errlen) {
+    char why[200];
+    if (cfg->transport == PS_TRANSPORT_TCP) {
+        if (was_given(given, "ipc-path")) {
+            snprintf(err, errlen, "--ipc-path applies to --transport ipc only");
+            return PS_EINVAL;
+        }
+        cfg->ipc_path[0] = '\0'; /* from TF_CONFIG, overridden by --transport tcp */
+        return PS_OK;
+    }
+    if (!cfg->ipc_path[0]) {
+        snprintf(err, errlen,
+                 "--transport ipc needs --ipc-path PATH (the Unix socket to listen on)");
+        return PS_EINVAL;
+    }
+    if (ps_check_ipc_path(cfg->ipc_path, why, sizeof why) != PS_OK) {
+        snprintf(err, errlen, "--ipc-path: %s", why);
+        return PS_EINVAL;
+    }
+    if (was_given(given, "bind") || was_given(given, "port")) {
+        snprintf(err, errlen, "--bind and --port apply to --transport tcp only");
+        return PS_EINVAL;
+    }
+    return PS_OK;
+}
+
 int ps_server_config_parse(int argc, char **argv, const char *tf_config, ps_server_config *cfg,
                            char *err, size_t errlen) {
     memset(cfg, 0, sizeof *cfg);
     unsigned char given[N_ENTRIES] = {0};
+    int tf_port = 0;
     if (ps_options_defaults(table, N_ENTRIES, cfg, err, errlen) != PS_OK) return PS_EINVAL;
-    if (tf_config && *tf_config && apply_tf_config(tf_config, cfg, given, err, errlen) != PS_OK)
+    if (tf_config && *tf_config && apply_tf_config(tf_config, cfg, &tf_port, err, errlen) != PS_OK)
         return PS_EINVAL;
     int rc = ps_options_parse(table, N_ENTRIES, argc, argv, cfg, given, "psd", err, errlen);
     if (rc == 1) {
@@ -126,7 +178,10 @@ int ps_server_config_parse(int argc, char **argv, const char *tf_config, ps_serv
         return 1;
     }
     if (rc != PS_OK) return PS_EINVAL;
+    if (check_transport(cfg, given, err, errlen) != PS_OK) return PS_EINVAL;
     for (size_t i = 0; i < N_ENTRIES; i++) {
+        int is_port = strcmp(table[i].name, "port") == 0;
+        if (is_port && (tf_port || cfg->transport == PS_TRANSPORT_IPC)) continue;
         if (!table[i].def && !given[i]) {
             snprintf(err, errlen, "--%s is required (or set TF_CONFIG)", table[i].name);
             return PS_EINVAL;

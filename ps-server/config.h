@@ -6,15 +6,18 @@
 #include <stdio.h>
 
 typedef enum { PS_MODE_SYNC = 0, PS_MODE_ASYNC = 1 } ps_mode;
+typedef enum { PS_TRANSPORT_TCP = 0, PS_TRANSPORT_IPC = 1 } ps_transport;
 
 typedef struct {
-    char bind[256]; /* address to bind: "0.0.0.0", "127.0.0.1", ... */
-    long port;      /* 0 = any free port */
-    long shard;     /* this shard's index */
+    long transport;      /* ps_transport */
+    char bind[256];      /* tcp: address to bind: "0.0.0.0", "127.0.0.1", ... */
+    long port;           /* tcp: 0 = any free port */
+    char ipc_path[1024]; /* ipc: the Unix socket (at most PS_IPC_PATH_MAX bytes) */
+    long shard;          /* this shard's index */
     long num_shards;
     long workers;              /* workers in the job (sync barrier size) */
     long mode;                 /* ps_mode */
-    char ready_file[1024];     /* written with "host:port" once bound */
+    char ready_file[1024];     /* written with "host:port" (ipc: "ipc://PATH") once bound */
     long log_level;            /* 0 debug, 1 info, 2 warn, 3 error (ps_log_level) */
     long worker_timeout_ms;    /* a worker silent this long leaves the expected set */
     long replicas;             /* sync: pushes that close a step (0: all live workers) */

@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -130,6 +132,53 @@ static int is_loopback(const char *host) {
     return strcmp(h, "localhost") == 0;
 }
 
+/* Before binding ipc://path. ZeroMQ would replace any file there, even the socket of a
+ * live psd, so: nothing there is fine; a socket nobody accepts on (left by a psd that
+ * died) is removed; a socket something accepts on is PS_EADDRINUSE; anything else is
+ * left alone and PS_EINVAL. */
+static int clear_stale_socket(const char *path, char *err, size_t errlen) {
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) return PS_OK;
+        snprintf(err, errlen, "cannot check --ipc-path %s: %s", path, strerror(errno));
+        return PS_EIO;
+    }
+    if (!S_ISSOCK(st.st_mode)) {
+        snprintf(err, errlen, "--ipc-path %s exists and is not a socket; not replacing it", path);
+        return PS_EINVAL;
+    }
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    size_t len = strlen(path);
+    if (len >= sizeof a.sun_path) { /* the config checked it; stay safe anyway */
+        snprintf(err, errlen, "--ipc-path %s is too long for a Unix socket", path);
+        return PS_EINVAL;
+    }
+    memcpy(a.sun_path, path, len + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot make a probe socket: %s", strerror(errno));
+        return PS_EIO;
+    }
+    int live = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    int e = errno;
+    close(fd);
+    if (live) {
+        snprintf(err, errlen, "cannot listen on ipc://%s: another process is listening there",
+                 path);
+        return PS_EADDRINUSE;
+    }
+    if (e != ECONNREFUSED) {
+        snprintf(err, errlen, "cannot check --ipc-path %s: %s", path, strerror(e));
+        return PS_EIO;
+    }
+    if (unlink(path) != 0 && errno != ENOENT) {
+        snprintf(err, errlen, "cannot remove the stale socket %s: %s", path, strerror(errno));
+        return PS_EIO;
+    }
+    PS_INFO("removed the stale socket %s (left by a psd that did not stop cleanly)", path);
+    return PS_OK;
+}
+
 /* Makes the ROUTER (not bound yet); with --curve-secret a CURVE server with its ZAP
  * handler, which must exist before the ROUTER binds. */
 static int make_router(ps_server *s, char *err, size_t errlen) {
@@ -166,8 +215,12 @@ int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, c
     int rc = make_router(s, err, errlen); /* key files are checked before a long restore */
     if (rc != PS_OK) return rc;
     if (cfg->checkpoint_dir[0] && restore(s, err, errlen) != PS_OK) return PS_EIO;
-    char addr[300];
-    if (cfg->port == 0)
+    char addr[1100];
+    if (cfg->transport == PS_TRANSPORT_IPC) {
+        rc = clear_stale_socket(cfg->ipc_path, err, errlen);
+        if (rc != PS_OK) return rc;
+        snprintf(addr, sizeof addr, "ipc://%s", cfg->ipc_path);
+    } else if (cfg->port == 0)
         snprintf(addr, sizeof addr, "tcp://%s:*", cfg->bind);
     else
         snprintf(addr, sizeof addr, "tcp://%s:%ld", cfg->bind, cfg->port);
@@ -176,12 +229,19 @@ int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, c
         snprintf(err, errlen, "cannot listen on %s: %s", addr, zmq_strerror(e));
         return e == EADDRINUSE ? PS_EADDRINUSE : PS_EINVAL;
     }
+    struct stat st;
+    if (cfg->transport == PS_TRANSPORT_IPC && lstat(cfg->ipc_path, &st) == 0) {
+        s->ipc_dev = st.st_dev; /* ours to remove at the end (ps_server_free) */
+        s->ipc_ino = st.st_ino;
+        s->ipc_bound = 1;
+    }
     char last[256];
     size_t last_len = sizeof last;
     zmq_getsockopt(s->router, ZMQ_LAST_ENDPOINT, last, &last_len);
+    /* "host:port" for tcp (as before ipc existed), "ipc://PATH" for ipc */
     snprintf(s->endpoint, sizeof s->endpoint, "%s",
              strncmp(last, "tcp://", 6) == 0 ? last + 6 : last);
-    if (!s->auth && !is_loopback(cfg->bind))
+    if (!s->auth && cfg->transport == PS_TRANSPORT_TCP && !is_loopback(cfg->bind))
         PS_WARN("serving in plaintext on %s without authentication; use "
                 "--curve-secret/--authorized-keys (psctl keygen) on untrusted networks",
                 s->endpoint);
@@ -321,6 +381,13 @@ void ps_server_free(ps_server *s) {
     ps__auth_free(s->auth); /* after the ROUTER: without a ZAP handler CURVE admits anyone */
     s->auth = NULL;
     if (s->zctx) zmq_ctx_term(s->zctx);
+    /* Our socket file, unless something else replaced it meanwhile (ZeroMQ may have
+     * removed it already when the ROUTER closed). */
+    struct stat st;
+    if (s->ipc_bound && lstat(s->cfg.ipc_path, &st) == 0 && S_ISSOCK(st.st_mode) &&
+        st.st_dev == s->ipc_dev && st.st_ino == s->ipc_ino && unlink(s->cfg.ipc_path) != 0)
+        PS_WARN("cannot remove %s: %s", s->cfg.ipc_path, strerror(errno));
+    s->ipc_bound = 0;
     ps_store_free(&s->store);
     free(s->pushed);
     free(s->members);

@@ -5,6 +5,7 @@
 #define PS_SERVER_H
 
 #include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 #include "config.h"
@@ -61,7 +62,10 @@ typedef struct ps_server {
     void *zctx, *router;
     /* CurveZMQ: ZAP handler and authorized keys (auth.c); NULL: plaintext */
     struct ps_auth *auth;
-    char endpoint[256]; /* "host:port" actually bound */
+    char endpoint[256]; /* "host:port" actually bound; with --transport ipc "ipc://PATH" */
+    int ipc_bound;      /* ipc: we bound cfg.ipc_path, the socket file (dev, ino) */
+    dev_t ipc_dev;
+    ino_t ipc_ino;
     ps_store store;
     uint64_t version;      /* sync: completed steps; async: applied pushes */
     unsigned char *pushed; /* sync: worker w pushed for the open step */

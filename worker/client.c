@@ -124,7 +124,8 @@ int ps_client_open(ps_client **out, const char *const *endpoints, size_t n_shard
     c->next_id = 1;
     c->rng = now_ms() ^ ((uint64_t)worker_index << 40) ^ 0x9E3779B97F4A7C15ull;
     for (size_t i = 0; i < n_shards; i++)
-        snprintf(c->shards[i].endpoint, sizeof c->shards[i].endpoint, "tcp://%s", endpoints[i]);
+        snprintf(c->shards[i].endpoint, sizeof c->shards[i].endpoint, "%s%s",
+                 strncmp(endpoints[i], "ipc://", 6) == 0 ? "" : "tcp://", endpoints[i]);
     *out = c;
     return PS_OK;
 }

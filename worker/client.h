@@ -24,9 +24,10 @@ typedef struct {
     ps_opt_spec opt;
 } ps_client_tensor;
 
-/* Makes a client for one DEALER per endpoint ("host:port"); the sockets connect
- * at the first request (after ps_client_set_curve, if called). Returns PS_OK with
- * *out owned by the caller (ps_client_close), or an error with a reason in err. */
+/* Makes a client for one DEALER per endpoint ("host:port" for tcp, or "ipc://PATH" as
+ * is); the sockets connect at the first request (after ps_client_set_curve, if called).
+ * Returns PS_OK with *out owned by the caller (ps_client_close), or an error with a
+ * reason in err. */
 int ps_client_open(ps_client **out, const char *const *endpoints, size_t n_shards,
                    unsigned worker_index, unsigned num_workers, char *err, size_t errlen);
 /* CurveZMQ: every socket of the client (request sockets, the ones reopened on

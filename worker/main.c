@@ -32,7 +32,8 @@ static const char *const dataset_names[] = {"auto", "idx", "idx", "cifar10"};
 #define F(field) PS_OPTION_FIELD(worker_opts, field)
 static const ps_option table[] = {
     {"ps", PS_OPTION_STR, F(ps), 0, 0, NULL, NULL, "HOST:PORT,...",
-     "parameter servers, in shard order (TF_CONFIG: cluster.ps)"},
+     "parameter servers, in shard order (TF_CONFIG: cluster.ps); a shard on this machine "
+     "started with --transport ipc is given as ipc://PATH"},
     {"index", PS_OPTION_LONG, F(index), 0, 65535, NULL, NULL, "N",
      "this worker's index, 0 = chief (TF_CONFIG: task) [default: 0]"},
     {"workers", PS_OPTION_LONG, F(workers), 1, 65536, NULL, NULL, "N",
@@ -202,17 +203,22 @@ int main(int argc, char **argv) {
             return 2;
         }
     } else if (n_ps == 0) {
-        fprintf(stderr,
-                "psworker: no parameter servers: give --ps HOST:PORT,... or a TF_CONFIG with "
-                "cluster.ps (this system trains through psd shards)\n");
+        fprintf(stderr, "psworker: no parameter servers: give --ps HOST:PORT|ipc://PATH,... or a "
+                        "TF_CONFIG with cluster.ps (this system trains through psd shards)\n");
         ps_cluster_free(&cl);
         return 2;
     }
     for (size_t i = 0; i < n_ps; i++) {
         char host[256];
         int port;
-        if (ps_parse_hostport(ps_list[i], host, sizeof host, &port) != PS_OK || port == 0) {
-            fprintf(stderr, "psworker: parameter server '%s' is not host:port\n", ps_list[i]);
+        const char *ipc = ps_ipc_path(ps_list[i]);
+        if (ipc ? ps_check_ipc_path(ipc, err, sizeof err) != PS_OK
+                : ps_parse_hostport(ps_list[i], host, sizeof host, &port) != PS_OK || port == 0) {
+            if (ipc)
+                fprintf(stderr, "psworker: parameter server '%s': %s\n", ps_list[i], err);
+            else
+                fprintf(stderr, "psworker: parameter server '%s' is not host:port or ipc://PATH\n",
+                        ps_list[i]);
             ps_cluster_free(&cl);
             return 2;
         }

@@ -103,7 +103,7 @@ static const admin_cmd status_cmd = {
 /* ---- options --------------------------------------------------------------------- */
 
 typedef struct {
-    const char *ps;   /* --ps host:port,... or NULL: TF_CONFIG */
+    const char *ps;   /* --ps host:port|ipc://PATH,... or NULL: TF_CONFIG */
     double timeout_s; /* --timeout */
     int json;         /* --json (status) */
     /* --curve-secret, --server-key: CurveZMQ key files, or NULL: plaintext */
@@ -113,7 +113,7 @@ typedef struct {
 static void usage(const admin_cmd *cmd, FILE *f) {
     if (cmd->json)
         fprintf(f,
-                "usage: psctl %s [--ps HOST:PORT,...] [--json] [--timeout SECONDS]\n"
+                "usage: psctl %s [--ps HOST:PORT|ipc://PATH,...] [--json] [--timeout SECONDS]\n"
                 "       [--curve-secret FILE --server-key FILE]\n"
                 "Asks every psd shard (all at once) to %s. Prints a table, one row per shard:\n"
                 "  SHARD ADDRESS MODE VERSION WORKERS (live/total) UPTIME REQUESTS ERRORS\n"
@@ -123,13 +123,14 @@ static void usage(const admin_cmd *cmd, FILE *f) {
                 cmd->name, cmd->what);
     else
         fprintf(f,
-                "usage: psctl %s [--ps HOST:PORT,...] [--timeout SECONDS]\n"
+                "usage: psctl %s [--ps HOST:PORT|ipc://PATH,...] [--timeout SECONDS]\n"
                 "       [--curve-secret FILE --server-key FILE]\n"
                 "Asks every psd shard to %s.\nPrints one line per shard.\n\n",
                 cmd->name, cmd->what);
     fprintf(f, "options:\n"
                "  --ps HOST:PORT,...     the shards, in shard order (default: TF_CONFIG's "
-               "cluster.ps)\n");
+               "cluster.ps);\n"
+               "                         ipc://PATH for a shard on this machine's Unix socket\n");
     if (cmd->json)
         fprintf(f,
                 "  --json                 print a JSON array instead: per shard \"shard\",\n"
@@ -221,7 +222,8 @@ usage_hint:
     return 2;
 }
 
-/* The shards from --ps, else from $TF_CONFIG's cluster.ps, each a usable host:port.
+/* The shards from --ps, else from $TF_CONFIG's cluster.ps, each a usable host:port or
+ * ipc://PATH.
  * Returns 0 (the caller frees cl), or 2 after a message. */
 static int load_shards(const admin_cmd *cmd, const admin_opts *o, ps_cluster *cl) {
     char err[256];
@@ -249,7 +251,12 @@ static int load_shards(const admin_cmd *cmd, const admin_opts *o, ps_cluster *cl
     }
     for (size_t i = 0; i < cl->n_ps; i++) {
         int port;
-        if (ps_parse_hostport(cl->ps[i], NULL, 0, &port) != PS_OK || port == 0) {
+        const char *ipc = ps_ipc_path(cl->ps[i]);
+        if (ipc && ps_check_ipc_path(ipc, err, sizeof err) != PS_OK) {
+            fprintf(stderr, "psctl %s: %s: ps %zu: %s\n", cmd->name, src, i, err);
+            return 2;
+        }
+        if (!ipc && (ps_parse_hostport(cl->ps[i], NULL, 0, &port) != PS_OK || port == 0)) {
             fprintf(stderr, "psctl %s: %s: ps %zu '%s' is not HOST:PORT with a port 1..65535\n",
                     cmd->name, src, i, cl->ps[i]);
             return 2;
@@ -304,7 +311,7 @@ static void send_request(const admin_cmd *cmd, void *zctx, const char *addr,
         return;
     }
     char endpoint[300];
-    snprintf(endpoint, sizeof endpoint, "tcp://%s", addr);
+    snprintf(endpoint, sizeof endpoint, "%s%s", ps_ipc_path(addr) ? "" : "tcp://", addr);
     if (zmq_connect(s->sock, endpoint) != 0) {
         set_result(s, DONE_FAILED, "cannot connect: %s", zmq_strerror(zmq_errno()));
         return;
@@ -484,7 +491,8 @@ static const char *const col_names[N_COLS] = {
 /* Numbers are right-aligned. */
 static const unsigned char col_right[N_COLS] = {0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
 
-#define CELL 300 /* an address is at most ~280 bytes (host:port from --ps or TF_CONFIG) */
+/* an address is at most ~280 bytes (host:port or ipc://PATH from --ps or TF_CONFIG) */
+#define CELL 300
 typedef char status_row[N_COLS][CELL];
 
 /* Fills the cells of shard i's row; a shard without stats only gets SHARD and ADDRESS. */

@@ -56,12 +56,19 @@ static void add_if_given(psctl_argv *a, const char *flag, long value) {
 }
 
 int psctl_psd_argv(psctl_argv *a, const psctl_local_opts *o, const char *psd_path, int shard,
-                   int port, const char *ready_path) {
+                   int port, const char *ipc_path, const char *ready_path) {
     psctl_argv_add(a, "%s", psd_path);
-    psctl_argv_add(a, "--bind");
-    psctl_argv_add(a, "127.0.0.1");
-    psctl_argv_add(a, "--port");
-    psctl_argv_add(a, "%d", port);
+    if (ipc_path) {
+        psctl_argv_add(a, "--transport");
+        psctl_argv_add(a, "ipc");
+        psctl_argv_add(a, "--ipc-path");
+        psctl_argv_add(a, "%s", ipc_path);
+    } else {
+        psctl_argv_add(a, "--bind");
+        psctl_argv_add(a, "127.0.0.1");
+        psctl_argv_add(a, "--port");
+        psctl_argv_add(a, "%d", port);
+    }
     psctl_argv_add(a, "--shard");
     psctl_argv_add(a, "%d", shard);
     psctl_argv_add(a, "--num-shards");

@@ -20,16 +20,17 @@ void psctl_argv_free(psctl_argv *a);
 /* DIR/ps-<shard> for --checkpoint-dir DIR, malloc'd, or NULL (no memory). */
 char *psctl_checkpoint_subdir(const char *dir, int shard);
 
-/* Fills a (zeroed) with the command line of psd shard `shard`: listening on
- * 127.0.0.1:port (0: any free port) and writing ready_path once it listens, plus the
- * psd flags given to psctl. Returns 0, or -1 when out of memory (a->oom). */
+/* Fills a (zeroed) with the command line of psd shard `shard`: listening on the Unix
+ * socket ipc_path (--transport ipc) when it is non-NULL, else on 127.0.0.1:port (0: any
+ * free port); writing ready_path once it listens; plus the psd flags given to psctl.
+ * Returns 0, or -1 when out of memory (a->oom). */
 int psctl_psd_argv(psctl_argv *a, const psctl_local_opts *o, const char *psd_path, int shard,
-                   int port, const char *ready_path);
+                   int port, const char *ipc_path, const char *ready_path);
 
 /* Fills a (zeroed) with the command line of worker j: the shards' endpoints
- * ("host:port,..."), its index, the training flags, and the arguments after "--".
- * progress_tty: the worker's progress redraws in place (worker 0 on a terminal).
- * Returns 0, or -1 when out of memory (a->oom). */
+ * ("host:port,..." or "ipc://PATH,..."), its index, the training flags, and the arguments after
+ * "--". progress_tty: the worker's progress redraws in place (worker 0 on a terminal). Returns 0,
+ * or -1 when out of memory (a->oom). */
 int psctl_worker_argv(psctl_argv *a, const psctl_local_opts *o, const char *worker_path, int j,
                       const char *endpoints, int progress_tty);
 

@@ -6,6 +6,7 @@
 #include "kernels.h"
 #include "log.h"
 #include "supervisor.h"
+#include "tfconfig.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -94,7 +95,35 @@ static char *make_run_dir(void) {
     return dir;
 }
 
-/* Removes the run directory and the files in it (ready files and their temp files). */
+/* --transport ipc: makes the private (0700) directory for the shards' sockets under
+ * $XDG_RUNTIME_DIR, else /tmp (also when DIR/psd-<i>.sock would not fit in a Unix
+ * socket address under $XDG_RUNTIME_DIR). Returns a malloc'd path, or NULL after
+ * printing why. */
+static char *make_sock_dir(long num_ps) {
+    char longest[32];
+    int tail = snprintf(longest, sizeof longest, "/psd-%ld.sock", num_ps - 1);
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    const char *bases[] = {xdg && *xdg ? xdg : "/tmp", "/tmp"};
+    for (int i = 0; i < 2; i++) {
+        char *dir;
+        if (asprintf(&dir, "%s/psctl-ipc.XXXXXX", bases[i]) < 0) return NULL;
+        if (strlen(dir) + (size_t)tail > PS_IPC_PATH_MAX) {
+            free(dir);
+            continue;
+        }
+        if (mkdtemp(dir)) return dir;
+        fprintf(stderr, "psctl local: cannot make a socket directory %s: %s\n", dir,
+                strerror(errno));
+        free(dir);
+        return NULL;
+    }
+    fprintf(stderr, "psctl local: no directory short enough for the shards' Unix sockets; "
+                    "use --transport tcp\n");
+    return NULL;
+}
+
+/* Removes a directory psctl made and the files in it (ready files and their temp
+ * files; sockets). */
 static void remove_run_dir(const char *dir) {
     DIR *d = opendir(dir);
     if (d) {
@@ -284,13 +313,17 @@ int psctl_local_main(int argc, char **argv) {
     char *psd = find_binary("psd", "PSD", psd_rel);
     char *worker = psd ? find_binary("psworker", "PSWORKER", worker_rel) : NULL;
     char *run_dir = worker ? make_run_dir() : NULL;
+    char *sock_dir = run_dir && opts.transport_ipc ? make_sock_dir(opts.num_ps) : NULL;
     int code = 2;
-    if (run_dir) {
-        psctl_job job = {&opts, psd, worker, run_dir, ready_timeout_ms()};
-        PS_DEBUG("psd %s, worker %s, run dir %s", psd, worker, run_dir);
+    if (run_dir && (sock_dir || !opts.transport_ipc)) {
+        psctl_job job = {&opts, psd, worker, run_dir, sock_dir, ready_timeout_ms()};
+        PS_DEBUG("psd %s, worker %s, run dir %s, sockets in %s", psd, worker, run_dir,
+                 sock_dir ? sock_dir : "- (tcp)");
         code = psctl_supervise(&job);
-        remove_run_dir(run_dir);
     }
+    if (sock_dir) remove_run_dir(sock_dir); /* also sockets of shards that were killed */
+    if (run_dir) remove_run_dir(run_dir);
+    free(sock_dir);
     free(run_dir);
     free(worker);
     free(psd);

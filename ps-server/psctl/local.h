@@ -21,6 +21,7 @@ typedef struct {
     double timeout_s;    /* --timeout SECONDS for the whole job; 0 = none */
     char **extra;        /* arguments after "--", passed to every worker */
     int num_extra;
+    int transport_ipc;          /* --transport: 1 ipc (default), 0 tcp */
     long max_restarts;          /* --max-restarts N per process (default 3; 0: no restarts) */
     const char *checkpoint_dir; /* --checkpoint-dir DIR (shard i gets DIR/ps-<i>), or NULL */
     long checkpoint_every;      /* passed to every psd when >= 0 (-1: not given), and so */

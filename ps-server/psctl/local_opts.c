@@ -9,7 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { OPT_LONG, OPT_LLONG, OPT_STR, OPT_MODE, OPT_SECONDS, OPT_GPUS, OPT_HELP } opt_type;
+typedef enum {
+    OPT_LONG,
+    OPT_LLONG,
+    OPT_STR,
+    OPT_MODE,
+    OPT_SECONDS,
+    OPT_GPUS,
+    OPT_TRANSPORT,
+    OPT_HELP
+} opt_type;
 
 typedef struct {
     const char *name;
@@ -49,6 +58,8 @@ static const opt_def defs[] = {
      "psd, async: a worker S steps ahead of the slowest one waits"},
     {"gpus", OPT_GPUS, 0, PSCTL_MAX_GPUS - 1, F(gpus), "all|0,1,...",
      "one worker per GPU, each seeing only its own (see below)"},
+    {"transport", OPT_TRANSPORT, 0, 0, F(transport_ipc), "ipc|tcp",
+     "how workers reach the shards: Unix sockets (default) or 127.0.0.1 TCP"},
     {"help", OPT_HELP, 0, 0, 0, NULL, "show this help"},
 };
 
@@ -60,7 +71,7 @@ void psctl_local_usage(FILE *f) {
                "[-- EXTRA WORKER ARGS...]\n"
                "       psctl local --ps N --gpus all|0,1,... --mode sync|async [options] "
                "[-- ...]\n"
-               "Runs N psd shards and M workers on 127.0.0.1 until training ends.\n\n"
+               "Runs N psd shards and M workers on this machine until training ends.\n\n"
                "options:\n");
     for (size_t i = 0; i < NDEFS; i++) {
         char left[64];
@@ -78,13 +89,19 @@ void psctl_local_usage(FILE *f) {
                "\nRestarts: a process killed by a signal or exiting non-zero is started again\n"
                "with the same arguments and environment, up to --max-restarts times each,\n"
                "after 0.2 s (doubling with each restart of that process, at most 5 s). A psd\n"
-               "comes back on the port it first got (--port P), so the workers' --ps list\n"
-               "stays valid. Exit status 2 (bad configuration) is never restarted; a psd\n"
+               "comes back on the port it first got (--port P), or with ipc on the same\n"
+               "socket path, so the workers' --ps list stays valid. Exit status 2 (bad "
+               "configuration) is never restarted; a psd\n"
                "exiting 0 (Shutdown request, SIGTERM) stops the job. A worker exiting 0 is\n"
                "done; when all are, the psd shards get SIGTERM and the job ends.\n"
                "\nThe psd flags (--checkpoint-*, --worker-timeout, --replicas-to-aggregate,\n"
                "--staleness) are passed to every shard only when given; psctl makes the\n"
                "DIR/ps-<i> directories. --checkpoint-every needs --checkpoint-dir.\n"
+               "\nTransport: with ipc (the default) psctl makes a private directory\n"
+               "($XDG_RUNTIME_DIR/psctl-ipc.XXXXXX, else under /tmp), shard i listens on\n"
+               "DIR/psd-<i>.sock (psd --transport ipc --ipc-path) and the workers get\n"
+               "--ps ipc://DIR/psd-0.sock,...; the directory is removed at the end. With tcp\n"
+               "every shard listens on 127.0.0.1 on a free port.\n"
                "\nBinaries: $PSD and $PSWORKER, else next to psctl, else on PATH.\n"
                "Exit status: 0 done, 1 a process failed (beyond its restarts) or --timeout,\n"
                "2 bad usage, 130/143 interrupted by SIGINT/SIGTERM.\n");
@@ -181,6 +198,11 @@ static int apply(const opt_def *d, const char *arg, psctl_local_opts *o) {
     }
     case OPT_GPUS:
         return parse_gpus(d, arg, o);
+    case OPT_TRANSPORT:
+        if (strcmp(arg, "ipc") != 0 && strcmp(arg, "tcp") != 0)
+            return bad_value(d, arg, "'ipc' or 'tcp'");
+        *(int *)(void *)field = strcmp(arg, "ipc") == 0;
+        return 0;
     case OPT_HELP:
         break;
     }
@@ -192,6 +214,7 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
     o->epochs = 2;
     o->seed = -1;
     o->max_restarts = 3;
+    o->transport_ipc = 1;
     o->checkpoint_every = o->worker_timeout_ms = o->replicas = o->staleness = -1;
 
     struct option longopts[NDEFS + 1];

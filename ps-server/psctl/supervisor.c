@@ -32,6 +32,9 @@ extern char **environ;
 
 typedef enum { CHILD_PSD, CHILD_WORKER } child_kind;
 
+/* Room for an endpoint from a ready file: "host:port" or "ipc://" + a socket path. */
+#define PSCTL_ENDPOINT_MAX 128
+
 typedef enum {
     PHASE_STARTING,  /* shards started, waiting for their ready files */
     PHASE_RUNNING,   /* workers started */
@@ -62,10 +65,12 @@ typedef struct {
     uv_timer_t restart_timer; /* data: this child */
     /* psd only: */
     char *ready_path;
+    char *ipc_path;     /* --transport ipc: its socket, the same for every start; NULL: tcp */
     int awaiting_ready; /* started; its ready file has not been read yet */
     uint64_t ready_deadline;
-    int port;          /* from the first ready file; restarts ask for it again */
-    char endpoint[64]; /* "host:port" from the first ready file: what the workers use */
+    int port; /* tcp: from the first ready file; restarts ask for it again */
+    /* "host:port" or "ipc://PATH" from the first ready file: what the workers use */
+    char endpoint[PSCTL_ENDPOINT_MAX];
 } child;
 
 typedef struct sup {
@@ -354,7 +359,8 @@ static int start_psd(sup *sv, child *c) {
     if (unlink(c->ready_path) != 0 && errno != ENOENT)
         PS_WARN("cannot remove %s: %s", c->ready_path, strerror(errno));
     psctl_argv a = {0};
-    int r = psctl_psd_argv(&a, sv->job->opts, sv->job->psd_path, c->index, c->port, c->ready_path);
+    int r = psctl_psd_argv(&a, sv->job->opts, sv->job->psd_path, c->index, c->port, c->ipc_path,
+                           c->ready_path);
     r = r < 0 ? UV_ENOMEM : spawn_child(sv, c, a.v, NULL);
     psctl_argv_free(&a);
     if (r < 0) return r;
@@ -519,19 +525,26 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
     check_done(sv);
 }
 
-/* Returns 1 when c's ready file holds an endpoint (copied to ep[64]), 0 when it is not
- * there (or not complete) yet, -1 when it is malformed. */
-static int read_ready(const child *c, char ep[64]) {
+/* Returns 1 when c's ready file holds an endpoint, "host:port" or "ipc://PATH" (copied
+ * to ep[PSCTL_ENDPOINT_MAX]), 0 when it is not there (or not complete) yet, -1 when it
+ * is malformed. */
+static int read_ready(const child *c, char ep[PSCTL_ENDPOINT_MAX]) {
     int fd = open(c->ready_path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 0;
-    char buf[128];
+    char buf[2 * PSCTL_ENDPOINT_MAX];
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
     if (n <= 0 || buf[n - 1] != '\n') return n == (ssize_t)sizeof buf - 1 ? -1 : 0;
     buf[n - 1] = '\0';
-    char *colon = strrchr(buf, ':');
-    if (!colon || colon == buf || strlen(buf) >= 64) return -1;
+    if (strlen(buf) >= PSCTL_ENDPOINT_MAX) return -1;
     if (strcspn(buf, " \t\r\n,") != strlen(buf)) return -1;
+    if (strncmp(buf, "ipc://", 6) == 0) {
+        if (buf[6] == '\0') return -1;
+        memcpy(ep, buf, strlen(buf) + 1);
+        return 1;
+    }
+    char *colon = strrchr(buf, ':');
+    if (!colon || colon == buf) return -1;
     char *end;
     long port = strtol(colon + 1, &end, 10);
     if (end == colon + 1 || *end || port < 1 || port > 65535) return -1;
@@ -546,7 +559,7 @@ static int psd_ready(sup *sv, child *c, const char *ep) {
     c->awaiting_ready = 0;
     if (!c->endpoint[0]) {
         snprintf(c->endpoint, sizeof c->endpoint, "%s", ep);
-        c->port = atoi(strrchr(ep, ':') + 1);
+        if (strncmp(ep, "ipc://", 6) != 0) c->port = atoi(strrchr(ep, ':') + 1);
         return 0;
     }
     if (strcmp(ep, c->endpoint) != 0) {
@@ -558,7 +571,8 @@ static int psd_ready(sup *sv, child *c, const char *ep) {
     return 0;
 }
 
-/* The workers' --ps list, "host:port,..." in shard order, into sv->endpoints. */
+/* The workers' --ps list, "host:port,..." or "ipc://PATH,..." in shard order, into
+ * sv->endpoints. */
 static int join_endpoints(sup *sv) {
     int nps = (int)sv->job->opts->num_ps;
     size_t cap = (size_t)nps * sizeof sv->children[0].endpoint + 1;
@@ -587,11 +601,12 @@ static void on_ready_timer(uv_timer_t *t) {
     for (int i = 0; i < nps; i++) {
         child *c = &sv->children[i];
         if (c->awaiting_ready) {
-            char ep[64];
+            char ep[PSCTL_ENDPOINT_MAX];
             int r = read_ready(c, ep);
             if (r < 0) {
                 abort_job(sv, 1,
-                          "%s wrote a malformed ready file %s (want HOST:PORT and a newline)",
+                          "%s wrote a malformed ready file %s (want HOST:PORT or ipc://PATH and "
+                          "a newline)",
                           c->label, c->ready_path);
                 return;
             }
@@ -679,6 +694,11 @@ static int setup(sup *sv, const psctl_job *job) {
             c->ready_path = NULL;
             return UV_ENOMEM;
         }
+        if (c->kind == CHILD_PSD && job->sock_dir &&
+            asprintf(&c->ipc_path, "%s/psd-%d.sock", job->sock_dir, c->index) < 0) {
+            c->ipc_path = NULL;
+            return UV_ENOMEM;
+        }
         uv_timer_init(&sv->loop, &c->restart_timer);
         c->restart_timer.data = c;
         sv->open_handles++;
@@ -730,6 +750,7 @@ static void free_all(sup *sv) {
         psctl_relay_free(&sv->children[i].relays[0]);
         psctl_relay_free(&sv->children[i].relays[1]);
         free(sv->children[i].ready_path);
+        free(sv->children[i].ipc_path);
     }
     free(sv->children);
     free(sv->endpoints);

@@ -11,6 +11,8 @@ typedef struct {
     const char *psd_path;    /* executable for the shards */
     const char *worker_path; /* executable for the workers */
     const char *run_dir;     /* existing private directory for ready files */
+    const char *sock_dir;    /* --transport ipc: existing private directory for the shards'
+                                sockets (DIR/psd-<i>.sock); NULL: tcp on 127.0.0.1 */
     int ready_timeout_ms;    /* how long the shards get to write their ready files */
 } psctl_job;
 

@@ -28,23 +28,25 @@
 
 /* Fake psd: appends its arguments to psd-<shard>.argv, writes 127.0.0.1:<port> to its
  * ready file (22000+shard for --port 0, else the port it was given, plus 100 when
- * $FAKE_PSD_WRONG_PORT names it). When $FAKE_PSD_DIE names it, it waits until worker 0
- * started, then dies ($FAKE_PSD_DIE_HOW: "kill" = SIGKILL, else that exit status) on
- * its first $FAKE_PSD_DIE_RUNS runs (all when unset). Otherwise waits for SIGTERM. */
+ * $FAKE_PSD_WRONG_PORT names it), or ipc://PATH when given --ipc-path PATH. When $FAKE_PSD_DIE
+ * names it, it waits until worker 0 started, then dies ($FAKE_PSD_DIE_HOW: "kill" = SIGKILL, else
+ * that exit status) on its first $FAKE_PSD_DIE_RUNS runs (all when unset). Otherwise waits for
+ * SIGTERM. */
 static const char fake_psd[] =
     "#!/bin/sh\n"
     "echo $$ > \"$FAKE_DIR/pid.psd.$$\"\n"
-    "all=\"$*\"; ready=''; shard=''; port=''\n"
+    "all=\"$*\"; ready=''; shard=''; port=''; ipc=''\n"
     "while [ $# -gt 0 ]; do\n"
     "  case \"$1\" in --ready-file) ready=\"$2\"; shift;; --shard) shard=\"$2\"; shift;;\n"
-    "    --port) port=\"$2\"; shift;; esac\n"
+    "    --port) port=\"$2\"; shift;; --ipc-path) ipc=\"$2\"; shift;; esac\n"
     "  shift\n"
     "done\n"
     "echo \"$all\" >> \"$FAKE_DIR/psd-$shard.argv\"\n"
     "trap 'exit 0' TERM\n"
     "if [ \"$port\" = 0 ]; then port=$((22000 + shard));\n"
     "elif [ \"$FAKE_PSD_WRONG_PORT\" = \"$shard\" ]; then port=$((port + 100)); fi\n"
-    "echo \"127.0.0.1:$port\" > \"$ready.tmp\" && mv \"$ready.tmp\" \"$ready\"\n"
+    "ep=\"127.0.0.1:$port\"; if [ -n \"$ipc\" ]; then ep=\"ipc://$ipc\"; fi\n"
+    "echo \"$ep\" > \"$ready.tmp\" && mv \"$ready.tmp\" \"$ready\"\n"
     "echo \"psd $shard up on $port\"\n"
     "if [ \"$FAKE_PSD_DIE\" = \"$shard\" ]; then\n"
     "  n=$(wc -l < \"$FAKE_DIR/psd-$shard.argv\")\n"
@@ -604,8 +606,8 @@ START_TEST(test_sigterm_while_a_restart_is_pending_stops_at_once) {
 END_TEST
 
 START_TEST(test_psd_sigkilled_comes_back_on_its_port) {
-    const char *args[] = {"psctl",  "local", "--ps", "2",      "--workers", "1",
-                          "--mode", "sync",  "--",   "--hang", NULL};
+    const char *args[] = {"psctl", "local",       "--ps", "2",  "--workers", "1", "--mode",
+                          "sync",  "--transport", "tcp",  "--", "--hang",    NULL};
     const char *env[] = {"FAKE_PSD_DIE=1", "FAKE_PSD_DIE_HOW=kill", "FAKE_PSD_DIE_RUNS=1", NULL};
     run_result r;
     run_psctl(args, env, term_on_marker, "psd 1 back at", &r);
@@ -650,8 +652,8 @@ START_TEST(test_psd_failing_gives_up_naming_it) {
 END_TEST
 
 START_TEST(test_psd_back_on_another_port_stops_job) {
-    const char *args[] = {"psctl",  "local", "--ps", "1",      "--workers", "1",
-                          "--mode", "sync",  "--",   "--hang", NULL};
+    const char *args[] = {"psctl", "local",       "--ps", "1",  "--workers", "1", "--mode",
+                          "sync",  "--transport", "tcp",  "--", "--hang",    NULL};
     const char *env[] = {"FAKE_PSD_DIE=0", "FAKE_PSD_DIE_HOW=kill", "FAKE_PSD_DIE_RUNS=1",
                          "FAKE_PSD_WRONG_PORT=0", NULL};
     run_result r;
@@ -1129,7 +1131,10 @@ static void kill_real_psd(const run_result *r, void *ctx) {
     }
 }
 
+/* _i 0: the default transport (ipc: the restarted psd replaces the stale socket the
+ * killed one left); _i 1: --transport tcp (back on its port). */
 START_TEST(test_real_psd_sigkilled_comes_back_on_its_port) {
+    int tcp = _i == 1;
     const char *psd = getenv("PSD"), *psctl = getenv("PSCTL");
     ck_assert_msg(psd && psctl, "PSD and PSCTL must be set");
     char e_psd[4200], e_worker[4200], e_dir[4200];
@@ -1137,8 +1142,9 @@ START_TEST(test_real_psd_sigkilled_comes_back_on_its_port) {
     snprintf(e_worker, sizeof e_worker, "PSWORKER=%s", fake_worker_path);
     snprintf(e_dir, sizeof e_dir, "FAKE_DIR=%s", tdir);
     const char *env[] = {e_psd, e_worker, e_dir, "PS_PARENT_PID=", NULL};
-    const char *args[] = {psctl,    "local", "--ps", "2",      "--workers", "1",
-                          "--mode", "sync",  "--",   "--hang", NULL};
+    const char *args[] = {psctl, "local",  "--ps", "2",           "--workers",
+                          "1",   "--mode", "sync", "--transport", tcp ? "tcp" : "ipc",
+                          "--",  "--hang", NULL};
     real_restart st = {0, 0};
     run_result r;
     run_cmd(psctl, args, env, 30.0, kill_real_psd, &st, &r);
@@ -1149,9 +1155,11 @@ START_TEST(test_real_psd_sigkilled_comes_back_on_its_port) {
     const char *ready = strstr(r.err, "psctl: psd shards ready at ");
     ck_assert_ptr_nonnull(ready);
     ready += strlen("psctl: psd shards ready at ");
-    char want[128];
+    ck_assert(strncmp(ready, "ipc://", 6) == 0 ? !tcp : tcp);
+    char want[256];
     snprintf(want, sizeof want, "psctl: psd 0 back at %.*s\n", (int)strcspn(ready, ","), ready);
     ck_assert_contains(r.err, want);
+    if (!tcp) ck_assert_contains(r.err, "removed the stale socket");
     ck_assert_int_eq(recorded_alive_after_wait(), 0);
     result_free(&r);
 }
@@ -1195,7 +1203,7 @@ static Suite *psctl_restart_suite(void) {
     tcase_set_timeout(real, 60);
     tcase_add_test(real, test_shutdown_real_psd);
     tcase_add_test(real, test_checkpoint_real_psd);
-    tcase_add_test(real, test_real_psd_sigkilled_comes_back_on_its_port);
+    tcase_add_loop_test(real, test_real_psd_sigkilled_comes_back_on_its_port, 0, 2);
     suite_add_tcase(s, real);
     return s;
 }

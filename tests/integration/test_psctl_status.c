@@ -457,8 +457,8 @@ START_TEST(help_describes_status) {
     result_free(&r);
     run_psctl(help, NULL, &r);
     ck_assert_int_eq(r.status, 0);
-    ck_assert_contains(r.out,
-                       "usage: psctl status [--ps HOST:PORT,...] [--json] [--timeout SECONDS]");
+    ck_assert_contains(
+        r.out, "usage: psctl status [--ps HOST:PORT|ipc://PATH,...] [--json] [--timeout SECONDS]");
     ck_assert_contains(r.out, "unreachable (no answer in Ns)");
     ck_assert_contains(r.out, "CKPT_AGE");
     result_free(&r);

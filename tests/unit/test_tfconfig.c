@@ -392,6 +392,47 @@ START_TEST(parse_hostport_small_buffer_and_null) {
 }
 END_TEST
 
+/* A ps entry may be ipc://PATH (TF_CONFIG and flag lists); other jobs may not, and the
+ * path must fit sun_path and have no blanks or commas. */
+START_TEST(ipc_ps_addresses) {
+    ps_cluster c;
+    char err[256];
+    ck_assert_int_eq(
+        ps_cluster_from_tfconfig("{\"cluster\": {\"ps\": [\"ipc:///run/p/psd-0.sock\", "
+                                 "\"h:1\"]}, \"task\": {\"type\": \"ps\"}}",
+                                 &c, err, sizeof err),
+        PS_OK);
+    ck_assert_str_eq(c.ps[0], "ipc:///run/p/psd-0.sock");
+    ck_assert_str_eq(ps_ipc_path(c.ps[0]), "/run/p/psd-0.sock");
+    ck_assert_ptr_null(ps_ipc_path(c.ps[1]));
+    ps_cluster_free(&c);
+    ck_assert_int_eq(ps_cluster_from_tfconfig("{\"cluster\": {\"worker\": [\"ipc:///w.sock\"]}}",
+                                              &c, err, sizeof err),
+                     PS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "cluster.worker[0]"));
+
+    ck_assert_int_eq(ps_cluster_from_lists("ipc://a.sock, 127.0.0.1:5", NULL, &c, err, sizeof err),
+                     PS_OK);
+    ck_assert_uint_eq(c.n_ps, 2);
+    ck_assert_str_eq(c.ps[0], "ipc://a.sock");
+    ps_cluster_free(&c);
+    ck_assert_int_eq(ps_cluster_from_lists(NULL, "ipc://a.sock", &c, err, sizeof err), PS_EINVAL);
+
+    char path[PS_IPC_PATH_MAX + 2];
+    memset(path, 'p', sizeof path);
+    path[PS_IPC_PATH_MAX] = '\0';
+    ck_assert_int_eq(ps_check_ipc_path(path, err, sizeof err), PS_OK);
+    path[PS_IPC_PATH_MAX] = 'p';
+    path[PS_IPC_PATH_MAX + 1] = '\0';
+    ck_assert_int_eq(ps_check_ipc_path(path, err, sizeof err), PS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "at most 107"));
+    ck_assert_int_eq(ps_check_ipc_path("", err, sizeof err), PS_EINVAL);
+    ck_assert_int_eq(ps_check_ipc_path("a b", err, sizeof err), PS_EINVAL);
+    ck_assert_int_eq(ps_check_ipc_path("a,b", err, sizeof err), PS_EINVAL);
+    ck_assert_int_eq(ps_cluster_from_lists("ipc://", NULL, &c, err, sizeof err), PS_EINVAL);
+}
+END_TEST
+
 static Suite *tfconfig_suite(void) {
     Suite *s = suite_create("tfconfig");
     TCase *tc = tcase_create("seeds");
@@ -422,6 +463,7 @@ static Suite *tfconfig_suite(void) {
     tc = tcase_create("hostport");
     tcase_add_loop_test(tc, parse_hostport_table, 0, (int)(sizeof HOSTPORTS / sizeof HOSTPORTS[0]));
     tcase_add_test(tc, parse_hostport_small_buffer_and_null);
+    tcase_add_test(tc, ipc_ps_addresses);
     suite_add_tcase(s, tc);
     return s;
 }
