@@ -22,7 +22,7 @@ typedef struct {
     char model[1024], data[1024], summary[1024], device[64], save[1024], init_from[1024];
     char curve_secret[1024], server_key[1024];
     long epochs, batch, seed, progress, dataset;
-    long max_train, max_test, max_steps, timeout, blas_threads, retry_ms, slow_ms, no_ps;
+    long max_train, max_test, max_steps, timeout, blas_threads, retry_ms, slow_ms, no_ps, prefetch;
 } worker_opts;
 
 enum { PROGRESS_AUTO, PROGRESS_TTY, PROGRESS_PLAIN, PROGRESS_NONE };
@@ -79,6 +79,9 @@ static const ps_option table[] = {
     {"no-ps", PS_OPTION_CHOICE, F(no_ps), 0, 0, "no", "no|yes", NULL,
      "yes: train alone with the optimizer in this process (no psd; one worker): the floor "
      "against which the system's overhead is measured"},
+    {"prefetch", PS_OPTION_CHOICE, F(prefetch), 0, 0, "yes", "no|yes", NULL,
+     "yes: a thread copies the next batch out of the data set while this one computes "
+     "(same batches, same results); no: copy it between steps"},
     {"slow-ms", PS_OPTION_LONG, F(slow_ms), 0, 3600000, "0", NULL, "MS",
      "for tests: sleep MS every step, to play a slow worker"},
 };
@@ -151,6 +154,7 @@ int main(int argc, char **argv) {
         .retry_ms = (int)o.retry_ms,
         .slow_ms = (unsigned)o.slow_ms,
         .no_ps = (int)o.no_ps,
+        .no_prefetch = !o.prefetch,
         .curve_secret = o.curve_secret[0] ? o.curve_secret : NULL,
         .server_key = o.server_key[0] ? o.server_key : NULL,
     };

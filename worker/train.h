@@ -34,6 +34,7 @@ typedef struct {
     const char *curve_secret;   /* CurveZMQ key pair file; NULL: plaintext */
     const char *server_key;     /* CurveZMQ: the shards' public key file */
     int no_ps;                  /* train alone, optimizer in this process (the benchmark floor) */
+    int no_prefetch;            /* copy each batch on this thread, not ahead on another */
 } ps_train_config;
 
 typedef struct {
