@@ -12,7 +12,7 @@
 
 typedef struct ps_prefetch ps_prefetch;
 
-/* Opens a prefetcher over b (borrowed: must outlive it; only the prefetcher
+/* Opens a prefetcher over b (borrowed: b must outlive the prefetcher, and only it
  * may use b until ps_prefetch_close). It reads ahead from b's current
  * position. threaded 0 copies each batch in ps_prefetch_next on the caller's
  * thread instead (no thread, one buffer: the baseline). Returns PS_OK,

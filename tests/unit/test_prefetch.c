@@ -29,12 +29,12 @@ static void sleep_us(long us) {
     nanosleep(&(struct timespec){0, us * 1000}, NULL);
 }
 
-/* Compares epoch `epoch` after `skip` batches, then `extra` calls past its
- * end, between a plain batcher and a prefetcher over an identical batcher.
- * take < 0: the whole epoch; else stop after `take` batches (max-steps). A
+/* Compares epoch `epoch` after `skip` batches, and a call past its end,
+ * between a plain batcher and a prefetcher over an identical batcher.
+ * take < 0: the whole epoch; else stop after `take` batches (--max-steps). A
  * slow consumer now and then lets the thread get ahead before the check. */
-static void compare_epoch(ps_batcher *ref, ps_prefetch *pf, unsigned epoch, size_t skip,
-                          long take, float *rx, int32_t *ry) {
+static void compare_epoch(ps_batcher *ref, ps_prefetch *pf, unsigned epoch, size_t skip, long take,
+                          float *rx, int32_t *ry) {
     size_t dim = ref->data->dim;
     ps_batcher_start_epoch(ref, epoch);
     for (size_t s = 0; s < skip; s++)
