@@ -23,6 +23,7 @@ typedef struct {
     char curve_secret[1024], server_key[1024];
     long epochs, batch, seed, progress, dataset;
     long max_train, max_test, max_steps, timeout, blas_threads, retry_ms, slow_ms, no_ps, push_pull;
+    long prefetch;
 } worker_opts;
 
 enum { PROGRESS_AUTO, PROGRESS_TTY, PROGRESS_PLAIN, PROGRESS_NONE };
@@ -83,6 +84,9 @@ static const ps_option table[] = {
     {"push-pull", PS_OPTION_CHOICE, F(push_pull), 0, 0, "yes", "yes|no", NULL,
      "yes: one round trip per step (each shard's gradients go out as soon as they are "
      "computed, its reply carries the updated values); no: a push, then a pull"},
+    {"prefetch", PS_OPTION_CHOICE, F(prefetch), 0, 0, "yes", "no|yes", NULL,
+     "yes: a thread copies the next batch out of the data set while this one computes "
+     "(same batches, same results); no: copy it between steps"},
     {"slow-ms", PS_OPTION_LONG, F(slow_ms), 0, 3600000, "0", NULL, "MS",
      "for tests: sleep MS every step, to play a slow worker"},
 };
@@ -156,6 +160,7 @@ int main(int argc, char **argv) {
         .slow_ms = (unsigned)o.slow_ms,
         .no_ps = (int)o.no_ps,
         .separate_pull = o.push_pull == 1,
+        .no_prefetch = !o.prefetch,
         .curve_secret = o.curve_secret[0] ? o.curve_secret : NULL,
         .server_key = o.server_key[0] ? o.server_key : NULL,
     };

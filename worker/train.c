@@ -15,6 +15,7 @@
 #include "log.h"
 #include "model.h"
 #include "placement.h"
+#include "prefetch.h"
 #include "ps_error.h"
 #include "tensorfile.h"
 
@@ -114,12 +115,14 @@ typedef struct {
     ps_client *client;
     ps_dataset train, test;
     ps_batcher batcher;
-    float *x;
+    ps_prefetch *pf; /* owned: copies the next batch out of batcher meanwhile */
+    float *x;        /* the current batch, borrowed from pf */
     int32_t *y;
     int fresh; /* the params hold the values the last step exchange brought back */
 } train_state;
 
 static void state_free(train_state *st) {
+    ps_prefetch_close(st->pf); /* before the batcher its thread reads */
     ps_batcher_free(&st->batcher);
     ps_dataset_free(&st->train);
     ps_dataset_free(&st->test);
@@ -127,8 +130,6 @@ static void state_free(train_state *st) {
     ps_local_opt_free(st->local);
     ps_model_free(st->model);
     ps_k_dev_close(st->dev);
-    free(st->x);
-    free(st->y);
 }
 
 /* --init-from: the saved model's tensors replace the seeded values; every
@@ -240,9 +241,11 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, cha
                  st->train.n, cfg->workers, *batch);
         return rc;
     }
-    st->x = malloc(*batch * st->train.dim * sizeof(float));
-    st->y = malloc(*batch * sizeof(int32_t));
-    if (!st->x || !st->y) return PS_ENOMEM;
+    rc = ps_prefetch_open(&st->pf, &st->batcher, !cfg->no_prefetch);
+    if (rc != PS_OK) {
+        snprintf(err, errlen, "cannot start the batch prefetcher: %s", ps_strerror(rc));
+        return rc;
+    }
     if (cfg->no_ps) { /* the optimizer runs here: no shards, no client */
         PS_INFO("--no-ps: %s applied in this process",
                 ps_opt_kind_name(ps_model_optimizer(st->model)->kind));
@@ -398,14 +401,12 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     double train_secs = 0;
     size_t job_samples = 0;
     for (unsigned epoch = first_epoch; rc == PS_OK && epoch < cfg->epochs; epoch++) {
-        ps_batcher_start_epoch(&st.batcher, epoch);
         size_t s0 = epoch == first_epoch ? first_step : 0;
-        for (size_t s = 0; s < s0; s++) /* skip what the job already did this epoch */
-            ps_batcher_next(&st.batcher, st.x, st.y);
+        ps_prefetch_start_epoch(st.pf, epoch, s0); /* skips what the job already did this epoch */
         ps_progress_begin_epoch(&prog, epoch, steps - s0);
         double te = now_s();
         for (size_t s = s0; s < steps; s++) {
-            size_t nb = ps_batcher_next(&st.batcher, st.x, st.y);
+            size_t nb = ps_prefetch_next(st.pf, &st.x, &st.y);
             float loss = 0;
             size_t correct = 0;
             rc = train_one(cfg, &st, async, clock, nb, &loss, &correct, err, errlen);

@@ -35,6 +35,7 @@ typedef struct {
     const char *server_key;     /* CurveZMQ: the shards' public key file */
     int no_ps;                  /* train alone, optimizer in this process (the benchmark floor) */
     int separate_pull;          /* a push then a pull per step, not one push-pull round trip */
+    int no_prefetch;            /* copy each batch on this thread, not ahead on another */
 } ps_train_config;
 
 typedef struct {
