@@ -8,7 +8,7 @@
  *   adagrad   w, g, a -> a, w                        20 B
  *   rmsprop   w, g, s -> s, w                        20 B
  *   adam      w, g, m, v -> m, v, w                  28 B
- *   adamw     w -> w (decay pass), then adam         36 B
+ *   adamw     as adam, the decay fused into its pass 28 B
  *   triad     b, c -> a                              12 B (STREAM's count)
  *
  * Each measurement is a warm-up, a calibration (a rep repeats the call until it
@@ -34,7 +34,7 @@
 
 static const int bytes_per_elem[PS_OPT_COUNT] = {
     [PS_OPT_SGD] = 12,     [PS_OPT_MOMENTUM] = 20, [PS_OPT_ADAGRAD] = 20,
-    [PS_OPT_RMSPROP] = 20, [PS_OPT_ADAM] = 28,     [PS_OPT_ADAMW] = 36,
+    [PS_OPT_RMSPROP] = 20, [PS_OPT_ADAM] = 28,     [PS_OPT_ADAMW] = 28,
 };
 #define TRIAD_BYTES 12
 

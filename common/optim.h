@@ -19,8 +19,10 @@ int ps_optim_num_slots(ps_opt_kind kind);
 float ps_optim_slot_init(const ps_opt_spec *spec, int slot);
 
 /* Applies one update: w[i] changes from g[i]; slots[0..num_slots) are updated.
- * `t` is the 1-based count of updates applied to this variable including this one
- * (Adam's bias correction uses it). Formulas (Keras):
+ * w, g and the slots must not overlap. `t` is the 1-based count of updates
+ * applied to this variable including this one (Adam's bias correction uses it).
+ * Element math in float (as TensorFlow's kernels), the same bits on any x86-64
+ * CPU (optim.c). Formulas (Keras):
  *   sgd:      w -= lr*g
  *   momentum: v = mu*v - lr*g;  w += v             (nesterov: w += mu*v - lr*g)
  *   adagrad:  a += g*g;         w -= lr*g/(sqrt(a)+eps)

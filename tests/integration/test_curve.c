@@ -224,7 +224,7 @@ START_TEST(authorized_client_is_served) {
     ck_assert_msg(rc == PS_OK, "pull: %s", ps_client_error(k.c));
     ck_assert_uint_eq(version, 1);
     for (int i = 0; i < N; i++) {
-        float want = (float)((double)w0[i] - (double)LR * (double)g[i]);
+        float want = w0[i] - LR * g[i]; /* psd's SGD step, in float (common/optim.c) */
         ck_assert_msg(k.w[i] == want, "w[%d] = %.9g, want %.9g", i, k.w[i], want);
     }
     /* idle for a few worker timeouts: only CURVE heartbeats keep the worker in */

@@ -33,9 +33,9 @@ static long long now_ms(void) {
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* One plain-SGD update as psd computes it (float weights, double arithmetic). */
+/* One plain-SGD update as psd computes it (common/optim.c: float arithmetic). */
 static float sgd(float w, float g) {
-    return (float)((double)w - (double)LR * (double)g);
+    return w - LR * g;
 }
 
 /* ---- a well-behaved worker (the client library) ---- */
