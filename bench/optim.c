@@ -141,8 +141,18 @@ static int parse_opts(int argc, char **argv, opts *o) {
 
 /* ---- timing -------------------------------------------------------------- */
 
-/* The reference: STREAM's triad, in float, compiled here at the build's -O. */
-__attribute__((noinline)) static void triad(float *restrict a, const float *restrict b,
+/* The reference: STREAM's triad, in float, compiled here at the build's -O,
+ * with the same per-CPU versions as the optimizer loops (common/optim.c), so
+ * both run at the same vector width. */
+#if defined(__x86_64__) && defined(__linux__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define TRIAD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+#endif
+#ifndef TRIAD_CLONES
+#define TRIAD_CLONES
+#endif
+TRIAD_CLONES __attribute__((noinline)) static void triad(float *restrict a, const float *restrict b,
                                             const float *restrict c, float s, size_t n) {
     for (size_t i = 0; i < n; i++)
         a[i] = b[i] + s * c[i];
