@@ -68,13 +68,14 @@ typedef struct {
     int nsizes;
     bool plain, curve;
     bool tcp, ipc; /* --transport */
+    int only;      /* --only: one psd contestant (and its raw baseline), -1: all */
     const char *psd, *psctl;
 } opts;
 
 static void usage(FILE *f, const char *argv0) {
     fprintf(f,
             "usage: %s [--sizes LIST] [--reps N] [--min-ms MS] [--enc plain|curve|both]\n"
-            "          [--transport tcp|ipc|both] [--psd PATH] [--psctl PATH]\n"
+            "          [--transport tcp|ipc|both] [--only C] [--psd PATH] [--psctl PATH]\n"
             "Throughput and latency of psd's data path (push, pull, push-then-pull through\n"
             "worker/client.h against psd processes it starts, 1 and 2 shards) beside a raw\n"
             "ZeroMQ DEALER/ROUTER echo and memcpy of the same bytes, plaintext and CurveZMQ.\n"
@@ -86,10 +87,20 @@ static void usage(FILE *f, const char *argv0) {
             "  --enc E       plain, curve or both (default both)\n"
             "  --transport T tcp (127.0.0.1), ipc (Unix sockets; psd --transport ipc) or both\n"
             "                (default both)\n"
+            "  --only C      only psd contestant C (push, pull, push+pull or push-pull) and\n"
+            "                its raw baseline, e.g. to profile one (default: all)\n"
             "  --psd PATH    psd binary (default $PSD, else the build's: %s)\n"
             "  --psctl PATH  psctl binary, for keygen (default $PSCTL, else %s)\n"
             "  --help        this text\n",
             argv0, PS_BENCH_PSD, PS_BENCH_PSCTL);
+}
+
+/* --only's names, in the order of the psd contestants (C_PUSH..C_PPC below). */
+static int only_index(const char *name) {
+    static const char *names[] = {"push", "pull", "push+pull", "push-pull"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(name, names[i]) == 0) return i;
+    return -1;
 }
 
 static bool parse_sizes(const char *list, opts *o) {
@@ -125,6 +136,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
     o->psd = getenv("PSD") ? getenv("PSD") : PS_BENCH_PSD;
     o->psctl = getenv("PSCTL") ? getenv("PSCTL") : PS_BENCH_PSCTL;
     parse_sizes("4K,64K,1M,16M,64M,mlp", o);
+    o->only = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long v;
@@ -150,6 +162,8 @@ static int parse_opts(int argc, char **argv, opts *o) {
                    (!strcmp(val, "tcp") || !strcmp(val, "ipc") || !strcmp(val, "both"))) {
             o->tcp = strcmp(val, "ipc") != 0;
             o->ipc = strcmp(val, "tcp") != 0;
+        } else if (strcmp(a, "--only") == 0 && only_index(val) >= 0) {
+            o->only = only_index(val);
         } else if (strcmp(a, "--psd") == 0) {
             o->psd = val;
         } else if (strcmp(a, "--psctl") == 0) {
@@ -742,12 +756,17 @@ int main(int argc, char **argv) {
                     result res[N_CONT] = {0};
                     static const int all[] = {C_PUSH,   C_PULL, C_PP,   C_PPC,
                                               R_ONEWAY, R_GET,  R_ECHO, C_MEMCPY};
-                    measure(&e, all, N_CONT, &o, res);
+                    int which[N_CONT], nw = 0;
+                    for (int k = 0; k < N_CONT; k++)
+                        if (o.only < 0 || all[k] == o.only || all[k] == cont_raw[o.only])
+                            which[nw++] = all[k];
+                    measure(&e, which, nw, &o, res);
                     char label[32];
                     size_label(&o.sizes[si], label, sizeof label);
                     for (int k = 0; k < N_CONT; k++) {
                         if (k == C_MEMCPY && (nsh > 1 || curve || (ipc && o.tcp)))
                             continue; /* once per size */
+                        if (res[k].n == 0) continue; /* not measured (--only) */
                         double bytes = (double)cont_dirs[k] * (double)t.floats * 4.0;
                         char ratio[16] = "-";
                         if (cont_raw[k] >= 0) snprintf(ratio, sizeof ratio, "%.2f", res[k].ratio);
@@ -758,12 +777,12 @@ int main(int argc, char **argv) {
                                ratio);
                     }
                     fflush(stdout);
-                    if (!curve && nsh == 1 && o.sizes[si].bytes == (16u << 20)) {
+                    if (!curve && nsh == 1 && o.sizes[si].bytes == (16u << 20) && o.only < 0) {
                         sum->have16 = true;
                         for (int k = 0; k < 4; k++)
                             sum->ratio[k] = res[k].ratio;
                     }
-                    if (!curve && o.sizes[si].bytes == 0) {
+                    if (!curve && o.sizes[si].bytes == 0 && (o.only < 0 || o.only == C_PPC)) {
                         sum->have_mlp[nsh - 1] = true;
                         sum->mlp_us[nsh - 1] = res[C_PPC].s_per_op * 1e6;
                     }
