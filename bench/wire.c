@@ -259,15 +259,19 @@ static void echo_server(int port_fd, size_t max_bytes, const char *secret_z85,
         zmq_msg_close(&req);
         if (r.cmd == 'Q') break;
         zmq_msg_send(&id, s, ZMQ_SNDMORE);
-        if (r.cmd == 'A' || r.cmd == 'E') {
+        if (r.cmd == 'E') { /* every payload frame back, zero-copy */
+            int more = 1;
+            while (more) {
+                zmq_msg_init(&pay);
+                if (zmq_msg_recv(&pay, s, 0) < 0) break;
+                more = zmq_msg_more(&pay);
+                zmq_msg_send(&pay, s, more ? ZMQ_SNDMORE : 0);
+            }
+        } else if (r.cmd == 'A') {
             zmq_msg_init(&pay);
             zmq_msg_recv(&pay, s, 0);
-            if (r.cmd == 'E') {
-                zmq_msg_send(&pay, s, 0);
-            } else {
-                zmq_msg_close(&pay);
-                zmq_send(s, "k", 1, 0);
-            }
+            zmq_msg_close(&pay);
+            zmq_send(s, "k", 1, 0);
         } else { /* 'G' */
             zmq_msg_init_data(&pay, buf, r.size <= max_bytes ? r.size : max_bytes, NULL, NULL);
             zmq_msg_send(&pay, s, 0);
@@ -349,8 +353,9 @@ static void raw_close(raw_client *rc) {
     zmq_ctx_term(rc->ctx);
 }
 
-/* One op to every server at once, each carrying its part of buf (part[i] bytes). */
-static void raw_op(raw_client *rc, char cmd, char *buf, const size_t *part) {
+/* One op to every server at once, each carrying its part of buf (part[i] bytes),
+ * split into `frames` frames of equal size (the last takes the remainder). */
+static void raw_op(raw_client *rc, char cmd, char *buf, const size_t *part, int frames) {
     size_t off = 0;
     for (int i = 0; i < rc->n; i++) {
         raw_req r = {cmd, part[i]};
@@ -358,17 +363,27 @@ static void raw_op(raw_client *rc, char cmd, char *buf, const size_t *part) {
             zmq_send(rc->s[i], &r, sizeof r, 0);
         } else {
             zmq_send(rc->s[i], &r, sizeof r, ZMQ_SNDMORE);
-            zmq_msg_t m;
-            zmq_msg_init_data(&m, buf + off, part[i], NULL, NULL);
-            if (zmq_msg_send(&m, rc->s[i], 0) < 0) die("zmq_msg_send");
+            size_t each = part[i] / (size_t)frames, sent = 0;
+            for (int k = 0; k < frames; k++) {
+                size_t len = k == frames - 1 ? part[i] - sent : each;
+                zmq_msg_t m;
+                zmq_msg_init_data(&m, buf + off + sent, len, NULL, NULL);
+                if (zmq_msg_send(&m, rc->s[i], k == frames - 1 ? 0 : ZMQ_SNDMORE) < 0)
+                    die("zmq_msg_send");
+                sent += len;
+            }
         }
         off += part[i];
     }
     for (int i = 0; i < rc->n; i++) {
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, rc->s[i], 0) < 0) die("zmq_msg_recv");
-        zmq_msg_close(&m);
+        int more = 1;
+        while (more) {
+            zmq_msg_t m;
+            zmq_msg_init(&m);
+            if (zmq_msg_recv(&m, rc->s[i], 0) < 0) die("zmq_msg_recv");
+            more = zmq_msg_more(&m);
+            zmq_msg_close(&m);
+        }
     }
 }
 
@@ -528,12 +543,15 @@ static ps_client *open_client(const child *psd, unsigned nshards, tensors *t, co
 
 /* push+pull: two requests (Push, then Pull); push-pull: one PushPull, the
  * training step's exchange */
-enum { C_PUSH, C_PULL, C_PP, C_PPC, R_ONEWAY, R_GET, R_ECHO, C_MEMCPY, N_CONT };
+/* raw out+back 16fr: the same bytes as raw out+back in 16 frames each way (how to
+ * frame a big tensor: psd sends each tensor as one frame) */
+enum { C_PUSH, C_PULL, C_PP, C_PPC, R_ONEWAY, R_GET, R_ECHO, R_ECHO16, C_MEMCPY, N_CONT };
 static const char *cont_name[N_CONT] = {
     "psd push",         "psd pull",        "psd push+pull", "psd push-pull",
-    "raw out+1B reply", "raw 9B req+back", "raw out+back",  "memcpy"};
-static const int cont_dirs[N_CONT] = {1, 1, 2, 2, 1, 1, 2, 1}; /* payload bytes = dirs x size */
-static const int cont_raw[N_CONT] = {R_ONEWAY, R_GET, R_ECHO, R_ECHO, -1, -1, -1, -1};
+    "raw out+1B reply", "raw 9B req+back", "raw out+back",  "raw out+back 16fr",
+    "memcpy"};
+static const int cont_dirs[N_CONT] = {1, 1, 2, 2, 1, 1, 2, 2, 1}; /* payload = dirs x size */
+static const int cont_raw[N_CONT] = {R_ONEWAY, R_GET, R_ECHO, R_ECHO, -1, -1, -1, R_ECHO, -1};
 
 typedef struct {
     ps_client *c;
@@ -562,13 +580,16 @@ static void op(env *e, int which) {
         if (ps_client_step_end(e->c, NULL, NULL) != PS_OK) die(ps_client_error(e->c));
         break;
     case R_ONEWAY:
-        raw_op(e->raw, 'A', (char *)e->t->grad, e->t->shard_bytes);
+        raw_op(e->raw, 'A', (char *)e->t->grad, e->t->shard_bytes, 1);
         break;
     case R_GET:
-        raw_op(e->raw, 'G', NULL, e->t->shard_bytes);
+        raw_op(e->raw, 'G', NULL, e->t->shard_bytes, 1);
         break;
     case R_ECHO:
-        raw_op(e->raw, 'E', (char *)e->t->grad, e->t->shard_bytes);
+        raw_op(e->raw, 'E', (char *)e->t->grad, e->t->shard_bytes, 1);
+        break;
+    case R_ECHO16:
+        raw_op(e->raw, 'E', (char *)e->t->grad, e->t->shard_bytes, 16);
         break;
     case C_MEMCPY:
         memcpy(e->dst, e->src, e->t->floats * 4);
@@ -754,8 +775,8 @@ int main(int argc, char **argv) {
                              .src = src,
                              .dst = dst};
                     result res[N_CONT] = {0};
-                    static const int all[] = {C_PUSH,   C_PULL, C_PP,   C_PPC,
-                                              R_ONEWAY, R_GET,  R_ECHO, C_MEMCPY};
+                    static const int all[] = {C_PUSH, C_PULL, C_PP,     C_PPC,   R_ONEWAY,
+                                              R_GET,  R_ECHO, R_ECHO16, C_MEMCPY};
                     int which[N_CONT], nw = 0;
                     for (int k = 0; k < N_CONT; k++)
                         if (o.only < 0 || all[k] == o.only || all[k] == cont_raw[o.only])
