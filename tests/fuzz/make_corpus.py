@@ -59,6 +59,7 @@ VARS.update({n: shape for n, (shape, _) in OPT_VARS.items()})
 # Header body fields
 HELLO, WELCOME, CREATE_VARS, PULL, PUSH, STATS = 10, 11, 12, 14, 16, 18
 SHUTDOWN, HEARTBEAT, GOODBYE, CHECKPOINT = 20, 23, 24, 26
+PUSH_PULL = 28
 
 
 def header(body_field, body, request_id=1, version=1):
@@ -110,6 +111,14 @@ def push(names, step=0, worker=0, clock=0, values=None):
     for n in names:
         frames.append(values if values is not None else floats(numel(VARS[n]), 0.1 * (worker + 1)))
     return frames
+
+
+def push_pull(names, step=0, worker=0, clock=0, values=None):
+    """[header, payload...] for a PushPull { Push push = 1; } of the same gradients."""
+    body = b"".join(f_bytes(1, tensor_meta(n, VARS[n])) for n in names)
+    body += f_varint(2, step) + f_varint(3, worker) + f_varint(4, clock)
+    return [header(PUSH_PULL, f_bytes(1, body), request_id=5)] + push(names, step, worker, clock,
+                                                                     values)[1:]
 
 
 def empty(field):
@@ -188,6 +197,16 @@ def seeds():
     yield "ok-backup-drop", framed(BACKUP | FRESH, push(["w"], 0, 0), push(["w"], 0, 1),
                                    [pull(["w"], 1, 1)])
     yield "ok-push-misaligned", framed(ASYNC | MISALIGN, push(["w", "b"], 0, 1, 0))
+    # PushPull: sync, worker 0's reply waits for worker 1's push; async, at once
+    yield "ok-push-pull-sync", framed(SYNC | FRESH, push_pull(["w", "b"], 0, 0),
+                                      push_pull(["w", "b", "e"], 0, 1), push_pull(["b"], 0, 0))
+    yield "ok-push-pull-async", framed(ASYNC | FRESH, push_pull(["e", "w"], 0, 0, 0),
+                                       push_pull(["e"], 0, 1, 0), [pull(["e"])])
+    yield "ok-push-pull-stale", framed(STALE | FRESH, push_pull(["b"], 0, 0, 0),
+                                       push_pull(["b"], 0, 0, 1), push_pull(["b"], 0, 1, 0))
+    yield "bad-push-pull-empty", raw(ASYNC, header(PUSH_PULL, b""))
+    yield "bad-push-pull-nan", framed(ASYNC, push_pull(["b"], values=struct.pack("<3f", 1,
+                                                                              float("inf"), 2)))
     yield "ok-stats", framed(SYNC, [empty(STATS)])
     yield "ok-heartbeat", framed(SYNC, [one_worker(HEARTBEAT, 1)], [empty(STATS)])
     # Goodbye from worker 1 closes a step only worker 0 pushed for
