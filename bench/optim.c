@@ -152,8 +152,8 @@ static int parse_opts(int argc, char **argv, opts *o) {
 #ifndef TRIAD_CLONES
 #define TRIAD_CLONES
 #endif
-TRIAD_CLONES __attribute__((noinline)) static void triad(float *restrict a, const float *restrict b,
-                                            const float *restrict c, float s, size_t n) {
+TRIAD_CLONES __attribute__((noinline)) static void
+triad(float *restrict a, const float *restrict b, const float *restrict c, float s, size_t n) {
     for (size_t i = 0; i < n; i++)
         a[i] = b[i] + s * c[i];
 }

@@ -546,10 +546,9 @@ static ps_client *open_client(const child *psd, unsigned nshards, tensors *t, co
 /* raw out+back 16fr: the same bytes as raw out+back in 16 frames each way (how to
  * frame a big tensor: psd sends each tensor as one frame) */
 enum { C_PUSH, C_PULL, C_PP, C_PPC, R_ONEWAY, R_GET, R_ECHO, R_ECHO16, C_MEMCPY, N_CONT };
-static const char *cont_name[N_CONT] = {
-    "psd push",         "psd pull",        "psd push+pull", "psd push-pull",
-    "raw out+1B reply", "raw 9B req+back", "raw out+back",  "raw out+back 16fr",
-    "memcpy"};
+static const char *cont_name[N_CONT] = {"psd push",      "psd pull",          "psd push+pull",
+                                        "psd push-pull", "raw out+1B reply",  "raw 9B req+back",
+                                        "raw out+back",  "raw out+back 16fr", "memcpy"};
 static const int cont_dirs[N_CONT] = {1, 1, 2, 2, 1, 1, 2, 2, 1}; /* payload = dirs x size */
 static const int cont_raw[N_CONT] = {R_ONEWAY, R_GET, R_ECHO, R_ECHO, -1, -1, -1, R_ECHO, -1};
 
@@ -786,7 +785,7 @@ int main(int argc, char **argv) {
                     size_label(&o.sizes[si], label, sizeof label);
                     for (int k = 0; k < N_CONT; k++) {
                         if (k == C_MEMCPY && (nsh > 1 || curve || (ipc && o.tcp)))
-                            continue; /* once per size */
+                            continue;                /* once per size */
                         if (res[k].n == 0) continue; /* not measured (--only) */
                         double bytes = (double)cont_dirs[k] * (double)t.floats * 4.0;
                         char ratio[16] = "-";

@@ -341,8 +341,8 @@ static int check_grads(ps_server *s, const Ps__Push *p, ps_request *r, const flo
     return PS_OK;
 }
 
-const double ps__lat_bounds[PS_LAT_BUCKETS] = {1e-5,   2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
-                                               2.5e-3, 5e-3,   1e-2, 2.5e-2, 5e-2, 0.1,  1.0};
+const double ps__lat_bounds[PS_LAT_BUCKETS] = {1e-5,   2.5e-5, 5e-5, 1e-4,   2.5e-4, 5e-4, 1e-3,
+                                               2.5e-3, 5e-3,   1e-2, 2.5e-2, 5e-2,   0.1,  1.0};
 
 void ps__stats_apply_latency(ps_server *s, double seconds) {
     size_t b = 0;
@@ -529,8 +529,7 @@ int ps__handle_push_pull(ps_server *s, ps_request *r, char *err, size_t errlen) 
     push_commit(s, p, &pl);
     push_plan_free(r, p, &pl);
     uint64_t min_version = s->cfg.mode == PS_MODE_SYNC ? p->step + 1 : 0;
-    return answer_or_defer(s, r, min_version, 1, p->clock + 1, pl.applied, pl.dropped, err,
-                           errlen);
+    return answer_or_defer(s, r, min_version, 1, p->clock + 1, pl.applied, pl.dropped, err, errlen);
 }
 
 int ps__handle_stats(ps_server *s, ps_request *r, char *err, size_t errlen) {

@@ -174,9 +174,10 @@ static char *render(const ps_server *s, size_t *len) {
     gauge(&b, sh, "psd_workers", "Workers in the job (--workers).", (uint64_t)s->cfg.workers);
     counter(&b, sh, "psd_workers_removed_total", "Workers removed after --worker-timeout.",
             st->workers_removed);
-    counter(&b, sh, "psd_auth_denied_total",
-            "Connections refused by CurveZMQ authentication (unknown key, plaintext, bad handshake).",
-            st->auth_denied);
+    counter(
+        &b, sh, "psd_auth_denied_total",
+        "Connections refused by CurveZMQ authentication (unknown key, plaintext, bad handshake).",
+        st->auth_denied);
     gauge(&b, sh, "psd_pending_pulls", "Pulls waiting for a version that does not exist yet.",
           s->n_pending);
     gauge(&b, sh, "psd_max_staleness", "Async: the largest push staleness seen (clocks).",

@@ -20,7 +20,7 @@ typedef struct ps_pending_pull {
     size_t identity_len;
     Ps__Header *req; /* owned: a Pull or a PushPull */
     uint64_t min_version;
-    int has_worker;       /* the staleness gate applies, at `clock` */
+    int has_worker; /* the staleness gate applies, at `clock` */
     uint64_t clock;
     int applied, dropped; /* PushPull: its push's outcome, for the reply */
 } ps_pending_pull;

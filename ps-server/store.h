@@ -18,9 +18,9 @@ typedef struct {
     float *w;        /* values: a reference-counted block (see ps_var_share), never NULL */
     float *slots[2]; /* owned: optimizer state, ps_optim_num_slots of them */
     ps_opt_spec opt;
-    uint64_t updates; /* optimizer applies so far (Adam's t) */
-    float *gsum;      /* owned, sync mode: gradients summed for the open step */
-    uint32_t gcount;  /* pushes summed into gsum */
+    uint64_t updates;    /* optimizer applies so far (Adam's t) */
+    float *gsum;         /* owned, sync mode: gradients summed for the open step */
+    uint32_t gcount;     /* pushes summed into gsum */
     uint64_t cow_copies; /* updates that copied w because a reply still held it */
 } ps_var;
 

@@ -50,10 +50,10 @@ struct ps_client {
     int timeout_ms, attempt_ms;
     uint64_t rng;
     ps_heartbeat *heartbeat;
-    int connected;         /* the sockets exist (made at the first request) */
-    int have_curve;        /* CurveZMQ: every socket is a CURVE client with these keys */
-    int step_open;         /* between ps_client_step_begin and ps_client_step_end */
-    int step_rc;           /* the first send error of the open step exchange */
+    int connected;  /* the sockets exist (made at the first request) */
+    int have_curve; /* CurveZMQ: every socket is a CURVE client with these keys */
+    int step_open;  /* between ps_client_step_begin and ps_client_step_end */
+    int step_rc;    /* the first send error of the open step exchange */
     uint64_t step_clock;
     ps_curve_client curve; /* secret: wiped on close */
     char error[512];

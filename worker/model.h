@@ -21,7 +21,7 @@ typedef struct {
     int rank;        /* 1 (bias) or 2 (kernel: Dense [in, out], Conv2D [kh*kw*c_in, filters]) */
     size_t shape[2]; /* shape[0] is the row count used for row-splitting */
     size_t numel;
-    size_t offset;   /* in floats from the start of ps_model_params()/ps_model_grads() */
+    size_t offset;          /* in floats from the start of ps_model_params()/ps_model_grads() */
     size_t fan_in, fan_out; /* for glorot_uniform, as Keras counts them (0 for biases) */
 } ps_model_var;
 
@@ -39,17 +39,17 @@ int ps_model_set_device(ps_model *m, ps_k_dev *d, char *err, size_t errlen);
 const char *ps_model_default_spec(void);
 void ps_model_free(ps_model *m);
 
-size_t ps_model_input_dim(const ps_model *m);   /* features per sample, e.g. 784 */
+size_t ps_model_input_dim(const ps_model *m); /* features per sample, e.g. 784 */
 /* Classes the labels may take: the last layer's width, or 2 for a one-unit
  * binary head (binary_crossentropy or mse with labels 0 and 1). */
 size_t ps_model_num_classes(const ps_model *m);
 size_t ps_model_num_vars(const ps_model *m);
 const ps_model_var *ps_model_var_at(const ps_model *m, size_t i);
-size_t ps_model_num_params(const ps_model *m);  /* total floats over all vars */
-float *ps_model_params(ps_model *m);            /* owned by the model */
-float *ps_model_grads(ps_model *m);             /* owned by the model */
+size_t ps_model_num_params(const ps_model *m); /* total floats over all vars */
+float *ps_model_params(ps_model *m);           /* owned by the model */
+float *ps_model_grads(ps_model *m);            /* owned by the model */
 const ps_opt_spec *ps_model_optimizer(const ps_model *m);
-size_t ps_model_batch_size(const ps_model *m);  /* spec "batch_size", default 64 */
+size_t ps_model_batch_size(const ps_model *m); /* spec "batch_size", default 64 */
 const char *ps_model_name(const ps_model *m);
 
 /* Keras default initializers: glorot_uniform kernels, zero biases; seeded.

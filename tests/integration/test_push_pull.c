@@ -108,8 +108,7 @@ START_TEST(sync_reply_waits_for_the_step) {
     ck_assert_int_eq(ps_client_push_next(w1.c, 0, &dropped), PS_OK);
     ck_assert_uint_eq(dropped, 0);
     int fresh = 0;
-    ck_assert_msg(ps_client_step_end(w0.c, &dropped, &fresh) == PS_OK, "%s",
-                  ps_client_error(w0.c));
+    ck_assert_msg(ps_client_step_end(w0.c, &dropped, &fresh) == PS_OK, "%s", ps_client_error(w0.c));
     ck_assert_int_eq(fresh, 1);
     ck_assert_uint_eq(dropped, 0);
     ck_assert_int_eq(ps_client_pull_next(w1.c, 0, 1, NULL), PS_OK);
@@ -218,8 +217,8 @@ static Ps__Header *raw_recv(raw_conn *r, int ms, ps_frames *f) {
     ck_assert_int_eq(ps_frames_recv(r->sock, 0, &fr), PS_OK);
     Ps__Header *h = NULL;
     char err[200];
-    ck_assert_int_eq(ps_header_decode(zmq_msg_data(&fr.frames[0]), zmq_msg_size(&fr.frames[0]),
-                                      &h, err, sizeof err),
+    ck_assert_int_eq(ps_header_decode(zmq_msg_data(&fr.frames[0]), zmq_msg_size(&fr.frames[0]), &h,
+                                      err, sizeof err),
                      PS_OK);
     if (f)
         *f = fr;
