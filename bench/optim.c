@@ -143,17 +143,18 @@ static int parse_opts(int argc, char **argv, opts *o) {
 
 /* The reference: STREAM's triad, in float, compiled here at the build's -O,
  * with the same per-CPU versions as the optimizer loops (common/optim.c), so
- * both run at the same vector width. */
+ * both run at the same vector width. Never inlined: a multiversioned
+ * function is called through its resolver (clang refuses noinline on it). */
 #if defined(__x86_64__) && defined(__linux__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
-#define TRIAD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define TRIAD_ATTRS __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 #endif
-#ifndef TRIAD_CLONES
-#define TRIAD_CLONES
+#ifndef TRIAD_ATTRS
+#define TRIAD_ATTRS __attribute__((noinline))
 #endif
-TRIAD_CLONES __attribute__((noinline)) static void
-triad(float *restrict a, const float *restrict b, const float *restrict c, float s, size_t n) {
+TRIAD_ATTRS static void triad(float *restrict a, const float *restrict b, const float *restrict c,
+                              float s, size_t n) {
     for (size_t i = 0; i < n; i++)
         a[i] = b[i] + s * c[i];
 }
