@@ -258,7 +258,10 @@ START_TEST(backup_workers_do_not_wait_for_the_slow_one) {
     const char *a[] = {"--workers", "3", "--mode", "sync", "--replicas-to-aggregate", "2", NULL};
     ck_assert_int_eq(ps_test_psd_start(&psd, a, 10000), 0);
     snprintf(j.ps, sizeof j.ps, "%s", psd.endpoint);
-    const char *fast[] = {"--epochs", "1", "--max-steps", "40", "--max-test", "500", NULL};
+    /* the fast workers take 20 ms a step, so the slow one's pushes (one per
+     * 250 ms) land while they still close steps: those are dropped */
+    const char *fast[] = {"--epochs", "1",         "--max-steps", "40", "--max-test",
+                          "500",      "--slow-ms", "20",          NULL};
     const char *slow[] = {"--epochs", "1", "--max-steps", "40", "--slow-ms", "250", NULL};
     /* The slow worker joins first: a worker that says Hello after the job has
      * moved on starts at the job's current step (as a restarted one does),
