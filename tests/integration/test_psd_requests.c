@@ -15,6 +15,7 @@
 #include "client.h"
 #include "proc.h"
 #include "ps_error.h"
+#include "raw.h"
 #include "wire.h"
 
 #define LR 0.1f
@@ -111,92 +112,7 @@ static Ps__StatsReply *get_stats(good_client *g, Ps__Header **hold) {
     return (*hold)->stats_reply;
 }
 
-/* ---- a raw DEALER: requests built byte by byte ---- */
-
-typedef struct {
-    void *ctx, *sock;
-} raw_conn;
-
-static void raw_open(raw_conn *r) {
-    r->ctx = zmq_ctx_new();
-    ck_assert_ptr_nonnull(r->ctx);
-    r->sock = zmq_socket(r->ctx, ZMQ_DEALER);
-    ck_assert_ptr_nonnull(r->sock);
-    int zero = 0;
-    zmq_setsockopt(r->sock, ZMQ_LINGER, &zero, sizeof zero);
-    char ep[160];
-    snprintf(ep, sizeof ep, "tcp://%s", psd.endpoint);
-    ck_assert_int_eq(zmq_connect(r->sock, ep), 0);
-}
-
-static void raw_close(raw_conn *r) {
-    zmq_close(r->sock);
-    ck_assert_int_eq(zmq_ctx_term(r->ctx), 0);
-}
-
-/* Sends n frames (copied) as one message. */
-static void raw_send(raw_conn *r, const void *const *data, const size_t *lens, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        int more = i + 1 < n ? ZMQ_SNDMORE : 0;
-        ck_assert_int_eq(zmq_send(r->sock, data[i], lens[i], more), (int)lens[i]);
-    }
-}
-
-/* Sends [packed h][payloads...]; h is sent with the protocol_version it has. */
-static void raw_send_hdr(raw_conn *r, const Ps__Header *h, const void *const *pl,
-                         const size_t *pl_lens, size_t n_pl) {
-    size_t hlen = ps__header__get_packed_size(h);
-    void *buf = malloc(hlen ? hlen : 1);
-    ck_assert_ptr_nonnull(buf);
-    ps__header__pack(h, buf);
-    ck_assert_int_eq(zmq_send(r->sock, buf, hlen, n_pl ? ZMQ_SNDMORE : 0), (int)hlen);
-    free(buf);
-    raw_send(r, pl, pl_lens, n_pl);
-}
-
-/* Receives one reply within timeout_ms: its decoded header (caller frees), or NULL when none
- * came. The payload frames go to *f when f is non-NULL (caller closes), else are dropped. */
-static Ps__Header *raw_recv(raw_conn *r, int timeout_ms, ps_frames *f) {
-    zmq_pollitem_t it = {r->sock, 0, ZMQ_POLLIN, 0};
-    long long deadline = now_ms() + timeout_ms;
-    for (;;) {
-        long long left = deadline - now_ms();
-        if (left < 0) return NULL;
-        int n = zmq_poll(&it, 1, (long)left);
-        if (n > 0) break;
-        if (n == 0) return NULL;
-    }
-    ps_frames got;
-    ck_assert_int_eq(ps_frames_recv(r->sock, ZMQ_DONTWAIT, &got), PS_OK);
-    ck_assert_uint_ge(got.n, 1);
-    Ps__Header *h = NULL;
-    char err[256] = "";
-    int rc = ps_header_decode(zmq_msg_data(&got.frames[0]), zmq_msg_size(&got.frames[0]), &h, err,
-                              sizeof err);
-    ck_assert_msg(rc == PS_OK, "psd's reply does not decode: %s", err);
-    if (f)
-        *f = got;
-    else
-        ps_frames_close(&got);
-    return h;
-}
-
-/* Waits for an Error reply and checks its code, name, message and echoed request id. */
-static void expect_error_reply(raw_conn *r, uint64_t request_id, int code) {
-    ps_frames f;
-    Ps__Header *h = raw_recv(r, REPLY_MS, &f);
-    ck_assert_msg(h != NULL, "no reply within %d ms (want %s)", REPLY_MS, ps_errname(code));
-    ck_assert_msg(h->body_case == PS__HEADER__BODY_ERROR, "reply body %d, want Error %s",
-                  (int)h->body_case, ps_errname(code));
-    ck_assert_msg(h->error->code == code, "error %s (%s), want %s", h->error->code_name,
-                  h->error->message, ps_errname(code));
-    ck_assert_str_eq(h->error->code_name, ps_errname(code));
-    ck_assert_msg(h->error->message && h->error->message[0], "empty error message");
-    ck_assert_uint_eq(h->request_id, request_id);
-    ck_assert_uint_eq(f.n, 1); /* an error carries no payload frames */
-    ps_frames_close(&f);
-    ps__header__free_unpacked(h, NULL);
-}
+/* ---- a raw DEALER (raw.h): requests built byte by byte ---- */
 
 static Ps__Header req_header(uint64_t request_id) {
     Ps__Header h = PS__HEADER__INIT;
@@ -287,12 +203,12 @@ static void teardown_psd(void) {
 
 START_TEST(pull_unknown_variable) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     char *names[2] = {"nope", "w"};
     raw_pull(&r, 101, names, 1, 0, NULL, NULL, 0);
-    expect_error_reply(&r, 101, PS_ENOENT);
+    raw_expect_error(&r, 101, PS_ENOENT, REPLY_MS);
     raw_pull(&r, 102, (char *[]){"w", "nope"}, 2, 0, NULL, NULL, 0); /* known, then unknown */
-    expect_error_reply(&r, 102, PS_ENOENT);
+    raw_expect_error(&r, 102, PS_ENOENT, REPLY_MS);
     raw_close(&r);
     expect_unchanged();
 }
@@ -300,7 +216,7 @@ END_TEST
 
 START_TEST(push_unknown_variable) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     Ps__TensorMeta m;
     uint64_t sb[PS_WIRE_MAX_RANK];
     ps_tensor_meta_f32(&m, "nope", (const size_t[]){2, 3}, 2, sb);
@@ -309,7 +225,7 @@ START_TEST(push_unknown_variable) {
     push_req_init(&q, 103, mp, 1, 0, 0);
     float g[NW] = {1, 1, 1, 1, 1, 1};
     raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    expect_error_reply(&r, 103, PS_ENOENT);
+    raw_expect_error(&r, 103, PS_ENOENT, REPLY_MS);
     raw_close(&r);
     expect_unchanged();
 }
@@ -317,7 +233,7 @@ END_TEST
 
 START_TEST(push_wrong_shape) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     float g[NW] = {1, 1, 1, 1, 1, 1};
     Ps__TensorMeta m;
     uint64_t sb[PS_WIRE_MAX_RANK];
@@ -327,17 +243,17 @@ START_TEST(push_wrong_shape) {
     ps_tensor_meta_f32(&m, "w", (const size_t[]){3, 2}, 2, sb);
     push_req_init(&q, 104, mp, 1, 0, 0);
     raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    expect_error_reply(&r, 104, PS_ESHAPE);
+    raw_expect_error(&r, 104, PS_ESHAPE, REPLY_MS);
     /* flattened */
     ps_tensor_meta_f32(&m, "w", (const size_t[]){6}, 1, sb);
     push_req_init(&q, 105, mp, 1, 0, 0);
     raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    expect_error_reply(&r, 105, PS_ESHAPE);
+    raw_expect_error(&r, 105, PS_ESHAPE, REPLY_MS);
     /* fewer elements */
     ps_tensor_meta_f32(&m, "w", (const size_t[]){2, 2}, 2, sb);
     push_req_init(&q, 106, mp, 1, 0, 0);
     raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){16}, 1);
-    expect_error_reply(&r, 106, PS_ESHAPE);
+    raw_expect_error(&r, 106, PS_ESHAPE, REPLY_MS);
     raw_close(&r);
     expect_unchanged();
 }
@@ -345,7 +261,7 @@ END_TEST
 
 START_TEST(push_wrong_dtype) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     float g[NW] = {1, 1, 1, 1, 1, 1};
     Ps__TensorMeta m;
     uint64_t sb[PS_WIRE_MAX_RANK];
@@ -355,11 +271,11 @@ START_TEST(push_wrong_dtype) {
     push_req q;
     push_req_init(&q, 107, mp, 1, 0, 0);
     raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    expect_error_reply(&r, 107, PS_ESHAPE);
+    raw_expect_error(&r, 107, PS_ESHAPE, REPLY_MS);
     m.dtype = (Ps__DType)2; /* not a dtype psd knows */
     push_req_init(&q, 108, mp, 1, 0, 0);
     raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    expect_error_reply(&r, 108, PS_ESHAPE);
+    raw_expect_error(&r, 108, PS_ESHAPE, REPLY_MS);
     raw_close(&r);
     expect_unchanged();
 }
@@ -367,7 +283,7 @@ END_TEST
 
 START_TEST(push_frame_count_mismatch) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     float g[NW] = {1, 1, 1, 1, 1, 1}, gb[NB] = {1, 1, 1, 1};
     Ps__TensorMeta m[2];
     uint64_t sb[2][PS_WIRE_MAX_RANK];
@@ -379,23 +295,23 @@ START_TEST(push_frame_count_mismatch) {
     push_req_init(&q, 109, mp, 2, 0, 0);
     raw_send_hdr(&r, &q.h, (const void *[]){g, gb, gb},
                  (const size_t[]){sizeof g, sizeof gb, sizeof gb}, 3);
-    expect_error_reply(&r, 109, PS_EPROTO);
+    raw_expect_error(&r, 109, PS_EPROTO, REPLY_MS);
     /* two metas, one frame */
     push_req_init(&q, 110, mp, 2, 0, 0);
     raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    expect_error_reply(&r, 110, PS_EPROTO);
+    raw_expect_error(&r, 110, PS_EPROTO, REPLY_MS);
     /* two metas, no frames at all */
     push_req_init(&q, 111, mp, 2, 0, 0);
     raw_send_hdr(&r, &q.h, NULL, NULL, 0);
-    expect_error_reply(&r, 111, PS_EPROTO);
+    raw_expect_error(&r, 111, PS_EPROTO, REPLY_MS);
     /* no metas, one frame */
     push_req_init(&q, 136, mp, 0, 0, 0);
     raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    expect_error_reply(&r, 136, PS_EPROTO);
+    raw_expect_error(&r, 136, PS_EPROTO, REPLY_MS);
     /* an empty push: nothing to apply */
     push_req_init(&q, 137, mp, 0, 0, 0);
     raw_send_hdr(&r, &q.h, NULL, NULL, 0);
-    expect_error_reply(&r, 137, PS_EPROTO);
+    raw_expect_error(&r, 137, PS_EPROTO, REPLY_MS);
     raw_close(&r);
     expect_unchanged();
 }
@@ -403,7 +319,7 @@ END_TEST
 
 START_TEST(push_nbytes_mismatch) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     float g[NW] = {1, 1, 1, 1, 1, 1};
     Ps__TensorMeta m;
     uint64_t sb[PS_WIRE_MAX_RANK];
@@ -414,16 +330,16 @@ START_TEST(push_nbytes_mismatch) {
     m.nbytes = 20;
     push_req_init(&q, 112, mp, 1, 0, 0);
     raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){20}, 1);
-    expect_error_reply(&r, 112, PS_EPROTO);
+    raw_expect_error(&r, 112, PS_EPROTO, REPLY_MS);
     /* nbytes disagrees with the shape and the frame (which agree) */
     push_req_init(&q, 135, mp, 1, 0, 0);
     raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    expect_error_reply(&r, 135, PS_EPROTO);
+    raw_expect_error(&r, 135, PS_EPROTO, REPLY_MS);
     /* nbytes right, the frame is short */
     m.nbytes = sizeof g;
     push_req_init(&q, 113, mp, 1, 0, 0);
     raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g - 1}, 1);
-    expect_error_reply(&r, 113, PS_EPROTO);
+    raw_expect_error(&r, 113, PS_EPROTO, REPLY_MS);
     raw_close(&r);
     expect_unchanged();
 }
@@ -431,7 +347,7 @@ END_TEST
 
 START_TEST(wrong_protocol_version) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     Ps__Header h = req_header(114);
     h.protocol_version = PS_PROTOCOL_VERSION + 1;
     Ps__Hello hello = PS__HELLO__INIT;
@@ -439,7 +355,7 @@ START_TEST(wrong_protocol_version) {
     h.body_case = PS__HEADER__BODY_HELLO;
     h.hello = &hello;
     raw_send_hdr(&r, &h, NULL, NULL, 0);
-    expect_error_reply(&r, 114, PS_EVERSION);
+    raw_expect_error(&r, 114, PS_EVERSION, REPLY_MS);
     raw_close(&r);
     expect_unchanged();
 }
@@ -447,14 +363,14 @@ END_TEST
 
 START_TEST(garbage_header) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     const unsigned char junk[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
                                     0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
     raw_send(&r, (const void *[]){junk}, (const size_t[]){sizeof junk}, 1);
-    expect_error_reply(&r, 0, PS_EPROTO); /* nothing decoded: request id 0 */
+    raw_expect_error(&r, 0, PS_EPROTO, REPLY_MS); /* nothing decoded: request id 0 */
     const char http[] = "GET / HTTP/1.1\r\nHost: psd\r\n\r\n";
     raw_send(&r, (const void *[]){http, "trailing"}, (const size_t[]){sizeof http - 1, 8}, 2);
-    expect_error_reply(&r, 0, PS_EPROTO);
+    raw_expect_error(&r, 0, PS_EPROTO, REPLY_MS);
     raw_close(&r);
     expect_unchanged();
 }
@@ -462,9 +378,9 @@ END_TEST
 
 START_TEST(empty_header_frame) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     raw_send(&r, (const void *[]){""}, (const size_t[]){0}, 1);
-    expect_error_reply(&r, 0, PS_EPROTO);
+    raw_expect_error(&r, 0, PS_EPROTO, REPLY_MS);
     raw_close(&r);
     expect_unchanged();
 }
@@ -472,10 +388,10 @@ END_TEST
 
 START_TEST(header_without_body) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     Ps__Header h = req_header(115);
     raw_send_hdr(&r, &h, NULL, NULL, 0);
-    expect_error_reply(&r, 115, PS_EPROTO); /* the header decoded: its id is echoed */
+    raw_expect_error(&r, 115, PS_EPROTO, REPLY_MS); /* the header decoded: its id is echoed */
     raw_close(&r);
     expect_unchanged();
 }
@@ -483,13 +399,13 @@ END_TEST
 
 START_TEST(reply_type_as_request) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     Ps__Header h = req_header(116);
     Ps__Welcome w = PS__WELCOME__INIT;
     h.body_case = PS__HEADER__BODY_WELCOME;
     h.welcome = &w;
     raw_send_hdr(&r, &h, NULL, NULL, 0);
-    expect_error_reply(&r, 116, PS_EPROTO);
+    raw_expect_error(&r, 116, PS_EPROTO, REPLY_MS);
     raw_close(&r);
     expect_unchanged();
 }
@@ -497,11 +413,11 @@ END_TEST
 
 START_TEST(pull_with_payload_frames) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     float junk[NW] = {0};
     raw_pull(&r, 117, (char *[]){"w"}, 1, 0, (const void *[]){junk}, (const size_t[]){sizeof junk},
              1);
-    expect_error_reply(&r, 117, PS_EPROTO);
+    raw_expect_error(&r, 117, PS_EPROTO, REPLY_MS);
     raw_close(&r);
     expect_unchanged();
 }
@@ -509,11 +425,11 @@ END_TEST
 
 START_TEST(pull_future_version) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     /* sync defers only the next version; two ahead can never be answered in
      * order: ESTALE tells the client its idea of the shard is out of date */
     raw_pull(&r, 118, (char *[]){"w"}, 1, 2, NULL, NULL, 0);
-    expect_error_reply(&r, 118, PS_ESTALE);
+    raw_expect_error(&r, 118, PS_ESTALE, REPLY_MS);
     raw_close(&r);
     expect_unchanged();
 }
@@ -526,7 +442,7 @@ END_TEST
  * instead of EPROTO. */
 START_TEST(too_many_frames) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     size_t n = PS_WIRE_MAX_FRAMES + 10;
     const void **pl = calloc(n, sizeof *pl);
     size_t *lens = calloc(n, sizeof *lens);
@@ -580,14 +496,14 @@ END_TEST
 
 START_TEST(pull_too_many_names) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     char *names[PS_WIRE_MAX_FRAMES + 1];
     for (size_t i = 0; i <= PS_WIRE_MAX_FRAMES; i++)
         names[i] = "w";
     raw_pull(&r, 133, names, PS_WIRE_MAX_FRAMES + 1, 0, NULL, NULL, 0);
-    expect_error_reply(&r, 133, PS_EPROTO);
+    raw_expect_error(&r, 133, PS_EPROTO, REPLY_MS);
     raw_pull(&r, 134, names, 0, 0, NULL, NULL, 0); /* and none at all */
-    expect_error_reply(&r, 134, PS_EPROTO);
+    raw_expect_error(&r, 134, PS_EPROTO, REPLY_MS);
     raw_close(&r);
     expect_unchanged();
 }
@@ -597,7 +513,7 @@ END_TEST
  * not pushed for the step, and its next good push completes the step normally. */
 START_TEST(nan_gradient_rejected) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     float gw[NW] = {100, 100, 100, 100, 100, 100}, gb[NB] = {1, 2, NAN, 4};
     Ps__TensorMeta m[2];
     uint64_t sb[2][PS_WIRE_MAX_RANK];
@@ -607,12 +523,12 @@ START_TEST(nan_gradient_rejected) {
     push_req q;
     push_req_init(&q, 120, mp, 2, 0, 0);
     raw_send_hdr(&r, &q.h, (const void *[]){gw, gb}, (const size_t[]){sizeof gw, sizeof gb}, 2);
-    expect_error_reply(&r, 120, PS_EINVAL);
+    raw_expect_error(&r, 120, PS_EINVAL, REPLY_MS);
     gb[2] = 3;
     gw[5] = INFINITY;
     push_req_init(&q, 121, mp, 2, 0, 0);
     raw_send_hdr(&r, &q.h, (const void *[]){gw, gb}, (const size_t[]){sizeof gw, sizeof gb}, 2);
-    expect_error_reply(&r, 121, PS_EINVAL);
+    raw_expect_error(&r, 121, PS_EINVAL, REPLY_MS);
     raw_close(&r);
     ck_assert_uint_eq(expect_values(&good, W0, B0), 0);
 
@@ -636,7 +552,7 @@ END_TEST
 
 START_TEST(push_worker_index_out_of_range) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     float g[NW] = {1, 1, 1, 1, 1, 1};
     Ps__TensorMeta m;
     uint64_t sb[PS_WIRE_MAX_RANK];
@@ -645,10 +561,10 @@ START_TEST(push_worker_index_out_of_range) {
     push_req q;
     push_req_init(&q, 122, mp, 1, 0, 1); /* the job has one worker: index 0 */
     raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    expect_error_reply(&r, 122, PS_EINVAL);
+    raw_expect_error(&r, 122, PS_EINVAL, REPLY_MS);
     push_req_init(&q, 123, mp, 1, 0, UINT32_MAX);
     raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    expect_error_reply(&r, 123, PS_EINVAL);
+    raw_expect_error(&r, 123, PS_EINVAL, REPLY_MS);
     raw_close(&r);
     expect_unchanged();
 }
@@ -679,7 +595,7 @@ static void raw_create(raw_conn *r, uint64_t request_id, Ps__TensorMeta **metas,
 
 START_TEST(create_vars_same_shape_idempotent) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     float other[NW] = {9, 9, 9, 9, 9, 9};
     Ps__TensorMeta m;
     uint64_t sb[PS_WIRE_MAX_RANK];
@@ -709,22 +625,22 @@ END_TEST
 
 START_TEST(create_vars_different_shape) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     float other[NW] = {9, 9, 9, 9, 9, 9}, fresh[2] = {7, 8};
     Ps__TensorMeta m[2];
     uint64_t sb[2][PS_WIRE_MAX_RANK];
     ps_tensor_meta_f32(&m[0], "w", (const size_t[]){3, 2}, 2, sb[0]);
     Ps__TensorMeta *mp[2] = {&m[0], &m[1]};
     raw_create(&r, 125, mp, 1, (const void *[]){other}, (const size_t[]){sizeof other});
-    expect_error_reply(&r, 125, PS_EEXIST);
+    raw_expect_error(&r, 125, PS_EEXIST, REPLY_MS);
     /* all or nothing: a new var listed before the clash is not created either */
     ps_tensor_meta_f32(&m[0], "fresh", (const size_t[]){2}, 1, sb[0]);
     ps_tensor_meta_f32(&m[1], "w", (const size_t[]){6}, 1, sb[1]);
     raw_create(&r, 126, mp, 2, (const void *[]){fresh, other},
                (const size_t[]){sizeof fresh, sizeof other});
-    expect_error_reply(&r, 126, PS_EEXIST);
+    raw_expect_error(&r, 126, PS_EEXIST, REPLY_MS);
     raw_pull(&r, 127, (char *[]){"fresh"}, 1, 0, NULL, NULL, 0);
-    expect_error_reply(&r, 127, PS_ENOENT);
+    raw_expect_error(&r, 127, PS_ENOENT, REPLY_MS);
     raw_close(&r);
     expect_unchanged();
 }
@@ -732,7 +648,7 @@ END_TEST
 
 START_TEST(create_vars_bad_optimizer) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     float init[2] = {7, 8};
     Ps__TensorMeta m;
     uint64_t sb[PS_WIRE_MAX_RANK];
@@ -752,12 +668,12 @@ START_TEST(create_vars_bad_optimizer) {
     h.body_case = PS__HEADER__BODY_CREATE_VARS;
     h.create_vars = &cv;
     raw_send_hdr(&r, &h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
-    expect_error_reply(&r, 128, PS_EINVAL);
+    raw_expect_error(&r, 128, PS_EINVAL, REPLY_MS);
     /* optimizers missing */
     cv.n_optimizers = 0;
     h.request_id = 129;
     raw_send_hdr(&r, &h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
-    expect_error_reply(&r, 129, PS_EPROTO);
+    raw_expect_error(&r, 129, PS_EPROTO, REPLY_MS);
     raw_close(&r);
     expect_unchanged();
 }
@@ -765,7 +681,7 @@ END_TEST
 
 START_TEST(hello_wrong_num_workers) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     Ps__Header h = req_header(130);
     Ps__Hello hello = PS__HELLO__INIT;
     hello.worker_index = 0;
@@ -773,13 +689,13 @@ START_TEST(hello_wrong_num_workers) {
     h.body_case = PS__HEADER__BODY_HELLO;
     h.hello = &hello;
     raw_send_hdr(&r, &h, NULL, NULL, 0);
-    expect_error_reply(&r, 130, PS_EINVAL);
+    raw_expect_error(&r, 130, PS_EINVAL, REPLY_MS);
     /* right job size, index out of range */
     hello.num_workers = 1;
     hello.worker_index = 1;
     h.request_id = 131;
     raw_send_hdr(&r, &h, NULL, NULL, 0);
-    expect_error_reply(&r, 131, PS_EINVAL);
+    raw_expect_error(&r, 131, PS_EINVAL, REPLY_MS);
     raw_close(&r);
 
     /* the client library reports it too */
@@ -798,11 +714,11 @@ END_TEST
 /* Errors are counted; the counters match what was sent. */
 START_TEST(stats_count_errors) {
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     raw_pull(&r, 132, (char *[]){"nope"}, 1, 0, NULL, NULL, 0);
-    expect_error_reply(&r, 132, PS_ENOENT);
+    raw_expect_error(&r, 132, PS_ENOENT, REPLY_MS);
     raw_send(&r, (const void *[]){""}, (const size_t[]){0}, 1);
-    expect_error_reply(&r, 0, PS_EPROTO);
+    raw_expect_error(&r, 0, PS_EPROTO, REPLY_MS);
     raw_close(&r);
     Ps__Header *hold;
     Ps__StatsReply *st = get_stats(&good, &hold);
@@ -940,7 +856,7 @@ START_TEST(sync_deferred_pull_raw) {
     for (int i = 0; i < NB; i++)
         c0.db[i] = c1.db[i] = 2.0f;
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     raw_pull(&r, 140, (char *[]){"b"}, 1, 1, NULL, NULL, 0);
     ck_assert_int_eq(ps_client_push(c0.c, 0, NULL), PS_OK);
     Ps__Header *h = raw_recv(&r, 300, NULL);
@@ -1044,11 +960,11 @@ START_TEST(shutdown_request) {
     good_open(&c0, 0, 2, 1);
     /* a pull waiting for version 1 is told the shard is going away */
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     raw_pull(&r, 150, (char *[]){"w"}, 1, 1, NULL, NULL, 0);
     ck_assert_ptr_null(raw_recv(&r, 200, NULL));
     ck_assert_msg(ps_client_shutdown(c0.c, 0) == PS_OK, "%s", ps_client_error(c0.c));
-    expect_error_reply(&r, 150, PS_ESHUTDOWN);
+    raw_expect_error(&r, 150, PS_ESHUTDOWN, REPLY_MS);
     raw_close(&r);
     good_close(&c0);
     int st = ps_test_wait(psd.pid, 5000);

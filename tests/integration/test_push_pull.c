@@ -18,6 +18,7 @@
 #include "client.h"
 #include "proc.h"
 #include "ps_error.h"
+#include "raw.h"
 #include "wire.h"
 
 #define LR 0.25f /* a power of two: the expected values below are exact */
@@ -163,25 +164,6 @@ END_TEST
 
 /* ---- by hand on a raw DEALER ---- */
 
-typedef struct {
-    void *ctx, *sock;
-} raw_conn;
-
-static void raw_open(raw_conn *r) {
-    r->ctx = zmq_ctx_new();
-    r->sock = zmq_socket(r->ctx, ZMQ_DEALER);
-    int linger = 0;
-    zmq_setsockopt(r->sock, ZMQ_LINGER, &linger, sizeof linger);
-    char ep[200];
-    snprintf(ep, sizeof ep, "tcp://%s", psd.endpoint);
-    ck_assert_int_eq(zmq_connect(r->sock, ep), 0);
-}
-
-static void raw_close(raw_conn *r) {
-    zmq_close(r->sock);
-    zmq_ctx_term(r->ctx);
-}
-
 /* Sends a PushPull of `n` gradients named names[] with `data` (N floats each). */
 static void raw_push_pull(raw_conn *r, uint64_t id, const char *const *names, size_t n,
                           const float *data, uint64_t step, uint64_t clock) {
@@ -209,33 +191,6 @@ static void raw_push_pull(raw_conn *r, uint64_t id, const char *const *names, si
     ck_assert_int_eq(ps_wire_send(r->sock, NULL, 0, &h, pl, n, 0), PS_OK);
 }
 
-/* Receives one reply within ms (NULL on timeout); frames kept in *f when f. */
-static Ps__Header *raw_recv(raw_conn *r, int ms, ps_frames *f) {
-    zmq_pollitem_t it = {r->sock, 0, ZMQ_POLLIN, 0};
-    if (zmq_poll(&it, 1, ms) <= 0) return NULL;
-    ps_frames fr;
-    ck_assert_int_eq(ps_frames_recv(r->sock, 0, &fr), PS_OK);
-    Ps__Header *h = NULL;
-    char err[200];
-    ck_assert_int_eq(ps_header_decode(zmq_msg_data(&fr.frames[0]), zmq_msg_size(&fr.frames[0]), &h,
-                                      err, sizeof err),
-                     PS_OK);
-    if (f)
-        *f = fr;
-    else
-        ps_frames_close(&fr);
-    return h;
-}
-
-static void expect_error(raw_conn *r, uint64_t id, int code) {
-    Ps__Header *h = raw_recv(r, REPLY_MS, NULL);
-    ck_assert_ptr_nonnull(h);
-    ck_assert_uint_eq(h->request_id, id);
-    ck_assert_int_eq(h->body_case, PS__HEADER__BODY_ERROR);
-    ck_assert_int_eq(h->error->code, code);
-    ps__header__free_unpacked(h, NULL);
-}
-
 /* Async, raw: the reply is a PushPullReply with the applied push and the
  * values after it, in the order of the gradients; errors for an unknown
  * variable, a NaN gradient and an empty push leave the values unchanged. */
@@ -243,7 +198,7 @@ START_TEST(raw_reply_and_errors) {
     worker w;
     worker_open(&w, 0, 1, 1);
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     float g[2 * N];
     for (int i = 0; i < 2 * N; i++)
         g[i] = 4.0f;
@@ -271,12 +226,12 @@ START_TEST(raw_reply_and_errors) {
     ps__header__free_unpacked(h, NULL);
 
     raw_push_pull(&r, 8, (const char *[]){"a", "nope"}, 2, g, 0, 1);
-    expect_error(&r, 8, PS_ENOENT);
+    raw_expect_error(&r, 8, PS_ENOENT, REPLY_MS);
     float bad[N] = {0, 0, 0, 0, 0, INFINITY, 0, 0};
     raw_push_pull(&r, 9, (const char *[]){"a"}, 1, bad, 0, 1);
-    expect_error(&r, 9, PS_EINVAL);
+    raw_expect_error(&r, 9, PS_EINVAL, REPLY_MS);
     raw_push_pull(&r, 10, NULL, 0, g, 0, 1);
-    expect_error(&r, 10, PS_EPROTO);
+    raw_expect_error(&r, 10, PS_EPROTO, REPLY_MS);
     /* none of them changed anything */
     uint64_t version = 0;
     ck_assert_int_eq(ps_client_pull(w.c, 0, &version), PS_OK);
@@ -299,7 +254,7 @@ START_TEST(raw_dropped_push_gets_values) {
     ck_assert_int_eq(ps_client_push(w0.c, 0, NULL), PS_OK);
     ck_assert_int_eq(ps_client_push(w1.c, 0, NULL), PS_OK); /* step 0 closes: version 1 */
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     float g[N] = {100, 100, 100, 100, 100, 100, 100, 100};
     raw_push_pull(&r, 21, (const char *[]){"a"}, 1, g, 0, 0); /* for step 0: closed */
     ps_frames f;
@@ -348,7 +303,7 @@ START_TEST(queued_replies_keep_their_values) {
     ck_assert_int_eq(ps_client_create_vars(c, NULL), PS_OK);
 
     raw_conn r;
-    raw_open(&r);
+    raw_open(&r, psd.endpoint);
     int hwm = 1;
     zmq_setsockopt(r.sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
     const char *names[] = {"big"};

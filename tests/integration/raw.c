@@ -1,0 +1,93 @@
+/* The raw DEALER of the integration tests (see raw.h). */
+#include "raw.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "ps_error.h"
+
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void raw_open(raw_conn *r, const char *endpoint) {
+    r->ctx = zmq_ctx_new();
+    ck_assert_ptr_nonnull(r->ctx);
+    r->sock = zmq_socket(r->ctx, ZMQ_DEALER);
+    ck_assert_ptr_nonnull(r->sock);
+    int zero = 0;
+    zmq_setsockopt(r->sock, ZMQ_LINGER, &zero, sizeof zero);
+    char ep[300];
+    snprintf(ep, sizeof ep, "%s%s", strncmp(endpoint, "ipc://", 6) == 0 ? "" : "tcp://", endpoint);
+    ck_assert_int_eq(zmq_connect(r->sock, ep), 0);
+}
+
+void raw_close(raw_conn *r) {
+    zmq_close(r->sock);
+    ck_assert_int_eq(zmq_ctx_term(r->ctx), 0);
+}
+
+void raw_send(raw_conn *r, const void *const *data, const size_t *lens, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int more = i + 1 < n ? ZMQ_SNDMORE : 0;
+        ck_assert_int_eq(zmq_send(r->sock, data[i], lens[i], more), (int)lens[i]);
+    }
+}
+
+void raw_send_hdr(raw_conn *r, const Ps__Header *h, const void *const *pl, const size_t *pl_lens,
+                  size_t n_pl) {
+    size_t hlen = ps__header__get_packed_size(h);
+    void *buf = malloc(hlen ? hlen : 1);
+    ck_assert_ptr_nonnull(buf);
+    ps__header__pack(h, buf);
+    ck_assert_int_eq(zmq_send(r->sock, buf, hlen, n_pl ? ZMQ_SNDMORE : 0), (int)hlen);
+    free(buf);
+    raw_send(r, pl, pl_lens, n_pl);
+}
+
+Ps__Header *raw_recv(raw_conn *r, int timeout_ms, ps_frames *f) {
+    zmq_pollitem_t it = {r->sock, 0, ZMQ_POLLIN, 0};
+    long long deadline = now_ms() + timeout_ms;
+    for (;;) {
+        long long left = deadline - now_ms();
+        if (left < 0) return NULL;
+        int n = zmq_poll(&it, 1, (long)left);
+        if (n > 0) break;
+        if (n == 0) return NULL;
+    }
+    ps_frames got;
+    ck_assert_int_eq(ps_frames_recv(r->sock, ZMQ_DONTWAIT, &got), PS_OK);
+    ck_assert_uint_ge(got.n, 1);
+    Ps__Header *h = NULL;
+    char err[256] = "";
+    int rc = ps_header_decode(zmq_msg_data(&got.frames[0]), zmq_msg_size(&got.frames[0]), &h, err,
+                              sizeof err);
+    ck_assert_msg(rc == PS_OK, "psd's reply does not decode: %s", err);
+    if (f)
+        *f = got;
+    else
+        ps_frames_close(&got);
+    return h;
+}
+
+void raw_expect_error(raw_conn *r, uint64_t request_id, int code, int timeout_ms) {
+    ps_frames f;
+    Ps__Header *h = raw_recv(r, timeout_ms, &f);
+    ck_assert_msg(h != NULL, "no reply within %d ms (want %s)", timeout_ms, ps_errname(code));
+    ck_assert_msg(h->body_case == PS__HEADER__BODY_ERROR, "reply body %d, want Error %s",
+                  (int)h->body_case, ps_errname(code));
+    ck_assert_msg(h->error->code == code, "error %s (%s), want %s", h->error->code_name,
+                  h->error->message, ps_errname(code));
+    ck_assert_str_eq(h->error->code_name, ps_errname(code));
+    ck_assert_msg(h->error->message && h->error->message[0], "empty error message");
+    ck_assert_uint_eq(h->request_id, request_id);
+    ck_assert_uint_eq(f.n, 1); /* an error carries no payload frames */
+    ps_frames_close(&f);
+    ps__header__free_unpacked(h, NULL);
+}
