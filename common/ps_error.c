@@ -24,6 +24,8 @@ static const struct {
     {PS_EINTERNAL, "EINTERNAL", "internal error"},
     {PS_EREJOIN, "EREJOIN", "worker is not in the expected set: say Hello again"},
     {PS_ERESTARTED, "ERESTARTED", "a shard restarted during the request"},
+    {PS_EBUSY, "EBUSY", "a server limit was reached: retry later"},
+    {PS_ELOST, "ELOST", "a shard lost the job's variables"},
 };
 
 const char *ps_strerror(int err) {

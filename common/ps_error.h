@@ -21,7 +21,9 @@ typedef enum {
     PS_EREMOTE = -14,    /* the peer answered with an error reply */
     PS_EINTERNAL = -15,  /* a bug: should never happen */
     PS_EREJOIN = -16,    /* the worker left the expected set (timed out): say Hello again */
-    PS_ERESTARTED = -17  /* a shard restarted (from a checkpoint) during the request */
+    PS_ERESTARTED = -17, /* a shard restarted (from a checkpoint) during the request */
+    PS_EBUSY = -18,      /* a limit of the server was reached (queue full): retry later */
+    PS_ELOST = -19       /* a shard lost the job's variables (restarted without them) */
 } ps_err;
 
 /* Human-readable description of an error code; static storage. */
