@@ -122,6 +122,10 @@ static void render_requests(buf *b, const ps_server *s) {
     }
     counter(b, sh, "psd_heartbeats_total", "Worker heartbeats received (not answered).",
             s->stats.heartbeats);
+    counter(b, sh, "psd_loop_stalls_total",
+            "Membership checks that ran late by more than a tick (psd's own stall; the time "
+            "was not held against the workers).",
+            s->stats.loop_stalls);
     family(b, "psd_errors_total", "counter", "Error replies sent, by error code.");
     for (int i = 1; i < PS_ERR_CODES; i++) {
         const char *name = ps_errname(-i);

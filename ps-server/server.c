@@ -337,8 +337,7 @@ int ps_server_run(ps_server *s) {
     }
     uv_signal_start(&s->sigterm, on_signal, SIGTERM);
     uv_signal_start(&s->sigint, on_signal, SIGINT);
-    uint64_t tick = (uint64_t)s->cfg.worker_timeout_ms / 4;
-    tick = tick < 10 ? 10 : tick > 1000 ? 1000 : tick;
+    uint64_t tick = ps__members_tick_ms(s);
     uv_timer_start(&s->member_timer, on_member_timer, tick, tick);
     if (s->cfg.checkpoint_dir[0] && s->cfg.checkpoint_every > 0) {
         uint64_t every = (uint64_t)s->cfg.checkpoint_every * 1000u;

@@ -41,6 +41,8 @@ typedef struct {
     uint64_t bytes_in, bytes_out, dropped_replies;
     uint64_t workers_removed, dropped_pushes, max_staleness, staleness_waits, checkpoints;
     uint64_t heartbeats;
+    uint64_t
+        loop_stalls; /* membership checks late by more than a tick (not held against workers) */
     /* connections CurveZMQ refused (auth.c): unknown key, plaintext, bad handshake */
     uint64_t auth_denied;
 } ps_server_stats;
@@ -76,6 +78,7 @@ typedef struct ps_server {
     ps_member *members; /* [cfg.workers] */
     uint32_t live_count;
     uv_timer_t member_timer;
+    uint64_t expire_checked_ns; /* last membership check (a longer gap: the loop stalled) */
     uv_timer_t ckpt_timer;
     uint64_t incarnation;  /* random per process start */
     uint64_t ckpt_version; /* version of the newest checkpoint written or restored */
@@ -138,8 +141,11 @@ void ps__member_seen(ps_server *s, uint32_t w);
 void ps__member_join(ps_server *s, uint32_t w);
 /* Goodbye from w: it leaves the expected set, finished. */
 void ps__member_leave(ps_server *s, uint32_t w);
-/* Removes workers silent for longer than --worker-timeout (the timer calls it). */
+/* Removes workers silent for longer than --worker-timeout (the timer calls it
+ * every ps__members_tick_ms); a stall of psd's own loop is not counted. */
 void ps__members_expire(ps_server *s);
+/* The membership timer's period in ms: --worker-timeout/4 within [10, 1000]. */
+uint64_t ps__members_tick_ms(const ps_server *s);
 /* Async: the smallest clock among live workers (UINT64_MAX when none). */
 uint64_t ps__members_min_clock(const ps_server *s);
 /* Sync: pushes that close a step now: --replicas-to-aggregate (or all

@@ -491,7 +491,7 @@ int ps_client_hello(ps_client *c, int *async, uint64_t *version) {
         if (!eps) return PS_ENOMEM;
         for (size_t i = 0; i < c->n_shards; i++)
             eps[i] = c->shards[i].endpoint;
-        rc = ps_heartbeat_start(c->zctx, eps, c->n_shards, c->worker_index, ctx.heartbeat_ms,
+        rc = ps_heartbeat_start(eps, c->n_shards, c->worker_index, ctx.heartbeat_ms,
                                 c->have_curve ? &c->curve : NULL, &c->heartbeat);
         free(eps);
         if (rc != PS_OK) return fail(c, rc, "cannot start the heartbeat thread");

@@ -1,5 +1,8 @@
 /* The heartbeat thread (see heartbeat.h). Heartbeats are one-way: psd sends
- * no reply, so the sockets are only ever written. */
+ * no reply, so the sockets are only ever written. The thread has a ZeroMQ
+ * context of its own: its I/O thread never queues a beat behind the training
+ * loop's megabytes of gradients, and nothing here takes a lock the training
+ * thread holds. */
 #include "heartbeat.h"
 
 #include <pthread.h>
@@ -21,6 +24,7 @@ struct ps_heartbeat {
     unsigned worker_index, interval_ms;
     int have_curve;
     ps_curve_client curve; /* secret: wiped on stop */
+    int own_ctx;           /* zctx was made here (terminated on stop) */
 };
 
 static void *run(void *arg) {
@@ -56,15 +60,16 @@ static void *run(void *arg) {
     return NULL;
 }
 
-int ps_heartbeat_start(void *zctx, const char *const *endpoints, size_t n, unsigned worker_index,
+int ps_heartbeat_start(const char *const *endpoints, size_t n, unsigned worker_index,
                        unsigned interval_ms, const ps_curve_client *curve, ps_heartbeat **out) {
     *out = NULL;
     ps_heartbeat *hb = calloc(1, sizeof *hb);
-    if (!hb || !(hb->endpoints = calloc(n, sizeof *hb->endpoints))) {
+    if (!hb || !(hb->endpoints = calloc(n, sizeof *hb->endpoints)) || !(hb->zctx = zmq_ctx_new())) {
+        if (hb) free(hb->endpoints);
         free(hb);
         return PS_ENOMEM;
     }
-    hb->zctx = zctx;
+    hb->own_ctx = 1;
     hb->n = n;
     hb->worker_index = worker_index;
     hb->interval_ms = interval_ms ? interval_ms : 1000;
@@ -91,6 +96,7 @@ int ps_heartbeat_start(void *zctx, const char *const *endpoints, size_t n, unsig
             free(hb->endpoints[i]);
         free(hb->endpoints);
         ps_curve_wipe(&hb->curve, sizeof hb->curve);
+        zmq_ctx_term(hb->zctx);
         free(hb);
         return PS_ENOMEM;
     }
@@ -106,5 +112,6 @@ void ps_heartbeat_stop(ps_heartbeat *hb) {
         free(hb->endpoints[i]);
     free(hb->endpoints);
     ps_curve_wipe(&hb->curve, sizeof hb->curve);
+    if (hb->own_ctx) zmq_ctx_term(hb->zctx);
     free(hb);
 }

@@ -10,11 +10,12 @@
 
 typedef struct ps_heartbeat ps_heartbeat;
 
-/* Starts the thread: one DEALER per endpoint ("tcp://host:port") in zctx (a
- * ZeroMQ context is thread-safe; sockets are the thread's own), each a CURVE
- * client with `curve` (copied; NULL: plaintext). Returns PS_OK with *out owned
- * by the caller (ps_heartbeat_stop), or an error. */
-int ps_heartbeat_start(void *zctx, const char *const *endpoints, size_t n, unsigned worker_index,
+/* Starts the thread: one DEALER per endpoint ("tcp://host:port") in a ZeroMQ
+ * context of the heartbeat's own (its I/O thread is not shared with the
+ * training loop's sockets), each a CURVE client with `curve` (copied; NULL:
+ * plaintext). Returns PS_OK with *out owned by the caller (ps_heartbeat_stop),
+ * or an error. */
+int ps_heartbeat_start(const char *const *endpoints, size_t n, unsigned worker_index,
                        unsigned interval_ms, const ps_curve_client *curve, ps_heartbeat **out);
 /* Stops and joins the thread, closes its sockets; NULL is ignored. */
 void ps_heartbeat_stop(ps_heartbeat *hb);

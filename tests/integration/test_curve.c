@@ -201,7 +201,7 @@ static void expect_refusal_logged(const char *reason) {
  * sockets are CURVE clients too (else psd would time the worker out), and psctl status
  * with an authorized key reads the shard while one without keys gets no answer. */
 START_TEST(authorized_client_is_served) {
-    start_curve_psd((const char *[]){"--worker-timeout", "400", NULL});
+    start_curve_psd((const char *[]){"--worker-timeout", "1500", NULL});
     ck_assert_ptr_nonnull(strstr(slurp(psd.log), "2 authorized client keys"));
     client k;
     client_open(&k, "wa.key", "server.pub");
@@ -228,7 +228,7 @@ START_TEST(authorized_client_is_served) {
         ck_assert_msg(k.w[i] == want, "w[%d] = %.9g, want %.9g", i, k.w[i], want);
     }
     /* idle for a few worker timeouts: only CURVE heartbeats keep the worker in */
-    long long until = now_ms() + 1500;
+    long long until = now_ms() + 4000;
     while (now_ms() < until) {
         Ps__Header *h = NULL;
         rc = ps_client_stats(k.c, 0, &h);

@@ -127,7 +127,7 @@ START_TEST(worker_killed_sync_job_finishes) {
     ps_test_psd psd[2];
     for (int i = 0; i < 2; i++) {
         const char *a[] = {"--shard", i ? "1" : "0", "--num-shards",     "2",    "--workers", "3",
-                           "--mode",  "sync",        "--worker-timeout", "1500", NULL};
+                           "--mode",  "sync",        "--worker-timeout", "4000", NULL};
         ck_assert_int_eq(ps_test_psd_start(&psd[i], a, 10000), 0);
     }
     snprintf(j.ps, sizeof j.ps, "%s,%s", psd[0].endpoint, psd[1].endpoint);
@@ -166,7 +166,7 @@ START_TEST(worker_restarted_rejoins_where_the_job_is) {
     job j;
     job_init(&j);
     ps_test_psd psd;
-    const char *a[] = {"--workers", "2", "--mode", "sync", "--worker-timeout", "1000", NULL};
+    const char *a[] = {"--workers", "2", "--mode", "sync", "--worker-timeout", "3000", NULL};
     ck_assert_int_eq(ps_test_psd_start(&psd, a, 10000), 0);
     snprintf(j.ps, sizeof j.ps, "%s", psd.endpoint);
     const char *extra[] = {"--epochs", "2", NULL}; /* 469 steps per epoch */
@@ -336,6 +336,57 @@ START_TEST(bounded_staleness) {
 }
 END_TEST
 
+/* psd's own stall is not the workers' silence: a psd stopped (SIGSTOP) for
+ * three worker timeouts while a live worker heartbeats finds, once it runs
+ * again, that worker's beats still unread in its socket; it must not remove
+ * it (before, the membership timer ran first and removed it). */
+START_TEST(psd_stall_does_not_remove_live_workers) {
+    ps_test_psd psd;
+    const char *a[] = {"--workers", "1", "--mode", "sync", "--worker-timeout", "1000", NULL};
+    ck_assert_int_eq(ps_test_psd_start(&psd, a, 10000), 0);
+    ps_client *c;
+    char err[256];
+    const char *eps[1] = {psd.endpoint};
+    ck_assert_int_eq(ps_client_open(&c, eps, 1, 0, 1, err, sizeof err), PS_OK);
+    ps_client_set_timeout(c, 20000);
+    int rc = ps_client_hello(c, NULL, NULL); /* starts the heartbeat thread (every 250 ms) */
+    ck_assert_msg(rc == PS_OK, "hello: %s", ps_client_error(c));
+    for (int round = 0; round < 2; round++) {
+        ck_assert_int_eq(kill(psd.pid, SIGSTOP), 0);
+        nap_ms(3000); /* the stall itself, not a wait for a condition */
+        ck_assert_int_eq(kill(psd.pid, SIGCONT), 0);
+        /* a few membership ticks after the stall */
+        long long until = now_ms() + 1000;
+        while (now_ms() < until) {
+            Ps__Header *h = NULL;
+            rc = ps_client_stats(c, 0, &h);
+            ck_assert_msg(rc == PS_OK, "stats: %s", ps_client_error(c));
+            uint64_t removed = h->stats_reply->workers_removed;
+            ps__header__free_unpacked(h, NULL);
+            if (removed) ps_test_dump(psd.log);
+            ck_assert_msg(removed == 0, "round %d: psd removed a live worker after its own stall",
+                          round);
+            nap_ms(100);
+        }
+    }
+    ps_client_close(c); /* the heartbeats stop: now the worker is removed */
+    ps_client *q;
+    ck_assert_int_eq(ps_client_open(&q, eps, 1, 0, 1, err, sizeof err), PS_OK);
+    long long deadline = now_ms() + 30000;
+    uint64_t removed = 0;
+    while (!removed && now_ms() < deadline) {
+        Ps__Header *h = NULL;
+        ck_assert_int_eq(ps_client_stats(q, 0, &h), PS_OK);
+        removed = h->stats_reply->workers_removed;
+        ps__header__free_unpacked(h, NULL);
+        if (!removed) nap_ms(50);
+    }
+    ps_client_close(q);
+    ck_assert_msg(removed == 1, "a silent worker was not removed");
+    ck_assert_int_eq(ps_test_psd_stop(&psd, 10000), 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("faults");
     TCase *tc = tcase_create("core");
@@ -345,6 +396,7 @@ int main(void) {
     tcase_add_test(tc, psd_killed_restarts_from_checkpoint);
     tcase_add_test(tc, backup_workers_do_not_wait_for_the_slow_one);
     tcase_add_test(tc, bounded_staleness);
+    tcase_add_test(tc, psd_stall_does_not_remove_live_workers);
     suite_add_tcase(s, tc);
     return ps_test_run_suite(s);
 }
