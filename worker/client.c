@@ -374,7 +374,12 @@ static int collect(ps_client *c, op_spec *op) {
                                                   zmq_msg_size(&f.frames[0]), &h, err, sizeof err)
                                : PS_EPROTO;
             int r2 = PS_OK, done = 0;
-            if (h && s->probe_id && h->request_id == s->probe_id) {
+            if (h && drc != PS_OK && s->probe_id && h->request_id == s->probe_id) {
+                s->probe_id = 0; /* a malformed answer to our Hello */
+                s->want_id = 0;
+                done = 1;
+                r2 = fail(c, drc, "%s: bad reply from psd %zu: %s", op->what, i, err);
+            } else if (h && s->probe_id && h->request_id == s->probe_id) {
                 if (h->body_case == PS__HEADER__BODY_WELCOME) {
                     r2 = probe_answered(c, i, h->welcome, op, &done);
                     if (r2 != PS_OK) done = 1;
