@@ -385,7 +385,12 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
      * the shards remember this worker's clock (its pushes). */
     uint64_t clock = async && st.client ? ps_client_worker_clock(st.client) : version;
     uint64_t total = (uint64_t)steps * cfg->epochs;
-    if (clock > total) clock = total;
+    /* clock == total: the job has ended (a restarted chief still evaluates); beyond
+     * it no shard of this job can be */
+    if (rc == PS_OK && st.client &&
+        (rc = ps_client_check_progress(st.client, async, total)) != PS_OK)
+        snprintf(err, errlen, "%s", ps_client_error(st.client));
+    if (rc != PS_OK) clock = 0;
     unsigned first_epoch = steps ? (unsigned)(clock / steps) : 0;
     size_t first_step = steps ? (size_t)(clock % steps) : 0;
     if (rc == PS_OK && clock > 0)
