@@ -30,8 +30,9 @@ int ps__ipc_lock(const char *ipc_path, int *fd, char *err, size_t errlen) {
             close(f);
             if (e == EWOULDBLOCK) {
                 snprintf(err, errlen,
-                         "cannot listen on ipc://%s: another psd holds its lock file %s", ipc_path,
-                         path);
+                         "cannot listen on ipc://%s: another process is listening there (it "
+                         "holds the lock file %s)",
+                         ipc_path, path);
                 return PS_EADDRINUSE;
             }
             snprintf(err, errlen, "cannot lock %s: %s", path, strerror(e));
