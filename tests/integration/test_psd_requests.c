@@ -696,63 +696,17 @@ static void expect_error_text(raw_conn *r, uint64_t request_id, int code, const 
     ps__header__free_unpacked(h, NULL);
 }
 
-/* A hand-encoded message (protobuf-c's pack would stop a name at its NUL). */
-typedef struct {
-    uint8_t b[512];
-    size_t n;
-} pbuf;
-
-static void put_varint(pbuf *p, uint64_t v) {
-    do {
-        ck_assert_uint_lt(p->n, sizeof p->b);
-        p->b[p->n++] = (uint8_t)(v >= 0x80 ? (v & 0x7f) | 0x80 : v);
-        v >>= 7;
-    } while (v);
-}
-
-static void put_bytes(pbuf *p, unsigned field, const void *data, size_t len) {
-    put_varint(p, (uint64_t)field << 3 | 2u);
-    put_varint(p, len);
-    ck_assert_uint_le(p->n + len, sizeof p->b);
-    memcpy(p->b + p->n, data, len);
-    p->n += len;
-}
-
-/* TensorMeta { name, F32, shape [2], 8 bytes } */
-static pbuf meta2(const char *name, size_t len) {
-    pbuf m = {.n = 0};
-    put_bytes(&m, 1, name, len);
-    const uint8_t rest[] = {0x10, 0x01, 0x1a, 0x01, 0x02, 0x20, 0x08};
-    memcpy(m.b + m.n, rest, sizeof rest);
-    m.n += sizeof rest;
-    return m;
-}
-
-/* Sends Header { version, request_id, body field = b } and the payload frames. */
-static void send_body(raw_conn *r, uint64_t request_id, unsigned field, const pbuf *b,
-                      size_t n_payloads, const float *payload) {
-    pbuf h = {.n = 0};
-    put_varint(&h, 1 << 3);
-    put_varint(&h, PS_PROTOCOL_VERSION);
-    put_varint(&h, 2 << 3);
-    put_varint(&h, request_id);
-    put_bytes(&h, field, b->b, b->n);
-    const void *data[3] = {h.b, payload, payload};
-    size_t lens[3] = {h.n, 2 * sizeof(float), 2 * sizeof(float)};
-    raw_send(r, data, lens, 1 + n_payloads);
-}
-
 /* CreateVars of one [2] variable named name[0..len), SGD lr LR. */
 static void create_named(raw_conn *r, uint64_t id, const char *name, size_t len) {
-    pbuf meta = meta2(name, len), opt = {.n = 0}, body = {.n = 0};
+    raw_pb meta = raw_pb_meta2(name, len), opt = {.n = 0}, body = {.n = 0};
     opt.b[opt.n++] = 0x15; /* lr: field 2, 32-bit */
     float lr = LR;
     memcpy(opt.b + opt.n, &lr, 4);
     opt.n += 4;
-    put_bytes(&body, 1, meta.b, meta.n);
-    put_bytes(&body, 2, opt.b, opt.n);
+    raw_pb_bytes(&body, 1, meta.b, meta.n);
+    raw_pb_bytes(&body, 2, opt.b, opt.n);
     const float init[2] = {1.5f, -2.5f};
-    send_body(r, id, 12, &body, 1, init);
+    raw_send_body(r, id, 12, &body, 1, init);
 }
 
 static const struct {
@@ -780,14 +734,14 @@ START_TEST(names_must_be_utf8_without_nul) {
         size_t len = BAD_NAMES[i].len;
         create_named(&r, ++id, name, len);
         expect_error_text(&r, id, PS_EPROTO, "create_vars.vars[0].name");
-        pbuf pull = {.n = 0};
-        put_bytes(&pull, 1, "w", 1);
-        put_bytes(&pull, 1, name, len);
-        send_body(&r, ++id, 14, &pull, 0, NULL);
+        raw_pb pull = {.n = 0};
+        raw_pb_bytes(&pull, 1, "w", 1);
+        raw_pb_bytes(&pull, 1, name, len);
+        raw_send_body(&r, ++id, 14, &pull, 0, NULL);
         expect_error_text(&r, id, PS_EPROTO, "pull.names[1]");
-        pbuf meta = meta2(name, len), push = {.n = 0};
-        put_bytes(&push, 1, meta.b, meta.n);
-        send_body(&r, ++id, 16, &push, 1, g);
+        raw_pb meta = raw_pb_meta2(name, len), push = {.n = 0};
+        raw_pb_bytes(&push, 1, meta.b, meta.n);
+        raw_send_body(&r, ++id, 16, &push, 1, g);
         expect_error_text(&r, id, PS_EPROTO, "push.grads[0].name");
     }
     /* valid multibyte UTF-8 is a name like any other */
