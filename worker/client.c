@@ -516,15 +516,20 @@ uint64_t ps_client_worker_clock(const ps_client *c) {
 }
 
 int ps_client_check_progress(ps_client *c, int async, uint64_t total_steps) {
+    /* sync: a step closes only with a push, and each worker makes total_steps of them
+     * (more than total_steps closed steps is possible: backup workers, or a laggard
+     * closing steps alone after the others finished; more than this bound is not) */
+    uint64_t w = c->num_workers ? c->num_workers : 1;
+    uint64_t sync_max = total_steps > UINT64_MAX / w ? UINT64_MAX : total_steps * w;
     for (size_t i = 0; i < c->n_shards; i++) {
         const shard_conn *s = &c->shards[i];
-        if (!async && s->version > total_steps)
+        if (!async && s->version > sync_max)
             return fail(c, PS_EPROTO,
-                        "psd %zu (%s) is at version %llu, but a sync job of this size has only "
-                        "%llu steps (epochs x steps per epoch): a shard of another job, or "
-                        "workers started with other --epochs/--max-steps?",
+                        "psd %zu (%s) is at version %llu, but a sync job of this size closes at "
+                        "most %llu steps (%llu workers x epochs x steps per epoch): a shard of "
+                        "another job, or workers started with other --epochs/--max-steps?",
                         i, s->endpoint + 6, (unsigned long long)s->version,
-                        (unsigned long long)total_steps);
+                        (unsigned long long)sync_max, (unsigned long long)w);
         if (async && s->welcome_clock > total_steps)
             return fail(c, PS_EPROTO,
                         "psd %zu (%s) says this worker has made %llu pushes, but the job has "
