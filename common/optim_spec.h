@@ -39,4 +39,13 @@ int ps_opt_kind_parse(const char *name, ps_opt_kind *out);
  * Returns PS_OK or PS_EINVAL. */
 int ps_opt_spec_validate(const ps_opt_spec *spec, char *err, size_t errlen);
 
+/* 1 when a and b update alike: same kind and equal values of the hyperparameters
+ * that kind uses (sgd: lr; momentum: lr, momentum, nesterov; adagrad: lr, epsilon,
+ * initial_accumulator; rmsprop: lr, epsilon, rho; adam: lr, beta1, beta2, epsilon;
+ * adamw: those and weight_decay). Unused fields do not count. */
+int ps_opt_spec_same(const ps_opt_spec *a, const ps_opt_spec *b);
+/* Writes the kind and the hyperparameters it uses into buf, e.g.
+ * "adam lr=0.001 beta1=0.9 beta2=0.999 epsilon=1e-07". Returns buf. */
+char *ps_opt_spec_describe(const ps_opt_spec *s, char *buf, size_t len);
+
 #endif

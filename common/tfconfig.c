@@ -260,6 +260,12 @@ static int parse_task(const cJSON *task, const cJSON *cluster, ps_cluster *c, ch
         set_err(err, errlen, "task.type: \"%s\" is not a job in cluster", t);
         return PS_EINVAL;
     }
+    if (!index && bounded && n_job > 1) {
+        /* TensorFlow would take 0: every task without an index would be task 0 */
+        set_err(err, errlen, "task.index: missing, and job \"%s\" has %zu entries (say which)", t,
+                n_job);
+        return PS_EINVAL;
+    }
     if (bounded && (size_t)idx >= n_job) {
         set_err(err, errlen, "task.index: %ld is out of range for job \"%s\" (%zu entries)", idx, t,
                 n_job);

@@ -21,18 +21,20 @@ typedef struct {
  *   {"cluster": {"ps": [...], "worker": [...], "chief": [...]},
  *    "task": {"type": "worker", "index": 1}}
  * Unknown extra job names in cluster (e.g. "evaluator") are kept out but accepted. "task" is
- * optional; when present, "type" is required and "index" defaults to 0 (as in TensorFlow's
- * TFConfigClusterResolver). An "evaluator" task need not be in the cluster (TensorFlow runs it
- * outside the training cluster). Entries are checked only for shape ("host:port", non-empty
- * host and port, no blanks): like TensorFlow, the port is not validated here, so documentation
- * placeholders such as "host1:port" are accepted; use ps_parse_hostport when an address is used.
- * A cluster.ps entry may also be "ipc://PATH" (checked with ps_check_ipc_path).
- * Returns PS_OK; PS_EFORMAT (not JSON, trailing garbage, duplicate key, wrong JSON types);
- * PS_EINVAL (NULL argument, missing cluster, task type missing or not in the cluster, task index
- * negative or out of range for its job, bad host:port entry, more than one chief). On error, err
- * (if non-NULL and errlen > 0) gets a one-line reason naming the field; on success err is "".
- * *out is always initialised: on success the caller owns it and frees it with ps_cluster_free;
- * on error it is left empty (ps_cluster_free is still safe). */
+ * optional here (a program that needs it says so); when present, "type" is required and
+ * "index" may be left out only when the job has one entry (it is then 0, as in TensorFlow's
+ * TFConfigClusterResolver; with more entries that guess could make two tasks one). An "evaluator"
+ * task need not be in the cluster (TensorFlow runs it outside the training cluster). Entries are
+ * checked only for shape ("host:port", non-empty host and port, no blanks): like TensorFlow, the
+ * port is not validated here, so documentation placeholders such as "host1:port" are accepted; use
+ * ps_parse_hostport when an address is used. A cluster.ps entry may also be "ipc://PATH" (checked
+ * with ps_check_ipc_path). Returns PS_OK; PS_EFORMAT (not JSON, trailing garbage, duplicate key,
+ * wrong JSON types); PS_EINVAL (NULL argument, missing cluster, task type missing or not in the
+ * cluster, task index negative, out of range for its job or missing in a job of several entries,
+ * bad host:port entry, more than one chief). On error, err (if non-NULL and errlen > 0) gets a
+ * one-line reason naming the field; on success err is "". *out is always initialised: on success
+ * the caller owns it and frees it with ps_cluster_free; on error it is left empty (ps_cluster_free
+ * is still safe). */
 int ps_cluster_from_tfconfig(const char *json, ps_cluster *out, char *err, size_t errlen);
 
 /* Builds a cluster from flag values: comma-separated "host:port" lists (NULL or "" = none;

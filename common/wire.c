@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto_strings.h"
 #include "ps_error.h"
 
 int ps_frames_recv(void *sock, int flags, ps_frames *f) {
@@ -65,6 +66,9 @@ int ps_header_decode(const void *data, size_t len, Ps__Header **out, char *err, 
         return PS_EPROTO;
     }
     *out = h;
+    /* before anything reads a name: protobuf-c keeps neither the length nor the encoding */
+    int rc = ps_proto_check_strings(&ps__header__descriptor, data, len, err, errlen);
+    if (rc != PS_OK) return rc;
     if (h->protocol_version != PS_PROTOCOL_VERSION) {
         snprintf(err, errlen, "protocol version %u not supported (this side speaks %u)",
                  h->protocol_version, PS_PROTOCOL_VERSION);

@@ -34,10 +34,13 @@ typedef struct {
 int ps_frames_recv(void *sock, int flags, ps_frames *f);
 void ps_frames_close(ps_frames *f);
 
-/* Decodes a header frame and checks the protocol version and that a body is
- * set. On PS_OK *out is owned by the caller (ps__header__free_unpacked(*out, NULL)).
- * Errors: PS_EPROTO (not a header, no body, too big), PS_EVERSION (the header
- * decoded but *out is still set so the caller can echo request_id). */
+/* Decodes a header frame and checks that every string field in it is valid UTF-8
+ * without NUL (ps_proto_check_strings), the protocol version and that a body is set.
+ * This is the one decode of both sides (psd's requests, the clients' replies).
+ * On PS_OK *out is owned by the caller (ps__header__free_unpacked(*out, NULL)).
+ * Errors: PS_EPROTO (not a header, a bad string field, no body, too big),
+ * PS_EVERSION. Whenever the bytes unpacked, *out is set even on error (the caller
+ * frees it) so that the caller can echo request_id. */
 int ps_header_decode(const void *data, size_t len, Ps__Header **out, char *err, size_t errlen);
 
 /* Checks tensor metadata against the payload frames that carry them: the

@@ -18,6 +18,7 @@
 #include "optim.h"
 #include "ps_error.h"
 #include "tensorfile.h"
+#include "utf8.h"
 
 _Static_assert(PS_TF_MAX_RANK >= PS_WIRE_MAX_RANK, "a variable's rank must fit a tensor file");
 _Static_assert(PS_TF_MAX_NAME >= PS_WIRE_MAX_NAME + 16, "slot names must fit a tensor file");
@@ -342,6 +343,9 @@ static int load_store(ps_tf_file *f, ps_store *st, char *err, size_t errlen) {
         uint64_t updates = 0;
         int rc = attr_decode(t, &spec, &ns, &updates, err, errlen);
         if (rc != PS_OK) return rc;
+        /* as a name from the wire (ps_header_decode): Stats replies carry it */
+        if (ps_utf8_check(t->name, strlen(t->name), NULL) != strlen(t->name))
+            return fail(PS_EFORMAT, err, errlen, "variable %zu: name is not UTF-8 text", i);
         if (strlen(t->name) > PS_WIRE_MAX_NAME || t->rank < 1 || t->rank > PS_WIRE_MAX_RANK)
             return fail(PS_EFORMAT, err, errlen, "variable '%s': bad name length or rank %u",
                         t->name, t->rank);

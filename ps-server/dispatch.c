@@ -7,6 +7,7 @@
 #include "log.h"
 #include "ps_error.h"
 #include "server.h"
+#include "utf8.h"
 
 typedef int (*handler_fn)(ps_server *, ps_request *, char *, size_t);
 
@@ -119,7 +120,10 @@ void ps__server_reply_error(ps_server *s, const void *identity, size_t identity_
     Ps__Error e = PS__ERROR__INIT;
     e.code = code;
     e.code_name = (char *)ps_errname(code);
-    e.message = (char *)msg;
+    /* A reason cut by snprintf may end inside a multibyte character: the reply
+     * must still pass the peer's UTF-8 check (ps_header_decode). */
+    char text[600];
+    e.message = ps_utf8_sanitize(msg, text, sizeof text);
     h.body_case = PS__HEADER__BODY_ERROR;
     h.error = &e;
     ps__server_reply(s, identity, identity_len, request_id, &h, NULL, 0);

@@ -27,6 +27,14 @@ static ps_opt_spec opt_from_proto(const Ps__Optimizer *o) {
     return s;
 }
 
+/* Index of the first NaN or Inf of x[0..n), or n. */
+static size_t first_non_finite(const float *x, size_t n) {
+    size_t k = 0;
+    while (k < n && isfinite(x[k]))
+        k++;
+    return k;
+}
+
 int ps__handle_hello(ps_server *s, ps_request *r, char *err, size_t errlen) {
     const Ps__Hello *h = r->hdr->hello;
     if (h->num_workers != (uint32_t)s->cfg.workers) {
@@ -94,6 +102,23 @@ int ps__handle_create_vars(ps_server *s, ps_request *r, char *err, size_t errlen
         if (v && !ps_var_same_shape(v, m)) {
             snprintf(err, errlen, "variable '%s' exists with a different shape", m->name);
             return PS_EEXIST;
+        }
+        if (v && !ps_opt_spec_same(&v->opt, &opt)) {
+            char have[160], want[160];
+            snprintf(err, errlen, "variable '%s' exists with optimizer %s, the request says %s",
+                     m->name, ps_opt_spec_describe(&v->opt, have, sizeof have),
+                     ps_opt_spec_describe(&opt, want, sizeof want));
+            return PS_EEXIST;
+        }
+        if (!v) {
+            const float *init = ps_frame_floats(&r->payloads[i], &s->scratch, &s->scratch_cap);
+            if (!init) return PS_ENOMEM;
+            size_t k = first_non_finite(init, ps_tensor_numel(m));
+            if (k < ps_tensor_numel(m)) {
+                snprintf(err, errlen, "variable '%s': initial value %zu is %s", m->name, k,
+                         isnan(init[k]) ? "NaN" : "infinite");
+                return PS_EINVAL;
+            }
         }
     }
     if (s->store.n + new_vars > (size_t)s->cfg.max_vars) {

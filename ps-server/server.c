@@ -16,6 +16,7 @@
 
 #include "auth.h"
 #include "checkpoint.h"
+#include "ipc_lock.h"
 #include "log.h"
 #include "metrics.h"
 #include "notify.h"
@@ -217,6 +218,12 @@ int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, c
     if (cfg->checkpoint_dir[0] && restore(s, err, errlen) != PS_OK) return PS_EIO;
     char addr[1100];
     if (cfg->transport == PS_TRANSPORT_IPC) {
+        /* the probe and the bind are one step only under the lock: of two psd started
+         * at once, the second finds it held and stops here */
+        int lock_fd;
+        rc = ps__ipc_lock(cfg->ipc_path, &lock_fd, err, errlen);
+        if (rc != PS_OK) return rc;
+        s->ipc_lock = lock_fd + 1;
         rc = clear_stale_socket(cfg->ipc_path, err, errlen);
         if (rc != PS_OK) return rc;
         snprintf(addr, sizeof addr, "ipc://%s", cfg->ipc_path);
@@ -387,6 +394,8 @@ void ps_server_free(ps_server *s) {
         st.st_dev == s->ipc_dev && st.st_ino == s->ipc_ino && unlink(s->cfg.ipc_path) != 0)
         PS_WARN("cannot remove %s: %s", s->cfg.ipc_path, strerror(errno));
     s->ipc_bound = 0;
+    ps__ipc_unlock(s->cfg.ipc_path, s->ipc_lock - 1); /* after the socket is gone */
+    s->ipc_lock = 0;
     ps_store_free(&s->store);
     free(s->pushed);
     free(s->members);

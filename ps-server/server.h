@@ -68,6 +68,7 @@ typedef struct ps_server {
     int ipc_bound;      /* ipc: we bound cfg.ipc_path, the socket file (dev, ino) */
     dev_t ipc_dev;
     ino_t ipc_ino;
+    int ipc_lock; /* ipc: 1 + the fd of PATH.lock (ipc_lock.h), held while we live; 0: none */
     ps_store store;
     uint64_t version;      /* sync: completed steps; async: applied pushes */
     unsigned char *pushed; /* sync: worker w pushed for the open step */

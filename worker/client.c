@@ -31,6 +31,7 @@ typedef struct {
     size_t n_ready;       /* step exchange: tensors whose gradients are final */
     int step_sent;        /* step exchange: this shard's push-pull is out */
     uint64_t worker_clock;
+    uint64_t welcome_clock; /* async: this worker's clock as this shard's Welcome said */
     unsigned heartbeat_ms;
     size_t *tensors; /* indices into c->tensors living on this shard */
     size_t n_tensors, cap_tensors;
@@ -374,7 +375,12 @@ static int collect(ps_client *c, op_spec *op) {
                                                   zmq_msg_size(&f.frames[0]), &h, err, sizeof err)
                                : PS_EPROTO;
             int r2 = PS_OK, done = 0;
-            if (h && s->probe_id && h->request_id == s->probe_id) {
+            if (h && drc != PS_OK && s->probe_id && h->request_id == s->probe_id) {
+                s->probe_id = 0; /* a malformed answer to our Hello */
+                s->want_id = 0;
+                done = 1;
+                r2 = fail(c, drc, "%s: bad reply from psd %zu: %s", op->what, i, err);
+            } else if (h && s->probe_id && h->request_id == s->probe_id) {
                 if (h->body_case == PS__HEADER__BODY_WELCOME) {
                     r2 = probe_answered(c, i, h->welcome, op, &done);
                     if (r2 != PS_OK) done = 1;
@@ -451,9 +457,13 @@ static int on_welcome(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, v
     if (w->heartbeat_ms && (!ctx->heartbeat_ms || w->heartbeat_ms < ctx->heartbeat_ms))
         ctx->heartbeat_ms = w->heartbeat_ms;
     if (w->worker_clock > ctx->worker_clock) ctx->worker_clock = w->worker_clock;
+    if (w->num_workers != c->num_workers)
+        return fail(c, PS_EPROTO, "psd %zu (%s) says the job has %u workers, this worker %u", shard,
+                    c->shards[shard].endpoint + 6, w->num_workers, c->num_workers);
     shard_conn *s = &c->shards[shard];
     s->incarnation = w->incarnation;
     s->version = w->version;
+    s->welcome_clock = w->worker_clock;
     s->pushed = 0;
     return PS_OK;
 }
@@ -503,6 +513,32 @@ int ps_client_hello(ps_client *c, int *async, uint64_t *version) {
 
 uint64_t ps_client_worker_clock(const ps_client *c) {
     return c->n_shards ? c->shards[0].worker_clock : 0;
+}
+
+int ps_client_check_progress(ps_client *c, int async, uint64_t total_steps) {
+    /* sync: a step closes only with a push, and each worker makes total_steps of them
+     * (more than total_steps closed steps is possible: backup workers, or a laggard
+     * closing steps alone after the others finished; more than this bound is not) */
+    uint64_t w = c->num_workers ? c->num_workers : 1;
+    uint64_t sync_max = total_steps > UINT64_MAX / w ? UINT64_MAX : total_steps * w;
+    for (size_t i = 0; i < c->n_shards; i++) {
+        const shard_conn *s = &c->shards[i];
+        if (!async && s->version > sync_max)
+            return fail(c, PS_EPROTO,
+                        "psd %zu (%s) is at version %llu, but a sync job of this size closes at "
+                        "most %llu steps (%llu workers x epochs x steps per epoch): a shard of "
+                        "another job, or workers started with other --epochs/--max-steps?",
+                        i, s->endpoint + 6, (unsigned long long)s->version,
+                        (unsigned long long)sync_max, (unsigned long long)w);
+        if (async && s->welcome_clock > total_steps)
+            return fail(c, PS_EPROTO,
+                        "psd %zu (%s) says this worker has made %llu pushes, but the job has "
+                        "only %llu steps per worker (epochs x steps per epoch): a shard of "
+                        "another job, or a worker started with other --epochs/--max-steps?",
+                        i, s->endpoint + 6, (unsigned long long)s->welcome_clock,
+                        (unsigned long long)total_steps);
+    }
+    return PS_OK;
 }
 
 static int on_created(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, void *vctx) {

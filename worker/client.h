@@ -57,6 +57,12 @@ int ps_client_add(ps_client *c, const ps_client_tensor *t);
 int ps_client_hello(ps_client *c, int *async, uint64_t *version);
 /* Async: this worker's clock (pushes made) as the shards last saw it. */
 uint64_t ps_client_worker_clock(const ps_client *c);
+/* Checks what the shards said of the job's progress against its size (total_steps
+ * per worker): sync, no shard's version is beyond what the job's pushes can close
+ * (workers x total_steps; one step per push at most); async, no shard remembers
+ * more pushes from this worker than total_steps. Returns PS_OK, or PS_EPROTO naming
+ * the shard (ps_client_error): an impossible version is an error, not clamped. */
+int ps_client_check_progress(ps_client *c, int async, uint64_t total_steps);
 /* Creates every registered tensor on its shard with its current param values;
  * existing ones (same shape) are kept. *created counts new ones (may be NULL). */
 int ps_client_create_vars(ps_client *c, size_t *created);

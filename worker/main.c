@@ -99,7 +99,8 @@ static void usage(FILE *out) {
             "shard of the data, pushes them. Worker 0 is the chief: it creates the variables,\n"
             "evaluates on the test set after each epoch and writes the summary.\n"
             "The cluster comes from TF_CONFIG (cluster.ps, cluster.worker, optional\n"
-            "cluster.chief; task.type worker|chief, task.index) or from the flags, which win.\n\n"
+            "cluster.chief; task.type worker|chief, task.index) or from the flags, which win.\n"
+            "A TF_CONFIG without a task (and no --index) is refused, not taken as the chief.\n\n"
             "options:\n");
     ps_options_usage(table, N_OPTIONS, out);
     fprintf(out, "\nexit status: 0 on success, 1 when training fails, 2 on bad configuration.\n");
@@ -179,7 +180,15 @@ int main(int argc, char **argv) {
             return 2;
         }
         unsigned gi;
-        if (idx < 0 && cl.task_type[0]) {
+        if (idx < 0 && !cl.task_type[0]) {
+            /* Guessing "chief" would make every such worker the chief. */
+            fprintf(stderr,
+                    "psworker: TF_CONFIG has no task: say which worker this is with "
+                    "\"task\": {\"type\": \"worker\"|\"chief\", \"index\": N} (or --index)\n");
+            ps_cluster_free(&cl);
+            return 2;
+        }
+        if (idx < 0) {
             if (ps_cluster_worker_index(&cl, &gi) != PS_OK) {
                 fprintf(stderr, "psworker: TF_CONFIG: task type '%s' is not a worker or chief\n",
                         cl.task_type);

@@ -385,6 +385,13 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
      * the shards remember this worker's clock (its pushes). */
     uint64_t clock = async && st.client ? ps_client_worker_clock(st.client) : version;
     uint64_t total = (uint64_t)steps * cfg->epochs;
+    /* An impossible version (a shard of another job, garbage) is an error naming the
+     * shard. clock >= total: the job has ended (a restarted chief still evaluates);
+     * sync, past total only when backup workers or a laggard closed steps alone. */
+    if (rc == PS_OK && st.client &&
+        (rc = ps_client_check_progress(st.client, async, total)) != PS_OK)
+        snprintf(err, errlen, "%s", ps_client_error(st.client));
+    if (rc != PS_OK) clock = 0;
     if (clock > total) clock = total;
     unsigned first_epoch = steps ? (unsigned)(clock / steps) : 0;
     size_t first_step = steps ? (size_t)(clock % steps) : 0;

@@ -6,6 +6,7 @@
 #include "curve_keys.h"
 #include "ps_error.h"
 #include "tfconfig.h"
+#include "utf8.h"
 #include "wire.h"
 
 #include <cjson/cJSON.h>
@@ -558,6 +559,14 @@ static void print_table(const ps_cluster *cl, const shard_req *reqs, double time
     free(rows);
 }
 
+/* Adds a string as valid UTF-8 (bad bytes become U+FFFD): cJSON escapes quotes,
+ * backslashes and control characters but copies other bytes as they are, so text
+ * that is not UTF-8 would make the whole output invalid JSON. */
+static void add_text(cJSON *o, const char *key, const char *s) {
+    char buf[3 * 1024];
+    cJSON_AddStringToObject(o, key, ps_utf8_sanitize(s ? s : "", buf, sizeof buf));
+}
+
 static void add_u64(cJSON *o, const char *key, uint64_t v) {
     cJSON_AddNumberToObject(o, key, (double)v); /* exact below 2^53 */
 }
@@ -567,18 +576,18 @@ static cJSON *shard_json(size_t i, const char *addr, const shard_req *s, double 
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
     add_u64(o, "shard", i);
-    cJSON_AddStringToObject(o, "address", addr);
+    add_text(o, "address", addr);
     if (s->state != DONE_OK) {
         char why[sizeof s->line + 64];
         failure_text(s, timeout_s, why, sizeof why);
         cJSON_AddFalseToObject(o, "ok");
-        cJSON_AddStringToObject(o, "error", why);
+        add_text(o, "error", why);
         return o;
     }
     const Ps__StatsReply *r = s->reply->stats_reply;
     char buf[32];
     cJSON_AddTrueToObject(o, "ok");
-    cJSON_AddStringToObject(o, "mode", mode_name(r, buf, sizeof buf));
+    add_text(o, "mode", mode_name(r, buf, sizeof buf));
     add_u64(o, "version", r->version);
     add_u64(o, "shard_index", r->shard_index);
     add_u64(o, "num_workers", r->num_workers);
@@ -606,14 +615,14 @@ static cJSON *shard_json(size_t i, const char *addr, const shard_req *s, double 
         cJSON_AddNumberToObject(o, "checkpoint_age_seconds", r->checkpoint_age_seconds);
     }
     snprintf(buf, sizeof buf, "%llu", (unsigned long long)r->incarnation); /* 64 random bits */
-    cJSON_AddStringToObject(o, "incarnation", buf);
+    add_text(o, "incarnation", buf);
     cJSON *vars = cJSON_AddArrayToObject(o, "vars");
     for (size_t k = 0; vars && k < r->n_vars; k++) {
         cJSON *v = cJSON_CreateObject();
         if (!v) break;
-        cJSON_AddStringToObject(v, "name", r->vars[k]->name ? r->vars[k]->name : "");
+        add_text(v, "name", r->vars[k]->name);
         add_u64(v, "numel", r->vars[k]->numel);
-        cJSON_AddStringToObject(v, "optimizer", r->vars[k]->optimizer ? r->vars[k]->optimizer : "");
+        add_text(v, "optimizer", r->vars[k]->optimizer);
         cJSON_AddItemToArray(vars, v);
     }
     return o;

@@ -70,7 +70,8 @@ def tensor_meta(name, shape, nbytes=None, dtype=1):
     n = 4
     for d in shape:
         n *= d
-    return (f_bytes(1, name.encode()) + f_varint(2, dtype) + f_packed(3, shape)
+    raw_name = name if isinstance(name, bytes) else name.encode()
+    return (f_bytes(1, raw_name) + f_varint(2, dtype) + f_packed(3, shape)
             + f_varint(4, n if nbytes is None else nbytes))
 
 
@@ -97,7 +98,8 @@ def hello(w, nw=2):
 
 
 def pull(names, min_version=0, worker=None, clock=0):
-    body = b"".join(f_bytes(1, n.encode()) for n in names) + f_varint(2, min_version)
+    body = b"".join(f_bytes(1, n if isinstance(n, bytes) else n.encode()) for n in names)
+    body += f_varint(2, min_version)
     if worker is not None:
         body += f_varint(3, worker) + f_varint(4, clock) + f_varint(5, 1)
     return header(PULL, body, request_id=3)
@@ -250,6 +252,25 @@ def seeds():
     yield "bad-create-optimizer", framed(SYNC, [header(
         CREATE_VARS, f_bytes(1, tensor_meta("q", [2])) + f_bytes(2, optimizer(kind=1, momentum=2)),
         request_id=2), floats(2)])
+    # names: valid UTF-8 without NUL, checked at decode (an embedded NUL would alias "w")
+    def create_one(name, values=None, opt=None):
+        return [header(CREATE_VARS, f_bytes(1, tensor_meta(name, [2]))
+                       + f_bytes(2, opt or optimizer()), request_id=2),
+                values if values is not None else floats(2)]
+    yield "ok-create-utf8", framed(SYNC, create_one("w\u00e9ight/\u6743\U0001f600"),
+                                   [pull(["w\u00e9ight/\u6743\U0001f600".encode()])])
+    yield "bad-create-name-nul", framed(SYNC, create_one(b"w\0x"))
+    yield "bad-create-name-overlong", framed(SYNC, create_one(b"\xc0\xaf"))
+    yield "bad-pull-name-surrogate", framed(SYNC, [pull([b"w", b"\xed\xa0\x80"])])
+    yield "bad-push-name-truncated", framed(ASYNC, [header(
+        PUSH, f_bytes(1, tensor_meta(b"b\xe2\x82", [3])), request_id=4), floats(3)])
+    yield "bad-push-pull-name-nul", framed(ASYNC, [header(
+        PUSH_PULL, f_bytes(1, f_bytes(1, tensor_meta(b"b\0", [3]))), request_id=5), floats(3)])
+    # initial values are finite; an existing variable keeps its optimizer
+    yield "bad-create-nan", framed(SYNC, create_one("q", struct.pack("<2f", 1, float("nan"))))
+    yield "bad-create-other-optimizer", framed(SYNC, [header(
+        CREATE_VARS, f_bytes(1, tensor_meta("w", [4, 3])) + f_bytes(2, optimizer(lr=0.5)),
+        request_id=2), floats(12)])
     yield "bad-hello-workers", raw(SYNC, hello(0, 3))
     yield "bad-truncated", framed(SYNC | TRUNCATED, [empty(STATS)])
     yield "bad-checkpoint-no-dir", raw(SYNC, empty(CHECKPOINT))

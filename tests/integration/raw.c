@@ -91,3 +91,42 @@ void raw_expect_error(raw_conn *r, uint64_t request_id, int code, int timeout_ms
     ps_frames_close(&f);
     ps__header__free_unpacked(h, NULL);
 }
+
+void raw_pb_varint(raw_pb *p, uint64_t v) {
+    do {
+        ck_assert_uint_lt(p->n, sizeof p->b);
+        p->b[p->n++] = (uint8_t)(v >= 0x80 ? (v & 0x7f) | 0x80 : v);
+        v >>= 7;
+    } while (v);
+}
+
+void raw_pb_bytes(raw_pb *p, unsigned field, const void *data, size_t len) {
+    raw_pb_varint(p, (uint64_t)field << 3 | 2u);
+    raw_pb_varint(p, len);
+    ck_assert_uint_le(p->n + len, sizeof p->b);
+    memcpy(p->b + p->n, data, len);
+    p->n += len;
+}
+
+raw_pb raw_pb_meta2(const char *name, size_t len) {
+    raw_pb m = {.n = 0};
+    raw_pb_bytes(&m, 1, name, len);
+    const uint8_t rest[] = {0x10, 0x01, 0x1a, 0x01, 0x02, 0x20, 0x08}; /* F32, [2], 8 bytes */
+    memcpy(m.b + m.n, rest, sizeof rest);
+    m.n += sizeof rest;
+    return m;
+}
+
+void raw_send_body(raw_conn *r, uint64_t request_id, unsigned field, const raw_pb *body,
+                   size_t n_payloads, const float *payload) {
+    raw_pb h = {.n = 0};
+    raw_pb_varint(&h, 1 << 3);
+    raw_pb_varint(&h, PS_PROTOCOL_VERSION);
+    raw_pb_varint(&h, 2 << 3);
+    raw_pb_varint(&h, request_id);
+    raw_pb_bytes(&h, field, body->b, body->n);
+    const void *data[3] = {h.b, payload, payload};
+    size_t lens[3] = {h.n, 2 * sizeof(float), 2 * sizeof(float)};
+    ck_assert_uint_le(n_payloads, 2);
+    raw_send(r, data, lens, 1 + n_payloads);
+}

@@ -27,4 +27,20 @@ Ps__Header *raw_recv(raw_conn *r, int timeout_ms, ps_frames *f);
  * request id. */
 void raw_expect_error(raw_conn *r, uint64_t request_id, int code, int timeout_ms);
 
+/* A message encoded by hand, for bytes protobuf-c would not send (its pack stops a
+ * string at its first NUL). */
+typedef struct {
+    uint8_t b[1024];
+    size_t n;
+} raw_pb;
+void raw_pb_varint(raw_pb *p, uint64_t v);
+/* Appends length-delimited field `field` holding data[0..len). */
+void raw_pb_bytes(raw_pb *p, unsigned field, const void *data, size_t len);
+/* A TensorMeta of a float32 tensor of shape [2] named name[0..len). */
+raw_pb raw_pb_meta2(const char *name, size_t len);
+/* Sends Header { protocol_version, request_id, body field `field` = body } followed by
+ * n_payloads frames, each the 2 floats at payload. */
+void raw_send_body(raw_conn *r, uint64_t request_id, unsigned field, const raw_pb *body,
+                   size_t n_payloads, const float *payload);
+
 #endif

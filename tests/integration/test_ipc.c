@@ -1,7 +1,8 @@
 /* The ipc transport with real processes: psd --transport ipc serves the client library
  * and psctl status on a Unix socket, replaces a dead psd's stale socket but not a live
  * one, removes its socket at a clean stop, refuses bad --ipc-path configurations, binds
- * TF_CONFIG's ipc:// entry; psctl local --transport ipc trains and leaves no directory. */
+ * TF_CONFIG's ipc:// entry; psctl local --transport ipc trains and leaves no directory; of
+ * two psd started at once on one path exactly one serves (PATH.lock). */
 #include <check.h>
 #include <errno.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -246,6 +248,67 @@ START_TEST(stale_socket_replaced_live_one_kept) {
 }
 END_TEST
 
+/* Reaps slot k if it has exited: returns its exit status (128+signal when killed), or -1
+ * while it runs. */
+static int exited(int k) {
+    int st;
+    if (running[k] <= 0 || waitpid(running[k], &st, WNOHANG) != running[k]) return -1;
+    running[k] = 0;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Two psd started at the same instant on one --ipc-path, several rounds (half of them
+ * over a stale socket): exactly one reports ready and serves, the other exits 2 because
+ * the first holds PATH.lock; a clean stop removes the socket and the lock file. */
+START_TEST(two_psd_racing_for_one_path) {
+    const char *args[] = {"--transport", "ipc", "--ipc-path", sock, NULL};
+    char lock[160], ep[160];
+    snprintf(lock, sizeof lock, "%s.lock", sock);
+    snprintf(ep, sizeof ep, "ipc://%s", sock);
+    for (int round = 0; round < 12; round++) {
+        if (round % 2) { /* a socket file nobody accepts on, as a killed psd leaves */
+            int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+            ck_assert_int_ge(fd, 0);
+            struct sockaddr_un a = {.sun_family = AF_UNIX};
+            memcpy(a.sun_path, sock, strlen(sock) + 1);
+            ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+            close(fd);
+        }
+        spawn_psd(0, args);
+        spawn_psd(1, args);
+        int status[2] = {-1, -1}, ready[2] = {0, 0};
+        long long until = now_ms() + READY_MS;
+        /* until one has exited and the other is ready (or both are: the bug) */
+        while (now_ms() < until) {
+            for (int k = 0; k < 2; k++) {
+                if (status[k] < 0) status[k] = exited(k);
+                if (!ready[k]) ready[k] = strchr(slurp(readies[k]), '\n') != NULL;
+            }
+            if ((ready[0] && ready[1]) || (status[0] >= 0 && status[1] >= 0) ||
+                ((status[0] >= 0 || status[1] >= 0) && (ready[0] || ready[1])))
+                break;
+            usleep(5000);
+        }
+        ck_assert_msg(!(ready[0] && ready[1]), "round %d: both psd reported ready on %s", round,
+                      sock);
+        int loser = status[0] >= 0 ? 0 : 1, winner = 1 - loser;
+        ck_assert_msg(status[loser] == 2, "round %d: exits %d and %d, want one 2:\n%s\n%s", round,
+                      status[0], status[1], slurp(logs[0]), slurp(logs[1]));
+        ck_assert_msg(strstr(slurp(logs[loser]), "holds the lock file"),
+                      "round %d: no reason in:\n%s", round, slurp(logs[loser]));
+        ck_assert_msg(ready[winner] && status[winner] < 0, "round %d: the other psd:\n%s", round,
+                      slurp(logs[winner]));
+        ck_assert(is_there(lock));
+        if (round % 4 == 0) exchange(ep);
+        kill(running[winner], SIGTERM);
+        ck_assert_int_eq(wait_exit(winner), 0);
+        ck_assert(!is_there(sock));
+        ck_assert_msg(!is_there(lock), "round %d: %s is still there after a clean stop", round,
+                      lock);
+    }
+}
+END_TEST
+
 typedef struct {
     const char *args[8];
     const char *want; /* in the output */
@@ -356,6 +419,7 @@ static Suite *ipc_suite(void) {
     tcase_set_timeout(tc, 150);
     tcase_add_test(tc, psd_serves_over_ipc);
     tcase_add_test(tc, stale_socket_replaced_live_one_kept);
+    tcase_add_test(tc, two_psd_racing_for_one_path);
     tcase_add_test(tc, bad_transport_config);
     tcase_add_test(tc, tf_config_ipc_entry);
     tcase_add_test(tc, psctl_local_ipc_trains_and_cleans_up);

@@ -22,6 +22,8 @@
 #include "client.h"
 #include "proc.h"
 #include "ps_error.h"
+#include "raw.h"
+#include "utf8.h"
 
 #define NW 6         /* "w" [2, 3] lives on shard 0 */
 #define NB 4         /* "b" [4] lives on shard 1 */
@@ -358,6 +360,49 @@ START_TEST(json_has_every_stats_field_with_the_right_values) {
 }
 END_TEST
 
+/* Names reach the JSON as valid UTF-8 text, escaped: one with quotes, a backslash,
+ * control characters and multibyte characters comes back exactly; one that is not
+ * UTF-8 is refused by psd, so the output stays valid JSON. */
+START_TEST(json_escapes_names) {
+    const char *odd = "q\"b\\s/\n\t\x7f\x01 w\xc3\xa9ight \xe6\x9d\x83\xf0\x9f\x98\x80";
+    raw_conn rc;
+    raw_open(&rc, psd[0].endpoint);
+    const float init[2] = {1, 2};
+    const char *names[2] = {odd, "bad\xc3(\xff"};
+    for (int i = 0; i < 2; i++) {
+        raw_pb opt = {.n = 0}, body = {.n = 0}, meta = raw_pb_meta2(names[i], strlen(names[i]));
+        const uint8_t lr[] = {0x15, 0xcd, 0xcc, 0xcc, 0x3d}; /* lr = 0.1f */
+        memcpy(opt.b, lr, sizeof lr);
+        opt.n = sizeof lr;
+        raw_pb_bytes(&body, 1, meta.b, meta.n);
+        raw_pb_bytes(&body, 2, opt.b, opt.n);
+        raw_send_body(&rc, 700 + (uint64_t)i, 12, &body, 1, init);
+        Ps__Header *h = raw_recv(&rc, REPLY_MS, NULL);
+        ck_assert_ptr_nonnull(h);
+        ck_assert_int_eq(h->body_case,
+                         i ? PS__HEADER__BODY_ERROR : PS__HEADER__BODY_CREATE_VARS_REPLY);
+        ps__header__free_unpacked(h, NULL);
+    }
+    raw_close(&rc);
+    const char *args[] = {"psctl", "status", "--json", "--ps", psd[0].endpoint, NULL};
+    run_result r;
+    run_psctl(args, NULL, &r);
+    ck_assert_msg(r.status == 0, "exit %d, stderr:\n%s", r.status, r.err);
+    const char *why;
+    size_t len = strlen(r.out);
+    ck_assert_msg(ps_utf8_check(r.out, len, &why) == len, "output not UTF-8 (%s):\n%s", why, r.out);
+    cJSON *arr = cJSON_Parse(r.out);
+    ck_assert_msg(cJSON_IsArray(arr), "not a JSON array:\n%s", r.out);
+    const cJSON *vars = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(arr, 0), "vars");
+    ck_assert_int_eq(cJSON_GetArraySize(vars), 2);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(vars, 1), "name");
+    ck_assert(cJSON_IsString(name));
+    ck_assert_str_eq(name->valuestring, odd);
+    cJSON_Delete(arr);
+    result_free(&r);
+}
+END_TEST
+
 /* ---- a dead shard ----------------------------------------------------------------- */
 
 /* A 127.0.0.1 port nothing listens on (bound, then released). */
@@ -473,6 +518,7 @@ int main(void) {
     tcase_add_test(tc, table_shows_each_shards_version_and_counters);
     tcase_add_test(tc, tf_config_names_the_shards);
     tcase_add_test(tc, json_has_every_stats_field_with_the_right_values);
+    tcase_add_test(tc, json_escapes_names);
     tcase_add_test(tc, dead_shard_is_unreachable_exit_1);
     suite_add_tcase(s, tc);
     TCase *usage = tcase_create("usage");

@@ -292,6 +292,36 @@ static float pseudo(uint32_t *seed, float scale) {
  * code (one element per call) must give the same bits: optim.c does one IEEE
  * operation at a time, in order, without fused multiply-adds. This is what keeps
  * psd and a worker's --no-ps identical whichever CPU (clone) each runs on. */
+/* Two specs are the same optimizer when the kind and the hyperparameters that kind
+ * uses agree; fields it does not use do not count. The description lists those. */
+START_TEST(spec_same_and_describe) {
+    ps_opt_spec a = ps_opt_spec_default(PS_OPT_SGD), b = a;
+    b.beta1 = 0.5f; /* not used by sgd */
+    b.momentum = 0.3f;
+    ck_assert(ps_opt_spec_same(&a, &b));
+    b.lr = 0.02f;
+    ck_assert(!ps_opt_spec_same(&a, &b));
+    char buf[200];
+    ck_assert_str_eq(ps_opt_spec_describe(&a, buf, sizeof buf), "sgd lr=0.01");
+    ps_opt_spec m = ps_opt_spec_default(PS_OPT_MOMENTUM), n = m;
+    n.nesterov = true;
+    ck_assert(!ps_opt_spec_same(&m, &n));
+    ck_assert_str_eq(ps_opt_spec_describe(&n, buf, sizeof buf),
+                     "momentum lr=0.01 momentum=0.9 nesterov=true");
+    ps_opt_spec w = ps_opt_spec_default(PS_OPT_ADAMW), w2 = w;
+    w2.weight_decay = 0.005f;
+    ck_assert(!ps_opt_spec_same(&w, &w2));
+    ck_assert_str_eq(ps_opt_spec_describe(&w, buf, sizeof buf),
+                     "adamw lr=0.001 beta1=0.9 beta2=0.999 epsilon=1e-07 weight_decay=0.004");
+    ps_opt_spec ad = ps_opt_spec_default(PS_OPT_ADAM);
+    ck_assert(!ps_opt_spec_same(&w, &ad)); /* another kind */
+    ad.lr = nextafterf(0.1f, 1.0f);        /* %g alone would print it as 0.1 */
+    const char *lr = strstr(ps_opt_spec_describe(&ad, buf, sizeof buf), "lr=");
+    ck_assert_ptr_nonnull(lr);
+    ck_assert(strtof(lr + 3, NULL) == ad.lr);
+}
+END_TEST
+
 START_TEST(vector_matches_scalar_bitwise) {
     enum { NV = 67 }; /* 4 AVX-512 vectors, 8 AVX2 vectors and a tail of 3 */
     for (int k = 0; k <= PS_OPT_COUNT; k++) {
@@ -342,6 +372,7 @@ static Suite *optim_suite(void) {
     tcase_add_test(tc, adam_bias_correction_uses_t);
     tcase_add_test(tc, adamw_decays_with_zero_gradient);
     tcase_add_test(tc, vector_matches_scalar_bitwise);
+    tcase_add_test(tc, spec_same_and_describe);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,8 +1,8 @@
 /* Check tests for the cluster spec: TF_CONFIG examples copied from the seed texts, chief
  * numbering, flag lists, host:port parsing, and every malformed-config error path. */
 #include "ps_error.h"
-#include "tfconfig.h"
 #include "testutil.h"
+#include "tfconfig.h"
 
 #include <check.h>
 #include <stdlib.h>
@@ -163,9 +163,10 @@ START_TEST(evaluator_job_is_kept_out_but_accepted) {
 }
 END_TEST
 
+/* A missing index is 0 only in a job of one entry (with more it would be a guess). */
 START_TEST(missing_index_defaults_to_zero_and_ipv6_entries) {
     ps_cluster c;
-    parse_ok("{\"cluster\":{\"worker\":[\"[::1]:5000\",\"10.0.0.2:5001\"]},"
+    parse_ok("{\"cluster\":{\"worker\":[\"[::1]:5000\"],\"ps\":[\"10.0.0.2:5001\"]},"
              "\"task\":{\"type\":\"worker\"}}",
              &c);
     ck_assert_int_eq(c.task_index, 0);
@@ -223,6 +224,10 @@ static const bad_case BAD[] = {
     {"{\"cluster\":{\"master\":[\"a:1\"]},\"task\":{\"type\":\"master\",\"index\":0}}", PS_EINVAL,
      "task.type"},
     {"{\"cluster\":{\"worker\":[\"a:1\"]},\"task\":{\"index\":0}}", PS_EINVAL, "task.type"},
+    {"{\"cluster\":{\"worker\":[\"a:1\",\"b:2\"]},\"task\":{\"type\":\"worker\"}}", PS_EINVAL,
+     "task.index: missing"},
+    {"{\"cluster\":{\"ps\":[\"a:1\",\"b:2\"]},\"task\":{\"type\":\"ps\"}}", PS_EINVAL,
+     "task.index: missing"},
     {"{\"cluster\":{\"worker\":[\"a:1\"],\"evaluator\":[\"e:1\"]},"
      "\"task\":{\"type\":\"evaluator\",\"index\":1}}",
      PS_EINVAL, "task.index"},
@@ -399,7 +404,7 @@ START_TEST(ipc_ps_addresses) {
     char err[256];
     ck_assert_int_eq(
         ps_cluster_from_tfconfig("{\"cluster\": {\"ps\": [\"ipc:///run/p/psd-0.sock\", "
-                                 "\"h:1\"]}, \"task\": {\"type\": \"ps\"}}",
+                                 "\"h:1\"]}, \"task\": {\"type\": \"ps\", \"index\": 0}}",
                                  &c, err, sizeof err),
         PS_OK);
     ck_assert_str_eq(c.ps[0], "ipc:///run/p/psd-0.sock");

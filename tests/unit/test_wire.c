@@ -12,6 +12,7 @@
 
 #include "ps_error.h"
 #include "testutil.h"
+#include "utf8.h"
 #include "wire.h"
 
 /* ---- helpers ---- */
@@ -485,6 +486,192 @@ START_TEST(decode_no_body) {
 }
 END_TEST
 
+/* ---- string fields: valid UTF-8 without NUL, checked at decode ---- */
+
+/* A hand-encoded protobuf message (protobuf-c's pack stops a string at its NUL). */
+typedef struct {
+    uint8_t b[512];
+    size_t n;
+} pbuf;
+
+static void put_byte(pbuf *p, uint8_t v) {
+    ck_assert_uint_lt(p->n, sizeof p->b);
+    p->b[p->n++] = v;
+}
+
+static void put_varint(pbuf *p, uint64_t v) {
+    while (v >= 0x80) {
+        put_byte(p, (uint8_t)(v | 0x80));
+        v >>= 7;
+    }
+    put_byte(p, (uint8_t)v);
+}
+
+/* Appends field `field` (length-delimited) holding data[0..len). */
+static void put_bytes(pbuf *p, unsigned field, const void *data, size_t len) {
+    put_varint(p, (uint64_t)field << 3 | 2u);
+    put_varint(p, len);
+    ck_assert_uint_le(p->n + len, sizeof p->b);
+    memcpy(p->b + p->n, data, len);
+    p->n += len;
+}
+
+/* A TensorMeta of shape [2] float32 named name[0..len). */
+static pbuf meta_bytes(const char *name, size_t len) {
+    pbuf m = {.n = 0};
+    put_bytes(&m, 1, name, len);
+    const uint8_t rest[] = {0x10, 0x01, 0x1a, 0x01, 0x02, 0x20, 0x08};
+    memcpy(m.b + m.n, rest, sizeof rest);
+    m.n += sizeof rest;
+    return m;
+}
+
+/* A Header (version 1, request id 77) whose body field `body` holds b. */
+static pbuf header_bytes(unsigned body, const pbuf *b) {
+    pbuf h = {.n = 0};
+    const uint8_t start[] = {0x08, 0x01, 0x10, 77};
+    memcpy(h.b, start, sizeof start);
+    h.n = sizeof start;
+    put_bytes(&h, body, b->b, b->n);
+    return h;
+}
+
+/* The three requests that carry names, each with name[0..len) second: CreateVars,
+ * Pull, and PushPull (a Push inside). *field gets the path the reason must name. */
+static pbuf request_with_name(int kind, const char *name, size_t len, const char **field) {
+    pbuf body = {.n = 0}, inner = {.n = 0};
+    pbuf good = meta_bytes("ok", 2), bad = meta_bytes(name, len);
+    switch (kind) {
+    case 0: /* CreateVars { vars = 1 } */
+        put_bytes(&body, 1, good.b, good.n);
+        put_bytes(&body, 1, bad.b, bad.n);
+        *field = "create_vars.vars[1].name";
+        return header_bytes(12, &body);
+    case 1: /* Pull { names = 1 } */
+        put_bytes(&body, 1, "ok", 2);
+        put_bytes(&body, 1, name, len);
+        *field = "pull.names[1]";
+        return header_bytes(14, &body);
+    default: /* PushPull { Push push = 1 { grads = 1 } } */
+        put_bytes(&inner, 1, good.b, good.n);
+        put_bytes(&inner, 1, bad.b, bad.n);
+        put_bytes(&body, 1, inner.b, inner.n);
+        *field = "push_pull.push.grads[1].name";
+        return header_bytes(28, &body);
+    }
+}
+
+static const struct {
+    const char *bytes;
+    size_t len;
+    const char *why;
+} BAD_NAMES[] = {
+    {"w\0b", 3, "NUL byte"},                   /* would be stored as "w" */
+    {"\0", 1, "NUL byte"},                     /* would be stored as "" */
+    {"\xc0\xaf", 2, "overlong"},               /* '/' in two bytes */
+    {"x\xe0\x80\xaf", 4, "overlong"},          /* '/' in three bytes */
+    {"\xf0\x80\x80\xaf", 4, "overlong"},       /* '/' in four bytes */
+    {"\xed\xa0\x80", 3, "surrogate"},          /* U+D800 */
+    {"a\xed\xbf\xbf", 4, "surrogate"},         /* U+DFFF */
+    {"w\xe2\x82", 3, "truncated"},             /* '€' without its last byte */
+    {"\xe2\x82w", 3, "truncated"},             /* ... followed by ASCII */
+    {"\xf0\x9f\x98", 3, "truncated"},          /* an emoji cut short */
+    {"\xf4\x90\x80\x80", 4, "above U+10FFFF"}, /* U+110000 */
+    {"\x80w", 2, "stray continuation"},        /* continuation without a lead */
+    {"w\xff", 2, "never appears"},             /* never in UTF-8 */
+};
+
+START_TEST(decode_refuses_bad_text_in_names) {
+    for (int kind = 0; kind < 3; kind++) {
+        for (size_t i = 0; i < sizeof BAD_NAMES / sizeof BAD_NAMES[0]; i++) {
+            const char *field;
+            pbuf h = request_with_name(kind, BAD_NAMES[i].bytes, BAD_NAMES[i].len, &field);
+            Ps__Header *out = NULL;
+            char err[256] = "";
+            int rc = ps_header_decode(h.b, h.n, &out, err, sizeof err);
+            ck_assert_msg(rc == PS_EPROTO, "kind %d, name %zu: %s (%s)", kind, i, ps_errname(rc),
+                          err);
+            ck_assert_msg(strstr(err, field) != NULL, "kind %d, name %zu: no '%s' in: %s", kind, i,
+                          field, err);
+            ck_assert_msg(strstr(err, BAD_NAMES[i].why) != NULL,
+                          "kind %d, name %zu: no '%s' in: %s", kind, i, BAD_NAMES[i].why, err);
+            /* the header is still there to echo its request id */
+            ck_assert_ptr_nonnull(out);
+            ck_assert_uint_eq(out->request_id, 77);
+            ps__header__free_unpacked(out, NULL);
+        }
+    }
+}
+END_TEST
+
+START_TEST(decode_accepts_multibyte_names) {
+    static const char *const good[] = {
+        "w\xc3\xa9ight",                /* é: 2 bytes */
+        "\xe6\x9d\x83\xe9\x87\x8d",     /* 权重: 3 bytes each */
+        "\xf0\x9f\x98\x80/bias",        /* U+1F600: 4 bytes */
+        "\xef\xbf\xbd\xf4\x8f\xbf\xbf", /* U+FFFD, U+10FFFF */
+        "\xed\x9f\xbf\xee\x80\x80",     /* U+D7FF, U+E000 beside the surrogates */
+    };
+    for (int kind = 0; kind < 3; kind++) {
+        for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+            const char *field;
+            pbuf h = request_with_name(kind, good[i], strlen(good[i]), &field);
+            Ps__Header *out = NULL;
+            char err[256] = "";
+            int rc = ps_header_decode(h.b, h.n, &out, err, sizeof err);
+            ck_assert_msg(rc == PS_OK, "kind %d, name %zu: %s (%s)", kind, i, ps_errname(rc), err);
+            const char *got = kind == 0   ? out->create_vars->vars[1]->name
+                              : kind == 1 ? out->pull->names[1]
+                                          : out->push_pull->push->grads[1]->name;
+            ck_assert_str_eq(got, good[i]);
+            ps__header__free_unpacked(out, NULL);
+        }
+    }
+}
+END_TEST
+
+/* Replies go through the same decode: an Error whose message is not UTF-8 is refused. */
+START_TEST(decode_refuses_bad_text_in_replies) {
+    pbuf body = {.n = 0};
+    put_bytes(&body, 2, "EINVAL", 6);
+    put_bytes(&body, 3, "bad \xc3", 5);
+    pbuf h = header_bytes(22, &body);
+    Ps__Header *out = NULL;
+    char err[256] = "";
+    ck_assert_int_eq(ps_header_decode(h.b, h.n, &out, err, sizeof err), PS_EPROTO);
+    ck_assert_ptr_nonnull(strstr(err, "error.message"));
+    ps__header__free_unpacked(out, NULL);
+    /* StatsReply { repeated VarStats vars = 13 { name = 1 } } */
+    pbuf var = {.n = 0}, stats = {.n = 0};
+    put_bytes(&var, 1, "v\0", 2);
+    put_bytes(&stats, 13, var.b, var.n);
+    h = header_bytes(19, &stats);
+    ck_assert_int_eq(ps_header_decode(h.b, h.n, &out, err, sizeof err), PS_EPROTO);
+    ck_assert_msg(strstr(err, "stats_reply.vars[0].name") != NULL, "%s", err);
+    ps__header__free_unpacked(out, NULL);
+}
+END_TEST
+
+START_TEST(utf8_sanitize_replaces_bad_bytes) {
+    char out[64];
+    ck_assert_str_eq(ps_utf8_sanitize("ok \xc3\xa9", out, sizeof out), "ok \xc3\xa9");
+    ck_assert_str_eq(ps_utf8_sanitize("a\xff"
+                                      "b",
+                                      out, sizeof out),
+                     "a\xef\xbf\xbd"
+                     "b");
+    ck_assert_str_eq(ps_utf8_sanitize("cut \xe2\x82", out, sizeof out),
+                     "cut \xef\xbf\xbd\xef\xbf\xbd");
+    /* a sequence that would not fit whole is left out */
+    ck_assert_str_eq(ps_utf8_sanitize("ab\xc3\xa9", out, 4), "ab");
+    const char *why;
+    ck_assert_uint_eq(ps_utf8_check("ab\xc3\xa9", 4, &why), 4);
+    ck_assert_str_eq(why, "");
+    ck_assert_uint_eq(ps_utf8_check("ab\xc3", 3, &why), 2);
+    ck_assert_str_eq(why, "truncated multibyte sequence");
+}
+END_TEST
+
 /* ---- ps_tensors_check ---- */
 
 START_TEST(tensors_good) {
@@ -887,6 +1074,10 @@ static Suite *wire_suite(void) {
     tcase_add_test(tc, decode_too_big);
     tcase_add_test(tc, decode_wrong_version_keeps_header);
     tcase_add_test(tc, decode_no_body);
+    tcase_add_test(tc, decode_refuses_bad_text_in_names);
+    tcase_add_test(tc, decode_accepts_multibyte_names);
+    tcase_add_test(tc, decode_refuses_bad_text_in_replies);
+    tcase_add_test(tc, utf8_sanitize_replaces_bad_bytes);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("tensors_check");
