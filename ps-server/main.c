@@ -10,6 +10,7 @@
 #include "server.h"
 
 int main(int argc, char **argv) {
+    ps_ignore_sigpipe(); /* a dead supervisor's pipe must not kill us before the checkpoint */
     ps_server_config cfg;
     char err[512];
     int rc = ps_server_config_parse(argc, argv, getenv("TF_CONFIG"), &cfg, err, sizeof err);

@@ -114,6 +114,7 @@ static size_t split_list(char *s, char **out, size_t cap) {
 }
 
 int main(int argc, char **argv) {
+    ps_ignore_sigpipe(); /* a closed stdout/stderr fails writes (EPIPE), it does not kill */
     worker_opts o = {0};
     unsigned char given[N_OPTIONS] = {0};
     char err[512];
