@@ -287,7 +287,11 @@ static void on_signal(uv_signal_t *h, int signum) {
     if (s->cfg.checkpoint_dir[0] && !s->stopping) {
         char path[1200], err[512];
         uint64_t bytes = 0;
-        ps__server_checkpoint(s, path, sizeof path, &bytes, err, sizeof err);
+        if (ps__server_checkpoint(s, path, sizeof path, &bytes, err, sizeof err) != PS_OK) {
+            s->final_ckpt_failed = 1; /* what we promised to save is not saved: exit 1 */
+            PS_ERROR("stopping without the final checkpoint: the updates since the last one "
+                     "are lost");
+        }
     }
     ps_server_stop(s);
 }

@@ -40,6 +40,7 @@ typedef struct {
     uint64_t lat_count;
     uint64_t bytes_in, bytes_out, dropped_replies;
     uint64_t workers_removed, dropped_pushes, max_staleness, staleness_waits, checkpoints;
+    uint64_t checkpoint_failures; /* saves that failed (timer, request or shutdown) */
     uint64_t heartbeats;
     /* connections CurveZMQ refused (auth.c): unknown key, plaintext, bad handshake */
     uint64_t auth_denied;
@@ -84,7 +85,8 @@ typedef struct ps_server {
     uv_timer_t watchdog_timer;  /* systemd WatchdogSec (notify.c) */
     struct ps_metrics *metrics; /* HTTP /metrics and /healthz (metrics.c), NULL: off */
     int stopping;
-    float *scratch; /* for misaligned payload frames */
+    int final_ckpt_failed; /* the checkpoint at SIGTERM/SIGINT failed: exit non-zero */
+    float *scratch;        /* for misaligned payload frames */
     size_t scratch_cap;
 } ps_server;
 
@@ -102,7 +104,9 @@ typedef struct {
  * or PS_EINVAL/PS_EFORMAT/PS_EIO with a reason in err. Does not start the loop. */
 int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, char *err,
                    size_t errlen);
-/* Starts watching the socket and the signals; runs the loop until shutdown. */
+/* Starts watching the socket and the signals; runs the loop until shutdown. Returns
+ * PS_OK (final_ckpt_failed says whether the checkpoint at SIGTERM/SIGINT failed),
+ * PS_EADDRINUSE (the metrics port) or PS_EIO (the ZAP socket cannot be watched). */
 int ps_server_run(ps_server *s);
 /* Begins a graceful stop: answers pending pulls with ESHUTDOWN and closes handles. */
 void ps_server_stop(ps_server *s);
@@ -153,7 +157,8 @@ int ps__staleness_allows(const ps_server *s, int has_worker, uint64_t clock);
 /* Records one optimizer apply of `seconds` in the latency histogram. */
 void ps__stats_apply_latency(ps_server *s, double seconds);
 
-/* Checkpoints (server.c): writes one now; PS_OK, or an error with a reason. */
+/* Checkpoints (server.c): writes one now; PS_OK, or an error with a reason (logged and
+ * counted in stats.checkpoint_failures). */
 int ps__server_checkpoint(ps_server *s, char *path, size_t path_len, uint64_t *bytes, char *err,
                           size_t errlen);
 /* Answers the deferred pulls whose version now exists. */
