@@ -78,7 +78,10 @@ typedef struct ps_server {
     uint32_t live_count;
     uv_timer_t member_timer;
     uv_timer_t ckpt_timer;
-    uint64_t incarnation;  /* random per process start */
+    uint64_t incarnation; /* random per process start */
+    /* the job whose variables the store holds: from the first CreateVars naming one, or
+     * from the checkpoint restored; "" none */
+    char job_id[PS_WIRE_MAX_JOB_ID + 1];
     uint64_t ckpt_version; /* version of the newest checkpoint written or restored */
     uint64_t ckpt_ns;      /* when (monotonic), 0: none */
     uint64_t start_ns;
