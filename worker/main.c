@@ -18,7 +18,7 @@
 
 #define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
 #define DEFAULT_JOB_ID "default"
-#define EXIT_LOST 3 /* PS_ELOST: restarting this worker cannot bring the variables back */
+#define EXIT_LOST 4 /* PS_ELOST: restarting this worker cannot bring the variables back */
 
 typedef struct {
     char ps[8192];
@@ -98,7 +98,7 @@ static const ps_option table[] = {
     {"recreate-lost-variables", PS_OPTION_CHOICE, F(recreate_lost), 0, 0, "no", "no|yes", NULL,
      "chief, yes: a shard that lost the job's variables (restarted without a checkpoint) "
      "gets them again with their INITIAL values, logged and listed in the summary; no: "
-     "the job fails naming the shard (exit status 3)"},
+     "the job fails naming the shard (exit status 4)"},
     {"slow-ms", PS_OPTION_LONG, F(slow_ms), 0, 3600000, "0", NULL, "MS",
      "for tests: sleep MS every step, to play a slow worker"},
 };
@@ -115,7 +115,7 @@ static void usage(FILE *out) {
             "options:\n");
     ps_options_usage(table, N_OPTIONS, out);
     fprintf(out, "\nexit status: 0 on success, 1 when training fails, 2 on bad configuration "
-                 "(also: a shard holds\nanother job's variables), 3 when a shard lost the job's "
+                 "(also: a shard holds\nanother job's variables), 4 when a shard lost the job's "
                  "variables (restarted without\na checkpoint to restore; restarting the worker "
                  "cannot help).\n");
 }

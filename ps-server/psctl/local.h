@@ -29,7 +29,7 @@ typedef struct {
     long replicas;
     long staleness;
     const char *job_id; /* --job-id ID passed to every worker, or NULL (their default) */
-    int recreate_lost;  /* --recreate-lost-variables: passed on; a worker exiting 3 restarts */
+    int recreate_lost;  /* --recreate-lost-variables: passed on; a worker exiting 4 restarts */
     const char *gpus;   /* --gpus as given, or NULL */
     int gpus_all;       /* --gpus all */
     int num_gpu_ids;    /* --gpus ID,...: the distinct ids, in order */

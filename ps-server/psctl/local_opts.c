@@ -111,7 +111,7 @@ void psctl_local_usage(FILE *f) {
                "every shard listens on 127.0.0.1 on a free port.\n"
                "\nLost variables: a psd restarted without a checkpoint to restore (no\n"
                "--checkpoint-dir, or none written yet) has lost its part of the model. The\n"
-               "workers then exit with status 3 naming the shard, and the job fails: they are\n"
+               "workers then exit with status 4 naming the shard, and the job fails: they are\n"
                "not restarted into the same failure. With --recreate-lost-variables they are\n"
                "restarted and the chief creates that shard's variables again with their\n"
                "initial values (logged, and listed in the summary's recreated_lost_variables).\n"

@@ -29,7 +29,7 @@ extern char **environ;
 #define RESTART_DELAY_MS 200  /* before the first restart of a process; doubles with each */
 #define RESTART_DELAY_MAX_MS 5000
 #define EXIT_BAD_CONFIG 2 /* our programs' "bad configuration": restarting cannot help */
-#define EXIT_LOST 3       /* psworker: a shard lost the job's variables (PS_ELOST) */
+#define EXIT_LOST 4       /* psworker: a shard lost the job's variables (PS_ELOST) */
 
 typedef enum { CHILD_PSD, CHILD_WORKER } child_kind;
 

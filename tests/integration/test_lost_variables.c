@@ -68,7 +68,7 @@ START_TEST(psd_restarted_empty_fails_the_job_naming_it) {
     ck_assert_msg(ps_test_file_has(log, "psd 1 (") &&
                       ps_test_file_has(log, "lost the job's variables"),
                   "the output does not name the shard that lost its variables");
-    ck_assert(ps_test_file_has(log, "(exit status 3): a psd shard lost the job's variables"));
+    ck_assert(ps_test_file_has(log, "(exit status 4): a psd shard lost the job's variables"));
     ck_assert(!ps_test_file_has(log, "job finished"));
     ck_assert(!ps_test_file_has(log, "re-creating"));
     ck_assert_msg(access(summary, F_OK) != 0, "a summary was written for a failed job");
