@@ -1,6 +1,6 @@
 /* psd's checkpoints: the whole store (values, optimizer slots and specs, update
- * counts) plus the shard's version in one tensor file (kind PS_TF_CHECKPOINT,
- * docs/FORMATS.md), written atomically; the newest `keep` are kept. */
+ * counts) plus the shard's version and the job id in one tensor file (kind
+ * PS_TF_CHECKPOINT, docs/FORMATS.md), written atomically; the newest `keep` are kept. */
 #ifndef PS_CHECKPOINT_H
 #define PS_CHECKPOINT_H
 
