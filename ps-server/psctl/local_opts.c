@@ -2,6 +2,8 @@
  * getopt_long, validation and --help. */
 #include "local.h"
 
+#include "wire.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -305,6 +307,8 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
         conflict = "--replicas-to-aggregate applies to --mode sync only";
     else if (o->staleness >= 0 && strcmp(o->mode, "async") != 0)
         conflict = "--staleness applies to --mode async only";
+    else if (o->job_id && !ps_job_id_valid(o->job_id))
+        conflict = "--job-id needs 1 to 64 of A-Z a-z 0-9 . _ -";
     if (conflict) {
         fprintf(stderr, "psctl local: %s\n", conflict);
         goto usage_hint;
