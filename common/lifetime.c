@@ -1,4 +1,5 @@
-/* Child processes die with their supervisor (see lifetime.h). */
+/* Child processes die with their supervisor, and survive its closed pipes (see
+ * lifetime.h). */
 #include "lifetime.h"
 
 #include <signal.h>
@@ -12,4 +13,8 @@ void ps_die_with_parent(void) {
     long want = strtol(s, NULL, 10);
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (want > 0 && getppid() != (pid_t)want) raise(SIGTERM);
+}
+
+void ps_ignore_sigpipe(void) {
+    signal(SIGPIPE, SIG_IGN);
 }

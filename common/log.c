@@ -40,5 +40,7 @@ void ps_log(ps_log_level level, const char *fmt, ...) {
     va_start(ap, fmt);
     if (n > 0 && (size_t)n < sizeof line) vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s\n", line);
+    /* A closed stderr (the reader died: EPIPE, with SIGPIPE ignored) loses the line,
+     * never the process; the error flag is cleared so later lines are tried again. */
+    if (fprintf(stderr, "%s\n", line) < 0) clearerr(stderr);
 }

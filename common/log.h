@@ -8,6 +8,8 @@ typedef enum { PS_LOG_DEBUG = 0, PS_LOG_INFO, PS_LOG_WARN, PS_LOG_ERROR } ps_log
 void ps_log_set_tag(const char *tag);
 /* Lines below this level are dropped (default PS_LOG_INFO; PS_LOG_LEVEL=debug lowers it). */
 void ps_log_set_level(ps_log_level level);
+/* Writes one line to stderr. A write that fails (stderr closed: EPIPE) drops the line;
+ * programs ignore SIGPIPE (ps_ignore_sigpipe) so that it cannot kill them. */
 void ps_log(ps_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define PS_DEBUG(...) ps_log(PS_LOG_DEBUG, __VA_ARGS__)

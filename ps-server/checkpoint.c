@@ -253,7 +253,10 @@ int ps_ckpt_save(const char *dir, int keep, const ps_store *st, const ps_ckpt_me
         return fail(PS_EIO, err, errlen, "create checkpoint directory %s: %s", dir,
                     strerror(errno));
 
-    size_t nt = 0;
+    size_t job_len = strlen(m->job_id);
+    if (job_len > PS_WIRE_MAX_JOB_ID)
+        return fail(PS_EINVAL, err, errlen, "job id longer than %u bytes", PS_WIRE_MAX_JOB_ID);
+    size_t nt = job_len ? 1 : 0; /* the "@job" tensor */
     for (size_t i = 0; i < st->n; i++) {
         if (strlen(st->vars[i]->name) > PS_WIRE_MAX_NAME)
             return fail(PS_EINVAL, err, errlen, "variable name longer than %u bytes",
@@ -293,6 +296,15 @@ int ps_ckpt_save(const char *dir, int keep, const ps_store *st, const ps_ckpt_me
         }
     }
 
+    static const float job_value = 0.0f;
+    if (job_len) /* last: the job the variables belong to, in its attribute */
+        t[k++] = (ps_tf_tensor){.name = PS_CKPT_JOB_TENSOR,
+                                .rank = 1,
+                                .shape = {1},
+                                .data = &job_value,
+                                .numel = 1,
+                                .attr = m->job_id,
+                                .attr_len = (uint32_t)job_len};
     ps_tf_header h = {.kind = PS_TF_CHECKPOINT};
     uint64_t ms = m->unix_ms ? m->unix_ms : now_ms();
     h.meta[0] = m->version;
@@ -302,7 +314,7 @@ int ps_ckpt_save(const char *dir, int keep, const ps_store *st, const ps_ckpt_me
     h.meta[4] = m->mode;
     h.meta[5] = m->incarnation;
     h.meta[6] = ms;
-    h.meta[7] = PS_CKPT_LAYOUT_VERSION;
+    h.meta[7] = job_len ? PS_CKPT_LAYOUT_JOB : PS_CKPT_LAYOUT_VERSION;
     int off = snprintf(path, plen, "%s/", dir);
     snprintf(path + off, plen - (size_t)off, "ckpt-%020" PRIu64 "-%013" PRIu64 ".pstf", m->version,
              ms);
@@ -328,15 +340,37 @@ static int same_shape(const ps_tf_owned *a, const ps_tf_owned *b) {
     return a->rank == b->rank && memcmp(a->shape, b->shape, a->rank * sizeof(uint64_t)) == 0;
 }
 
-/* Builds the store from a verified file; PS_EFORMAT when the tensors do not
- * describe a store. Frees each tensor's data once copied (lower peak memory). */
-static int load_store(ps_tf_file *f, ps_store *st, char *err, size_t errlen) {
-    if (f->h.kind != PS_TF_CHECKPOINT)
-        return fail(PS_EFORMAT, err, errlen, "not a checkpoint (file kind %u)", f->h.kind);
-    if (f->h.meta[7] != PS_CKPT_LAYOUT_VERSION)
+/* Layout 2: the last tensor names the job (job_id[PS_WIRE_MAX_JOB_ID + 1]); layout 1:
+ * no job (""). *nvars = the tensors before it. PS_EFORMAT when it is malformed. */
+static int load_job(const ps_tf_file *f, char *job_id, size_t *nvars, char *err, size_t errlen) {
+    job_id[0] = '\0';
+    *nvars = f->n;
+    if (f->h.meta[7] == PS_CKPT_LAYOUT_VERSION) return PS_OK;
+    if (f->h.meta[7] != PS_CKPT_LAYOUT_JOB)
         return fail(PS_EFORMAT, err, errlen, "unsupported checkpoint layout %" PRIu64,
                     f->h.meta[7]);
-    for (size_t i = 0; i < f->n;) {
+    const ps_tf_owned *t = f->n ? &f->t[f->n - 1] : NULL;
+    if (!t || strcmp(t->name, PS_CKPT_JOB_TENSOR) != 0 || t->attr_len < 1 ||
+        t->attr_len > PS_WIRE_MAX_JOB_ID)
+        return fail(PS_EFORMAT, err, errlen, "layout 2 without a valid last tensor '%s'",
+                    PS_CKPT_JOB_TENSOR);
+    memcpy(job_id, t->attr, t->attr_len);
+    job_id[t->attr_len] = '\0';
+    if (!ps_job_id_valid(job_id))
+        return fail(PS_EFORMAT, err, errlen, "malformed job id in tensor '%s'", PS_CKPT_JOB_TENSOR);
+    *nvars = f->n - 1;
+    return PS_OK;
+}
+
+/* Builds the store from a verified file; PS_EFORMAT when the tensors do not
+ * describe a store. Frees each tensor's data once copied (lower peak memory). */
+static int load_store(ps_tf_file *f, ps_store *st, char *job_id, char *err, size_t errlen) {
+    if (f->h.kind != PS_TF_CHECKPOINT)
+        return fail(PS_EFORMAT, err, errlen, "not a checkpoint (file kind %u)", f->h.kind);
+    size_t nvars;
+    int jrc = load_job(f, job_id, &nvars, err, errlen);
+    if (jrc != PS_OK) return jrc;
+    for (size_t i = 0; i < nvars;) {
         ps_tf_owned *t = &f->t[i];
         ps_opt_spec spec;
         uint32_t ns = 0;
@@ -354,7 +388,7 @@ static int load_store(ps_tf_file *f, ps_store *st, char *err, size_t errlen) {
                 return fail(PS_EFORMAT, err, errlen, "variable '%s': zero dimension", t->name);
         if (ps_store_find(st, t->name))
             return fail(PS_EFORMAT, err, errlen, "variable '%s' appears twice", t->name);
-        if (i + 1 + ns > f->n)
+        if (i + 1 + ns > nvars)
             return fail(PS_EFORMAT, err, errlen, "variable '%s': missing slot tensors", t->name);
         for (uint32_t s = 0; s < ns; s++) {
             const ps_tf_owned *sl = &f->t[i + 1 + s];
@@ -405,17 +439,21 @@ int ps_ckpt_restore(const char *dir, ps_store *st, ps_ckpt_meta *m, char *path_o
         ps_tf_file f;
         ps_store fresh;
         ps_store_init(&fresh);
+        char job_id[PS_WIRE_MAX_JOB_ID + 1];
         int r = ps_tf_read(path, &f, why, sizeof why);
-        if (r == PS_OK) r = load_store(&f, &fresh, why, sizeof why);
+        if (r == PS_OK) r = load_store(&f, &fresh, job_id, why, sizeof why);
         if (r == PS_OK) {
-            if (m)
-                *m = (ps_ckpt_meta){.version = f.h.meta[0],
-                                    .updates_applied = f.h.meta[1],
-                                    .shard = f.h.meta[2],
-                                    .num_shards = f.h.meta[3],
-                                    .mode = f.h.meta[4],
-                                    .incarnation = f.h.meta[5],
-                                    .unix_ms = f.h.meta[6]};
+            if (m) {
+                memset(m, 0, sizeof *m);
+                m->version = f.h.meta[0];
+                m->updates_applied = f.h.meta[1];
+                m->shard = f.h.meta[2];
+                m->num_shards = f.h.meta[3];
+                m->mode = f.h.meta[4];
+                m->incarnation = f.h.meta[5];
+                m->unix_ms = f.h.meta[6];
+                snprintf(m->job_id, sizeof m->job_id, "%s", job_id);
+            }
             ps_tf_file_free(&f);
             ps_store_free(st);
             *st = fresh;

@@ -1,6 +1,6 @@
 /* psd's checkpoints: the whole store (values, optimizer slots and specs, update
- * counts) plus the shard's version in one tensor file (kind PS_TF_CHECKPOINT,
- * docs/FORMATS.md), written atomically; the newest `keep` are kept. */
+ * counts) plus the shard's version and the job id in one tensor file (kind
+ * PS_TF_CHECKPOINT, docs/FORMATS.md), written atomically; the newest `keep` are kept. */
 #ifndef PS_CHECKPOINT_H
 #define PS_CHECKPOINT_H
 
@@ -8,8 +8,11 @@
 #include <stdint.h>
 
 #include "store.h"
+#include "wire.h"
 
 #define PS_CKPT_LAYOUT_VERSION 1u /* header meta[7]: how variables map to tensors */
+#define PS_CKPT_LAYOUT_JOB 2u     /* the same, plus a last tensor "@job" naming the job */
+#define PS_CKPT_JOB_TENSOR "@job"
 
 /* Numbers saved with a checkpoint (header meta[0..6]); psd gives them meaning. */
 typedef struct {
@@ -19,6 +22,9 @@ typedef struct {
     uint64_t mode;        /* sync/async, as psd encodes it */
     uint64_t incarnation; /* which run of psd wrote it */
     uint64_t unix_ms;     /* wall-clock time of the save; 0 = now */
+    /* the job the variables belong to, NUL-terminated ("": none; then the file has
+     * layout 1); sized so that the struct has no padding */
+    char job_id[PS_WIRE_MAX_JOB_ID + 8];
 } ps_ckpt_meta;
 
 /* Writes dir/ckpt-<version %020>-<unix_ms %013>.pstf atomically (creating dir

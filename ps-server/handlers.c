@@ -61,6 +61,7 @@ int ps__handle_hello(ps_server *s, ps_request *r, char *err, size_t errlen) {
     w.heartbeat_ms = (uint32_t)(hb < 50 ? 50 : hb);
     w.incarnation = s->incarnation;
     w.worker_clock = s->members[h->worker_index].clock;
+    w.job_id = s->job_id;
     out.body_case = PS__HEADER__BODY_WELCOME;
     out.welcome = &w;
     ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
@@ -71,6 +72,17 @@ int ps__handle_create_vars(ps_server *s, ps_request *r, char *err, size_t errlen
     const Ps__CreateVars *cv = r->hdr->create_vars;
     int rc = ps_tensors_check(cv->vars, cv->n_vars, r->payloads, r->n_payloads, err, errlen);
     if (rc != PS_OK) return rc;
+    const char *job = cv->job_id ? cv->job_id : "";
+    if (job[0] && !ps_job_id_valid(job)) {
+        snprintf(err, errlen, "bad job id (want 1..%u of A-Z a-z 0-9 . _ -)", PS_WIRE_MAX_JOB_ID);
+        return PS_EINVAL;
+    }
+    /* Variables are created once per job: never mix two jobs' variables on a shard. */
+    if (job[0] && s->job_id[0] && strcmp(job, s->job_id) != 0) {
+        snprintf(err, errlen, "shard %ld holds the variables of job '%s', not of job '%s'",
+                 s->cfg.shard, s->job_id, job);
+        return PS_EEXIST;
+    }
     if (cv->n_optimizers != cv->n_vars) {
         snprintf(err, errlen, "%zu variables but %zu optimizers", cv->n_vars, cv->n_optimizers);
         return PS_EPROTO;
@@ -140,6 +152,10 @@ int ps__handle_create_vars(ps_server *s, ps_request *r, char *err, size_t errlen
             PS_INFO("created %s [%zu floats] with %s lr=%g", v->name, v->numel,
                     ps_opt_kind_name(opt.kind), (double)opt.lr);
         }
+    }
+    if (rc == PS_OK && job[0] && !s->job_id[0]) {
+        snprintf(s->job_id, sizeof s->job_id, "%s", job);
+        PS_INFO("the variables belong to job %s", s->job_id);
     }
     if (rc == PS_OK) {
         Ps__Header out = PS__HEADER__INIT;
@@ -584,6 +600,8 @@ int ps__handle_stats(ps_server *s, ps_request *r, char *err, size_t errlen) {
     st.checkpoint_age_seconds = s->ckpt_ns ? (double)(ps__now_ns() - s->ckpt_ns) / 1e9 : -1.0;
     st.incarnation = s->incarnation;
     st.auth_denied = s->stats.auth_denied;
+    st.checkpoint_failures = s->stats.checkpoint_failures;
+    st.job_id = s->job_id;
     st.uptime_seconds = (double)(ps__now_ns() - s->start_ns) / 1e9;
     size_t n = s->store.n;
     Ps__VarStats *vs = calloc(n ? n : 1, sizeof *vs);

@@ -10,6 +10,7 @@
 #include "server.h"
 
 int main(int argc, char **argv) {
+    ps_ignore_sigpipe(); /* a dead supervisor's pipe must not kill us before the checkpoint */
     ps_server_config cfg;
     char err[512];
     int rc = ps_server_config_parse(argc, argv, getenv("TF_CONFIG"), &cfg, err, sizeof err);
@@ -38,7 +39,9 @@ int main(int argc, char **argv) {
     PS_INFO("stopped at version %llu after %llu requests (%llu errors)",
             (unsigned long long)s.version, (unsigned long long)s.stats.requests,
             (unsigned long long)s.stats.errors);
+    int ckpt_failed = s.final_ckpt_failed;
     ps_server_free(&s);
     if (uv_loop_close(&loop) != 0) PS_WARN("loop closed with handles still open");
-    return run_rc == PS_OK ? 0 : 2; /* the metrics port could not be bound */
+    if (run_rc != PS_OK) return 2; /* the metrics port could not be bound */
+    return ckpt_failed ? 1 : 0;    /* 1: the checkpoint promised at SIGTERM/SIGINT failed */
 }

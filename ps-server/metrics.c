@@ -189,6 +189,9 @@ static char *render(const ps_server *s, size_t *len) {
     counter(&b, sh, "psd_staleness_waits_total", "Async: pulls deferred by --staleness.",
             st->staleness_waits);
     counter(&b, sh, "psd_checkpoints_total", "Checkpoints written.", st->checkpoints);
+    counter(&b, sh, "psd_checkpoint_failures_total",
+            "Checkpoints that could not be written (timer, request or shutdown).",
+            st->checkpoint_failures);
     if (s->ckpt_ns) {
         family(&b, "psd_checkpoint_age_seconds", "gauge",
                "Time since the newest checkpoint was written or restored.");

@@ -68,8 +68,9 @@ static int restore(ps_server *s, char *err, size_t errlen) {
     s->stats.updates_applied = m.updates_applied;
     s->ckpt_version = m.version;
     s->ckpt_ns = ps__now_ns();
-    PS_INFO("restored checkpoint %s: version %llu, %zu variables", path,
-            (unsigned long long)m.version, s->store.n);
+    snprintf(s->job_id, sizeof s->job_id, "%.*s", (int)PS_WIRE_MAX_JOB_ID, m.job_id);
+    PS_INFO("restored checkpoint %s: version %llu, %zu variables%s%s", path,
+            (unsigned long long)m.version, s->store.n, m.job_id[0] ? " of job " : "", m.job_id);
     return PS_OK;
 }
 
@@ -90,10 +91,12 @@ int ps__server_checkpoint(ps_server *s, char *path, size_t path_len, uint64_t *b
         .incarnation = s->incarnation,
         .unix_ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u,
     };
+    snprintf(m.job_id, sizeof m.job_id, "%s", s->job_id);
     uint64_t t0 = ps__now_ns();
     int rc = ps_ckpt_save(s->cfg.checkpoint_dir, (int)s->cfg.keep_checkpoints, &s->store, &m, path,
                           path_len, bytes, err, errlen);
     if (rc != PS_OK) {
+        s->stats.checkpoint_failures++;
         PS_ERROR("checkpoint failed: %s", err);
         return rc;
     }
@@ -294,7 +297,11 @@ static void on_signal(uv_signal_t *h, int signum) {
     if (s->cfg.checkpoint_dir[0] && !s->stopping) {
         char path[1200], err[512];
         uint64_t bytes = 0;
-        ps__server_checkpoint(s, path, sizeof path, &bytes, err, sizeof err);
+        if (ps__server_checkpoint(s, path, sizeof path, &bytes, err, sizeof err) != PS_OK) {
+            s->final_ckpt_failed = 1; /* what we promised to save is not saved: exit 1 */
+            PS_ERROR("stopping without the final checkpoint: the updates since the last one "
+                     "are lost");
+        }
     }
     ps_server_stop(s);
 }

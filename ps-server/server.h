@@ -40,6 +40,7 @@ typedef struct {
     uint64_t lat_count;
     uint64_t bytes_in, bytes_out, dropped_replies;
     uint64_t workers_removed, dropped_pushes, max_staleness, staleness_waits, checkpoints;
+    uint64_t checkpoint_failures; /* saves that failed (timer, request or shutdown) */
     uint64_t heartbeats;
     uint64_t
         loop_stalls; /* membership checks late by more than a tick (not held against workers) */
@@ -81,14 +82,18 @@ typedef struct ps_server {
     uv_timer_t member_timer;
     uint64_t expire_checked_ns; /* last membership check (a longer gap: the loop stalled) */
     uv_timer_t ckpt_timer;
-    uint64_t incarnation;  /* random per process start */
+    uint64_t incarnation; /* random per process start */
+    /* the job whose variables the store holds: from the first CreateVars naming one, or
+     * from the checkpoint restored; "" none */
+    char job_id[PS_WIRE_MAX_JOB_ID + 1];
     uint64_t ckpt_version; /* version of the newest checkpoint written or restored */
     uint64_t ckpt_ns;      /* when (monotonic), 0: none */
     uint64_t start_ns;
     uv_timer_t watchdog_timer;  /* systemd WatchdogSec (notify.c) */
     struct ps_metrics *metrics; /* HTTP /metrics and /healthz (metrics.c), NULL: off */
     int stopping;
-    float *scratch; /* for misaligned payload frames */
+    int final_ckpt_failed; /* the checkpoint at SIGTERM/SIGINT failed: exit non-zero */
+    float *scratch;        /* for misaligned payload frames */
     size_t scratch_cap;
 } ps_server;
 
@@ -106,7 +111,9 @@ typedef struct {
  * or PS_EINVAL/PS_EFORMAT/PS_EIO with a reason in err. Does not start the loop. */
 int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, char *err,
                    size_t errlen);
-/* Starts watching the socket and the signals; runs the loop until shutdown. */
+/* Starts watching the socket and the signals; runs the loop until shutdown. Returns
+ * PS_OK (final_ckpt_failed says whether the checkpoint at SIGTERM/SIGINT failed),
+ * PS_EADDRINUSE (the metrics port) or PS_EIO (the ZAP socket cannot be watched). */
 int ps_server_run(ps_server *s);
 /* Begins a graceful stop: answers pending pulls with ESHUTDOWN and closes handles. */
 void ps_server_stop(ps_server *s);
@@ -160,7 +167,8 @@ int ps__staleness_allows(const ps_server *s, int has_worker, uint64_t clock);
 /* Records one optimizer apply of `seconds` in the latency histogram. */
 void ps__stats_apply_latency(ps_server *s, double seconds);
 
-/* Checkpoints (server.c): writes one now; PS_OK, or an error with a reason. */
+/* Checkpoints (server.c): writes one now; PS_OK, or an error with a reason (logged and
+ * counted in stats.checkpoint_failures). */
 int ps__server_checkpoint(ps_server *s, char *path, size_t path_len, uint64_t *bytes, char *err,
                           size_t errlen);
 /* Answers the deferred pulls whose version now exists. */

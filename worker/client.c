@@ -33,6 +33,9 @@ typedef struct {
     uint64_t worker_clock;
     uint64_t welcome_clock; /* async: this worker's clock as this shard's Welcome said */
     unsigned heartbeat_ms;
+    uint32_t welcome_vars;               /* variables the shard held at the last Hello */
+    char job_id[PS_WIRE_MAX_JOB_ID + 1]; /* the job they belong to, from the same Welcome */
+    int had_vars;    /* the shard has held this job's variables (values or a CreateVars reply) */
     size_t *tensors; /* indices into c->tensors living on this shard */
     size_t n_tensors, cap_tensors;
 } shard_conn;
@@ -56,7 +59,8 @@ struct ps_client {
     int step_open;  /* between ps_client_step_begin and ps_client_step_end */
     int step_rc;    /* the first send error of the open step exchange */
     uint64_t step_clock;
-    ps_curve_client curve; /* secret: wiped on close */
+    ps_curve_client curve;               /* secret: wiped on close */
+    char job_id[PS_WIRE_MAX_JOB_ID + 1]; /* "" : none named */
     char error[512];
 };
 
@@ -273,6 +277,20 @@ static void probe_timed_out(ps_client *c, size_t i, const char *what, uint64_t n
     s->after_probe = PROBE_RESEND; /* whatever was in flight was lost with the socket */
 }
 
+/* A shard's address as the user gave it: "host:port" or "ipc://PATH". */
+static const char *shard_addr(const shard_conn *s) {
+    return strncmp(s->endpoint, "tcp://", 6) == 0 ? s->endpoint + 6 : s->endpoint;
+}
+
+/* Shard i held this job's variables and no longer does: a new process without them
+ * (restarted with no checkpoint to restore). Returns PS_ELOST naming the shard. */
+static int lost(ps_client *c, size_t i, const char *what) {
+    return fail(c, PS_ELOST,
+                "%s: psd %zu (%s) lost the job's variables: it restarted without them (no "
+                "checkpoint to restore), so its part of the model is gone",
+                what, i, shard_addr(&c->shards[i]));
+}
+
 /* A Welcome answering shard i's probe. Returns PS_OK to keep waiting (or the
  * request was re-sent), or the op's outcome for this shard. */
 static int probe_answered(ps_client *c, size_t i, const Ps__Welcome *w, op_spec *op, int *done) {
@@ -285,6 +303,11 @@ static int probe_answered(ps_client *c, size_t i, const Ps__Welcome *w, op_spec 
     int action = s->after_probe;
     s->after_probe = PROBE_WAIT;
     *done = 0;
+    if (restarted && w->num_vars == 0 && s->had_vars) {
+        *done = 1;
+        s->want_id = 0;
+        return lost(c, i, op->what);
+    }
     if (restarted) {
         PS_WARN("%s: psd %zu restarted (now at version %llu)", op->what, i,
                 (unsigned long long)w->version);
@@ -407,7 +430,10 @@ static int collect(ps_client *c, op_spec *op) {
             } else {
                 s->want_id = 0;
                 done = 1;
-                if (h->body_case == PS__HEADER__BODY_ERROR) {
+                if (h->body_case == PS__HEADER__BODY_ERROR && h->error->code == PS_ENOENT &&
+                    s->had_vars) {
+                    r2 = lost(c, i, op->what); /* shards never delete variables */
+                } else if (h->body_case == PS__HEADER__BODY_ERROR) {
                     r2 = h->error->code < 0 ? h->error->code : PS_EREMOTE;
                     fail(c, r2, "%s: psd %zu answered %s: %s", op->what, i, h->error->code_name,
                          h->error->message);
@@ -418,6 +444,12 @@ static int collect(ps_client *c, op_spec *op) {
             if (done && rc == PS_OK) rc = r2;
             if (h) ps__header__free_unpacked(h, NULL);
             ps_frames_close(&f);
+        }
+        if (rc == PS_ELOST) { /* final: no answer from the others can make up for it (and a
+                               * sync barrier on them may wait for a worker that stopped) */
+            for (size_t i = 0; i < n; i++)
+                c->shards[i].want_id = c->shards[i].probe_id = 0;
+            break;
         }
     }
     free(items);
@@ -465,6 +497,8 @@ static int on_welcome(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, v
     s->version = w->version;
     s->welcome_clock = w->worker_clock;
     s->pushed = 0;
+    s->welcome_vars = w->num_vars;
+    snprintf(s->job_id, sizeof s->job_id, "%s", w->job_id ? w->job_id : "");
     return PS_OK;
 }
 
@@ -511,6 +545,47 @@ int ps_client_hello(ps_client *c, int *async, uint64_t *version) {
     return PS_OK;
 }
 
+int ps_client_set_job(ps_client *c, const char *job_id) {
+    if (job_id && *job_id && !ps_job_id_valid(job_id))
+        return fail(c, PS_EINVAL, "job id '%.80s': want 1..%u of A-Z a-z 0-9 . _ -", job_id,
+                    PS_WIRE_MAX_JOB_ID);
+    snprintf(c->job_id, sizeof c->job_id, "%s", job_id ? job_id : "");
+    return PS_OK;
+}
+
+int ps_client_check_shards(ps_client *c, unsigned *lost_shards, size_t cap, size_t *n_lost) {
+    size_t holding = 0, n = 0;
+    for (size_t i = 0; i < c->n_shards; i++) {
+        const shard_conn *s = &c->shards[i];
+        if (!s->welcome_vars) continue;
+        /* "" on either side: a shard or client from before job ids, or a client naming none */
+        if (c->job_id[0] && s->job_id[0] && strcmp(c->job_id, s->job_id) != 0)
+            return fail(c, PS_EEXIST,
+                        "psd %zu (%s) holds the variables of job '%s', this is job '%s': "
+                        "give the job's own --job-id, or fresh shards",
+                        i, shard_addr(s), s->job_id, c->job_id);
+        holding++;
+    }
+    char names[256] = "";
+    size_t used = 0;
+    for (size_t i = 0; holding && i < c->n_shards; i++) {
+        const shard_conn *s = &c->shards[i];
+        if (s->welcome_vars || s->n_tensors == 0) continue; /* holds some, or should hold none */
+        if (n < cap && lost_shards) lost_shards[n] = (unsigned)i;
+        n++;
+        if (used < sizeof names - 64)
+            used += (size_t)snprintf(names + used, sizeof names - used, "%spsd %zu (%s)",
+                                     used ? ", " : "", i, shard_addr(s));
+    }
+    if (n_lost) *n_lost = n;
+    if (n == 0) return PS_OK;
+    return fail(c, PS_ELOST,
+                "%s lost the job's variables: %s none while %zu other shard%s hold%s theirs "
+                "(restarted without a checkpoint to restore)",
+                names, n == 1 ? "it holds" : "they hold", holding, holding == 1 ? "" : "s",
+                holding == 1 ? "s" : "");
+}
+
 uint64_t ps_client_worker_clock(const ps_client *c) {
     return c->n_shards ? c->shards[0].worker_clock : 0;
 }
@@ -548,6 +623,7 @@ static int on_created(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, v
     size_t *created = vctx;
     for (size_t i = 0; i < h->create_vars_reply->n_created; i++)
         *created += h->create_vars_reply->created[i] != 0;
+    c->shards[shard].had_vars = 1;
     return PS_OK;
 }
 
@@ -615,6 +691,7 @@ static int send_create(ps_client *c, size_t i, void *ctx) {
         cv.n_vars = c->shards[i].n_tensors;
         cv.optimizers = fs.optptrs;
         cv.n_optimizers = cv.n_vars;
+        if (c->job_id[0]) cv.job_id = c->job_id;
         h.body_case = PS__HEADER__BODY_CREATE_VARS;
         h.create_vars = &cv;
         /* ZeroMQ copies nothing: the frames point at the params, unchanged until the reply */
@@ -662,6 +739,7 @@ static int take_values(ps_client *c, size_t shard, const Ps__PullReply *p, ps_fr
     }
     s->version = p->version;
     s->pushed = 0;
+    s->had_vars = 1;
     return PS_OK;
 }
 

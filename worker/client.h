@@ -55,6 +55,16 @@ int ps_client_add(ps_client *c, const ps_client_tensor *t);
  * *async is set from the shards' mode (they must agree); *version = the
  * smallest shard version. */
 int ps_client_hello(ps_client *c, int *async, uint64_t *version);
+/* Names the job the variables belong to (1..PS_WIRE_MAX_JOB_ID bytes of [A-Za-z0-9._-];
+ * NULL or "": none, nothing is checked): CreateVars carries it, and a shard holding
+ * another job's variables refuses them. PS_OK or PS_EINVAL (a malformed id). */
+int ps_client_set_job(ps_client *c, const char *job_id);
+/* After ps_client_hello, before creating anything: what the shards hold. PS_EEXIST when
+ * a shard holds another job's variables. PS_ELOST when some shards hold variables and
+ * others that should hold some (by placement) hold none: they lost them; their indices
+ * go to lost_shards[0..cap) (may be NULL) and their count to *n_lost (may be NULL), and
+ * the error names them with their addresses. PS_OK otherwise (*n_lost = 0). */
+int ps_client_check_shards(ps_client *c, unsigned *lost_shards, size_t cap, size_t *n_lost);
 /* Async: this worker's clock (pushes made) as the shards last saw it. */
 uint64_t ps_client_worker_clock(const ps_client *c);
 /* Checks what the shards said of the job's progress against its size (total_steps
@@ -67,7 +77,9 @@ int ps_client_check_progress(ps_client *c, int async, uint64_t total_steps);
  * existing ones (same shape) are kept. *created counts new ones (may be NULL). */
 int ps_client_create_vars(ps_client *c, size_t *created);
 /* Pulls every registered tensor into its param buffer from all shards at once;
- * each shard answers when its version >= min_version. *version = smallest shard version. */
+ * each shard answers when its version >= min_version. *version = smallest shard version.
+ * Every request returns PS_ELOST (naming the shard) when a shard that held this job's
+ * variables no longer does (it restarted without a checkpoint); never PS_ENOENT then. */
 int ps_client_pull(ps_client *c, uint64_t min_version, uint64_t *version);
 /* The training loop's pull: sync, each shard answers with the step this
  * worker last pushed to, once closed (or at once if it pushed nothing since

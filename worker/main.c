@@ -1,6 +1,7 @@
 /* psworker: one training worker (one per GPU, or per CPU when there is none).
  * Cluster from TF_CONFIG or flags; trains, and as chief evaluates and writes
- * the summary. Exit 0 on success, 1 on a training failure, 2 on bad config. */
+ * the summary. Exit 0 on success, 1 on a training failure, 2 on bad config, 3 when a
+ * shard lost the job's variables (EXIT_LOST). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,17 +14,20 @@
 #include "ps_error.h"
 #include "tfconfig.h"
 #include "train.h"
+#include "wire.h"
 
 #define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+#define DEFAULT_JOB_ID "default"
+#define EXIT_LOST 4 /* PS_ELOST: restarting this worker cannot bring the variables back */
 
 typedef struct {
     char ps[8192];
     long index, workers;
     char model[1024], data[1024], summary[1024], device[64], save[1024], init_from[1024];
-    char curve_secret[1024], server_key[1024];
+    char curve_secret[1024], server_key[1024], job_id[PS_WIRE_MAX_JOB_ID + 1];
     long epochs, batch, seed, progress, dataset;
     long max_train, max_test, max_steps, timeout, blas_threads, retry_ms, slow_ms, no_ps, push_pull;
-    long prefetch;
+    long prefetch, recreate_lost;
 } worker_opts;
 
 enum { PROGRESS_AUTO, PROGRESS_TTY, PROGRESS_PLAIN, PROGRESS_NONE };
@@ -87,6 +91,14 @@ static const ps_option table[] = {
     {"prefetch", PS_OPTION_CHOICE, F(prefetch), 0, 0, "yes", "no|yes", NULL,
      "yes: a thread copies the next batch out of the data set while this one computes "
      "(same batches, same results); no: copy it between steps"},
+    {"job-id", PS_OPTION_STR, F(job_id), 0, 0, DEFAULT_JOB_ID, NULL, "ID",
+     "the job the variables belong to (1..64 of A-Z a-z 0-9 . _ -): the shards remember it "
+     "with the variables and in their checkpoints, and refuse another job's; every worker "
+     "of a job, and a job resumed from its checkpoints, gives the same"},
+    {"recreate-lost-variables", PS_OPTION_CHOICE, F(recreate_lost), 0, 0, "no", "no|yes", NULL,
+     "chief, yes: a shard that lost the job's variables (restarted without a checkpoint) "
+     "gets them again with their INITIAL values, logged and listed in the summary; no: "
+     "the job fails naming the shard (exit status 4)"},
     {"slow-ms", PS_OPTION_LONG, F(slow_ms), 0, 3600000, "0", NULL, "MS",
      "for tests: sleep MS every step, to play a slow worker"},
 };
@@ -103,7 +115,10 @@ static void usage(FILE *out) {
             "A TF_CONFIG without a task (and no --index) is refused, not taken as the chief.\n\n"
             "options:\n");
     ps_options_usage(table, N_OPTIONS, out);
-    fprintf(out, "\nexit status: 0 on success, 1 when training fails, 2 on bad configuration.\n");
+    fprintf(out, "\nexit status: 0 on success, 1 when training fails, 2 on bad configuration "
+                 "(also: a shard holds\nanother job's variables), 4 when a shard lost the job's "
+                 "variables (restarted without\na checkpoint to restore; restarting the worker "
+                 "cannot help).\n");
 }
 
 /* Splits a comma-separated list in place; returns the count (max cap). */
@@ -115,6 +130,7 @@ static size_t split_list(char *s, char **out, size_t cap) {
 }
 
 int main(int argc, char **argv) {
+    ps_ignore_sigpipe(); /* a closed stdout/stderr fails writes (EPIPE), it does not kill */
     worker_opts o = {0};
     unsigned char given[N_OPTIONS] = {0};
     char err[512];
@@ -164,7 +180,14 @@ int main(int argc, char **argv) {
         .no_prefetch = !o.prefetch,
         .curve_secret = o.curve_secret[0] ? o.curve_secret : NULL,
         .server_key = o.server_key[0] ? o.server_key : NULL,
+        .job_id = o.job_id,
+        .recreate_lost = o.recreate_lost == 1,
     };
+    if (!ps_job_id_valid(o.job_id)) {
+        fprintf(stderr, "psworker: --job-id '%s': want 1..%u of A-Z a-z 0-9 . _ -\n", o.job_id,
+                PS_WIRE_MAX_JOB_ID);
+        return 2;
+    }
     static const ps_progress_mode modes[] = {PS_PROGRESS_PLAIN, PS_PROGRESS_TTY, PS_PROGRESS_PLAIN,
                                              PS_PROGRESS_NONE};
     cfg.progress = o.progress == PROGRESS_AUTO && isatty(1) ? PS_PROGRESS_TTY : modes[o.progress];
@@ -259,7 +282,8 @@ int main(int argc, char **argv) {
     ps_cluster_free(&cl);
     if (rc != PS_OK) {
         PS_ERROR("%s", err);
-        return rc == PS_EINVAL || rc == PS_EFORMAT ? 2 : 1;
+        if (rc == PS_ELOST) return EXIT_LOST;
+        return rc == PS_EINVAL || rc == PS_EFORMAT || rc == PS_EEXIST ? 2 : 1;
     }
     return 0;
 }

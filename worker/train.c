@@ -59,6 +59,32 @@ int ps_train_register_vars(ps_model *m, ps_client *c, unsigned n_shards, char *e
     return rc;
 }
 
+/* Before the chief creates anything: variables are created once per job, so a shard
+ * that lost its part of them (restarted without a checkpoint) while the others still
+ * hold theirs fails the job (PS_ELOST, naming it), unless --recreate-lost-variables
+ * says to create them again with their initial values (logged, and listed in the
+ * summary). A shard holding another job's variables: PS_EEXIST. */
+static int check_shards(const ps_train_config *cfg, ps_client *c, ps_train_result *res, char *err,
+                        size_t errlen) {
+    size_t n = 0;
+    int rc = ps_client_check_shards(c, res->recreated, PS_TRAIN_MAX_RECREATED, &n);
+    if (rc == PS_ELOST && cfg->recreate_lost) {
+        res->n_recreated = n < PS_TRAIN_MAX_RECREATED ? n : PS_TRAIN_MAX_RECREATED;
+        PS_ERROR("%s; --recreate-lost-variables: re-creating them with their INITIAL values "
+                 "(that part of the model starts over)",
+                 ps_client_error(c));
+        return PS_OK;
+    }
+    if (rc == PS_ELOST)
+        snprintf(err, errlen,
+                 "%s; not re-creating them (--recreate-lost-variables yes would, with their "
+                 "initial values)",
+                 ps_client_error(c));
+    else if (rc != PS_OK)
+        snprintf(err, errlen, "%s", ps_client_error(c));
+    return rc;
+}
+
 /* Non-chief workers wait until the chief has created the variables. */
 static int wait_for_vars(ps_client *c, int timeout_ms, char *err, size_t errlen) {
     double deadline = now_s() + timeout_ms / 1000.0;
@@ -91,6 +117,11 @@ static int write_summary(const ps_train_config *cfg, const ps_train_result *res,
     cJSON_AddNumberToObject(o, "shards", (double)cfg->n_ps);
     cJSON_AddNumberToObject(o, "samples_per_sec", res->samples_per_sec);
     cJSON_AddNumberToObject(o, "wall_seconds", res->wall_seconds);
+    if (cfg->job_id) cJSON_AddStringToObject(o, "job_id", cfg->job_id);
+    /* shards whose lost variables were re-created with initial values (recovery flag) */
+    cJSON *rec = cJSON_AddArrayToObject(o, "recreated_lost_variables");
+    for (size_t i = 0; rec && i < res->n_recreated; i++)
+        cJSON_AddItemToArray(rec, cJSON_CreateNumber(res->recreated[i]));
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     if (!text) return PS_ENOMEM;
@@ -265,6 +296,10 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, cha
     }
     ps_client_set_timeout(st->client, cfg->timeout_ms);
     if (cfg->retry_ms > 0) ps_client_set_retry(st->client, cfg->retry_ms);
+    if (ps_client_set_job(st->client, cfg->job_id) != PS_OK) {
+        snprintf(err, errlen, "%s", ps_client_error(st->client));
+        return PS_EINVAL;
+    }
     return ps_train_register_vars(st->model, st->client, (unsigned)cfg->n_ps, err, errlen);
 }
 
@@ -367,14 +402,22 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     if (rc == PS_OK && !st.local) {
         if (cfg->index == 0) {
             size_t created = 0;
-            rc = ps_client_create_vars(st.client, &created);
-            if (rc != PS_OK)
+            rc = check_shards(cfg, st.client, res, err, errlen);
+            if (rc == PS_OK) rc = ps_client_create_vars(st.client, &created);
+            if (rc != PS_OK && !*err)
                 snprintf(err, errlen, "%s", ps_client_error(st.client));
-            else
+            else if (rc == PS_OK)
                 PS_INFO("created %zu variables (%zu parameters) on %zu shards", created,
                         ps_model_num_params(st.model), cfg->n_ps);
         } else {
-            rc = wait_for_vars(st.client, cfg->timeout_ms, err, errlen);
+            /* a shard without variables may be one the chief is creating them on now:
+             * the chief decides (PS_ELOST); another job's variables fail here too */
+            rc = ps_client_check_shards(st.client, NULL, 0, NULL);
+            if (rc == PS_ELOST) rc = PS_OK;
+            if (rc != PS_OK)
+                snprintf(err, errlen, "%s", ps_client_error(st.client));
+            else
+                rc = wait_for_vars(st.client, cfg->timeout_ms, err, errlen);
         }
     }
     res->async = async;
@@ -462,6 +505,10 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
                res->test_accuracy, res->test_loss, cfg->workers, cfg->n_ps,
                async ? "async" : "sync", res->samples_per_sec, res->wall_seconds);
         fflush(stdout);
+        for (size_t i = 0; i < res->n_recreated; i++)
+            PS_WARN("psd %u's variables were re-created with their initial values during this "
+                    "job (--recreate-lost-variables): that part of the model started over",
+                    res->recreated[i]);
         if (cfg->summary_path) rc = write_summary(cfg, res, err, errlen);
     }
     state_free(&st);

@@ -36,7 +36,11 @@ typedef struct {
     int no_ps;                  /* train alone, optimizer in this process (the benchmark floor) */
     int separate_pull;          /* a push then a pull per step, not one push-pull round trip */
     int no_prefetch;            /* copy each batch on this thread, not ahead on another */
+    const char *job_id;         /* the job the variables belong to (CreateVars); NULL: none */
+    int recreate_lost;          /* chief: re-create variables a shard lost (initial values) */
 } ps_train_config;
+
+#define PS_TRAIN_MAX_RECREATED 64 /* shards listed in ps_train_result.recreated */
 
 typedef struct {
     double test_accuracy, test_loss; /* chief only; -1 when not evaluated */
@@ -44,6 +48,9 @@ typedef struct {
     double wall_seconds;
     uint64_t steps; /* this worker's steps */
     int async;
+    /* chief, --recreate-lost-variables: shards whose lost variables it re-created */
+    unsigned recreated[PS_TRAIN_MAX_RECREATED];
+    size_t n_recreated;
 } ps_train_result;
 
 /* Places the model's variables on n_shards shards (the same on every worker)
@@ -52,7 +59,9 @@ typedef struct {
 int ps_train_register_vars(ps_model *m, ps_client *c, unsigned n_shards, char *err, size_t errlen);
 
 /* Runs the whole job for this worker. Returns PS_OK or an error with a one-line
- * reason in err. */
+ * reason in err: among them PS_ELOST when a shard lost the job's variables (it
+ * restarted without a checkpoint; the chief finds it before creating anything, any
+ * worker during training) and PS_EEXIST when a shard holds another job's variables. */
 int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, size_t errlen);
 
 #endif

@@ -607,6 +607,8 @@ static cJSON *shard_json(size_t i, const char *addr, const shard_req *s, double 
     add_u64(o, "staleness_waits", r->staleness_waits);
     add_u64(o, "auth_denied", r->auth_denied);
     add_u64(o, "checkpoints", r->checkpoints);
+    add_u64(o, "checkpoint_failures", r->checkpoint_failures);
+    cJSON_AddStringToObject(o, "job_id", r->job_id ? r->job_id : "");
     if (r->checkpoint_age_seconds < 0) {
         cJSON_AddNullToObject(o, "checkpoint_version");
         cJSON_AddNullToObject(o, "checkpoint_age_seconds");

@@ -28,9 +28,11 @@ typedef struct {
     long worker_timeout_ms;     /* are these three */
     long replicas;
     long staleness;
-    const char *gpus; /* --gpus as given, or NULL */
-    int gpus_all;     /* --gpus all */
-    int num_gpu_ids;  /* --gpus ID,...: the distinct ids, in order */
+    const char *job_id; /* --job-id ID passed to every worker, or NULL (their default) */
+    int recreate_lost;  /* --recreate-lost-variables: passed on; a worker exiting 4 restarts */
+    const char *gpus;   /* --gpus as given, or NULL */
+    int gpus_all;       /* --gpus all */
+    int num_gpu_ids;    /* --gpus ID,...: the distinct ids, in order */
     int gpu_ids[PSCTL_MAX_GPUS];
     /* Set by psctl_local_resolve_gpus, not by the parser: */
     const char *worker_device;  /* --device for every worker: "cpu" or "cuda:0" */

@@ -2,6 +2,8 @@
  * getopt_long, validation and --help. */
 #include "local.h"
 
+#include "wire.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -17,6 +19,7 @@ typedef enum {
     OPT_SECONDS,
     OPT_GPUS,
     OPT_TRANSPORT,
+    OPT_FLAG, /* no value: sets an int field to 1 */
     OPT_HELP
 } opt_type;
 
@@ -60,6 +63,10 @@ static const opt_def defs[] = {
      "one worker per GPU, each seeing only its own (see below)"},
     {"transport", OPT_TRANSPORT, 0, 0, F(transport_ipc), "ipc|tcp",
      "how workers reach the shards: Unix sockets (default) or 127.0.0.1 TCP"},
+    {"job-id", OPT_STR, 0, 0, F(job_id), "ID",
+     "every worker's --job-id (default: the workers' own, \"default\")"},
+    {"recreate-lost-variables", OPT_FLAG, 0, 0, F(recreate_lost), NULL,
+     "a shard that lost the job's variables gets them again with INITIAL values (see below)"},
     {"help", OPT_HELP, 0, 0, 0, NULL, "show this help"},
 };
 
@@ -77,6 +84,8 @@ void psctl_local_usage(FILE *f) {
         char left[64];
         if (defs[i].metavar)
             snprintf(left, sizeof left, "--%s %s", defs[i].name, defs[i].metavar);
+        else if (defs[i].type == OPT_FLAG)
+            snprintf(left, sizeof left, "--%s", defs[i].name);
         else
             snprintf(left, sizeof left, "-h, --%s", defs[i].name);
         fprintf(f, "  %-28s %s\n", left, defs[i].help);
@@ -102,8 +111,15 @@ void psctl_local_usage(FILE *f) {
                "DIR/psd-<i>.sock (psd --transport ipc --ipc-path) and the workers get\n"
                "--ps ipc://DIR/psd-0.sock,...; the directory is removed at the end. With tcp\n"
                "every shard listens on 127.0.0.1 on a free port.\n"
+               "\nLost variables: a psd restarted without a checkpoint to restore (no\n"
+               "--checkpoint-dir, or none written yet) has lost its part of the model. The\n"
+               "workers then exit with status 4 naming the shard, and the job fails: they are\n"
+               "not restarted into the same failure. With --recreate-lost-variables they are\n"
+               "restarted and the chief creates that shard's variables again with their\n"
+               "initial values (logged, and listed in the summary's recreated_lost_variables).\n"
                "\nBinaries: $PSD and $PSWORKER, else next to psctl, else on PATH.\n"
-               "Exit status: 0 done, 1 a process failed (beyond its restarts) or --timeout,\n"
+               "Exit status: 0 done, 1 a process failed (beyond its restarts), a shard lost\n"
+               "the job's variables, or --timeout,\n"
                "2 bad usage, 130/143 interrupted by SIGINT/SIGTERM.\n");
 }
 
@@ -203,6 +219,9 @@ static int apply(const opt_def *d, const char *arg, psctl_local_opts *o) {
             return bad_value(d, arg, "'ipc' or 'tcp'");
         *(int *)(void *)field = strcmp(arg, "ipc") == 0;
         return 0;
+    case OPT_FLAG:
+        *(int *)(void *)field = 1;
+        return 0;
     case OPT_HELP:
         break;
     }
@@ -219,9 +238,10 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
 
     struct option longopts[NDEFS + 1];
     for (size_t i = 0; i < NDEFS; i++) {
-        longopts[i] = (struct option){defs[i].name,
-                                      defs[i].type == OPT_HELP ? no_argument : required_argument,
-                                      NULL, VAL_BASE + (int)i};
+        longopts[i] = (struct option){
+            defs[i].name,
+            defs[i].type == OPT_HELP || defs[i].type == OPT_FLAG ? no_argument : required_argument,
+            NULL, VAL_BASE + (int)i};
     }
     longopts[NDEFS] = (struct option){0};
 
@@ -287,6 +307,8 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
         conflict = "--replicas-to-aggregate applies to --mode sync only";
     else if (o->staleness >= 0 && strcmp(o->mode, "async") != 0)
         conflict = "--staleness applies to --mode async only";
+    else if (o->job_id && !ps_job_id_valid(o->job_id))
+        conflict = "--job-id needs 1 to 64 of A-Z a-z 0-9 . _ -";
     if (conflict) {
         fprintf(stderr, "psctl local: %s\n", conflict);
         goto usage_hint;

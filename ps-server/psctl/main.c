@@ -3,10 +3,10 @@
  * job; `keygen` makes CurveZMQ keys). */
 #include "admin.h"
 #include "keygen.h"
+#include "lifetime.h"
 #include "local.h"
 #include "log.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -33,8 +33,9 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
     ps_log_set_tag("psctl");
-    /* A closed stdout must not kill the supervisor (children get SIG_DFL back). */
-    signal(SIGPIPE, SIG_IGN);
+    /* A closed stdout must not kill the supervisor (children get SIG_DFL back and
+     * ignore it again themselves). */
+    ps_ignore_sigpipe();
     if (argc < 2) {
         usage(stderr);
         return 2;

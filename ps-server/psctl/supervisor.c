@@ -29,6 +29,7 @@ extern char **environ;
 #define RESTART_DELAY_MS 200  /* before the first restart of a process; doubles with each */
 #define RESTART_DELAY_MAX_MS 5000
 #define EXIT_BAD_CONFIG 2 /* our programs' "bad configuration": restarting cannot help */
+#define EXIT_LOST 4       /* psworker: a shard lost the job's variables (PS_ELOST) */
 
 typedef enum { CHILD_PSD, CHILD_WORKER } child_kind;
 
@@ -441,6 +442,17 @@ static void on_restart_timer(uv_timer_t *t) {
 static void child_failed(sup *sv, child *c, int64_t status, int sig) {
     long max = sv->job->opts->max_restarts;
     int bad_config = sig == 0 && status == EXIT_BAD_CONFIG;
+    if (c->kind == CHILD_WORKER && sig == 0 && status == EXIT_LOST &&
+        !sv->job->opts->recreate_lost) {
+        /* restarted, the worker would meet the same shard without its variables (or the
+         * chief would create them afresh): a model that lost state never ends in success */
+        abort_job(sv, 1,
+                  "%s failed (exit status %d): a psd shard lost the job's variables (named "
+                  "above); not restarted. The job cannot finish with that part of the model "
+                  "lost: start it again (from a checkpoint), or give --recreate-lost-variables",
+                  c->label, EXIT_LOST);
+        return;
+    }
     if (!bad_config && c->restarts < max) {
         c->restarts++;
         uint64_t delay = RESTART_DELAY_MS;

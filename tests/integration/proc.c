@@ -1,6 +1,7 @@
 /* Process helpers for integration tests (see proc.h). */
 #include "proc.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -154,4 +155,67 @@ int ps_test_psd_stop(ps_test_psd *p, int timeout_ms) {
         p->dir[0] = 0;
     }
     return rc;
+}
+
+int ps_test_file_has(const char *path, const char *text) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[4096];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, text) != NULL;
+    fclose(f);
+    return found;
+}
+
+int ps_test_wait_file_has(const char *path, const char *text, int timeout_ms, pid_t pid) {
+    long long deadline = now_ms() + timeout_ms;
+    for (;;) {
+        if (ps_test_file_has(path, text)) return 1;
+        if (now_ms() > deadline || (pid > 0 && !ps_test_alive(pid))) return 0;
+        nap_ms(20);
+    }
+}
+
+pid_t ps_test_find_child(pid_t parent, const char *arg, const char *value) {
+    char want[256];
+    int wlen = snprintf(want, sizeof want, "%s%c%s", arg, '\0', value) + 1;
+    DIR *d = opendir("/proc");
+    pid_t found = 0;
+    struct dirent *e;
+    while (d && !found && (e = readdir(d)) != NULL) {
+        int pid = atoi(e->d_name);
+        if (pid <= 0) continue;
+        char path[64], buf[8192];
+        snprintf(path, sizeof path, "/proc/%d/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        char *rp = strrchr(buf, ')');
+        int ppid = 0;
+        if (!rp || sscanf(rp + 2, "%*c %d", &ppid) != 1 || ppid != parent) continue;
+        snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+        if (!(f = fopen(path, "r"))) continue;
+        n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        for (size_t i = 0; i + (size_t)wlen <= n; i++)
+            if ((i == 0 || buf[i - 1] == '\0') && memcmp(buf + i, want, (size_t)wlen) == 0)
+                found = pid;
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+int ps_test_wait_gone(pid_t pid, int timeout_ms) {
+    long long deadline = now_ms() + timeout_ms;
+    for (;;) {
+        int st;
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid) return decode_status(st);
+        if (r < 0 && kill(pid, 0) != 0 && errno == ESRCH) return 0; /* not ours, gone */
+        if (now_ms() > deadline) return -1;
+        nap_ms(10);
+    }
 }

@@ -35,5 +35,18 @@ int ps_test_wait(pid_t pid, int timeout_ms);
 int ps_test_alive(pid_t pid);
 /* Prints a file to stderr (for failure diagnostics). */
 void ps_test_dump(const char *path);
+/* 1 when the file at path contains text, else 0. */
+int ps_test_file_has(const char *path, const char *text);
+/* Polls path until it contains text (1), timeout_ms passes or pid (when > 0) is no
+ * longer alive (0). */
+int ps_test_wait_file_has(const char *path, const char *text, int timeout_ms, pid_t pid);
+/* The pid of a child of `parent` whose command line holds the argument arg followed
+ * by the argument value (e.g. "--shard", "1"), or 0. Reads /proc. */
+pid_t ps_test_find_child(pid_t parent, const char *arg, const char *value);
+/* Waits up to timeout_ms for a process that need not be our child (e.g. a grandchild
+ * reparented to us as subreaper) to be gone, reaping it if it is ours. Returns its
+ * exit status as ps_test_wait does when we reaped it, 0 when it is gone otherwise,
+ * -1 when it is still there. */
+int ps_test_wait_gone(pid_t pid, int timeout_ms);
 
 #endif

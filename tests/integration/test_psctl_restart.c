@@ -802,6 +802,7 @@ static const bad_case bad_cases[] = {
     {{LOCAL, "--mode", "async", "--replicas-to-aggregate", "1", NULL}, "--mode sync only"},
     {{LOCAL, "--mode", "async", "--staleness", "-2", NULL}, "--staleness needs an integer"},
     {{LOCAL, "--mode", "sync", "--staleness", "2", NULL}, "--mode async only"},
+    {{LOCAL, "--mode", "sync", "--job-id", "a b", NULL}, "--job-id needs 1 to 64 of"},
     {{"psctl", "checkpoint", NULL}, "--ps is required (or TF_CONFIG with cluster.ps)"},
     {{"psctl", "checkpoint", "--ps", "127.0.0.1:1", "--timeout", "0", NULL}, "--timeout needs"},
     {{"psctl", "checkpoint", "--ps", "127.0.0.1:1", "--timeout", "ten", NULL}, "--timeout"},

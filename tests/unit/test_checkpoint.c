@@ -1,7 +1,7 @@
 /* Check tests for psd's checkpoints: a store with every optimizer kind survives
  * save + restore bit for bit; keep-K pruning; a corrupt, truncated or foreign
  * newest file is skipped (and logged) in favour of an older valid one; empty,
- * missing and all-corrupt directories load nothing. */
+ * missing and all-corrupt directories load nothing; a job id round-trips (layout 2). */
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -220,6 +220,46 @@ START_TEST(empty_store_round_trips) {
     ck_assert_int_eq(ps_ckpt_restore(dir, &back, &m, NULL, 0, err, sizeof err), PS_OK);
     ck_assert_uint_eq(back.n, 0);
     ck_assert_uint_eq(m.unix_ms, 5);
+    ps_test_rmdir(dir);
+    free(dir);
+}
+END_TEST
+
+/* A job id is kept as layout 2 (a last "@job" tensor) and comes back; a file whose
+ * "@job" tensor is malformed is skipped for the older valid one. */
+START_TEST(job_id_round_trips_as_layout_2) {
+    char *dir = ps_test_mkdtemp(), err[256], path[4096];
+    ps_store st, back;
+    build_store(&st, 2);
+    ps_ckpt_meta m = {.version = 7, .shard = 1, .num_shards = 2, .unix_ms = 1000};
+    snprintf(m.job_id, sizeof m.job_id, "mnist-run.3_a");
+    ck_assert_int_eq(ps_ckpt_save(dir, 3, &st, &m, path, sizeof path, NULL, err, sizeof err),
+                     PS_OK);
+    ps_tf_file f;
+    ck_assert_int_eq(ps_tf_read(path, &f, err, sizeof err), PS_OK);
+    ck_assert_uint_eq(f.h.meta[7], PS_CKPT_LAYOUT_JOB);
+    ck_assert_str_eq(f.t[f.n - 1].name, PS_CKPT_JOB_TENSOR);
+    ck_assert_uint_eq(f.t[f.n - 1].attr_len, strlen("mnist-run.3_a"));
+    ps_tf_file_free(&f);
+    ps_store_init(&back);
+    ps_ckpt_meta got;
+    ck_assert_int_eq(ps_ckpt_restore(dir, &back, &got, NULL, 0, err, sizeof err), PS_OK);
+    ck_assert_mem_eq(&got, &m, sizeof m);
+    expect_same_store(&st, &back);
+    ps_store_free(&back);
+
+    /* a newer file with a job id that is not one: skipped, the valid one loads */
+    ps_ckpt_meta bad = m;
+    bad.version = 8;
+    snprintf(bad.job_id, sizeof bad.job_id, "no spaces");
+    ck_assert_int_eq(ps_ckpt_save(dir, 3, &st, &bad, path, sizeof path, NULL, err, sizeof err),
+                     PS_OK);
+    ps_store_init(&back);
+    ck_assert_int_eq(ps_ckpt_restore(dir, &back, &got, NULL, 0, err, sizeof err), PS_OK);
+    ck_assert_uint_eq(got.version, 7);
+    ck_assert_str_eq(got.job_id, "mnist-run.3_a");
+    ps_store_free(&back);
+    ps_store_free(&st);
     ps_test_rmdir(dir);
     free(dir);
 }
@@ -446,6 +486,7 @@ static Suite *checkpoint_suite(void) {
     TCase *tc = tcase_create("save");
     tcase_add_test(tc, round_trip_restores_everything_bit_identical);
     tcase_add_test(tc, empty_store_round_trips);
+    tcase_add_test(tc, job_id_round_trips_as_layout_2);
     tcase_add_test(tc, keep_k_deletes_the_oldest);
     tcase_add_test(tc, stale_temp_files_are_removed_and_others_ignored);
     tcase_add_test(tc, save_creates_missing_directory_and_rejects_bad_arguments);

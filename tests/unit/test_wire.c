@@ -156,6 +156,24 @@ static Ps__Header hello_header(uint64_t request_id) {
 
 /* ---- header round trips ---- */
 
+START_TEST(job_id_validity) {
+    ck_assert(ps_job_id_valid("default"));
+    ck_assert(ps_job_id_valid("mnist-run.3_A"));
+    char longest[PS_WIRE_MAX_JOB_ID + 2];
+    memset(longest, 'a', sizeof longest);
+    longest[PS_WIRE_MAX_JOB_ID] = '\0';
+    ck_assert(ps_job_id_valid(longest));
+    longest[PS_WIRE_MAX_JOB_ID] = 'a';
+    longest[PS_WIRE_MAX_JOB_ID + 1] = '\0';
+    ck_assert(!ps_job_id_valid(longest)); /* one byte too long */
+    ck_assert(!ps_job_id_valid(""));
+    ck_assert(!ps_job_id_valid(NULL));
+    ck_assert(!ps_job_id_valid("a b"));
+    ck_assert(!ps_job_id_valid("a/b"));
+    ck_assert(!ps_job_id_valid("caf\xc3\xa9"));
+}
+END_TEST
+
 START_TEST(roundtrip_hello) {
     Ps__Header h = header(42);
     Ps__Hello hello = PS__HELLO__INIT;
@@ -1059,6 +1077,7 @@ END_TEST
 static Suite *wire_suite(void) {
     Suite *s = suite_create("wire");
     TCase *tc = tcase_create("header");
+    tcase_add_test(tc, job_id_validity);
     tcase_add_test(tc, roundtrip_hello);
     tcase_add_test(tc, roundtrip_welcome);
     tcase_add_test(tc, roundtrip_create_vars_with_optimizers);
