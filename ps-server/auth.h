@@ -1,13 +1,14 @@
 /* psd's CurveZMQ authentication: the ROUTER becomes a CURVE server, and a ZAP handler
  * (ZeroMQ RFC 27) on the event loop lets in only clients whose public key is in the
  * --authorized-keys directory. Handshakes refused for a wrong mechanism (a plaintext
- * client) or bad cryptography are seen through a socket monitor. */
+ * client) or bad cryptography are seen through the ROUTER's monitor (monitor.c). */
 #ifndef PS_AUTH_H
 #define PS_AUTH_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
+#include <zmq.h>
 
 typedef struct ps_auth ps_auth;
 
@@ -27,6 +28,10 @@ void ps__auth_stop(ps_auth *a);
 /* Closes the sockets and frees a, after the loop has ended and after the ROUTER was
  * closed (the ZAP handler must outlive it); NULL is ignored. */
 void ps__auth_free(ps_auth *a);
+/* The ROUTER's monitor events auth wants (monitor.c subscribes to them). */
+#define PS_AUTH_EVENTS (ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+/* One such event: a refused client is counted and logged (at most once a second). */
+void ps__auth_handshake_event(ps_auth *a, uint16_t event, uint32_t value);
 /* Number of authorized keys. */
 size_t ps__auth_num_keys(const ps_auth *a);
 

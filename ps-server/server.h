@@ -9,21 +9,10 @@
 #include <uv.h>
 
 #include "config.h"
+#include "monitor.h"
+#include "pending.h"
 #include "store.h"
 #include "wire.h"
-
-/* A Pull or PushPull waiting for a version that does not exist yet, or for
- * the staleness gate. */
-typedef struct ps_pending_pull {
-    struct ps_pending_pull *next;
-    void *identity; /* owned copy of the ROUTER identity */
-    size_t identity_len;
-    Ps__Header *req; /* owned: a Pull or a PushPull */
-    uint64_t min_version;
-    int has_worker; /* the staleness gate applies, at `clock` */
-    uint64_t clock;
-    int applied, dropped; /* PushPull: its push's outcome, for the reply */
-} ps_pending_pull;
 
 /* Upper bounds (seconds) of the apply-latency histogram buckets (+Inf last). */
 #define PS_LAT_BUCKETS 14
@@ -43,6 +32,7 @@ typedef struct {
     uint64_t heartbeats;
     /* connections CurveZMQ refused (auth.c): unknown key, plaintext, bad handshake */
     uint64_t auth_denied;
+    uint64_t turns_cut; /* loop turns that stopped at --turn-messages or the time budget */
 } ps_server_stats;
 
 /* What the shard knows of one worker of the job (members.c). */
@@ -70,8 +60,7 @@ typedef struct ps_server {
     uint64_t version;      /* sync: completed steps; async: applied pushes */
     unsigned char *pushed; /* sync: worker w pushed for the open step */
     uint32_t pushes_in_step;
-    ps_pending_pull *pending; /* deferred pulls, oldest first */
-    size_t n_pending;
+    ps_pending pending; /* deferred pulls (pending.c) */
     ps_server_stats stats;
     ps_member *members; /* [cfg.workers] */
     uint32_t live_count;
@@ -83,6 +72,12 @@ typedef struct ps_server {
     uint64_t start_ns;
     uv_timer_t watchdog_timer;  /* systemd WatchdogSec (notify.c) */
     struct ps_metrics *metrics; /* HTTP /metrics and /healthz (metrics.c), NULL: off */
+    void *monitor; /* PAIR reading the ROUTER's monitor events (monitor.c); NULL: none */
+    uv_poll_t monitor_poll;
+    int monitor_started;
+    uv_idle_t resume;     /* runs the next turn of a drain cut short (bounded turns) */
+    uint64_t drop_log_ns; /* dropped replies are logged at most once a second */
+    uint64_t drops_unlogged;
     int stopping;
     float *scratch; /* for misaligned payload frames */
     size_t scratch_cap;
@@ -92,6 +87,7 @@ typedef struct ps_server {
 typedef struct {
     const void *identity;
     size_t identity_len;
+    int fd; /* the connection's socket (ZMQ_SRCFD), -1 if unknown */
     Ps__Header *hdr;
     zmq_msg_t *payloads;
     size_t n_payloads;
