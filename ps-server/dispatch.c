@@ -82,7 +82,9 @@ void ps__server_dispatch(ps_server *s, ps_frames *f) {
                      f->n - 2);
         } else {
             what = e->name;
-            ps_request r = {id,  id_len,        zmq_msg_get(&f->frames[0], ZMQ_SRCFD),
+            /* the socket from the header frame: the ROUTER makes the identity frame
+             * itself, and that one does not carry it */
+            ps_request r = {id,  id_len,        zmq_msg_get(&f->frames[1], ZMQ_SRCFD),
                             hdr, f->frames + 2, f->n - 2};
             rc = e->fn(s, &r, err, sizeof err);
         }
