@@ -532,8 +532,11 @@ int ps__handle_push_pull(ps_server *s, ps_request *r, char *err, size_t errlen) 
             return PS_ENOENT;
         }
     }
+    /* its pull may have to wait: refused before the push is applied if it could not */
+    int rc = ps__pending_room(s, r->identity, r->identity_len, p->n_grads, err, errlen);
+    if (rc != PS_OK) return rc;
     push_plan pl;
-    int rc = push_prepare(s, r, p, &pl, err, errlen);
+    rc = push_prepare(s, r, p, &pl, err, errlen);
     if (rc != PS_OK) return rc;
     push_commit(s, p, &pl);
     push_plan_free(r, p, &pl);

@@ -29,16 +29,13 @@ static size_t peer_bytes(size_t identity_len) {
     return sizeof(ps_peer) + identity_len;
 }
 
-int ps__pending_add(ps_server *s, const void *identity, size_t identity_len, int fd,
-                    ps_var *const *vars, size_t n, const ps_pending_info *info, char *err,
-                    size_t errlen) {
+/* PS_OK when one more pull of n variables from this connection fits every limit;
+ * else PS_EBUSY (counted) with the flag named in err. */
+static int check_room(ps_server *s, const ps_peer *peer, size_t identity_len, size_t n, char *err,
+                      size_t errlen) {
     ps_pending *q = &s->pending;
-    /* a disconnect already reported for this socket must not hit this new pull */
-    ps__monitor_drain(s);
-    ps_peer **slot = peer_slot(q, identity, identity_len);
-    ps_peer *peer = *slot;
-    size_t bytes = sizeof(ps_pending_pull) + n * sizeof(ps_var *);
-    size_t need = bytes + (peer ? 0 : peer_bytes(identity_len));
+    size_t need =
+        sizeof(ps_pending_pull) + n * sizeof(ps_var *) + (peer ? 0 : peer_bytes(identity_len));
     const char *flag = NULL;
     long limit = 0;
     if (q->n >= (size_t)s->cfg.max_pending_pulls) {
@@ -51,12 +48,31 @@ int ps__pending_add(ps_server *s, const void *identity, size_t identity_len, int
         flag = "max-pending-mb";
         limit = s->cfg.max_pending_mb;
     }
-    if (flag) {
-        q->refused++;
-        snprintf(err, errlen, "psd holds too many waiting pulls (--%s %ld reached): retry later",
-                 flag, limit);
-        return PS_EBUSY;
-    }
+    if (!flag) return PS_OK;
+    q->refused++;
+    snprintf(err, errlen, "psd holds too many waiting pulls (--%s %ld reached): retry later", flag,
+             limit);
+    return PS_EBUSY;
+}
+
+int ps__pending_room(ps_server *s, const void *identity, size_t identity_len, size_t n, char *err,
+                     size_t errlen) {
+    ps__monitor_drain(s);
+    return check_room(s, *peer_slot(&s->pending, identity, identity_len), identity_len, n, err,
+                      errlen);
+}
+
+int ps__pending_add(ps_server *s, const void *identity, size_t identity_len, int fd,
+                    ps_var *const *vars, size_t n, const ps_pending_info *info, char *err,
+                    size_t errlen) {
+    ps_pending *q = &s->pending;
+    /* a disconnect already reported for this socket must not hit this new pull */
+    ps__monitor_drain(s);
+    ps_peer **slot = peer_slot(q, identity, identity_len);
+    ps_peer *peer = *slot;
+    size_t bytes = sizeof(ps_pending_pull) + n * sizeof(ps_var *);
+    int rc = check_room(s, peer, identity_len, n, err, errlen);
+    if (rc != PS_OK) return rc;
     ps_pending_pull *p = malloc(bytes);
     if (!p) goto nomem;
     if (!peer) {

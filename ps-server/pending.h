@@ -63,6 +63,11 @@ typedef struct {
 int ps__pending_add(struct ps_server *s, const void *identity, size_t identity_len, int fd,
                     ps_var *const *vars, size_t n, const ps_pending_info *info, char *err,
                     size_t errlen);
+/* PS_OK when a pull of n variables from this connection could be deferred now, else
+ * PS_EBUSY (counted, err names the flag): a PushPull asks before its push is applied,
+ * so a refused one changes nothing. */
+int ps__pending_room(struct ps_server *s, const void *identity, size_t identity_len, size_t n,
+                     char *err, size_t errlen);
 /* Unlinks p and frees it (and its peer when that was its last pull); sends nothing. */
 void ps__pending_remove(struct ps_server *s, ps_pending_pull *p);
 /* The connection on socket fd closed: its deferred pulls are dropped unanswered. */
