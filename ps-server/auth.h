@@ -13,12 +13,11 @@
 typedef struct ps_auth ps_auth;
 
 /* Loads the key pair (secret_file) and every *.pub in keys_dir, binds the ZAP handler
- * ("inproc://zeromq.zap.01") in zctx, makes router a CURVE server and starts
- * monitoring its handshakes. Call before binding router (a CURVE server without a
- * ZAP handler lets every client in). `denied` (psd's stats) counts refusals. Returns
- * PS_OK with *out owned by the caller (ps__auth_free), PS_EINVAL (a file or the
- * directory cannot be read, no keys) or PS_EFORMAT (a malformed key file), with a
- * reason in err. */
+ * ("inproc://zeromq.zap.01") in zctx and makes router a CURVE server (its failed
+ * handshakes come from monitor.c, ps__auth_handshake_event). Call before binding router (a CURVE
+ * server without a ZAP handler lets every client in). `denied` (psd's stats) counts refusals.
+ * Returns PS_OK with *out owned by the caller (ps__auth_free), PS_EINVAL (a file or the directory
+ * cannot be read, no keys) or PS_EFORMAT (a malformed key file), with a reason in err. */
 int ps__auth_init(ps_auth **out, void *zctx, void *router, const char *secret_file,
                   const char *keys_dir, uint64_t *denied, char *err, size_t errlen);
 /* Starts answering ZAP requests and reading handshake events on the loop. */

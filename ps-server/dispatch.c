@@ -117,6 +117,14 @@ static void note_dropped(ps_server *s, uint64_t request_id, int zerr) {
     s->drop_log_ns = now;
 }
 
+void ps__server_log_drops(ps_server *s) {
+    if (!s->drops_unlogged || ps__now_ns() - s->drop_log_ns < 1000000000ull) return;
+    PS_WARN("%llu replies dropped in the last %.1f s (peers gone or not reading)",
+            (unsigned long long)s->drops_unlogged, (double)(ps__now_ns() - s->drop_log_ns) / 1e9);
+    s->drops_unlogged = 0;
+    s->drop_log_ns = ps__now_ns();
+}
+
 int ps__server_reply(ps_server *s, const void *identity, size_t identity_len, uint64_t request_id,
                      Ps__Header *hdr, const ps_payload *payloads, size_t n_payloads) {
     hdr->protocol_version = PS_PROTOCOL_VERSION;

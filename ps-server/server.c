@@ -322,6 +322,7 @@ static void on_member_timer(uv_timer_t *t) {
     ps_server *s = t->data;
     ps__members_expire(s);
     ps__pending_expire(s); /* --max-pull-wait-ms */
+    ps__server_log_drops(s);
     /* Removing a worker may close a step and send replies. A send on the
      * socket can consume ZMQ_FD's edge while requests wait to be read, and
      * the poll would not fire again for them: read them now. */

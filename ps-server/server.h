@@ -111,6 +111,9 @@ void ps__server_dispatch(ps_server *s, ps_frames *f);
 /* Sends a reply with `hdr` (its version and request id are filled in here). */
 int ps__server_reply(ps_server *s, const void *identity, size_t identity_len, uint64_t request_id,
                      Ps__Header *hdr, const ps_payload *payloads, size_t n_payloads);
+/* Logs the replies dropped since the last such line, if a second has passed (the
+ * membership timer calls it, so the count of a burst that ended is not lost). */
+void ps__server_log_drops(ps_server *s);
 /* Sends an Error reply. */
 void ps__server_reply_error(ps_server *s, const void *identity, size_t identity_len,
                             uint64_t request_id, int code, const char *msg);

@@ -95,6 +95,29 @@ static void far_pull(raw_conn *r, uint64_t id, size_t n_names, size_t pad, int w
     free(names);
 }
 
+/* Sends a PushPull of worker 0 (the stats client's index) with a gradient for "v". */
+static void push_pull(raw_conn *r, uint64_t id) {
+    Ps__Header h = PS__HEADER__INIT;
+    Ps__PushPull pp = PS__PUSH_PULL__INIT;
+    Ps__Push p = PS__PUSH__INIT;
+    Ps__TensorMeta m;
+    Ps__TensorMeta *mp = &m;
+    size_t shape[1] = {4};
+    uint64_t shape64[PS_WIRE_MAX_RANK];
+    ps_tensor_meta_f32(&m, "v", shape, 1, shape64);
+    p.grads = &mp;
+    p.n_grads = 1;
+    pp.push = &p;
+    h.protocol_version = PS_PROTOCOL_VERSION;
+    h.request_id = id;
+    h.body_case = PS__HEADER__BODY_PUSH_PULL;
+    h.push_pull = &pp;
+    float g[4] = {1, 1, 1, 1};
+    const void *pl[1] = {g};
+    size_t lens[1] = {sizeof g};
+    raw_send_hdr(r, &h, pl, lens, 1);
+}
+
 static Ps__Header *stats(ps_client *c) {
     Ps__Header *h = NULL;
     ck_assert_msg(ps_client_stats(c, 0, &h) == PS_OK, "%s", ps_client_error(c));
@@ -141,6 +164,8 @@ START_TEST(count_limits_give_ebusy) {
     wait_pending(c, 3, 5000);
     far_pull(&a, 4, 1, 0, -1);
     expect_busy(&a, 4, "--max-pending-per-peer 3");
+    push_pull(&a, 5); /* its pull could not wait: refused before its push is applied */
+    expect_busy(&a, 5, "--max-pending-per-peer 3");
     far_pull(&b, 1, 1, 0, -1);
     far_pull(&b, 2, 1, 0, -1);
     wait_pending(c, 5, 5000);
@@ -149,7 +174,8 @@ START_TEST(count_limits_give_ebusy) {
     Ps__Header *h = stats(c);
     Ps__StatsReply *st = h->stats_reply;
     ck_assert_uint_eq(st->pending_pulls, 5);
-    ck_assert_uint_eq(st->pending_pulls_refused, 2);
+    ck_assert_uint_eq(st->pending_pulls_refused, 3);
+    ck_assert_uint_eq(st->version, 0); /* the refused PushPull applied nothing */
     ck_assert_msg(st->pending_pull_bytes < 5 * 1024, "5 waiting pulls hold %llu bytes",
                   (unsigned long long)st->pending_pull_bytes);
     ps__header__free_unpacked(h, NULL);
