@@ -1,5 +1,5 @@
 /* psd's CurveZMQ authentication (see auth.h): the key directory, the ZAP handler
- * (a REP socket on the event loop) and a monitor of failed handshakes. */
+ * (a REP socket on the event loop) and the count of failed handshakes. */
 #include "auth.h"
 
 #include <dirent.h>
@@ -16,10 +16,8 @@
 #include "ps_error.h"
 
 #define ZAP_ENDPOINT "inproc://zeromq.zap.01" /* fixed by RFC 27 */
-#define MONITOR_ENDPOINT "inproc://psd-handshakes"
 #define ZAP_DOMAIN "psd"
 #define MAX_ZAP_FRAMES 8 /* a CURVE request has 7 */
-#define MONITORED (ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
 
 typedef struct {
     uint8_t key[PS_CURVE_KEY_BYTES];
@@ -38,8 +36,8 @@ static const char *const reason_text[N_REASONS] = {
 };
 
 struct ps_auth {
-    void *router, *zap, *monitor;
-    uv_poll_t zap_poll, monitor_poll;
+    void *router, *zap;
+    uv_poll_t zap_poll;
     int started;
     auth_key *keys;
     size_t n_keys;
@@ -228,61 +226,26 @@ static void zap_drain(ps_auth *a) {
         ;
 }
 
-/* ---- the handshake monitor ----------------------------------------------------- */
+/* ---- handshake events (from the ROUTER's monitor, monitor.c) ------------------- */
 
-/* One monitor event: frame 1 = uint16 event + uint32 value, frame 2 = endpoint. */
-static int monitor_read_one(ps_auth *a) {
-    uint8_t head[6] = {0};
-    int got = -1;
-    for (int more = 1, part = 0; more; part++) {
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, a->monitor, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&m);
-            if (part == 0) return 0;
-            break;
-        }
-        more = zmq_msg_more(&m);
-        if (part == 0 && zmq_msg_size(&m) == sizeof head) {
-            memcpy(head, zmq_msg_data(&m), sizeof head);
-            got = 0;
-        }
-        zmq_msg_close(&m);
-    }
-    if (got != 0) return 1;
-    uint16_t event;
-    uint32_t value;
-    memcpy(&event, head, sizeof event);
-    memcpy(&value, head + 2, sizeof value);
+void ps__auth_handshake_event(ps_auth *a, uint16_t event, uint32_t value) {
     if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
         refused(a, R_HUNG_UP, NULL, "");
-        return 1;
+        return;
     }
-    if (event != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) return 1;
+    if (event != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) return;
     if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
         refused(a, R_MECHANISM, NULL, "");
     else if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
         refused(a, R_CRYPTO, NULL, "");
     else
         PS_DEBUG("a handshake failed: ZMTP protocol error 0x%x", (unsigned)value);
-    return 1;
-}
-
-static void monitor_drain(ps_auth *a) {
-    while (readable(a->monitor) && monitor_read_one(a))
-        ;
 }
 
 static void on_zap(uv_poll_t *h, int status, int events) {
     (void)events;
     if (status < 0) PS_ERROR("ZAP socket poll failed: %s", uv_strerror(status));
     zap_drain(h->data);
-}
-
-static void on_monitor(uv_poll_t *h, int status, int events) {
-    (void)events;
-    if (status < 0) PS_ERROR("monitor socket poll failed: %s", uv_strerror(status));
-    monitor_drain(h->data);
 }
 
 /* ---- life cycle ---------------------------------------------------------------- */
@@ -334,17 +297,6 @@ int ps__auth_init(ps_auth **out, void *zctx, void *router, const char *secret_fi
         ps__auth_free(a);
         return rc;
     }
-    /* Without the monitor, refusals at the handshake go uncounted; not fatal. */
-    int linger = 0;
-    if (zmq_socket_monitor(router, MONITOR_ENDPOINT, MONITORED) != 0 ||
-        !(a->monitor = zmq_socket(zctx, ZMQ_PAIR)) ||
-        zmq_setsockopt(a->monitor, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
-        zmq_connect(a->monitor, MONITOR_ENDPOINT) != 0) {
-        PS_WARN("cannot monitor handshakes (%s): refused plaintext clients are not counted",
-                zmq_strerror(zmq_errno()));
-        if (a->monitor) zmq_close(a->monitor);
-        a->monitor = NULL;
-    }
     *out = a;
     return PS_OK;
 }
@@ -362,28 +314,18 @@ static int poll_socket(uv_loop_t *loop, uv_poll_t *h, void *sock, uv_poll_cb cb,
 int ps__auth_start(ps_auth *a, uv_loop_t *loop) {
     if (poll_socket(loop, &a->zap_poll, a->zap, on_zap, a) != PS_OK) return PS_EIO;
     a->started = 1;
-    if (a->monitor && poll_socket(loop, &a->monitor_poll, a->monitor, on_monitor, a) != PS_OK) {
-        uv_close((uv_handle_t *)&a->zap_poll, NULL);
-        a->started = 0;
-        return PS_EIO;
-    }
-    a->started = a->monitor ? 2 : 1;
-    /* requests may have come in before the polls started */
-    zap_drain(a);
-    if (a->monitor) monitor_drain(a);
+    zap_drain(a); /* requests may have come in before the poll started */
     return PS_OK;
 }
 
 void ps__auth_stop(ps_auth *a) {
     if (!a || !a->started) return;
     uv_close((uv_handle_t *)&a->zap_poll, NULL);
-    if (a->started == 2) uv_close((uv_handle_t *)&a->monitor_poll, NULL);
     a->started = 0;
 }
 
 void ps__auth_free(ps_auth *a) {
     if (!a) return;
-    if (a->monitor) zmq_close(a->monitor);
     if (a->zap) zmq_close(a->zap);
     free(a->keys);
     free(a);

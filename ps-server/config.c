@@ -64,6 +64,24 @@ static const ps_option table[] = {
      "variables this shard may hold"},
     {"keep-checkpoints", PS_OPTION_LONG, F(keep_checkpoints), 1, 1000, "3", NULL, "K",
      "newest checkpoint files kept in DIR"},
+    {"max-pending-pulls", PS_OPTION_LONG, F(max_pending_pulls), 1, 10000000, "10000", NULL, "N",
+     "deferred pulls (waiting for a version or the staleness gate) held in total; one more "
+     "is refused with EBUSY"},
+    {"max-pending-per-peer", PS_OPTION_LONG, F(max_pending_per_peer), 1, 10000000, "64", NULL, "N",
+     "deferred pulls one connection may have waiting; one more is refused with EBUSY"},
+    {"max-pending-mb", PS_OPTION_LONG, F(max_pending_mb), 1, 1 << 20, "64", NULL, "MB",
+     "memory all deferred pulls may take; one more is refused with EBUSY"},
+    {"max-pull-wait-ms", PS_OPTION_LONG, F(max_pull_wait_ms), 10, 86400000, "600000", NULL, "MS",
+     "a deferred pull still waiting after this long is answered ETIMEDOUT"},
+    {"zmq-rcvhwm", PS_OPTION_LONG, F(zmq_rcvhwm), 1, 10000000, "1000", NULL, "N",
+     "messages ZeroMQ queues per connection before psd reads them (ZMQ_RCVHWM); a peer "
+     "beyond it waits"},
+    {"zmq-sndhwm", PS_OPTION_LONG, F(zmq_sndhwm), 1, 10000000, "1000", NULL, "N",
+     "replies ZeroMQ queues per connection (ZMQ_SNDHWM); a reply to a peer that does not "
+     "read them is dropped and counted"},
+    {"turn-messages", PS_OPTION_LONG, F(turn_messages), 1, 1000000, "256", NULL, "N",
+     "requests handled per loop turn (and at most 10 ms of them) before timers, signals and "
+     "HTTP get their turn"},
 };
 #define N_ENTRIES (sizeof table / sizeof table[0])
 

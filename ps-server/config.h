@@ -27,11 +27,17 @@ typedef struct {
     long keep_checkpoints;     /* newest checkpoint files kept */
     long metrics_port;         /* HTTP /metrics and /healthz; -1: off, 0: any free port */
     char metrics_bind[256];
-    char curve_secret[1024];    /* CurveZMQ: this server's key pair file ("": plaintext) */
-    char authorized_keys[1024]; /* CurveZMQ: directory of client public keys */
-    long max_message_mb;        /* ZMQ_MAXMSGSIZE */
-    long max_tensor_mb;         /* largest tensor a request may carry or create */
-    long max_vars;              /* variables a shard may hold */
+    char curve_secret[1024];     /* CurveZMQ: this server's key pair file ("": plaintext) */
+    char authorized_keys[1024];  /* CurveZMQ: directory of client public keys */
+    long max_message_mb;         /* ZMQ_MAXMSGSIZE */
+    long max_tensor_mb;          /* largest tensor a request may carry or create */
+    long max_vars;               /* variables a shard may hold */
+    long max_pending_pulls;      /* deferred pulls in total */
+    long max_pending_per_peer;   /* deferred pulls of one connection */
+    long max_pending_mb;         /* memory of all deferred pulls */
+    long max_pull_wait_ms;       /* a deferred pull waiting longer is answered ETIMEDOUT */
+    long zmq_rcvhwm, zmq_sndhwm; /* ZeroMQ's per-connection queues (messages) */
+    long turn_messages;          /* requests handled per loop turn */
 } ps_server_config;
 
 /* Fills cfg from TF_CONFIG (when tf_config is non-NULL and non-empty, task type

@@ -83,9 +83,11 @@ void ps__server_dispatch(ps_server *s, ps_frames *f) {
                      f->n - 2);
         } else {
             what = e->name;
-            ps_request r = {id, id_len, hdr, f->frames + 2, f->n - 2};
+            /* the socket from the header frame: the ROUTER makes the identity frame
+             * itself, and that one does not carry it */
+            ps_request r = {id,  id_len,        zmq_msg_get(&f->frames[1], ZMQ_SRCFD),
+                            hdr, f->frames + 2, f->n - 2};
             rc = e->fn(s, &r, err, sizeof err);
-            if (r.hdr == NULL) hdr = NULL; /* the handler kept it (deferred pull) */
         }
     }
     if (rc != PS_OK) {
@@ -97,6 +99,33 @@ void ps__server_dispatch(ps_server *s, ps_frames *f) {
     if (hdr) ps__header__free_unpacked(hdr, NULL);
 }
 
+/* Counts a dropped reply; logs at most one line a second (a peer flooding requests
+ * without reading its replies must not make psd spend its time logging). */
+static void note_dropped(ps_server *s, uint64_t request_id, int zerr) {
+    s->stats.dropped_replies++;
+    s->drops_unlogged++;
+    uint64_t now = ps__now_ns();
+    if (s->drop_log_ns && now - s->drop_log_ns < 1000000000ull) return;
+    if (s->drops_unlogged == 1)
+        PS_WARN("reply to request %llu dropped: %s", (unsigned long long)request_id,
+                zmq_strerror(zerr));
+    else
+        PS_WARN("%llu replies dropped in the last %.1f s (peers gone or not reading; last: "
+                "request %llu, %s)",
+                (unsigned long long)s->drops_unlogged, (double)(now - s->drop_log_ns) / 1e9,
+                (unsigned long long)request_id, zmq_strerror(zerr));
+    s->drops_unlogged = 0;
+    s->drop_log_ns = now;
+}
+
+void ps__server_log_drops(ps_server *s) {
+    if (!s->drops_unlogged || ps__now_ns() - s->drop_log_ns < 1000000000ull) return;
+    PS_WARN("%llu replies dropped in the last %.1f s (peers gone or not reading)",
+            (unsigned long long)s->drops_unlogged, (double)(ps__now_ns() - s->drop_log_ns) / 1e9);
+    s->drops_unlogged = 0;
+    s->drop_log_ns = ps__now_ns();
+}
+
 int ps__server_reply(ps_server *s, const void *identity, size_t identity_len, uint64_t request_id,
                      Ps__Header *hdr, const ps_payload *payloads, size_t n_payloads) {
     hdr->protocol_version = PS_PROTOCOL_VERSION;
@@ -106,11 +135,7 @@ int ps__server_reply(ps_server *s, const void *identity, size_t identity_len, ui
     /* Never block the loop: a peer that is gone or not reading loses its reply. */
     int rc =
         ps_wire_send(s->router, identity, identity_len, hdr, payloads, n_payloads, ZMQ_DONTWAIT);
-    if (rc != PS_OK) {
-        s->stats.dropped_replies++;
-        PS_WARN("reply to request %llu dropped: %s", (unsigned long long)request_id,
-                zmq_strerror(zmq_errno()));
-    }
+    if (rc != PS_OK) note_dropped(s, request_id, zmq_errno());
     return rc;
 }
 

@@ -184,19 +184,19 @@ static const char *want_name(const Ps__Header *req, size_t i) {
                                                    : req->push_pull->push->grads[i]->name;
 }
 
-/* Replies to a Pull or PushPull whose names were checked and whose version
- * exists. The frames are the variables' own value blocks (zero-copy, with a
- * reference each: an update meanwhile writes a copy, see ps_var_writable). */
+/* Replies to a Pull (push_pull 0) or PushPull for vars[0..n) whose version exists.
+ * The frames are the variables' own value blocks (zero-copy, with a reference each:
+ * an update meanwhile writes a copy, see ps_var_writable). */
 static int reply_values(ps_server *s, const void *identity, size_t identity_len,
-                        const Ps__Header *req, int applied, int dropped) {
-    size_t n = want_count(req);
+                        uint64_t request_id, int push_pull, ps_var *const *vars, size_t n,
+                        int applied, int dropped) {
     Ps__TensorMeta *metas = calloc(n ? n : 1, sizeof *metas);
     Ps__TensorMeta **mptrs = calloc(n ? n : 1, sizeof *mptrs);
     uint64_t *shapes = calloc(n ? n * PS_WIRE_MAX_RANK : 1, sizeof *shapes);
     ps_payload *pl = calloc(n ? n : 1, sizeof *pl);
     int rc = (metas && mptrs && shapes && pl) ? PS_OK : PS_ENOMEM;
     for (size_t i = 0; i < n && rc == PS_OK; i++) {
-        const ps_var *v = ps_store_find(&s->store, want_name(req, i));
+        const ps_var *v = vars[i];
         size_t shape[PS_WIRE_MAX_RANK];
         for (size_t d = 0; d < v->rank; d++)
             shape[d] = (size_t)v->shape[d];
@@ -212,7 +212,7 @@ static int reply_values(ps_server *s, const void *identity, size_t identity_len,
         rep.tensors = mptrs;
         rep.n_tensors = n;
         rep.version = s->version;
-        if (req->body_case == PS__HEADER__BODY_PULL) {
+        if (!push_pull) {
             out.body_case = PS__HEADER__BODY_PULL_REPLY;
             out.pull_reply = &rep;
         } else {
@@ -224,7 +224,7 @@ static int reply_values(ps_server *s, const void *identity, size_t identity_len,
             out.body_case = PS__HEADER__BODY_PUSH_PULL_REPLY;
             out.push_pull_reply = &pprep;
         }
-        ps__server_reply(s, identity, identity_len, req->request_id, &out, pl, n);
+        ps__server_reply(s, identity, identity_len, request_id, &out, pl, n);
     }
     free(metas);
     free(mptrs);
@@ -239,8 +239,18 @@ static int reply_values(ps_server *s, const void *identity, size_t identity_len,
 static int answer_or_defer(ps_server *s, ps_request *r, uint64_t min_version, int has_worker,
                            uint64_t clock, int applied, int dropped, char *err, size_t errlen) {
     int gate_open = ps__staleness_allows(s, has_worker, clock);
-    if (min_version <= s->version && gate_open)
-        return reply_values(s, r->identity, r->identity_len, r->hdr, applied, dropped);
+    if (min_version <= s->version && gate_open) {
+        size_t n = want_count(r->hdr);
+        ps_var **vars = malloc((n ? n : 1) * sizeof *vars);
+        if (!vars) return PS_ENOMEM;
+        for (size_t i = 0; i < n; i++)
+            vars[i] = ps_store_find(&s->store, want_name(r->hdr, i));
+        int rc = reply_values(s, r->identity, r->identity_len, r->hdr->request_id,
+                              r->hdr->body_case == PS__HEADER__BODY_PUSH_PULL, vars, n, applied,
+                              dropped);
+        free(vars);
+        return rc;
+    }
     if (!gate_open) s->stats.staleness_waits++;
     /* sync: only the open step's result can be waited for; async: any future
      * version (pushes keep arriving; the client bounds the wait) */
@@ -251,29 +261,29 @@ static int answer_or_defer(ps_server *s, ps_request *r, uint64_t min_version, in
                  (unsigned long long)min_version, (unsigned long long)s->version);
         return PS_ESTALE;
     }
-    ps_pending_pull *pp = calloc(1, sizeof *pp);
-    void *id = pp ? malloc(r->identity_len) : NULL;
-    if (!id) {
-        free(pp);
+    /* the deferred pull keeps the variables, not the request (its padding, its names) */
+    size_t n = want_count(r->hdr);
+    ps_var **vars = malloc((n ? n : 1) * sizeof *vars);
+    if (!vars) {
         snprintf(err, errlen, "out of memory deferring a pull");
         return PS_ENOMEM;
     }
-    memcpy(id, r->identity, r->identity_len);
-    pp->identity = id;
-    pp->identity_len = r->identity_len;
-    pp->req = r->hdr;
-    r->hdr = NULL; /* the pending list owns it now */
-    pp->min_version = min_version;
-    pp->has_worker = has_worker;
-    pp->clock = clock;
-    pp->applied = applied;
-    pp->dropped = dropped;
-    ps_pending_pull **tail = &s->pending;
-    while (*tail)
-        tail = &(*tail)->next;
-    *tail = pp;
-    s->n_pending++;
-    return PS_OK;
+    for (size_t i = 0; i < n; i++)
+        vars[i] = ps_store_find(&s->store, want_name(r->hdr, i));
+    int push_pull = r->hdr->body_case == PS__HEADER__BODY_PUSH_PULL;
+    ps_pending_info info = {
+        .request_id = r->hdr->request_id,
+        .min_version = min_version,
+        .clock = clock,
+        .has_worker = has_worker,
+        .push_pull = push_pull,
+        .applied = applied,
+        .dropped = dropped,
+        .worker = push_pull ? r->hdr->push_pull->push->worker_index : r->hdr->pull->worker_index,
+    };
+    int rc = ps__pending_add(s, r->identity, r->identity_len, r->fd, vars, n, &info, err, errlen);
+    free(vars);
+    return rc;
 }
 
 int ps__handle_pull(ps_server *s, ps_request *r, char *err, size_t errlen) {
@@ -301,26 +311,25 @@ int ps__handle_pull(ps_server *s, ps_request *r, char *err, size_t errlen) {
 }
 
 void ps__server_answer_pending(ps_server *s) {
-    ps_pending_pull **pp = &s->pending;
-    while (*pp) {
-        ps_pending_pull *p = *pp;
+    ps_pending_pull *p = s->pending.head;
+    while (p) {
+        ps_pending_pull *next = p->next;
         if ((p->min_version > s->version || !ps__staleness_allows(s, p->has_worker, p->clock)) &&
             !s->stopping) {
-            pp = &p->next;
+            p = next;
             continue;
         }
-        *pp = p->next;
-        s->n_pending--;
+        const void *id = p->peer->identity;
+        size_t id_len = p->peer->identity_len;
         if (s->stopping)
-            ps__server_reply_error(s, p->identity, p->identity_len, p->req->request_id,
-                                   PS_ESHUTDOWN, "psd is shutting down");
-        else if (reply_values(s, p->identity, p->identity_len, p->req, p->applied, p->dropped) !=
-                 PS_OK)
-            ps__server_reply_error(s, p->identity, p->identity_len, p->req->request_id, PS_ENOMEM,
+            ps__server_reply_error(s, id, id_len, p->request_id, PS_ESHUTDOWN,
+                                   "psd is shutting down");
+        else if (reply_values(s, id, id_len, p->request_id, p->push_pull, p->vars, p->n_vars,
+                              p->applied, p->dropped) != PS_OK)
+            ps__server_reply_error(s, id, id_len, p->request_id, PS_ENOMEM,
                                    "out of memory answering a pull");
-        ps__header__free_unpacked(p->req, NULL);
-        free(p->identity);
-        free(p);
+        ps__pending_remove(s, p);
+        p = next;
     }
 }
 
@@ -520,7 +529,7 @@ static void push_commit(ps_server *s, const Ps__Push *p, push_plan *pl) {
         note_clock(s, p->worker_index, p->clock);
         s->version++;
         s->stats.updates_applied++;
-        if (s->pending) ps__server_answer_pending(s);
+        if (s->pending.head) ps__server_answer_pending(s);
     }
 }
 
@@ -564,8 +573,11 @@ int ps__handle_push_pull(ps_server *s, ps_request *r, char *err, size_t errlen) 
             return PS_ENOENT;
         }
     }
+    /* its pull may have to wait: refused before the push is applied if it could not */
+    int rc = ps__pending_room(s, r->identity, r->identity_len, p->n_grads, err, errlen);
+    if (rc != PS_OK) return rc;
     push_plan pl;
-    int rc = push_prepare(s, r, p, &pl, err, errlen);
+    rc = push_prepare(s, r, p, &pl, err, errlen);
     if (rc != PS_OK) return rc;
     push_commit(s, p, &pl);
     push_plan_free(r, p, &pl);
@@ -589,7 +601,13 @@ int ps__handle_stats(ps_server *s, ps_request *r, char *err, size_t errlen) {
     st.updates_applied = s->stats.updates_applied;
     st.bytes_in = s->stats.bytes_in;
     st.bytes_out = s->stats.bytes_out;
-    st.pending_pulls = s->n_pending;
+    st.pending_pulls = s->pending.n;
+    st.pending_pull_bytes = s->pending.bytes;
+    st.pending_pulls_refused = s->pending.refused;
+    st.pending_pulls_timed_out = s->pending.timed_out;
+    st.pending_pulls_released = s->pending.released;
+    st.dropped_replies = s->stats.dropped_replies;
+    st.loop_turns_cut = s->stats.turns_cut;
     st.live_workers = s->live_count;
     st.workers_removed = s->stats.workers_removed;
     st.dropped_pushes = s->stats.dropped_pushes;

@@ -1,6 +1,8 @@
 /* A minimal HTTP/1.x server on a libuv loop (see http.h): non-blocking streams,
- * a deadline per connection, a cap on connections, and a lingering close so a
- * client still sending (a body, an oversized request) reads its reply. */
+ * a deadline per connection, a cap on connections (at the cap the connection idle
+ * longest makes room: idle or slow clients cannot shut a scrape out), and a
+ * lingering close so a client still sending (a body, an oversized request) reads
+ * its reply. */
 #include "http.h"
 
 #include <ctype.h>
@@ -22,10 +24,11 @@ typedef struct conn {
     uv_write_t write_req;
     uv_shutdown_t shutdown_req;
     int state;
-    int handles; /* of tcp and timer, not yet closed */
-    int eof;     /* the client closed its side while we wrote */
-    char *out;   /* the reply being written */
-    size_t len;  /* request bytes in `in` */
+    uint64_t active_ms; /* when it was accepted or last received bytes (loop time) */
+    int handles;        /* of tcp and timer, not yet closed */
+    int eof;            /* the client closed its side while we wrote */
+    char *out;          /* the reply being written */
+    size_t len;         /* request bytes in `in` */
     char in[PS_HTTP_MAX_HEADER];
 } conn;
 
@@ -37,6 +40,7 @@ struct ps__http_server {
     conn *conns; /* open connections, newest first */
     size_t n_conns;
     size_t refs; /* listener, connections and rejected sockets not yet closed */
+    uint64_t evicted;
     int stopping;
 };
 
@@ -234,6 +238,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
         conn_close(c);
         return;
     }
+    c->active_ms = uv_now(c->srv->loop);
     if (c->state != READING) return; /* a body, a pipelined request, or lingering */
     c->len += (size_t)n;
     char *method = NULL, *path = NULL;
@@ -280,18 +285,33 @@ static void reject(ps__http_server *h) {
     PS_DEBUG("http: %zu connections open, closing a new one", h->n_conns);
 }
 
+/* At the cap: closes the connection that received nothing for longest (a reply it
+ * does not read, an idle or slow one); 0 when there is none. */
+static int evict_one(ps__http_server *h) {
+    conn *victim = NULL;
+    for (conn *c = h->conns; c; c = c->next)
+        if (!victim || c->active_ms <= victim->active_ms) victim = c;
+    if (!victim) return 0;
+    h->evicted++;
+    PS_DEBUG("http: %zu connections open, closing the one idle longest", h->n_conns);
+    conn_close(victim);
+    return 1;
+}
+
 static void on_connection(uv_stream_t *server, int status) {
     ps__http_server *h = server->data;
     if (status < 0) {
         PS_WARN("http: accept failed: %s", uv_strerror(status));
         return;
     }
+    if (h->n_conns >= PS_HTTP_MAX_CONNS) evict_one(h);
     conn *c = h->n_conns < PS_HTTP_MAX_CONNS ? calloc(1, sizeof *c) : NULL;
     if (!c) {
         reject(h);
         return;
     }
     c->srv = h;
+    c->active_ms = uv_now(h->loop);
     uv_tcp_init(h->loop, &c->tcp);
     uv_timer_init(h->loop, &c->timer);
     c->tcp.data = c->timer.data = c;
@@ -366,6 +386,10 @@ int ps__http_server_address(ps__http_server *h, char *buf, size_t len) {
         snprintf(buf, len, "%s:%u", host, (unsigned)ntohs(a->sin_port));
     }
     return PS_OK;
+}
+
+uint64_t ps__http_server_evicted(const ps__http_server *h) {
+    return h->evicted;
 }
 
 void ps__http_server_stop(ps__http_server *h) {

@@ -4,12 +4,13 @@
 #define PS_HTTP_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 
-#define PS_HTTP_MAX_HEADER 8192  /* request line + headers; more: 400 */
-#define PS_HTTP_MAX_CONNS 64     /* further connections are closed at once */
-#define PS_HTTP_REQUEST_MS 10000 /* a request must be complete this long after accept */
-#define PS_HTTP_LINGER_MS 2000   /* after the reply: wait this long for the client to close */
+#define PS_HTTP_MAX_HEADER 8192 /* request line + headers; more: 400 */
+#define PS_HTTP_MAX_CONNS 64    /* at the cap a new connection closes the one idle longest */
+#define PS_HTTP_REQUEST_MS 5000 /* a request must be complete this long after accept */
+#define PS_HTTP_LINGER_MS 2000  /* after the reply: wait this long for the client to close */
 
 typedef struct ps__http_server ps__http_server;
 
@@ -34,6 +35,8 @@ int ps__http_server_start(uv_loop_t *loop, const char *bind, int port, ps__http_
                           void *ctx, ps__http_server **out, char *err, size_t errlen);
 /* Writes "HOST:PORT" as bound ("[v6]:PORT" for IPv6). Returns PS_OK or PS_EIO. */
 int ps__http_server_address(ps__http_server *h, char *buf, size_t len);
+/* Connections closed to make room for a new one (at PS_HTTP_MAX_CONNS). */
+uint64_t ps__http_server_evicted(const ps__http_server *h);
 /* Closes the listener and every connection; the server frees itself once the
  * loop has run their close callbacks. The handler is not called again. */
 void ps__http_server_stop(ps__http_server *h);

@@ -32,7 +32,7 @@ void ps__member_seen(ps_server *s, uint32_t w) {
 static void membership_changed(ps_server *s) {
     if (s->cfg.mode == PS_MODE_SYNC)
         ps__sync_try_close_step(s);
-    else if (s->pending)
+    else if (s->pending.head)
         ps__server_answer_pending(s);
 }
 
@@ -58,6 +58,7 @@ void ps__member_leave(ps_server *s, uint32_t w) {
 
 uint64_t ps__members_tick_ms(const ps_server *s) {
     uint64_t tick = (uint64_t)s->cfg.worker_timeout_ms / 4;
+    if (tick > (uint64_t)s->cfg.max_pull_wait_ms / 4) tick = (uint64_t)s->cfg.max_pull_wait_ms / 4;
     return tick < 10 ? 10 : tick > 1000 ? 1000 : tick;
 }
 
@@ -83,6 +84,7 @@ static void forgive_stall(ps_server *s, uint64_t now) {
 void ps__members_expire(ps_server *s) {
     uint64_t now = ps__now_ns(), limit = (uint64_t)s->cfg.worker_timeout_ms * 1000000ull;
     int changed = 0;
+    unsigned char *gone = NULL;
     forgive_stall(s, now);
     for (long w = 0; w < s->cfg.workers; w++) {
         ps_member *m = &s->members[w];
@@ -91,11 +93,18 @@ void ps__members_expire(ps_server *s) {
         s->live_count--;
         s->stats.workers_removed++;
         changed = 1;
+        if (!gone) gone = calloc((size_t)s->cfg.workers, 1);
+        if (gone) gone[w] = 1;
         PS_WARN("worker %ld removed: silent for %llu ms (more than --worker-timeout %ld); %u live",
                 w, (unsigned long long)((now - m->last_seen_ns) / 1000000ull),
                 s->cfg.worker_timeout_ms, s->live_count);
     }
-    if (changed) membership_changed(s);
+    if (!changed) return;
+    membership_changed(s);
+    /* what the change did not answer waits for a worker that is gone */
+    for (long w = 0; gone && w < s->cfg.workers; w++)
+        if (gone[w] && s->pending.head) ps__pending_drop_worker(s, (uint32_t)w);
+    free(gone);
 }
 
 uint64_t ps__members_min_clock(const ps_server *s) {

@@ -3,6 +3,7 @@
 #include "metrics.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +153,56 @@ static void render_histogram(buf *b, const ps_server *s) {
     add(b, "%s_count{shard=\"%ld\"} %llu\n", h, sh, (unsigned long long)s->stats.lat_count);
 }
 
+/* One gauge sample per limit flag, so a dashboard can show use against limit. */
+static void render_limits(buf *b, const ps_server *s) {
+    static const struct {
+        const char *flag;
+        size_t off;
+    } lim[] = {
+        {"max-pending-pulls", offsetof(ps_server_config, max_pending_pulls)},
+        {"max-pending-per-peer", offsetof(ps_server_config, max_pending_per_peer)},
+        {"max-pending-mb", offsetof(ps_server_config, max_pending_mb)},
+        {"max-pull-wait-ms", offsetof(ps_server_config, max_pull_wait_ms)},
+        {"zmq-rcvhwm", offsetof(ps_server_config, zmq_rcvhwm)},
+        {"zmq-sndhwm", offsetof(ps_server_config, zmq_sndhwm)},
+        {"turn-messages", offsetof(ps_server_config, turn_messages)},
+        {"max-message-mb", offsetof(ps_server_config, max_message_mb)},
+        {"max-tensor-mb", offsetof(ps_server_config, max_tensor_mb)},
+        {"max-vars", offsetof(ps_server_config, max_vars)},
+    };
+    family(b, "psd_limit", "gauge", "psd's configured limits, by flag.");
+    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++) {
+        long v;
+        memcpy(&v, (const char *)&s->cfg + lim[i].off, sizeof v);
+        sample_u(b, s->cfg.shard, "psd_limit", "flag", lim[i].flag, (unsigned long long)v);
+    }
+}
+
+/* The deferred pulls, the loop's turns and the HTTP connections: what peers can make
+ * psd hold, against its limits. */
+static void render_queues(buf *b, const ps_server *s) {
+    long sh = s->cfg.shard;
+    const ps_pending *q = &s->pending;
+    gauge(b, sh, "psd_pending_pulls", "Pulls waiting for a version that does not exist yet.", q->n);
+    gauge(b, sh, "psd_pending_pull_bytes", "Memory held by waiting pulls (--max-pending-mb).",
+          q->bytes);
+    gauge(b, sh, "psd_pending_peers", "Connections with waiting pulls.", q->n_peers);
+    counter(b, sh, "psd_pending_pulls_refused_total",
+            "Pulls refused with EBUSY: a --max-pending-* limit was reached.", q->refused);
+    counter(b, sh, "psd_pending_pulls_timed_out_total",
+            "Waiting pulls answered ETIMEDOUT after --max-pull-wait-ms.", q->timed_out);
+    counter(b, sh, "psd_pending_pulls_released_total",
+            "Waiting pulls released: their connection closed or their worker was removed.",
+            q->released);
+    counter(b, sh, "psd_loop_turns_cut_total",
+            "Loop turns that stopped reading requests at --turn-messages or 10 ms.",
+            s->stats.turns_cut);
+    counter(b, sh, "psd_http_connections_evicted_total",
+            "HTTP connections closed to make room for a new one.",
+            s->metrics ? ps__http_server_evicted(s->metrics->http) : 0);
+    render_limits(b, s);
+}
+
 /* The whole exposition; returns a malloc'd text (length in *len) or NULL. */
 static char *render(const ps_server *s, size_t *len) {
     buf b = {0};
@@ -182,8 +233,7 @@ static char *render(const ps_server *s, size_t *len) {
         &b, sh, "psd_auth_denied_total",
         "Connections refused by CurveZMQ authentication (unknown key, plaintext, bad handshake).",
         st->auth_denied);
-    gauge(&b, sh, "psd_pending_pulls", "Pulls waiting for a version that does not exist yet.",
-          s->n_pending);
+    render_queues(&b, s);
     gauge(&b, sh, "psd_max_staleness", "Async: the largest push staleness seen (clocks).",
           st->max_staleness);
     counter(&b, sh, "psd_staleness_waits_total", "Async: pulls deferred by --staleness.",

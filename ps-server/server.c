@@ -192,14 +192,22 @@ static int make_router(ps_server *s, char *err, size_t errlen) {
         return PS_EIO;
     }
     int one = 1, linger = 1000;
+    int rcvhwm = (int)s->cfg.zmq_rcvhwm, sndhwm = (int)s->cfg.zmq_sndhwm;
     zmq_setsockopt(s->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
     zmq_setsockopt(s->router, ZMQ_LINGER, &linger, sizeof linger);
+    /* ZeroMQ's own per-connection queues, explicit (--zmq-rcvhwm, --zmq-sndhwm) */
+    zmq_setsockopt(s->router, ZMQ_RCVHWM, &rcvhwm, sizeof rcvhwm);
+    zmq_setsockopt(s->router, ZMQ_SNDHWM, &sndhwm, sizeof sndhwm);
     /* a message larger than this drops its connection before any of it is buffered */
     int64_t maxmsg = (int64_t)s->cfg.max_message_mb << 20;
     zmq_setsockopt(s->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
-    if (!s->cfg.curve_secret[0]) return PS_OK;
-    return ps__auth_init(&s->auth, s->zctx, s->router, s->cfg.curve_secret, s->cfg.authorized_keys,
-                         &s->stats.auth_denied, err, errlen);
+    if (s->cfg.curve_secret[0]) {
+        int rc = ps__auth_init(&s->auth, s->zctx, s->router, s->cfg.curve_secret,
+                               s->cfg.authorized_keys, &s->stats.auth_denied, err, errlen);
+        if (rc != PS_OK) return rc;
+    }
+    ps__monitor_init(s); /* without it psd still runs (logged) */
+    return PS_OK;
 }
 
 int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, char *err,
@@ -260,24 +268,42 @@ int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, c
     return PS_OK;
 }
 
-/* ZMQ_FD is edge-triggered: drain while ZMQ_EVENTS says POLLIN; ZMQ_EVENTS is
- * re-read on each turn, which also covers the state changes our sends cause. */
+#define TURN_NS 10000000ull /* at most 10 ms of requests per loop turn */
+
+static void on_resume(uv_idle_t *h);
+
+/* ZMQ_FD is edge-triggered: read while ZMQ_EVENTS says POLLIN; ZMQ_EVENTS is
+ * re-read on each message, which also covers the state changes our sends cause.
+ * A turn is bounded (--turn-messages, TURN_NS): when requests remain, the idle
+ * handle brings us back on the next loop iteration, after timers (the watchdog,
+ * membership), signals and HTTP had their turn; the edge will not come again. */
 static void drain(ps_server *s) {
-    while (!s->stopping) {
+    uint64_t t0 = ps__now_ns();
+    for (long n = 0; !s->stopping; n++) {
         int events = 0;
         size_t len = sizeof events;
-        if (zmq_getsockopt(s->router, ZMQ_EVENTS, &events, &len) != 0) return;
-        if (!(events & ZMQ_POLLIN)) return;
+        if (zmq_getsockopt(s->router, ZMQ_EVENTS, &events, &len) != 0) break;
+        if (!(events & ZMQ_POLLIN)) break;
+        if (n >= s->cfg.turn_messages || (n % 16 == 15 && ps__now_ns() - t0 > TURN_NS)) {
+            s->stats.turns_cut++;
+            uv_idle_start(&s->resume, on_resume);
+            return;
+        }
         ps_frames f;
         int rc = ps_frames_recv(s->router, ZMQ_DONTWAIT, &f);
         if (rc == PS_ETIMEDOUT) continue;
         if (rc != PS_OK) {
             PS_WARN("receive failed: %s", zmq_strerror(zmq_errno()));
-            return;
+            break;
         }
         ps__server_dispatch(s, &f);
         ps_frames_close(&f);
     }
+    if (!s->stopping) uv_idle_stop(&s->resume);
+}
+
+static void on_resume(uv_idle_t *h) {
+    drain(h->data);
 }
 
 static void on_poll(uv_poll_t *h, int status, int events) {
@@ -309,6 +335,8 @@ static void on_signal(uv_signal_t *h, int signum) {
 static void on_member_timer(uv_timer_t *t) {
     ps_server *s = t->data;
     ps__members_expire(s);
+    ps__pending_expire(s); /* --max-pull-wait-ms */
+    ps__server_log_drops(s);
     /* Removing a worker may close a step and send replies. A send on the
      * socket can consume ZMQ_FD's edge while requests wait to be read, and
      * the poll would not fire again for them: read them now. */
@@ -339,9 +367,10 @@ int ps_server_run(ps_server *s) {
     uv_timer_init(s->loop, &s->member_timer);
     uv_timer_init(s->loop, &s->ckpt_timer);
     uv_timer_init(s->loop, &s->watchdog_timer);
+    uv_idle_init(s->loop, &s->resume);
     s->poll.data = s->sigterm.data = s->sigint.data = s;
-    s->member_timer.data = s->ckpt_timer.data = s->watchdog_timer.data = s;
-    s->handles_open = 6;
+    s->member_timer.data = s->ckpt_timer.data = s->watchdog_timer.data = s->resume.data = s;
+    s->handles_open = 7;
     uv_poll_start(&s->poll, UV_READABLE, on_poll);
     if (s->auth && ps__auth_start(s->auth, s->loop) != PS_OK) {
         PS_ERROR("cannot watch the ZAP handler's socket");
@@ -349,6 +378,7 @@ int ps_server_run(ps_server *s) {
         uv_run(s->loop, UV_RUN_DEFAULT);
         return PS_EIO;
     }
+    if (ps__monitor_start(s) != PS_OK) PS_WARN("cannot watch the connection monitor");
     uv_signal_start(&s->sigterm, on_signal, SIGTERM);
     uv_signal_start(&s->sigint, on_signal, SIGINT);
     uint64_t tick = ps__members_tick_ms(s);
@@ -379,6 +409,7 @@ void ps_server_stop(ps_server *s) {
     ps__metrics_stop(s);
     ps__server_answer_pending(s);
     ps__auth_stop(s->auth);
+    ps__monitor_stop(s);
     if (s->handles_open > 0) {
         uv_close((uv_handle_t *)&s->poll, on_close);
         uv_close((uv_handle_t *)&s->sigterm, on_close);
@@ -386,10 +417,12 @@ void ps_server_stop(ps_server *s) {
         uv_close((uv_handle_t *)&s->member_timer, on_close);
         uv_close((uv_handle_t *)&s->ckpt_timer, on_close);
         uv_close((uv_handle_t *)&s->watchdog_timer, on_close);
+        uv_close((uv_handle_t *)&s->resume, on_close);
     }
 }
 
 void ps_server_free(ps_server *s) {
+    ps__monitor_free(s);
     if (s->router) zmq_close(s->router);
     ps__auth_free(s->auth); /* after the ROUTER: without a ZAP handler CURVE admits anyone */
     s->auth = NULL;
@@ -403,6 +436,7 @@ void ps_server_free(ps_server *s) {
     s->ipc_bound = 0;
     ps__ipc_unlock(s->cfg.ipc_path, s->ipc_lock - 1); /* after the socket is gone */
     s->ipc_lock = 0;
+    ps__pending_free(s);
     ps_store_free(&s->store);
     free(s->pushed);
     free(s->members);

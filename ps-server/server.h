@@ -9,21 +9,10 @@
 #include <uv.h>
 
 #include "config.h"
+#include "monitor.h"
+#include "pending.h"
 #include "store.h"
 #include "wire.h"
-
-/* A Pull or PushPull waiting for a version that does not exist yet, or for
- * the staleness gate. */
-typedef struct ps_pending_pull {
-    struct ps_pending_pull *next;
-    void *identity; /* owned copy of the ROUTER identity */
-    size_t identity_len;
-    Ps__Header *req; /* owned: a Pull or a PushPull */
-    uint64_t min_version;
-    int has_worker; /* the staleness gate applies, at `clock` */
-    uint64_t clock;
-    int applied, dropped; /* PushPull: its push's outcome, for the reply */
-} ps_pending_pull;
 
 /* Upper bounds (seconds) of the apply-latency histogram buckets (+Inf last). */
 #define PS_LAT_BUCKETS 14
@@ -46,6 +35,7 @@ typedef struct {
         loop_stalls; /* membership checks late by more than a tick (not held against workers) */
     /* connections CurveZMQ refused (auth.c): unknown key, plaintext, bad handshake */
     uint64_t auth_denied;
+    uint64_t turns_cut; /* loop turns that stopped at --turn-messages or the time budget */
 } ps_server_stats;
 
 /* What the shard knows of one worker of the job (members.c). */
@@ -74,8 +64,7 @@ typedef struct ps_server {
     uint64_t version;      /* sync: completed steps; async: applied pushes */
     unsigned char *pushed; /* sync: worker w pushed for the open step */
     uint32_t pushes_in_step;
-    ps_pending_pull *pending; /* deferred pulls, oldest first */
-    size_t n_pending;
+    ps_pending pending; /* deferred pulls (pending.c) */
     ps_server_stats stats;
     ps_member *members; /* [cfg.workers] */
     uint32_t live_count;
@@ -91,6 +80,12 @@ typedef struct ps_server {
     uint64_t start_ns;
     uv_timer_t watchdog_timer;  /* systemd WatchdogSec (notify.c) */
     struct ps_metrics *metrics; /* HTTP /metrics and /healthz (metrics.c), NULL: off */
+    void *monitor; /* PAIR reading the ROUTER's monitor events (monitor.c); NULL: none */
+    uv_poll_t monitor_poll;
+    int monitor_started;
+    uv_idle_t resume;     /* runs the next turn of a drain cut short (bounded turns) */
+    uint64_t drop_log_ns; /* dropped replies are logged at most once a second */
+    uint64_t drops_unlogged;
     int stopping;
     int final_ckpt_failed; /* the checkpoint at SIGTERM/SIGINT failed: exit non-zero */
     float *scratch;        /* for misaligned payload frames */
@@ -101,6 +96,7 @@ typedef struct ps_server {
 typedef struct {
     const void *identity;
     size_t identity_len;
+    int fd; /* the connection's socket (ZMQ_SRCFD), -1 if unknown */
     Ps__Header *hdr;
     zmq_msg_t *payloads;
     size_t n_payloads;
@@ -126,6 +122,9 @@ void ps__server_dispatch(ps_server *s, ps_frames *f);
 /* Sends a reply with `hdr` (its version and request id are filled in here). */
 int ps__server_reply(ps_server *s, const void *identity, size_t identity_len, uint64_t request_id,
                      Ps__Header *hdr, const ps_payload *payloads, size_t n_payloads);
+/* Logs the replies dropped since the last such line, if a second has passed (the
+ * membership timer calls it, so the count of a burst that ended is not lost). */
+void ps__server_log_drops(ps_server *s);
 /* Sends an Error reply. */
 void ps__server_reply_error(ps_server *s, const void *identity, size_t identity_len,
                             uint64_t request_id, int code, const char *msg);
@@ -152,7 +151,8 @@ void ps__member_leave(ps_server *s, uint32_t w);
 /* Removes workers silent for longer than --worker-timeout (the timer calls it
  * every ps__members_tick_ms); a stall of psd's own loop is not counted. */
 void ps__members_expire(ps_server *s);
-/* The membership timer's period in ms: --worker-timeout/4 within [10, 1000]. */
+/* The membership timer's period in ms: --worker-timeout/4 (at most --max-pull-wait-ms/4,
+ * which the same timer enforces) within [10, 1000]. */
 uint64_t ps__members_tick_ms(const ps_server *s);
 /* Async: the smallest clock among live workers (UINT64_MAX when none). */
 uint64_t ps__members_min_clock(const ps_server *s);

@@ -606,6 +606,12 @@ static cJSON *shard_json(size_t i, const char *addr, const shard_req *s, double 
     add_u64(o, "max_staleness", r->max_staleness);
     add_u64(o, "staleness_waits", r->staleness_waits);
     add_u64(o, "auth_denied", r->auth_denied);
+    add_u64(o, "pending_pull_bytes", r->pending_pull_bytes);
+    add_u64(o, "pending_pulls_refused", r->pending_pulls_refused);
+    add_u64(o, "pending_pulls_timed_out", r->pending_pulls_timed_out);
+    add_u64(o, "pending_pulls_released", r->pending_pulls_released);
+    add_u64(o, "dropped_replies", r->dropped_replies);
+    add_u64(o, "loop_turns_cut", r->loop_turns_cut);
     add_u64(o, "checkpoints", r->checkpoints);
     add_u64(o, "checkpoint_failures", r->checkpoint_failures);
     cJSON_AddStringToObject(o, "job_id", r->job_id ? r->job_id : "");

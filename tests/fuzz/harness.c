@@ -327,7 +327,7 @@ void ps_fuzz_input(ps_fuzz *fz, const uint8_t *data, size_t size) {
     } else {
         run_framed(fz, sh, flags, data + 1, size - 1);
     }
-    if (sh->srv.stopping || sh->srv.n_pending > PS_FUZZ_MAX_PENDING ||
+    if (sh->srv.stopping || sh->srv.pending.n > PS_FUZZ_MAX_PENDING ||
         (fz->reset_every && fz->inputs[i] % fz->reset_every == 0)) {
         if (ps_fuzz_reset(fz, i, err, sizeof err) != PS_OK)
             fprintf(stderr, "fuzz harness: cannot reopen shard %u: %s\n", i, err);

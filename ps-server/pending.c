@@ -1,0 +1,208 @@
+/* psd's deferred pulls (see pending.h): one list in arrival order (which is also
+ * deadline order), one list per connection, O(1) to add and to remove. */
+#include "pending.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "ps_error.h"
+#include "server.h"
+
+static size_t bucket_of(const void *id, size_t len) {
+    const unsigned char *p = id;
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 16777619u;
+    return h % PS_PEER_BUCKETS;
+}
+
+static ps_peer **peer_slot(ps_pending *q, const void *id, size_t len) {
+    ps_peer **pp = &q->buckets[bucket_of(id, len)];
+    while (*pp && ((*pp)->identity_len != len || memcmp((*pp)->identity, id, len) != 0))
+        pp = &(*pp)->hnext;
+    return pp;
+}
+
+static size_t peer_bytes(size_t identity_len) {
+    return sizeof(ps_peer) + identity_len;
+}
+
+/* PS_OK when one more pull of n variables from this connection fits every limit;
+ * else PS_EBUSY (counted) with the flag named in err. */
+static int check_room(ps_server *s, const ps_peer *peer, size_t identity_len, size_t n, char *err,
+                      size_t errlen) {
+    ps_pending *q = &s->pending;
+    size_t need =
+        sizeof(ps_pending_pull) + n * sizeof(ps_var *) + (peer ? 0 : peer_bytes(identity_len));
+    const char *flag = NULL;
+    long limit = 0;
+    if (q->n >= (size_t)s->cfg.max_pending_pulls) {
+        flag = "max-pending-pulls";
+        limit = s->cfg.max_pending_pulls;
+    } else if (peer && peer->n_pulls >= (size_t)s->cfg.max_pending_per_peer) {
+        flag = "max-pending-per-peer";
+        limit = s->cfg.max_pending_per_peer;
+    } else if (q->bytes + need > (size_t)s->cfg.max_pending_mb << 20) {
+        flag = "max-pending-mb";
+        limit = s->cfg.max_pending_mb;
+    }
+    if (!flag) return PS_OK;
+    q->refused++;
+    snprintf(err, errlen, "psd holds too many waiting pulls (--%s %ld reached): retry later", flag,
+             limit);
+    return PS_EBUSY;
+}
+
+int ps__pending_room(ps_server *s, const void *identity, size_t identity_len, size_t n, char *err,
+                     size_t errlen) {
+    ps__monitor_drain(s);
+    return check_room(s, *peer_slot(&s->pending, identity, identity_len), identity_len, n, err,
+                      errlen);
+}
+
+int ps__pending_add(ps_server *s, const void *identity, size_t identity_len, int fd,
+                    ps_var *const *vars, size_t n, const ps_pending_info *info, char *err,
+                    size_t errlen) {
+    ps_pending *q = &s->pending;
+    /* a disconnect already reported for this socket must not hit this new pull */
+    ps__monitor_drain(s);
+    ps_peer **slot = peer_slot(q, identity, identity_len);
+    ps_peer *peer = *slot;
+    size_t bytes = sizeof(ps_pending_pull) + n * sizeof(ps_var *);
+    int rc = check_room(s, peer, identity_len, n, err, errlen);
+    if (rc != PS_OK) return rc;
+    ps_pending_pull *p = malloc(bytes);
+    if (!p) goto nomem;
+    if (!peer) {
+        peer = calloc(1, peer_bytes(identity_len));
+        if (!peer) {
+            free(p);
+            goto nomem;
+        }
+        memcpy(peer->identity, identity, identity_len);
+        peer->identity_len = identity_len;
+        *slot = peer;
+        q->n_peers++;
+        q->bytes += peer_bytes(identity_len);
+    }
+    peer->fd = fd;
+    memset(p, 0, sizeof *p);
+    p->peer = peer;
+    p->request_id = info->request_id;
+    p->min_version = info->min_version;
+    p->clock = info->clock;
+    p->deadline_ns = ps__now_ns() + (uint64_t)s->cfg.max_pull_wait_ms * 1000000ull;
+    p->worker = info->worker;
+    p->has_worker = (unsigned char)!!info->has_worker;
+    p->push_pull = (unsigned char)!!info->push_pull;
+    p->applied = (unsigned char)!!info->applied;
+    p->dropped = (unsigned char)!!info->dropped;
+    p->bytes = bytes;
+    p->n_vars = n;
+    memcpy(p->vars, vars, n * sizeof *vars);
+    p->prev = q->tail; /* O(1) append */
+    if (q->tail)
+        q->tail->next = p;
+    else
+        q->head = p;
+    q->tail = p;
+    p->peer_next = peer->pulls;
+    if (peer->pulls) peer->pulls->peer_prev = p;
+    peer->pulls = p;
+    peer->n_pulls++;
+    q->n++;
+    q->bytes += bytes;
+    return PS_OK;
+nomem:
+    snprintf(err, errlen, "out of memory deferring a pull");
+    return PS_ENOMEM;
+}
+
+void ps__pending_remove(ps_server *s, ps_pending_pull *p) {
+    ps_pending *q = &s->pending;
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        q->head = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    else
+        q->tail = p->prev;
+    ps_peer *peer = p->peer;
+    if (p->peer_prev)
+        p->peer_prev->peer_next = p->peer_next;
+    else
+        peer->pulls = p->peer_next;
+    if (p->peer_next) p->peer_next->peer_prev = p->peer_prev;
+    q->n--;
+    q->bytes -= p->bytes;
+    free(p);
+    if (--peer->n_pulls > 0) return;
+    ps_peer **slot = peer_slot(q, peer->identity, peer->identity_len);
+    *slot = peer->hnext;
+    q->n_peers--;
+    q->bytes -= peer_bytes(peer->identity_len);
+    free(peer);
+}
+
+void ps__pending_release_fd(ps_server *s, int fd) {
+    ps_pending *q = &s->pending;
+    size_t dropped = 0;
+    for (size_t b = 0; b < PS_PEER_BUCKETS; b++) {
+        ps_peer *peer = q->buckets[b];
+        while (peer) {
+            ps_peer *next = peer->hnext; /* peer is freed with its last pull */
+            if (peer->fd == fd) {
+                size_t k = peer->n_pulls;
+                for (size_t i = 0; i < k; i++)
+                    ps__pending_remove(s, peer->pulls);
+                dropped += k;
+            }
+            peer = next;
+        }
+    }
+    if (!dropped) return;
+    q->released += dropped;
+    PS_DEBUG("a connection closed: %zu waiting pull(s) of it dropped", dropped);
+}
+
+void ps__pending_drop_worker(ps_server *s, uint32_t w) {
+    ps_pending *q = &s->pending;
+    ps_pending_pull *p = q->head;
+    char msg[160];
+    snprintf(msg, sizeof msg, "worker %u was removed from the expected set while its pull waited",
+             w);
+    while (p) {
+        ps_pending_pull *next = p->next;
+        if (p->has_worker && p->worker == w) {
+            ps__server_reply_error(s, p->peer->identity, p->peer->identity_len, p->request_id,
+                                   PS_EREJOIN, msg);
+            ps__pending_remove(s, p);
+            q->released++;
+        }
+        p = next;
+    }
+}
+
+void ps__pending_expire(ps_server *s) {
+    ps_pending *q = &s->pending;
+    uint64_t now = ps__now_ns();
+    char msg[160];
+    snprintf(msg, sizeof msg, "the pull waited longer than --max-pull-wait-ms %ld",
+             s->cfg.max_pull_wait_ms);
+    /* arrival order is deadline order: stop at the first one still in time */
+    while (q->head && q->head->deadline_ns <= now) {
+        ps_pending_pull *p = q->head;
+        ps__server_reply_error(s, p->peer->identity, p->peer->identity_len, p->request_id,
+                               PS_ETIMEDOUT, msg);
+        ps__pending_remove(s, p);
+        q->timed_out++;
+    }
+}
+
+void ps__pending_free(ps_server *s) {
+    while (s->pending.head)
+        ps__pending_remove(s, s->pending.head);
+}
