@@ -219,3 +219,18 @@ int ps_test_wait_gone(pid_t pid, int timeout_ms) {
         nap_ms(10);
     }
 }
+
+int ps_test_psd_has_libsystemd(void) {
+    const char *psd = getenv("PSD");
+    if (!psd) return 0;
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "ldd '%s' 2>/dev/null", psd);
+    FILE *p = popen(cmd, "r");
+    if (!p) return 0;
+    char line[1024];
+    int found = 0;
+    while (fgets(line, sizeof line, p))
+        if (strstr(line, "libsystemd.so")) found = 1;
+    pclose(p);
+    return found;
+}

@@ -43,6 +43,9 @@ int ps_test_wait_file_has(const char *path, const char *text, int timeout_ms, pi
 /* The pid of a child of `parent` whose command line holds the argument arg followed
  * by the argument value (e.g. "--shard", "1"), or 0. Reads /proc. */
 pid_t ps_test_find_child(pid_t parent, const char *arg, const char *value);
+/* 1 when $PSD was linked with libsystemd (built with -Dsystemd=auto|enabled and
+ * found), so it sends sd_notify messages; else 0. */
+int ps_test_psd_has_libsystemd(void);
 /* Waits up to timeout_ms for a process that need not be our child (e.g. a grandchild
  * reparented to us as subreaper) to be gone, reaping it if it is ours. Returns its
  * exit status as ps_test_wait does when we reaped it, 0 when it is gone otherwise,

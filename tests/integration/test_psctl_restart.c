@@ -1083,49 +1083,17 @@ typedef struct {
     int killed, termed;
 } real_restart;
 
-/* The pid of psctl's child with "--shard\0<shard>\0" on its command line, or 0. */
-static pid_t find_psd_child(pid_t parent, int shard) {
-    DIR *d = opendir("/proc");
-    pid_t found = 0;
-    struct dirent *e;
-    char want[32];
-    int wlen = snprintf(want, sizeof want, "--shard%c%d", '\0', shard) + 1;
-    while (d && !found && (e = readdir(d)) != NULL) {
-        int pid = atoi(e->d_name);
-        if (pid <= 0) continue;
-        char path[64], buf[4096];
-        snprintf(path, sizeof path, "/proc/%d/stat", pid);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[n] = '\0';
-        char *rp = strrchr(buf, ')');
-        int ppid = 0;
-        if (!rp || sscanf(rp + 2, "%*c %d", &ppid) != 1 || ppid != parent) continue;
-        snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
-        f = fopen(path, "r");
-        if (!f) continue;
-        n = fread(buf, 1, sizeof buf, f);
-        fclose(f);
-        for (size_t i = 0; i + (size_t)wlen <= n; i++)
-            if (memcmp(buf + i, want, (size_t)wlen) == 0) found = pid;
-    }
-    if (d) closedir(d);
-    return found;
-}
-
 static void kill_real_psd(const run_result *r, void *ctx) {
     real_restart *st = ctx;
     if (!st->killed && strstr(r->err, "psctl: psd shards ready at ")) {
-        pid_t pid = find_psd_child(r->pid, 0);
+        pid_t pid = ps_test_find_child(r->pid, "--shard", "0");
         if (pid > 0) {
             record_pid(pid);
             kill(pid, SIGKILL);
             st->killed = 1;
         }
     } else if (st->killed && !st->termed && strstr(r->err, "psctl: psd 0 back at ")) {
-        pid_t pid = find_psd_child(r->pid, 0);
+        pid_t pid = ps_test_find_child(r->pid, "--shard", "0");
         if (pid > 0) record_pid(pid);
         kill(r->pid, SIGTERM);
         st->termed = 1;

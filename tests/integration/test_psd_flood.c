@@ -318,24 +318,8 @@ static void cleanup(void) {
     P.dir[0] = 0;
 }
 
-/* 1 when $PSD was linked with libsystemd (else it sends no notifications). */
-static int psd_has_libsystemd(void) {
-    const char *psd = getenv("PSD");
-    if (!psd) return 0;
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "ldd '%s' 2>/dev/null", psd);
-    FILE *p = popen(cmd, "r");
-    if (!p) return 0;
-    char line[1024];
-    int found = 0;
-    while (fgets(line, sizeof line, p))
-        if (strstr(line, "libsystemd.so")) found = 1;
-    pclose(p);
-    return found;
-}
-
 int main(void) {
-    if (!psd_has_libsystemd()) {
+    if (!ps_test_psd_has_libsystemd()) {
         printf("flood test skipped: $PSD is not linked with libsystemd (no watchdog to watch)\n");
         return 77;
     }

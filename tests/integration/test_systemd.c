@@ -228,24 +228,8 @@ END_TEST
 
 /* ---- psd under a fake NOTIFY_SOCKET ----------------------------------------------------- */
 
-/* 1 when $PSD was linked with libsystemd (built with -Dsystemd=auto|enabled and found). */
-static int psd_has_libsystemd(void) {
-    const char *psd = getenv("PSD");
-    if (!psd) return 0;
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "ldd '%s' 2>/dev/null", psd);
-    FILE *p = popen(cmd, "r");
-    if (!p) return 0;
-    char line[1024];
-    int found = 0;
-    while (fgets(line, sizeof line, p))
-        if (strstr(line, "libsystemd.so")) found = 1;
-    pclose(p);
-    return found;
-}
-
 static int have_libsystemd(void) {
-    if (psd_has_libsystemd()) return 1;
+    if (ps_test_psd_has_libsystemd()) return 1;
     printf("systemd notification checks skipped: %s is not linked with libsystemd (built "
            "with -Dsystemd=disabled, or libsystemd-dev missing)\n",
            getenv("PSD") ? getenv("PSD") : "$PSD");
@@ -459,7 +443,8 @@ END_TEST
 
 int main(void) {
     char analyze[4096];
-    if (!find_in_path("systemd-analyze", analyze, sizeof analyze) && !psd_has_libsystemd()) {
+    if (!find_in_path("systemd-analyze", analyze, sizeof analyze) &&
+        !ps_test_psd_has_libsystemd()) {
         printf("systemd tests skipped: no systemd-analyze on PATH and $PSD is not linked with "
                "libsystemd\n");
         return 77; /* meson: skipped */
