@@ -8,13 +8,11 @@
 #include <time.h>
 
 #include "cifar.h"
-#include "client.h"
 #include "data.h"
+#include "exchange.h"
 #include "kernels.h"
-#include "local_opt.h"
 #include "log.h"
 #include "model.h"
-#include "placement.h"
 #include "prefetch.h"
 #include "ps_error.h"
 #include "tensorfile.h"
@@ -23,86 +21,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-int ps_train_register_vars(ps_model *m, ps_client *c, unsigned n_shards, char *err, size_t errlen) {
-    size_t n = ps_model_num_vars(m);
-    ps_place_var *in = calloc(n, sizeof *in);
-    if (!in) return PS_ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        const ps_model_var *v = ps_model_var_at(m, i);
-        in[i] = (ps_place_var){v->name, v->shape[0], v->numel / v->shape[0]};
-    }
-    ps_placement pl;
-    int rc = ps_place(in, n, n_shards, PS_PLACE_MIN_SLICE_BYTES, &pl);
-    if (rc != PS_OK) {
-        free(in);
-        snprintf(err, errlen, "placing variables: %s", ps_strerror(rc));
-        return rc;
-    }
-    for (size_t k = 0; k < pl.n && rc == PS_OK; k++) {
-        const ps_place_piece *pc = &pl.pieces[k];
-        const ps_model_var *v = ps_model_var_at(m, pc->var);
-        size_t row = v->numel / v->shape[0];
-        ps_client_tensor t = {.shard = pc->shard, .rank = (size_t)v->rank};
-        snprintf(t.name, sizeof t.name, "%s", pc->name);
-        t.shape[0] = pc->row_end - pc->row_begin;
-        t.shape[1] = v->rank > 1 ? v->shape[1] : 0;
-        t.param = ps_model_params(m) + v->offset + pc->row_begin * row;
-        t.grad = ps_model_grads(m) + v->offset + pc->row_begin * row;
-        t.opt = *ps_model_optimizer(m);
-        rc = ps_client_add(c, &t);
-        PS_DEBUG("%s -> psd %u", t.name, t.shard);
-    }
-    ps_placement_free(&pl);
-    free(in);
-    return rc;
-}
-
-/* Before the chief creates anything: variables are created once per job, so a shard
- * that lost its part of them (restarted without a checkpoint) while the others still
- * hold theirs fails the job (PS_ELOST, naming it), unless --recreate-lost-variables
- * says to create them again with their initial values (logged, and listed in the
- * summary). A shard holding another job's variables: PS_EEXIST. */
-static int check_shards(const ps_train_config *cfg, ps_client *c, ps_train_result *res, char *err,
-                        size_t errlen) {
-    size_t n = 0;
-    int rc = ps_client_check_shards(c, res->recreated, PS_TRAIN_MAX_RECREATED, &n);
-    if (rc == PS_ELOST && cfg->recreate_lost) {
-        res->n_recreated = n < PS_TRAIN_MAX_RECREATED ? n : PS_TRAIN_MAX_RECREATED;
-        PS_ERROR("%s; --recreate-lost-variables: re-creating them with their INITIAL values "
-                 "(that part of the model starts over)",
-                 ps_client_error(c));
-        return PS_OK;
-    }
-    if (rc == PS_ELOST)
-        snprintf(err, errlen,
-                 "%s; not re-creating them (--recreate-lost-variables yes would, with their "
-                 "initial values)",
-                 ps_client_error(c));
-    else if (rc != PS_OK)
-        snprintf(err, errlen, "%s", ps_client_error(c));
-    return rc;
-}
-
-/* Non-chief workers wait until the chief has created the variables. */
-static int wait_for_vars(ps_client *c, int timeout_ms, char *err, size_t errlen) {
-    double deadline = now_s() + timeout_ms / 1000.0;
-    int noted = 0;
-    for (;;) {
-        int rc = ps_client_pull(c, 0, NULL);
-        if (rc != PS_ENOENT) {
-            if (rc != PS_OK) snprintf(err, errlen, "%s", ps_client_error(c));
-            return rc;
-        }
-        if (!noted++) PS_INFO("waiting for the chief to create the variables");
-        if (now_s() > deadline) {
-            snprintf(err, errlen, "the chief did not create the variables within %d ms",
-                     timeout_ms);
-            return PS_ETIMEDOUT;
-        }
-        nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
-    }
 }
 
 static int write_summary(const ps_train_config *cfg, const ps_train_result *res, char *err,
@@ -141,15 +59,12 @@ static int write_summary(const ps_train_config *cfg, const ps_train_result *res,
 typedef struct {
     ps_model *model;
     ps_k_dev *dev;
-    ps_local_opt *local; /* --no-ps */
-    int timeout_ms;
-    ps_client *client;
+    ps_exchange ex; /* where the gradients go: psd, or the optimizer here (--no-ps) */
     ps_dataset train, test;
     ps_batcher batcher;
     ps_prefetch *pf; /* owned: copies the next batch out of batcher meanwhile */
     float *x;        /* the current batch, borrowed from pf */
     int32_t *y;
-    int fresh; /* the params hold the values the last step exchange brought back */
 } train_state;
 
 static void state_free(train_state *st) {
@@ -157,8 +72,7 @@ static void state_free(train_state *st) {
     ps_batcher_free(&st->batcher);
     ps_dataset_free(&st->train);
     ps_dataset_free(&st->test);
-    ps_client_close(st->client);
-    ps_local_opt_free(st->local);
+    ps_exchange_free(&st->ex); /* before the model it borrows */
     ps_model_free(st->model);
     ps_k_dev_close(st->dev);
 }
@@ -238,6 +152,20 @@ static int load_data(const ps_train_config *cfg, train_state *st, char *err, siz
     return rc;
 }
 
+/* The model's gradient hook: the exchange hears of each range of gradients
+ * as it becomes final (psd: a shard's push-pull goes out once all of its are). */
+static void grads_final(void *ex, const float *begin, const float *end) {
+    ps_exchange_grads_ready(ex, begin, end);
+}
+
+/* The one place the exchange strategy is chosen; the loop only sees the
+ * interface (exchange.h). */
+static int open_exchange(const ps_train_config *cfg, ps_model *m, ps_exchange *ex, char *err,
+                         size_t errlen) {
+    if (cfg->no_ps) return ps_exchange_local_open(m, ex, err, errlen);
+    return ps_exchange_ps_open(cfg, m, ex, err, errlen);
+}
+
 static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, char *err,
                  size_t errlen) {
     int rc = cfg->model_path ? ps_model_load(cfg->model_path, &st->model, err, errlen)
@@ -277,58 +205,18 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, cha
         snprintf(err, errlen, "cannot start the batch prefetcher: %s", ps_strerror(rc));
         return rc;
     }
-    if (cfg->no_ps) { /* the optimizer runs here: no shards, no client */
-        PS_INFO("--no-ps: %s applied in this process",
-                ps_opt_kind_name(ps_model_optimizer(st->model)->kind));
-        return ps_local_opt_new(st->model, &st->local);
-    }
-    rc = ps_client_open(&st->client, cfg->ps, cfg->n_ps, cfg->index, cfg->workers, err, errlen);
-    if (rc != PS_OK) return rc;
-    if (cfg->curve_secret || cfg->server_key) {
-        if (!cfg->curve_secret || !cfg->server_key) {
-            snprintf(err, errlen, "--curve-secret and --server-key go together");
-            return PS_EINVAL;
-        }
-        /* PS_EINVAL (unreadable) or PS_EFORMAT (malformed): psworker exits 2 */
-        rc = ps_client_set_curve(st->client, cfg->curve_secret, cfg->server_key, err, errlen);
-        if (rc != PS_OK) return rc;
-        PS_INFO("CurveZMQ on: key pair %s, server key %s", cfg->curve_secret, cfg->server_key);
-    }
-    ps_client_set_timeout(st->client, cfg->timeout_ms);
-    if (cfg->retry_ms > 0) ps_client_set_retry(st->client, cfg->retry_ms);
-    if (ps_client_set_job(st->client, cfg->job_id) != PS_OK) {
-        snprintf(err, errlen, "%s", ps_client_error(st->client));
-        return PS_EINVAL;
-    }
-    return ps_train_register_vars(st->model, st->client, (unsigned)cfg->n_ps, err, errlen);
+    rc = open_exchange(cfg, st->model, &st->ex, err, errlen);
+    if (rc == PS_OK) ps_model_set_grad_hook(st->model, grads_final, &st->ex);
+    return rc;
 }
 
-/* Chief: pulls the values to evaluate and evaluates on the test set. Sync:
- * the step this worker last pushed to, once closed. Async: the version by
- * which every worker's pushes for the epoch are in (`want`), waiting at most
- * 15 s for it (a dead or restarted worker or shard may never get there),
- * then the newest. */
-static int evaluate(train_state *st, int async, uint64_t clock, uint64_t want, float *loss,
+/* Chief: brings the values to evaluate (the exchange's eval_sync: newest =
+ * 0, those at the end of the epoch; 1, the newest) and evaluates them on the
+ * test set. */
+static int evaluate(train_state *st, int newest, uint64_t clock, uint64_t want, float *loss,
                     double *acc, char *err, size_t errlen) {
-    int rc;
-    if (st->local) {
-        rc = PS_OK; /* the parameters are here */
-    } else if (!async) {
-        rc = ps_client_pull_next(st->client, 0, clock, NULL);
-    } else {
-        ps_client_set_timeout(st->client, 15000);
-        rc = ps_client_pull(st->client, want, NULL);
-        ps_client_set_timeout(st->client, st->timeout_ms);
-        if (rc == PS_ETIMEDOUT) {
-            PS_WARN("the shards did not reach version %llu in 15 s: evaluating the newest values",
-                    (unsigned long long)want);
-            rc = ps_client_pull(st->client, 0, NULL);
-        }
-    }
-    if (rc != PS_OK) {
-        snprintf(err, errlen, "%s", ps_client_error(st->client));
-        return rc;
-    }
+    int rc = ps_exchange_eval_sync(&st->ex, newest, clock, want, err, errlen);
+    if (rc != PS_OK) return rc;
     size_t correct = 0;
     rc = ps_model_evaluate(st->model, st->test.x, st->test.y, st->test.n, loss, &correct);
     if (rc != PS_OK) snprintf(err, errlen, "evaluation failed: %s", ps_strerror(rc));
@@ -340,51 +228,21 @@ static void sleep_ms(unsigned ms) {
     nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL);
 }
 
-/* The model's gradient hook: a shard's gradients go out once all are final. */
-static void grads_ready(void *client, const float *begin, const float *end) {
-    ps_client_grads_ready(client, begin, end);
-}
-
-/* One training step: pull (unless the last step's exchange brought the
- * values), forward/backward with each shard's push-pull sent as soon as its
- * gradients are final, then the replies. A push a shard dropped (its step had
- * closed: backup workers) or a shard restarted from a checkpoint meanwhile is
- * not an error: the next pull catches up. --push-pull no: pull, compute,
- * push, as two round trips. */
-static int train_one(const ps_train_config *cfg, train_state *st, int async, uint64_t clock,
-                     size_t nb, float *loss, size_t *correct, char *err, size_t errlen) {
-    if (st->local) {
-        int lrc = ps_model_train_step(st->model, st->x, st->y, nb, loss, correct);
-        if (lrc != PS_OK)
-            snprintf(err, errlen, "training step failed: %s", ps_strerror(lrc));
-        else
-            ps_local_opt_step(st->local);
-        return lrc;
-    }
-    int rc = st->fresh ? PS_OK : ps_client_pull_next(st->client, async, clock, NULL);
+/* One training step: the exchange makes the parameters the step's (psd: a
+ * pull, unless the last step's exchange brought the values back), then
+ * forward/backward (the hook passes on the final gradients), then the
+ * exchange applies or sends the gradients. */
+static int train_one(const ps_train_config *cfg, train_state *st, uint64_t clock, size_t nb,
+                     float *loss, size_t *correct, char *err, size_t errlen) {
+    int rc = ps_exchange_step_begin(&st->ex, clock, err, errlen);
     if (rc != PS_OK) return rc;
-    st->fresh = 0;
     if (cfg->slow_ms) sleep_ms(cfg->slow_ms); /* a slow worker: slow to compute */
-    if (!cfg->separate_pull) {
-        ps_model_set_grad_hook(st->model, grads_ready, st->client);
-        ps_client_step_begin(st->client, clock);
-    }
     rc = ps_model_train_step(st->model, st->x, st->y, nb, loss, correct);
     if (rc != PS_OK) {
         snprintf(err, errlen, "training step failed: %s", ps_strerror(rc));
         return rc;
     }
-    size_t dropped = 0;
-    if (cfg->separate_pull)
-        rc = ps_client_push_next(st->client, clock, &dropped);
-    else
-        rc = ps_client_step_end(st->client, &dropped, &st->fresh);
-    if (rc == PS_ERESTARTED) {
-        PS_WARN("%s; this step's gradients are lost, going on", ps_client_error(st->client));
-        rc = PS_OK;
-    }
-    if (dropped) PS_DEBUG("push dropped by %zu shard(s): the step had closed", dropped);
-    return rc;
+    return ps_exchange_step_end(&st->ex, err, errlen);
 }
 
 int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, size_t errlen) {
@@ -392,48 +250,22 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     memset(res, 0, sizeof *res);
     res->test_accuracy = res->test_loss = -1;
     train_state st = {0};
-    st.timeout_ms = cfg->timeout_ms;
     size_t batch = 0;
     int rc = setup(cfg, &st, &batch, err, errlen);
-    int async = 0;
-    uint64_t version = 0;
-    if (rc == PS_OK && !st.local && (rc = ps_client_hello(st.client, &async, &version)) != PS_OK)
-        snprintf(err, errlen, "%s", ps_client_error(st.client));
-    if (rc == PS_OK && !st.local) {
-        if (cfg->index == 0) {
-            size_t created = 0;
-            rc = check_shards(cfg, st.client, res, err, errlen);
-            if (rc == PS_OK) rc = ps_client_create_vars(st.client, &created);
-            if (rc != PS_OK && !*err)
-                snprintf(err, errlen, "%s", ps_client_error(st.client));
-            else if (rc == PS_OK)
-                PS_INFO("created %zu variables (%zu parameters) on %zu shards", created,
-                        ps_model_num_params(st.model), cfg->n_ps);
-        } else {
-            /* a shard without variables may be one the chief is creating them on now:
-             * the chief decides (PS_ELOST); another job's variables fail here too */
-            rc = ps_client_check_shards(st.client, NULL, 0, NULL);
-            if (rc == PS_ELOST) rc = PS_OK;
-            if (rc != PS_OK)
-                snprintf(err, errlen, "%s", ps_client_error(st.client));
-            else
-                rc = wait_for_vars(st.client, cfg->timeout_ms, err, errlen);
-        }
-    }
-    res->async = async;
     size_t steps = ps_batcher_steps_per_epoch(&st.batcher);
     if (cfg->max_steps && steps > cfg->max_steps) steps = cfg->max_steps;
-    /* Where the job is: a worker (re)starting into a running job continues at
-     * the current epoch of its data shard. Sync: one version per step; async:
-     * the shards remember this worker's clock (its pushes). */
-    uint64_t clock = async && st.client ? ps_client_worker_clock(st.client) : version;
     uint64_t total = (uint64_t)steps * cfg->epochs;
-    /* An impossible version (a shard of another job, garbage) is an error naming the
-     * shard. clock >= total: the job has ended (a restarted chief still evaluates);
-     * sync, past total only when backup workers or a laggard closed steps alone. */
-    if (rc == PS_OK && st.client &&
-        (rc = ps_client_check_progress(st.client, async, total)) != PS_OK)
-        snprintf(err, errlen, "%s", ps_client_error(st.client));
+    /* Where the job is: a worker (re)starting into a running job continues at
+     * the current epoch of its data shard. clock >= total: the job has ended (a
+     * restarted chief still evaluates); sync, past total only when backup
+     * workers or a laggard closed steps alone. */
+    ps_exchange_job job = {
+        .total_steps = total, .recreated = res->recreated, .recreated_cap = PS_TRAIN_MAX_RECREATED};
+    if (rc == PS_OK) rc = ps_exchange_join(&st.ex, &job, err, errlen);
+    res->async = job.async;
+    res->n_recreated = job.n_recreated;
+    int async = job.async;
+    uint64_t clock = job.clock;
     if (rc != PS_OK) clock = 0;
     if (clock > total) clock = total;
     unsigned first_epoch = steps ? (unsigned)(clock / steps) : 0;
@@ -459,7 +291,7 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
             size_t nb = ps_prefetch_next(st.pf, &st.x, &st.y);
             float loss = 0;
             size_t correct = 0;
-            rc = train_one(cfg, &st, async, clock, nb, &loss, &correct, err, errlen);
+            rc = train_one(cfg, &st, clock, nb, &loss, &correct, err, errlen);
             if (rc != PS_OK) break;
             clock++;
             res->steps++;
@@ -467,16 +299,13 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
             ps_progress_step(&prog, loss, nb, correct);
         }
         train_secs += now_s() - te;
-        if (rc != PS_OK) {
-            if (!*err) snprintf(err, errlen, "%s", ps_client_error(st.client));
-            break;
-        }
+        if (rc != PS_OK) break;
         char extra[128] = "";
         if (cfg->index == 0 && st.test.n > 0) {
             float vloss = 0;
             double vacc = 0;
             uint64_t want = (uint64_t)(epoch + 1) * steps * cfg->workers;
-            rc = evaluate(&st, async, clock, want, &vloss, &vacc, err, errlen);
+            rc = evaluate(&st, 0, clock, want, &vloss, &vacc, err, errlen);
             if (rc != PS_OK) break;
             res->test_loss = vloss;
             res->test_accuracy = vacc;
@@ -495,8 +324,7 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     }
     if (rc == PS_OK && cfg->index == 0 && cfg->save_path)
         rc = save_model(st.model, cfg->save_path, clock, err, errlen);
-    if (rc == PS_OK && st.client && ps_client_goodbye(st.client) != PS_OK)
-        PS_WARN("goodbye: %s", ps_client_error(st.client)); /* the job is done anyway */
+    if (rc == PS_OK) ps_exchange_finish(&st.ex);
     res->samples_per_sec = train_secs > 0 ? (double)job_samples / train_secs : 0;
     res->wall_seconds = now_s() - t0;
     if (rc == PS_OK && cfg->index == 0) {

@@ -1,6 +1,8 @@
-/* The worker's training loop: pull parameters, forward/backward on a batch of
- * its data shard, push gradients; the chief (worker 0) also creates the
- * variables, evaluates on the test set after each epoch and writes the summary. */
+/* The worker's training loop: forward/backward on a batch of its data shard,
+ * with the parameters and gradients going through one exchange (exchange.h:
+ * psd shards, or the optimizer in this process); the chief (worker 0) also
+ * creates the variables, evaluates on the test set after each epoch and writes
+ * the summary. */
 #ifndef PS_TRAIN_H
 #define PS_TRAIN_H
 
@@ -55,7 +57,8 @@ typedef struct {
 
 /* Places the model's variables on n_shards shards (the same on every worker)
  * and registers each piece with the client, pointing into the model's params
- * and grads. Returns PS_OK or an error with a reason in err. */
+ * and grads (both borrowed). Returns PS_OK or an error with a reason in err.
+ * Defined with the psd exchange (exchange_ps.c); tests build loops on it. */
 int ps_train_register_vars(ps_model *m, ps_client *c, unsigned n_shards, char *err, size_t errlen);
 
 /* Runs the whole job for this worker. Returns PS_OK or an error with a one-line

@@ -1,0 +1,111 @@
+/* The worker's one exchange seam: how a step's gradients become the next
+ * step's parameters. The training loop (train.c) talks only to this interface;
+ * each way of combining gradients is one implementation file: exchange_ps.c
+ * (psd shards through the client), exchange_local.c (--no-ps: the optimizer in
+ * this process). A new strategy (all-reduce) is a new file, not a branch in
+ * the loop. */
+#ifndef PS_EXCHANGE_H
+#define PS_EXCHANGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "ps_error.h"
+#include "train.h"
+
+/* Joining the job: what the loop says (in) and where the job is (out). */
+typedef struct {
+    uint64_t total_steps; /* in: this worker's steps over the whole job (epochs x steps) */
+    unsigned *recreated;  /* in: where the chief lists shards whose lost variables it */
+    size_t recreated_cap; /*     re-created (may be NULL / 0) */
+    size_t n_recreated;   /* out: how many it listed */
+    int async;            /* out: the job's mode (1 async, 0 sync) */
+    uint64_t clock;       /* out: steps this worker's job has done (0: a fresh job) */
+} ps_exchange_job;
+
+/* One strategy's operations, each on the implementation's state `self`.
+ * Every int-returning op returns PS_OK or an error with a one-line reason in
+ * err. Called in this order: join once; per step step_begin, the model's
+ * backward pass (grads_ready for each range whose gradients are final),
+ * step_end; eval_sync before the chief evaluates; finish once after the last
+ * step (only when all went well); free last, always. */
+typedef struct {
+    const char *name;
+    /* Makes the parameters the job's current ones and says where the job is
+     * (hello, create or wait for the variables, check the progress). */
+    int (*join)(void *self, ps_exchange_job *job, char *err, size_t errlen);
+    /* Before the step `clock` (steps done) computes: the parameters must hold
+     * the values it starts from when this returns. */
+    int (*step_begin)(void *self, uint64_t clock, char *err, size_t errlen);
+    /* During the backward pass: the gradients in [begin, end) are final for
+     * this step (the model's gradient hook). NULL: nothing to do. */
+    void (*grads_ready)(void *self, const float *begin, const float *end);
+    /* After the backward pass: the step's gradients are complete; apply or
+     * exchange them. A step a shard dropped or lost to a restart is not an error. */
+    int (*step_end)(void *self, char *err, size_t errlen);
+    /* Before an evaluation: the parameters become the values to evaluate
+     * (NULL: they already are). newest = 0: those after this worker's `clock` steps (sync) or once
+     * every worker's pushes up to version `want` are in (async); newest = 1: the newest there are.
+     */
+    int (*eval_sync)(void *self, int newest, uint64_t clock, uint64_t want, char *err,
+                     size_t errlen);
+    /* The job is done for this worker (goodbye); failures are only logged.
+     * NULL: nothing to say. */
+    void (*finish)(void *self);
+    /* Frees self and everything it owns. */
+    void (*free)(void *self);
+} ps_exchange_ops;
+
+/* An exchange: the strategy's operations and its state (owned). Embedded in
+ * its owner; ops == NULL: none made yet. */
+typedef struct {
+    const ps_exchange_ops *ops;
+    void *self;
+} ps_exchange;
+
+/* psd shards through the client (exchange_ps.c): registers the model's
+ * variables (placed over cfg->n_ps shards) with a new client; per step one
+ * PushPull round trip per shard, sent as soon as its gradients are final, or
+ * with cfg->separate_pull a pull then a push. cfg and m are borrowed and must
+ * outlive the exchange. Returns PS_OK with *out set (ps_exchange_free), or an
+ * error with a reason in err (*out then holds nothing). */
+int ps_exchange_ps_open(const ps_train_config *cfg, ps_model *m, ps_exchange *out, char *err,
+                        size_t errlen);
+/* The optimizer in this process (exchange_local.c, --no-ps): the same
+ * formulas psd applies, on m's own parameters after each step. m is borrowed
+ * and must outlive the exchange. Returns PS_OK with *out set
+ * (ps_exchange_free), or PS_ENOMEM with a reason in err. */
+int ps_exchange_local_open(ps_model *m, ps_exchange *out, char *err, size_t errlen);
+
+/* The loop's calls: each forwards to the strategy (see ps_exchange_ops). */
+static inline int ps_exchange_join(ps_exchange *ex, ps_exchange_job *job, char *err,
+                                   size_t errlen) {
+    return ex->ops->join(ex->self, job, err, errlen);
+}
+static inline int ps_exchange_step_begin(ps_exchange *ex, uint64_t clock, char *err,
+                                         size_t errlen) {
+    return ex->ops->step_begin(ex->self, clock, err, errlen);
+}
+static inline void ps_exchange_grads_ready(ps_exchange *ex, const float *begin, const float *end) {
+    if (ex->ops->grads_ready) ex->ops->grads_ready(ex->self, begin, end);
+}
+static inline int ps_exchange_step_end(ps_exchange *ex, char *err, size_t errlen) {
+    return ex->ops->step_end(ex->self, err, errlen);
+}
+static inline int ps_exchange_eval_sync(ps_exchange *ex, int newest, uint64_t clock, uint64_t want,
+                                        char *err, size_t errlen) {
+    return ex->ops->eval_sync ? ex->ops->eval_sync(ex->self, newest, clock, want, err, errlen)
+                              : PS_OK;
+}
+static inline void ps_exchange_finish(ps_exchange *ex) {
+    if (ex->ops->finish) ex->ops->finish(ex->self);
+}
+/* Frees the strategy's state; an exchange never made is left alone. */
+static inline void ps_exchange_free(ps_exchange *ex) {
+    if (ex->ops) ex->ops->free(ex->self);
+    ex->ops = NULL;
+    ex->self = NULL;
+}
+
+#endif

@@ -1,0 +1,304 @@
+/* The exchange through psd shards (see exchange.h): the client joins the job
+ * (the chief creates the variables, the others wait for them), and each step
+ * sends the gradients and brings back the values, as one PushPull round trip
+ * per shard or, with --push-pull no, a pull then a push. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "client.h"
+#include "exchange.h"
+#include "log.h"
+#include "placement.h"
+
+typedef struct {
+    const ps_train_config *cfg; /* borrowed */
+    ps_model *model;            /* borrowed */
+    ps_client *client;          /* owned */
+    int async;                  /* the shards' mode, from the hello */
+    uint64_t clock;             /* the current step's: steps done before it */
+    int fresh;                  /* the params hold the values the last step exchange brought back */
+} ps_ex;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int ps_train_register_vars(ps_model *m, ps_client *c, unsigned n_shards, char *err, size_t errlen) {
+    size_t n = ps_model_num_vars(m);
+    ps_place_var *in = calloc(n, sizeof *in);
+    if (!in) return PS_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        const ps_model_var *v = ps_model_var_at(m, i);
+        in[i] = (ps_place_var){v->name, v->shape[0], v->numel / v->shape[0]};
+    }
+    ps_placement pl;
+    int rc = ps_place(in, n, n_shards, PS_PLACE_MIN_SLICE_BYTES, &pl);
+    if (rc != PS_OK) {
+        free(in);
+        snprintf(err, errlen, "placing variables: %s", ps_strerror(rc));
+        return rc;
+    }
+    for (size_t k = 0; k < pl.n && rc == PS_OK; k++) {
+        const ps_place_piece *pc = &pl.pieces[k];
+        const ps_model_var *v = ps_model_var_at(m, pc->var);
+        size_t row = v->numel / v->shape[0];
+        ps_client_tensor t = {.shard = pc->shard, .rank = (size_t)v->rank};
+        snprintf(t.name, sizeof t.name, "%s", pc->name);
+        t.shape[0] = pc->row_end - pc->row_begin;
+        t.shape[1] = v->rank > 1 ? v->shape[1] : 0;
+        t.param = ps_model_params(m) + v->offset + pc->row_begin * row;
+        t.grad = ps_model_grads(m) + v->offset + pc->row_begin * row;
+        t.opt = *ps_model_optimizer(m);
+        rc = ps_client_add(c, &t);
+        PS_DEBUG("%s -> psd %u", t.name, t.shard);
+    }
+    ps_placement_free(&pl);
+    free(in);
+    return rc;
+}
+
+/* Before the chief creates anything: variables are created once per job, so a shard
+ * that lost its part of them (restarted without a checkpoint) while the others still
+ * hold theirs fails the job (PS_ELOST, naming it), unless --recreate-lost-variables
+ * says to create them again with their initial values (logged, and listed in the
+ * summary). A shard holding another job's variables: PS_EEXIST. */
+static int check_shards(ps_ex *x, ps_exchange_job *job, char *err, size_t errlen) {
+    size_t n = 0;
+    int rc = ps_client_check_shards(x->client, job->recreated, job->recreated_cap, &n);
+    if (rc == PS_ELOST && x->cfg->recreate_lost) {
+        job->n_recreated = n < job->recreated_cap ? n : job->recreated_cap;
+        PS_ERROR("%s; --recreate-lost-variables: re-creating them with their INITIAL values "
+                 "(that part of the model starts over)",
+                 ps_client_error(x->client));
+        return PS_OK;
+    }
+    if (rc == PS_ELOST)
+        snprintf(err, errlen,
+                 "%s; not re-creating them (--recreate-lost-variables yes would, with their "
+                 "initial values)",
+                 ps_client_error(x->client));
+    else if (rc != PS_OK)
+        snprintf(err, errlen, "%s", ps_client_error(x->client));
+    return rc;
+}
+
+/* Non-chief workers wait until the chief has created the variables. */
+static int wait_for_vars(ps_client *c, int timeout_ms, char *err, size_t errlen) {
+    double deadline = now_s() + timeout_ms / 1000.0;
+    int noted = 0;
+    for (;;) {
+        int rc = ps_client_pull(c, 0, NULL);
+        if (rc != PS_ENOENT) {
+            if (rc != PS_OK) snprintf(err, errlen, "%s", ps_client_error(c));
+            return rc;
+        }
+        if (!noted++) PS_INFO("waiting for the chief to create the variables");
+        if (now_s() > deadline) {
+            snprintf(err, errlen, "the chief did not create the variables within %d ms",
+                     timeout_ms);
+            return PS_ETIMEDOUT;
+        }
+        nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+    }
+}
+
+/* Hello; the chief checks the shards and creates the variables, the others
+ * wait for them; then where the job is: a worker (re)starting into a running
+ * job continues where its data shard is. Sync: one version per step; async:
+ * the shards remember this worker's clock (its pushes). An impossible version
+ * (a shard of another job, garbage) is an error naming the shard. */
+static int ps_join(void *self, ps_exchange_job *job, char *err, size_t errlen) {
+    ps_ex *x = self;
+    const ps_train_config *cfg = x->cfg;
+    uint64_t version = 0;
+    job->n_recreated = 0;
+    int rc = ps_client_hello(x->client, &x->async, &version);
+    job->async = x->async;
+    if (rc != PS_OK) {
+        snprintf(err, errlen, "%s", ps_client_error(x->client));
+        return rc;
+    }
+    if (cfg->index == 0) {
+        size_t created = 0;
+        rc = check_shards(x, job, err, errlen);
+        if (rc == PS_OK) rc = ps_client_create_vars(x->client, &created);
+        if (rc != PS_OK && !*err)
+            snprintf(err, errlen, "%s", ps_client_error(x->client));
+        else if (rc == PS_OK)
+            PS_INFO("created %zu variables (%zu parameters) on %zu shards", created,
+                    ps_model_num_params(x->model), cfg->n_ps);
+    } else {
+        /* a shard without variables may be one the chief is creating them on now:
+         * the chief decides (PS_ELOST); another job's variables fail here too */
+        rc = ps_client_check_shards(x->client, NULL, 0, NULL);
+        if (rc == PS_ELOST) rc = PS_OK;
+        if (rc != PS_OK)
+            snprintf(err, errlen, "%s", ps_client_error(x->client));
+        else
+            rc = wait_for_vars(x->client, cfg->timeout_ms, err, errlen);
+    }
+    if (rc != PS_OK) return rc;
+    job->clock = x->async ? ps_client_worker_clock(x->client) : version;
+    rc = ps_client_check_progress(x->client, x->async, job->total_steps);
+    if (rc != PS_OK) snprintf(err, errlen, "%s", ps_client_error(x->client));
+    return rc;
+}
+
+/* Pulls, unless the last step's exchange brought the values back. */
+static int ps_step_begin(void *self, uint64_t clock, char *err, size_t errlen) {
+    ps_ex *x = self;
+    x->clock = clock;
+    int rc = x->fresh ? PS_OK : ps_client_pull_next(x->client, x->async, clock, NULL);
+    if (rc != PS_OK) {
+        snprintf(err, errlen, "%s", ps_client_error(x->client));
+        return rc;
+    }
+    x->fresh = 0;
+    return PS_OK;
+}
+
+/* A push a shard dropped (its step had closed: backup workers) or a shard
+ * restarted from a checkpoint meanwhile is not an error: the next pull
+ * catches up. */
+static int step_result(ps_ex *x, int rc, size_t dropped, char *err, size_t errlen) {
+    if (rc == PS_ERESTARTED) {
+        PS_WARN("%s; this step's gradients are lost, going on", ps_client_error(x->client));
+        rc = PS_OK;
+    }
+    if (dropped) PS_DEBUG("push dropped by %zu shard(s): the step had closed", dropped);
+    if (rc != PS_OK) snprintf(err, errlen, "%s", ps_client_error(x->client));
+    return rc;
+}
+
+/* PushPull: each shard's request goes out as soon as its gradients are final
+ * (ps_pp_grads_ready), its reply brings the updated values. */
+static int ps_pp_step_begin(void *self, uint64_t clock, char *err, size_t errlen) {
+    ps_ex *x = self;
+    int rc = ps_step_begin(self, clock, err, errlen);
+    if (rc == PS_OK) ps_client_step_begin(x->client, clock);
+    return rc;
+}
+
+static void ps_pp_grads_ready(void *self, const float *begin, const float *end) {
+    ps_client_grads_ready(((ps_ex *)self)->client, begin, end);
+}
+
+static int ps_pp_step_end(void *self, char *err, size_t errlen) {
+    ps_ex *x = self;
+    size_t dropped = 0;
+    int rc = ps_client_step_end(x->client, &dropped, &x->fresh);
+    return step_result(x, rc, dropped, err, errlen);
+}
+
+/* --push-pull no: the gradients go out in one push after the step; the next
+ * step pulls. */
+static int ps_push_step_end(void *self, char *err, size_t errlen) {
+    ps_ex *x = self;
+    size_t dropped = 0;
+    int rc = ps_client_push_next(x->client, x->clock, &dropped);
+    return step_result(x, rc, dropped, err, errlen);
+}
+
+/* Sync: the step this worker last pushed to, once closed. Async: the version
+ * by which every worker's pushes for the epoch are in (`want`), waiting at
+ * most 15 s for it (a dead or restarted worker or shard may never get there),
+ * then the newest. */
+static int ps_eval_sync(void *self, int newest, uint64_t clock, uint64_t want, char *err,
+                        size_t errlen) {
+    ps_ex *x = self;
+    int rc;
+    if (!newest && !x->async) {
+        rc = ps_client_pull_next(x->client, 0, clock, NULL);
+    } else {
+        if (newest) want = 0;
+        ps_client_set_timeout(x->client, 15000);
+        rc = ps_client_pull(x->client, want, NULL);
+        ps_client_set_timeout(x->client, x->cfg->timeout_ms);
+        if (rc == PS_ETIMEDOUT) {
+            PS_WARN("the shards did not reach version %llu in 15 s: evaluating the newest values",
+                    (unsigned long long)want);
+            rc = ps_client_pull(x->client, 0, NULL);
+        }
+    }
+    if (rc != PS_OK) snprintf(err, errlen, "%s", ps_client_error(x->client));
+    return rc;
+}
+
+static void ps_finish(void *self) {
+    ps_ex *x = self;
+    if (ps_client_goodbye(x->client) != PS_OK)
+        PS_WARN("goodbye: %s", ps_client_error(x->client)); /* the job is done anyway */
+}
+
+static void ps_free(void *self) {
+    ps_ex *x = self;
+    ps_client_close(x->client);
+    free(x);
+}
+
+static const ps_exchange_ops push_pull_ops = {
+    .name = "psd (push-pull)",
+    .join = ps_join,
+    .step_begin = ps_pp_step_begin,
+    .grads_ready = ps_pp_grads_ready,
+    .step_end = ps_pp_step_end,
+    .eval_sync = ps_eval_sync,
+    .finish = ps_finish,
+    .free = ps_free,
+};
+
+static const ps_exchange_ops separate_ops = {
+    .name = "psd (pull, push)",
+    .join = ps_join,
+    .step_begin = ps_step_begin,
+    .step_end = ps_push_step_end,
+    .eval_sync = ps_eval_sync,
+    .finish = ps_finish,
+    .free = ps_free,
+};
+
+/* The client: CurveZMQ if asked, timeouts, the job id, the variables. */
+static int open_client(const ps_train_config *cfg, ps_model *m, ps_client **out, char *err,
+                       size_t errlen) {
+    int rc = ps_client_open(out, cfg->ps, cfg->n_ps, cfg->index, cfg->workers, err, errlen);
+    if (rc != PS_OK) return rc;
+    ps_client *c = *out;
+    if (cfg->curve_secret || cfg->server_key) {
+        if (!cfg->curve_secret || !cfg->server_key) {
+            snprintf(err, errlen, "--curve-secret and --server-key go together");
+            return PS_EINVAL;
+        }
+        /* PS_EINVAL (unreadable) or PS_EFORMAT (malformed): psworker exits 2 */
+        rc = ps_client_set_curve(c, cfg->curve_secret, cfg->server_key, err, errlen);
+        if (rc != PS_OK) return rc;
+        PS_INFO("CurveZMQ on: key pair %s, server key %s", cfg->curve_secret, cfg->server_key);
+    }
+    ps_client_set_timeout(c, cfg->timeout_ms);
+    if (cfg->retry_ms > 0) ps_client_set_retry(c, cfg->retry_ms);
+    if (ps_client_set_job(c, cfg->job_id) != PS_OK) {
+        snprintf(err, errlen, "%s", ps_client_error(c));
+        return PS_EINVAL;
+    }
+    return ps_train_register_vars(m, c, (unsigned)cfg->n_ps, err, errlen);
+}
+
+int ps_exchange_ps_open(const ps_train_config *cfg, ps_model *m, ps_exchange *out, char *err,
+                        size_t errlen) {
+    *out = (ps_exchange){0};
+    ps_ex *x = calloc(1, sizeof *x);
+    if (!x) {
+        snprintf(err, errlen, "out of memory");
+        return PS_ENOMEM;
+    }
+    *x = (ps_ex){.cfg = cfg, .model = m};
+    int rc = open_client(cfg, m, &x->client, err, errlen);
+    if (rc != PS_OK) {
+        ps_free(x);
+        return rc;
+    }
+    *out = (ps_exchange){.ops = cfg->separate_pull ? &separate_ops : &push_pull_ops, .self = x};
+    return PS_OK;
+}
