@@ -206,8 +206,10 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, cha
         return rc;
     }
     rc = open_exchange(cfg, st->model, &st->ex, err, errlen);
-    if (rc == PS_OK) ps_model_set_grad_hook(st->model, grads_final, &st->ex);
-    return rc;
+    if (rc != PS_OK) return rc;
+    PS_DEBUG("exchange: %s", st->ex.ops->name);
+    ps_model_set_grad_hook(st->model, grads_final, &st->ex);
+    return PS_OK;
 }
 
 /* Chief: brings the values to evaluate (the exchange's eval_sync: newest =
