@@ -31,7 +31,7 @@ typedef struct {
  * step_end; eval_sync before the chief evaluates; finish once after the last
  * step (only when all went well); free last, always. */
 typedef struct {
-    const char *name;
+    const char *name; /* for logs, e.g. "local" */
     /* Makes the parameters the job's current ones and says where the job is
      * (hello, create or wait for the variables, check the progress). */
     int (*join)(void *self, ps_exchange_job *job, char *err, size_t errlen);
