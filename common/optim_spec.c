@@ -8,7 +8,9 @@
 
 #include "ps_error.h"
 
-static const char *names[PS_OPT_COUNT] = {"sgd", "momentum", "adagrad", "rmsprop", "adam", "adamw"};
+#define NAME_(k, name, slots) name,
+static const char *names[PS_OPT_COUNT] = {PS_OPT_KINDS(NAME_)};
+#undef NAME_
 
 ps_opt_spec ps_opt_spec_default(ps_opt_kind kind) {
     ps_opt_spec s = {.kind = kind,

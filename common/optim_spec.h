@@ -6,15 +6,27 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef enum {
-    PS_OPT_SGD = 0,
-    PS_OPT_MOMENTUM,
-    PS_OPT_ADAGRAD,
-    PS_OPT_RMSPROP,
-    PS_OPT_ADAM,
-    PS_OPT_ADAMW,
-    PS_OPT_COUNT
-} ps_opt_kind;
+/* The optimizer kinds, one row each: enum suffix, name, number of slot arrays
+ * (each numel floats of optimizer state). The one place a kind's slot count is
+ * written; the enum, ps_opt_kind_name, ps_optim_num_slots and PS_OPT_MAX_SLOTS
+ * come from it. The order is the wire's (ps.proto OptKind) and the checkpoints'. */
+#define PS_OPT_KINDS(X)                                                                            \
+    X(SGD, "sgd", 0)                                                                               \
+    X(MOMENTUM, "momentum", 1) /* velocity */                                                      \
+    X(ADAGRAD, "adagrad", 1)   /* accumulator */                                                   \
+    X(RMSPROP, "rmsprop", 1)   /* mean square */                                                   \
+    X(ADAM, "adam", 2)         /* m, v */                                                          \
+    X(ADAMW, "adamw", 2)       /* m, v */
+
+#define PS_OPT_ENUM_(k, name, slots) PS_OPT_##k,
+typedef enum { PS_OPT_KINDS(PS_OPT_ENUM_) PS_OPT_COUNT } ps_opt_kind;
+#undef PS_OPT_ENUM_
+
+/* The most slot arrays any kind needs: the size of a union with one member of
+ * slots+1 bytes per kind, minus one. */
+#define PS_OPT_SLOTS_MEMBER_(k, name, slots) char k[(slots) + 1];
+enum { PS_OPT_MAX_SLOTS = (int)sizeof(union {PS_OPT_KINDS(PS_OPT_SLOTS_MEMBER_)}) - 1 };
+#undef PS_OPT_SLOTS_MEMBER_
 
 typedef struct {
     ps_opt_kind kind;
