@@ -46,54 +46,34 @@ typedef struct {
     { v, v, v, v, v, v }
 _Static_assert(PS_OPT_COUNT == 6, "ALL() lists one default per kind");
 #define F(n, pn) offsetof(ps_opt_spec, n), offsetof(Ps__Optimizer, pn)
-#define UNIT 0, 1, false, true /* [0, 1) */
-#define NONNEG 0, INFINITY, false, false
+#define POSITIVE 0, INFINITY, true, false /* (0, inf) */
+#define UNIT 0, 1, false, true            /* [0, 1) */
+#define NONNEG 0, INFINITY, false, false  /* [0, inf) */
+#define NOBOUNDS 0, 0, false, false       /* a bool */
+#define ADAMS (K(PS_OPT_ADAM) | K(PS_OPT_ADAMW))
 
+/* The order is validation's and ps_opt_spec_describe's. */
+// clang-format off
 static const field fields[] = {
-    {"lr",
-     "learning_rate",
-     F_FLOAT,
-     F(lr, lr),
-     4,
-     ~0u,
-     {[PS_OPT_SGD] = 0.01f,
-      [PS_OPT_MOMENTUM] = 0.01f,
-      [PS_OPT_ADAGRAD] = 1e-3f,
-      [PS_OPT_RMSPROP] = 1e-3f,
-      [PS_OPT_ADAM] = 1e-3f,
-      [PS_OPT_ADAMW] = 1e-3f},
-     0,
-     INFINITY,
-     true,
-     false},
-    {"momentum",
-     "momentum",
-     F_FLOAT,
-     F(momentum, momentum),
-     8,
-     K(PS_OPT_MOMENTUM),
-     {[PS_OPT_MOMENTUM] = 0.9f},
-     UNIT},
-    {"nesterov", "nesterov", F_BOOL, F(nesterov, nesterov), 12, K(PS_OPT_MOMENTUM), ALL(0), 0, 0,
-     false, false},
-    {"beta1", "beta_1", F_FLOAT, F(beta1, beta1), 16, K(PS_OPT_ADAM) | K(PS_OPT_ADAMW), ALL(0.9f),
-     UNIT},
-    {"beta2", "beta_2", F_FLOAT, F(beta2, beta2), 20, K(PS_OPT_ADAM) | K(PS_OPT_ADAMW), ALL(0.999f),
-     UNIT},
+    /* name, JSON key, type, offsets (spec, proto), attribute offset, kinds, defaults, bounds */
+    {"lr", "learning_rate", F_FLOAT, F(lr, lr), 4, ~0u,
+     {[PS_OPT_SGD] = 0.01f, [PS_OPT_MOMENTUM] = 0.01f, [PS_OPT_ADAGRAD] = 1e-3f,
+      [PS_OPT_RMSPROP] = 1e-3f, [PS_OPT_ADAM] = 1e-3f, [PS_OPT_ADAMW] = 1e-3f}, POSITIVE},
+    {"momentum", "momentum", F_FLOAT, F(momentum, momentum), 8, K(PS_OPT_MOMENTUM),
+     {[PS_OPT_MOMENTUM] = 0.9f}, UNIT},
+    {"nesterov", "nesterov", F_BOOL, F(nesterov, nesterov), 12, K(PS_OPT_MOMENTUM),
+     ALL(0), NOBOUNDS},
+    {"beta1", "beta_1", F_FLOAT, F(beta1, beta1), 16, ADAMS, ALL(0.9f), UNIT},
+    {"beta2", "beta_2", F_FLOAT, F(beta2, beta2), 20, ADAMS, ALL(0.999f), UNIT},
     {"epsilon", "epsilon", F_FLOAT, F(epsilon, epsilon), 24,
-     K(PS_OPT_ADAGRAD) | K(PS_OPT_RMSPROP) | K(PS_OPT_ADAM) | K(PS_OPT_ADAMW), ALL(1e-7f), NONNEG},
+     K(PS_OPT_ADAGRAD) | K(PS_OPT_RMSPROP) | ADAMS, ALL(1e-7f), NONNEG},
     {"rho", "rho", F_FLOAT, F(rho, rho), 28, K(PS_OPT_RMSPROP), ALL(0.9f), UNIT},
-    {"weight_decay",
-     "weight_decay",
-     F_FLOAT,
-     F(weight_decay, weight_decay),
-     32,
-     K(PS_OPT_ADAMW),
-     {[PS_OPT_ADAMW] = 0.004f},
-     NONNEG},
+    {"weight_decay", "weight_decay", F_FLOAT, F(weight_decay, weight_decay), 32, K(PS_OPT_ADAMW),
+     {[PS_OPT_ADAMW] = 0.004f}, NONNEG},
     {"initial_accumulator", "initial_accumulator_value", F_FLOAT,
      F(initial_accumulator, initial_accumulator), 36, K(PS_OPT_ADAGRAD), ALL(0.1f), NONNEG},
 };
+// clang-format on
 #define NFIELDS (sizeof fields / sizeof fields[0])
 _Static_assert(4 + 4 * NFIELDS == PS_OPT_ATTR_BYTES, "the attribute holds the kind and each field");
 
