@@ -30,24 +30,12 @@
 #define PS_OPTIM_CLONES
 #endif
 
-/* Returns the slot count for kind (0 for an unknown kind). */
+/* Returns the slot count for kind from PS_OPT_KINDS (0 for an unknown kind). */
 int ps_optim_num_slots(ps_opt_kind kind) {
-    switch (kind) {
-    case PS_OPT_SGD:
-        return 0;
-    case PS_OPT_MOMENTUM:
-        return 1;
-    case PS_OPT_ADAGRAD:
-        return 1;
-    case PS_OPT_RMSPROP:
-        return 1;
-    case PS_OPT_ADAM:
-        return 2;
-    case PS_OPT_ADAMW:
-        return 2;
-    default:
-        return 0;
-    }
+#define SLOTS_(k, name, slots) slots,
+    static const int slots[PS_OPT_COUNT] = {PS_OPT_KINDS(SLOTS_)};
+#undef SLOTS_
+    return (unsigned)kind < PS_OPT_COUNT ? slots[kind] : 0;
 }
 
 /* Returns the initial value for every element of slot `slot`. */

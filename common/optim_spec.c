@@ -1,36 +1,124 @@
-/* Defaults, names and validation of optimizer hyperparameters. */
+/* The optimizer spec's codec: one table of its fields drives the defaults,
+ * validation, comparison and description, and the conversions to and from
+ * ps.proto's Optimizer, the checkpoint attribute and the JSON model spec. */
 #include "optim_spec.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
+#include "ps.pb-c.h"
 #include "ps_error.h"
 
-static const char *names[PS_OPT_COUNT] = {"sgd", "momentum", "adagrad", "rmsprop", "adam", "adamw"};
+#define NAME_(k, name, slots) name,
+static const char *names[PS_OPT_COUNT] = {PS_OPT_KINDS(NAME_)};
+#undef NAME_
+#define WIRE_(k, name, slots)                                                                      \
+    _Static_assert((int)PS_OPT_##k == (int)PS__OPT_KIND__OPT_##k,                                  \
+                   "ps_opt_kind is ps.proto's OptKind");
+PS_OPT_KINDS(WIRE_)
+#undef WIRE_
+
+/* ---- the field table ------------------------------------------------------ */
+
+typedef enum { F_FLOAT, F_BOOL } ftype;
+
+typedef struct {
+    const char *name; /* in ps_opt_spec, ps.proto and ps_opt_spec_describe */
+    const char *key;  /* in the JSON model spec (Keras's argument name) */
+    ftype type;       /* float, or bool (protobuf_c_boolean on the wire, u32 0/1 in a checkpoint) */
+    size_t off;       /* in ps_opt_spec */
+    size_t pb_off;    /* in Ps__Optimizer */
+    unsigned attr_off;       /* in the checkpoint attribute's optimizer part (after the u32 kind) */
+    unsigned kinds;          /* bit mask of the kinds whose update reads it */
+    float def[PS_OPT_COUNT]; /* default per kind (Keras's) */
+    float lo, hi;            /* bounds (floats only), checked for every kind */
+    bool lo_open, hi_open;   /* lo < v rather than lo <= v; v < hi rather than v <= hi */
+} field;
+
+#define K(k) (1u << (k))
+#define ALL(v)                                                                                     \
+    { v, v, v, v, v, v }
+_Static_assert(PS_OPT_COUNT == 6, "ALL() lists one default per kind");
+#define F(n, pn) offsetof(ps_opt_spec, n), offsetof(Ps__Optimizer, pn)
+#define POSITIVE 0, INFINITY, true, false /* (0, inf) */
+#define UNIT 0, 1, false, true            /* [0, 1) */
+#define NONNEG 0, INFINITY, false, false  /* [0, inf) */
+#define NOBOUNDS 0, 0, false, false       /* a bool */
+#define ADAMS (K(PS_OPT_ADAM) | K(PS_OPT_ADAMW))
+
+/* The order is validation's and ps_opt_spec_describe's. */
+// clang-format off
+static const field fields[] = {
+    /* name, JSON key, type, offsets (spec, proto), attribute offset, kinds, defaults, bounds */
+    {"lr", "learning_rate", F_FLOAT, F(lr, lr), 4, ~0u,
+     {[PS_OPT_SGD] = 0.01f, [PS_OPT_MOMENTUM] = 0.01f, [PS_OPT_ADAGRAD] = 1e-3f,
+      [PS_OPT_RMSPROP] = 1e-3f, [PS_OPT_ADAM] = 1e-3f, [PS_OPT_ADAMW] = 1e-3f}, POSITIVE},
+    {"momentum", "momentum", F_FLOAT, F(momentum, momentum), 8, K(PS_OPT_MOMENTUM),
+     {[PS_OPT_MOMENTUM] = 0.9f}, UNIT},
+    {"nesterov", "nesterov", F_BOOL, F(nesterov, nesterov), 12, K(PS_OPT_MOMENTUM),
+     ALL(0), NOBOUNDS},
+    {"beta1", "beta_1", F_FLOAT, F(beta1, beta1), 16, ADAMS, ALL(0.9f), UNIT},
+    {"beta2", "beta_2", F_FLOAT, F(beta2, beta2), 20, ADAMS, ALL(0.999f), UNIT},
+    {"epsilon", "epsilon", F_FLOAT, F(epsilon, epsilon), 24,
+     K(PS_OPT_ADAGRAD) | K(PS_OPT_RMSPROP) | ADAMS, ALL(1e-7f), NONNEG},
+    {"rho", "rho", F_FLOAT, F(rho, rho), 28, K(PS_OPT_RMSPROP), ALL(0.9f), UNIT},
+    {"weight_decay", "weight_decay", F_FLOAT, F(weight_decay, weight_decay), 32, K(PS_OPT_ADAMW),
+     {[PS_OPT_ADAMW] = 0.004f}, NONNEG},
+    {"initial_accumulator", "initial_accumulator_value", F_FLOAT,
+     F(initial_accumulator, initial_accumulator), 36, K(PS_OPT_ADAGRAD), ALL(0.1f), NONNEG},
+};
+// clang-format on
+#define NFIELDS (sizeof fields / sizeof fields[0])
+_Static_assert(4 + 4 * NFIELDS == PS_OPT_ATTR_BYTES, "the attribute holds the kind and each field");
+
+static float *fp(ps_opt_spec *s, const field *f) {
+    return (float *)((char *)s + f->off);
+}
+static bool *bp(ps_opt_spec *s, const field *f) {
+    return (bool *)((char *)s + f->off);
+}
+static float fget(const ps_opt_spec *s, const field *f) {
+    return *(const float *)((const char *)s + f->off);
+}
+static bool bget(const ps_opt_spec *s, const field *f) {
+    return *(const bool *)((const char *)s + f->off);
+}
+
+/* Whether the JSON spec may set f for kind: the fields kind's update reads, and
+ * for sgd also momentum's (Keras's SGD takes momentum and nesterov; sgd with
+ * momentum > 0 becomes momentum). */
+static bool json_applies(const field *f, ps_opt_kind kind) {
+    return (f->kinds & K(kind)) || (kind == PS_OPT_SGD && (f->kinds & K(PS_OPT_MOMENTUM)));
+}
+
+static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(int code, char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* ---- kinds, defaults, validation, comparison ------------------------------- */
 
 ps_opt_spec ps_opt_spec_default(ps_opt_kind kind) {
-    ps_opt_spec s = {.kind = kind,
-                     .lr = 1e-3f,
-                     .beta1 = 0.9f,
-                     .beta2 = 0.999f,
-                     .epsilon = 1e-7f,
-                     .rho = 0.9f,
-                     .initial_accumulator = 0.1f};
-    switch (kind) {
-    case PS_OPT_SGD:
-        s.lr = 0.01f;
-        break;
-    case PS_OPT_MOMENTUM:
-        s.lr = 0.01f;
-        s.momentum = 0.9f;
-        break;
-    case PS_OPT_ADAMW:
-        s.weight_decay = 0.004f;
-        break;
-    default:
-        break;
+    ps_opt_spec s = {.kind = kind};
+    if ((unsigned)kind >= PS_OPT_COUNT) return s;
+    for (size_t i = 0; i < NFIELDS; i++) {
+        if (fields[i].type == F_BOOL)
+            *bp(&s, &fields[i]) = fields[i].def[kind] != 0;
+        else
+            *fp(&s, &fields[i]) = fields[i].def[kind];
     }
     return s;
 }
@@ -50,72 +138,39 @@ int ps_opt_kind_parse(const char *name, ps_opt_kind *out) {
 }
 
 int ps_opt_spec_validate(const ps_opt_spec *s, char *err, size_t errlen) {
-    const char *why = NULL;
     if ((unsigned)s->kind >= PS_OPT_COUNT)
-        why = "unknown optimizer kind";
-    else if (!isfinite(s->lr) || s->lr <= 0)
-        why = "learning_rate must be > 0";
-    else if (!isfinite(s->momentum) || s->momentum < 0 || s->momentum >= 1)
-        why = "momentum must be in [0, 1)";
-    else if (!isfinite(s->beta1) || s->beta1 < 0 || s->beta1 >= 1)
-        why = "beta_1 must be in [0, 1)";
-    else if (!isfinite(s->beta2) || s->beta2 < 0 || s->beta2 >= 1)
-        why = "beta_2 must be in [0, 1)";
-    else if (!isfinite(s->epsilon) || s->epsilon < 0)
-        why = "epsilon must be >= 0";
-    else if (!isfinite(s->rho) || s->rho < 0 || s->rho >= 1)
-        why = "rho must be in [0, 1)";
-    else if (!isfinite(s->weight_decay) || s->weight_decay < 0)
-        why = "weight_decay must be >= 0";
-    else if (!isfinite(s->initial_accumulator) || s->initial_accumulator < 0)
-        why = "initial_accumulator_value must be >= 0";
-    if (why) {
-        if (err) snprintf(err, errlen, "%s optimizer: %s", ps_opt_kind_name(s->kind), why);
-        return PS_EINVAL;
+        return fail(PS_EINVAL, err, errlen, "%s optimizer: unknown optimizer kind",
+                    ps_opt_kind_name(s->kind));
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const field *f = &fields[i];
+        if (f->type != F_FLOAT) continue;
+        float v = fget(s, f);
+        if (isfinite(v) && (f->lo_open ? v > f->lo : v >= f->lo) &&
+            (f->hi_open ? v < f->hi : v <= f->hi))
+            continue;
+        if (isinf(f->hi))
+            return fail(PS_EINVAL, err, errlen, "%s optimizer: %s must be %s %g",
+                        ps_opt_kind_name(s->kind), f->key, f->lo_open ? ">" : ">=", (double)f->lo);
+        return fail(PS_EINVAL, err, errlen, "%s optimizer: %s must be in %c%g, %g%c",
+                    ps_opt_kind_name(s->kind), f->key, f->lo_open ? '(' : '[', (double)f->lo,
+                    (double)f->hi, f->hi_open ? ')' : ']');
     }
     return PS_OK;
 }
 
-/* Bits of the hyperparameters kind k uses. */
-enum {
-    U_LR = 1,
-    U_MOM = 2,
-    U_NEST = 4,
-    U_B1 = 8,
-    U_B2 = 16,
-    U_EPS = 32,
-    U_RHO = 64,
-    U_WD = 128,
-    U_ACC = 256
-};
-
-static unsigned used_fields(ps_opt_kind k) {
-    switch (k) {
-    case PS_OPT_SGD:
-        return U_LR;
-    case PS_OPT_MOMENTUM:
-        return U_LR | U_MOM | U_NEST;
-    case PS_OPT_ADAGRAD:
-        return U_LR | U_EPS | U_ACC;
-    case PS_OPT_RMSPROP:
-        return U_LR | U_EPS | U_RHO;
-    case PS_OPT_ADAM:
-        return U_LR | U_B1 | U_B2 | U_EPS;
-    case PS_OPT_ADAMW:
-        return U_LR | U_B1 | U_B2 | U_EPS | U_WD;
-    default:
-        return ~0u;
-    }
+/* The fields kind's update reads (all of them for an unknown kind). */
+static unsigned used(ps_opt_kind kind) {
+    return (unsigned)kind < PS_OPT_COUNT ? K(kind) : ~0u;
 }
 
 int ps_opt_spec_same(const ps_opt_spec *a, const ps_opt_spec *b) {
     if (a->kind != b->kind) return 0;
-    unsigned u = used_fields(a->kind);
-    return !((u & U_LR && a->lr != b->lr) || (u & U_MOM && a->momentum != b->momentum) ||
-             (u & U_NEST && a->nesterov != b->nesterov) || (u & U_B1 && a->beta1 != b->beta1) ||
-             (u & U_B2 && a->beta2 != b->beta2) || (u & U_EPS && a->epsilon != b->epsilon) ||
-             (u & U_RHO && a->rho != b->rho) || (u & U_WD && a->weight_decay != b->weight_decay) ||
-             (u & U_ACC && a->initial_accumulator != b->initial_accumulator));
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const field *f = &fields[i];
+        if (!(f->kinds & used(a->kind))) continue;
+        if (f->type == F_BOOL ? bget(a, f) != bget(b, f) : fget(a, f) != fget(b, f)) return 0;
+    }
+    return 1;
 }
 
 /* The shortest %g form of v that reads back as the same float. */
@@ -128,24 +183,157 @@ static const char *short_float(float v, char *buf, size_t len) {
 }
 
 char *ps_opt_spec_describe(const ps_opt_spec *s, char *buf, size_t len) {
-    unsigned u = used_fields(s->kind);
     size_t o = 0;
-#define PUT(...)                                                                                   \
-    do {                                                                                           \
-        int n_ = snprintf(buf + o, o < len ? len - o : 0, __VA_ARGS__);                            \
-        if (n_ > 0) o += (size_t)n_;                                                               \
-    } while (0)
-    PUT("%s", ps_opt_kind_name(s->kind));
-    char f[32];
-    if (u & U_LR) PUT(" lr=%s", short_float(s->lr, f, sizeof f));
-    if (u & U_MOM) PUT(" momentum=%s", short_float(s->momentum, f, sizeof f));
-    if (u & U_NEST) PUT(" nesterov=%s", s->nesterov ? "true" : "false");
-    if (u & U_B1) PUT(" beta1=%s", short_float(s->beta1, f, sizeof f));
-    if (u & U_B2) PUT(" beta2=%s", short_float(s->beta2, f, sizeof f));
-    if (u & U_EPS) PUT(" epsilon=%s", short_float(s->epsilon, f, sizeof f));
-    if (u & U_RHO) PUT(" rho=%s", short_float(s->rho, f, sizeof f));
-    if (u & U_WD) PUT(" weight_decay=%s", short_float(s->weight_decay, f, sizeof f));
-    if (u & U_ACC) PUT(" initial_accumulator=%s", short_float(s->initial_accumulator, f, sizeof f));
-#undef PUT
+    int n = snprintf(buf, len, "%s", ps_opt_kind_name(s->kind));
+    if (n > 0) o += (size_t)n;
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const field *f = &fields[i];
+        if (!(f->kinds & used(s->kind))) continue;
+        char v[32];
+        n = snprintf(buf + o, o < len ? len - o : 0, " %s=%s", f->name,
+                     f->type == F_BOOL ? (bget(s, f) ? "true" : "false")
+                                       : short_float(fget(s, f), v, sizeof v));
+        if (n > 0) o += (size_t)n;
+    }
     return buf;
+}
+
+/* ---- ps.proto's Optimizer -------------------------------------------------- */
+
+void ps_opt_spec_to_proto(const ps_opt_spec *s, Ps__Optimizer *out) {
+    ps__optimizer__init(out);
+    out->kind = (Ps__OptKind)s->kind;
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const field *f = &fields[i];
+        char *p = (char *)out + f->pb_off;
+        if (f->type == F_BOOL)
+            *(protobuf_c_boolean *)p = bget(s, f);
+        else
+            *(float *)p = fget(s, f);
+    }
+}
+
+ps_opt_spec ps_opt_spec_from_proto(const Ps__Optimizer *o) {
+    ps_opt_spec s = {.kind = (ps_opt_kind)o->kind};
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const field *f = &fields[i];
+        const char *p = (const char *)o + f->pb_off;
+        if (f->type == F_BOOL)
+            *bp(&s, f) = *(const protobuf_c_boolean *)p != 0;
+        else
+            *fp(&s, f) = *(const float *)p;
+    }
+    return s;
+}
+
+/* ---- the checkpoint attribute ----------------------------------------------- */
+
+static void put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+void ps_opt_spec_to_attr(const ps_opt_spec *s, uint8_t out[PS_OPT_ATTR_BYTES]) {
+    put32(out, (uint32_t)s->kind);
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const field *f = &fields[i];
+        uint32_t u = bget(s, f) ? 1u : 0u;
+        if (f->type == F_FLOAT) {
+            float v = fget(s, f);
+            memcpy(&u, &v, 4);
+        }
+        put32(out + f->attr_off, u);
+    }
+}
+
+int ps_opt_spec_from_attr(const uint8_t in[PS_OPT_ATTR_BYTES], ps_opt_spec *out, char *err,
+                          size_t errlen) {
+    uint32_t kind = get32(in);
+    if (kind >= PS_OPT_COUNT) return fail(PS_EFORMAT, err, errlen, "bad optimizer kind %u", kind);
+    ps_opt_spec s = {.kind = (ps_opt_kind)kind};
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const field *f = &fields[i];
+        uint32_t u = get32(in + f->attr_off);
+        if (f->type == F_FLOAT) {
+            memcpy(fp(&s, f), &u, 4);
+        } else if (u > 1) {
+            return fail(PS_EFORMAT, err, errlen, "bad %s %u (want 0 or 1)", f->name, u);
+        } else {
+            *bp(&s, f) = u == 1;
+        }
+    }
+    int rc = ps_opt_spec_validate(&s, err, errlen);
+    if (rc != PS_OK) return PS_EFORMAT;
+    *out = s;
+    return PS_OK;
+}
+
+/* ---- the JSON model spec ------------------------------------------------------ */
+
+static const field *field_by_key(const char *key) {
+    for (size_t i = 0; i < NFIELDS; i++)
+        if (strcmp(key, fields[i].key) == 0) return &fields[i];
+    return NULL;
+}
+
+/* "sgd, momentum, ... or adamw" into buf. */
+static const char *kind_list(char *buf, size_t len) {
+    size_t o = 0;
+    for (int k = 0; k < PS_OPT_COUNT; k++) {
+        int n = snprintf(buf + o, o < len ? len - o : 0, "%s%s",
+                         k == 0                  ? ""
+                         : k == PS_OPT_COUNT - 1 ? " or "
+                                                 : ", ",
+                         names[k]);
+        if (n > 0) o += (size_t)n;
+    }
+    return buf;
+}
+
+int ps_opt_spec_from_json(const cJSON *o, ps_opt_spec *out, char *err, size_t errlen) {
+    if (!o) {
+        *out = ps_opt_spec_default(PS_OPT_ADAM);
+        return PS_OK;
+    }
+    const cJSON *name = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "name") : o;
+    if (!cJSON_IsString(name))
+        return fail(PS_EFORMAT, err, errlen,
+                    "'optimizer' must be a name or an object with a string key 'name'");
+    ps_opt_kind kind;
+    char list[80];
+    if (ps_opt_kind_parse(name->valuestring, &kind) != PS_OK)
+        return fail(PS_EFORMAT, err, errlen, "optimizer: unknown name '%s' (want %s)",
+                    name->valuestring, kind_list(list, sizeof list));
+    ps_opt_spec s = ps_opt_spec_default(kind);
+    const cJSON *k;
+    if (cJSON_IsObject(o)) {
+        cJSON_ArrayForEach(k, o) {
+            if (strcmp(k->string, "name") == 0) continue;
+            const field *f = field_by_key(k->string);
+            if (!f) return fail(PS_EFORMAT, err, errlen, "optimizer: unknown key '%s'", k->string);
+            if (!json_applies(f, kind))
+                return fail(PS_EFORMAT, err, errlen, "optimizer %s: '%s' does not apply",
+                            ps_opt_kind_name(kind), f->key);
+            if (f->type == F_BOOL) {
+                if (!cJSON_IsBool(k))
+                    return fail(PS_EFORMAT, err, errlen, "optimizer: '%s' must be true or false",
+                                f->key);
+                *bp(&s, f) = cJSON_IsTrue(k);
+            } else {
+                if (!cJSON_IsNumber(k))
+                    return fail(PS_EFORMAT, err, errlen, "optimizer: '%s' must be a number",
+                                f->key);
+                *fp(&s, f) = (float)k->valuedouble;
+            }
+        }
+    }
+    if (s.kind == PS_OPT_SGD && s.momentum > 0) s.kind = PS_OPT_MOMENTUM;
+    int rc = ps_opt_spec_validate(&s, err, errlen);
+    if (rc != PS_OK) return rc;
+    *out = s;
+    return PS_OK;
 }

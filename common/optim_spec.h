@@ -5,16 +5,32 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
-typedef enum {
-    PS_OPT_SGD = 0,
-    PS_OPT_MOMENTUM,
-    PS_OPT_ADAGRAD,
-    PS_OPT_RMSPROP,
-    PS_OPT_ADAM,
-    PS_OPT_ADAMW,
-    PS_OPT_COUNT
-} ps_opt_kind;
+struct Ps__Optimizer; /* ps.pb-c.h */
+struct cJSON;         /* cjson/cJSON.h */
+
+/* The optimizer kinds, one row each: enum suffix, name, number of slot arrays
+ * (each numel floats of optimizer state). The one place a kind's slot count is
+ * written; the enum, ps_opt_kind_name, ps_optim_num_slots and PS_OPT_MAX_SLOTS
+ * come from it. The order is the wire's (ps.proto OptKind) and the checkpoints'. */
+#define PS_OPT_KINDS(X)                                                                            \
+    X(SGD, "sgd", 0)                                                                               \
+    X(MOMENTUM, "momentum", 1) /* velocity */                                                      \
+    X(ADAGRAD, "adagrad", 1)   /* accumulator */                                                   \
+    X(RMSPROP, "rmsprop", 1)   /* mean square */                                                   \
+    X(ADAM, "adam", 2)         /* m, v */                                                          \
+    X(ADAMW, "adamw", 2)       /* m, v */
+
+#define PS_OPT_ENUM_(k, name, slots) PS_OPT_##k,
+typedef enum { PS_OPT_KINDS(PS_OPT_ENUM_) PS_OPT_COUNT } ps_opt_kind;
+#undef PS_OPT_ENUM_
+
+/* The most slot arrays any kind needs: the size of a union with one member of
+ * slots+1 bytes per kind, minus one. */
+#define PS_OPT_SLOTS_MEMBER_(k, name, slots) char k[(slots) + 1];
+enum { PS_OPT_MAX_SLOTS = (int)sizeof(union {PS_OPT_KINDS(PS_OPT_SLOTS_MEMBER_)}) - 1 };
+#undef PS_OPT_SLOTS_MEMBER_
 
 typedef struct {
     ps_opt_kind kind;
@@ -47,5 +63,35 @@ int ps_opt_spec_same(const ps_opt_spec *a, const ps_opt_spec *b);
 /* Writes the kind and the hyperparameters it uses into buf, e.g.
  * "adam lr=0.001 beta1=0.9 beta2=0.999 epsilon=1e-07". Returns buf. */
 char *ps_opt_spec_describe(const ps_opt_spec *s, char *buf, size_t len);
+
+/* ---- the codec (optim_spec.c): one table of the fields above drives all of these */
+
+/* Fills *out (initialized here; it points into nothing) from s, field for field:
+ * the CreateVars request's Optimizer. */
+void ps_opt_spec_to_proto(const ps_opt_spec *s, struct Ps__Optimizer *out);
+/* Returns the spec in o, unchecked (the kind may be out of range): callers
+ * run ps_opt_spec_validate. Borrows o. */
+ps_opt_spec ps_opt_spec_from_proto(const struct Ps__Optimizer *o);
+
+/* Bytes of a spec in a checkpoint's variable attribute (docs/FORMATS.md, at
+ * offset 4): u32 kind, then lr, momentum, nesterov (u32 0/1), beta1, beta2,
+ * epsilon, rho, weight_decay, initial_accumulator (f32), little-endian. */
+#define PS_OPT_ATTR_BYTES 40u
+/* Writes s into out[0..PS_OPT_ATTR_BYTES). */
+void ps_opt_spec_to_attr(const ps_opt_spec *s, uint8_t out[PS_OPT_ATTR_BYTES]);
+/* Reads a spec written by ps_opt_spec_to_attr into *out (untouched on error).
+ * Returns PS_OK, or PS_EFORMAT with the reason in err (a bad kind, a bool that is
+ * not 0 or 1, a value ps_opt_spec_validate rejects). */
+int ps_opt_spec_from_attr(const uint8_t in[PS_OPT_ATTR_BYTES], ps_opt_spec *out, char *err,
+                          size_t errlen);
+
+/* Reads the model spec's "optimizer": NULL (adam's defaults), a name, or an object
+ * {"name": ..., Keras's keys: learning_rate, momentum, nesterov, beta_1, beta_2,
+ * epsilon, rho, weight_decay, initial_accumulator_value}; the kind's defaults
+ * fill the rest, and sgd with momentum > 0 becomes momentum. Writes *out on
+ * success only; borrows o. Returns PS_OK, PS_EFORMAT (no name, an unknown name
+ * or key, a key the kind does not use, a value of the wrong type: err names it)
+ * or PS_EINVAL (a value out of range). */
+int ps_opt_spec_from_json(const struct cJSON *o, ps_opt_spec *out, char *err, size_t errlen);
 
 #endif

@@ -25,6 +25,8 @@ _Static_assert(PS_TF_MAX_NAME >= PS_WIRE_MAX_NAME + 16, "slot names must fit a t
 
 #define ATTR_VERSION 1u
 #define ATTR_BYTES 56u /* docs/FORMATS.md: the variable attribute */
+_Static_assert(4 + PS_OPT_ATTR_BYTES == 44,
+               "the optimizer spec fills bytes 4..43 of the attribute");
 #define SLOT_SUFFIX "@slot"
 
 static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
@@ -48,32 +50,10 @@ static uint32_t get32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static void putf(uint8_t *p, float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    put32(p, u);
-}
-
-static float getf(const uint8_t *p) {
-    uint32_t u = get32(p);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* The variable attribute: optimizer spec, slot count and update count. */
 static void attr_encode(uint8_t a[ATTR_BYTES], const ps_var *v, uint32_t nslots) {
     put32(a, ATTR_VERSION);
-    put32(a + 4, (uint32_t)v->opt.kind);
-    putf(a + 8, v->opt.lr);
-    putf(a + 12, v->opt.momentum);
-    put32(a + 16, v->opt.nesterov ? 1u : 0u);
-    putf(a + 20, v->opt.beta1);
-    putf(a + 24, v->opt.beta2);
-    putf(a + 28, v->opt.epsilon);
-    putf(a + 32, v->opt.rho);
-    putf(a + 36, v->opt.weight_decay);
-    putf(a + 40, v->opt.initial_accumulator);
+    ps_opt_spec_to_attr(&v->opt, a + 4);
     put32(a + 44, nslots);
     put32(a + 48, (uint32_t)v->updates);
     put32(a + 52, (uint32_t)(v->updates >> 32));
@@ -88,25 +68,11 @@ static int attr_decode(const ps_tf_owned *t, ps_opt_spec *o, uint32_t *nslots, u
     if (get32(a) != ATTR_VERSION)
         return fail(PS_EFORMAT, err, errlen, "variable '%s': unsupported attribute version %u",
                     t->name, get32(a));
-    uint32_t kind = get32(a + 4), nest = get32(a + 16);
-    if (kind >= PS_OPT_COUNT || nest > 1)
-        return fail(PS_EFORMAT, err, errlen, "variable '%s': bad optimizer kind %u / nesterov %u",
-                    t->name, kind, nest);
-    *o = (ps_opt_spec){.kind = (ps_opt_kind)kind,
-                       .lr = getf(a + 8),
-                       .momentum = getf(a + 12),
-                       .nesterov = nest == 1,
-                       .beta1 = getf(a + 20),
-                       .beta2 = getf(a + 24),
-                       .epsilon = getf(a + 28),
-                       .rho = getf(a + 32),
-                       .weight_decay = getf(a + 36),
-                       .initial_accumulator = getf(a + 40)};
+    char why[160];
+    if (ps_opt_spec_from_attr(a + 4, o, why, sizeof why) != PS_OK)
+        return fail(PS_EFORMAT, err, errlen, "variable '%s': %s", t->name, why);
     *nslots = get32(a + 44);
     *updates = (uint64_t)get32(a + 48) | (uint64_t)get32(a + 52) << 32;
-    char why[160];
-    if (ps_opt_spec_validate(o, why, sizeof why) != PS_OK)
-        return fail(PS_EFORMAT, err, errlen, "variable '%s': %s", t->name, why);
     if (*nslots != (uint32_t)ps_optim_num_slots(o->kind))
         return fail(PS_EFORMAT, err, errlen, "variable '%s': %u slots, %s has %d", t->name, *nslots,
                     ps_opt_kind_name(o->kind), ps_optim_num_slots(o->kind));

@@ -11,22 +11,6 @@
 #include "ps_error.h"
 #include "server.h"
 
-static ps_opt_spec opt_from_proto(const Ps__Optimizer *o) {
-    ps_opt_spec s = {
-        .kind = (ps_opt_kind)o->kind,
-        .lr = o->lr,
-        .momentum = o->momentum,
-        .nesterov = o->nesterov,
-        .beta1 = o->beta1,
-        .beta2 = o->beta2,
-        .epsilon = o->epsilon,
-        .rho = o->rho,
-        .weight_decay = o->weight_decay,
-        .initial_accumulator = o->initial_accumulator,
-    };
-    return s;
-}
-
 /* Index of the first NaN or Inf of x[0..n), or n. */
 static size_t first_non_finite(const float *x, size_t n) {
     size_t k = 0;
@@ -98,7 +82,7 @@ int ps__handle_create_vars(ps_server *s, ps_request *r, char *err, size_t errlen
             return PS_EINVAL;
         }
         new_vars += ps_store_find(&s->store, m->name) == NULL;
-        ps_opt_spec opt = opt_from_proto(cv->optimizers[i]);
+        ps_opt_spec opt = ps_opt_spec_from_proto(cv->optimizers[i]);
         char why[200];
         if (ps_opt_spec_validate(&opt, why, sizeof why) != PS_OK) {
             snprintf(err, errlen, "variable '%s': %s", m->name, why);
@@ -144,7 +128,7 @@ int ps__handle_create_vars(ps_server *s, ps_request *r, char *err, size_t errlen
         const Ps__TensorMeta *m = cv->vars[i];
         if (ps_store_find(&s->store, m->name)) continue; /* same name and shape: keep it */
         const float *init = ps_frame_floats(&r->payloads[i], &s->scratch, &s->scratch_cap);
-        ps_opt_spec opt = opt_from_proto(cv->optimizers[i]);
+        ps_opt_spec opt = ps_opt_spec_from_proto(cv->optimizers[i]);
         ps_var *v;
         rc = init ? ps_store_create(&s->store, m, init, &opt, &v) : PS_ENOMEM;
         if (rc == PS_OK) {

@@ -75,8 +75,8 @@ void ps_store_init(ps_store *s) {
 static void var_free(ps_var *v) {
     free(v->name);
     wbuf_release(v->w);
-    free(v->slots[0]);
-    free(v->slots[1]);
+    for (int k = 0; k < PS_OPT_MAX_SLOTS; k++)
+        free(v->slots[k]);
     free(v->gsum);
     free(v);
 }

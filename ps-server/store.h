@@ -15,8 +15,8 @@ typedef struct {
     size_t rank;
     uint64_t shape[PS_WIRE_MAX_RANK];
     size_t numel;
-    float *w;        /* values: a reference-counted block (see ps_var_share), never NULL */
-    float *slots[2]; /* owned: optimizer state, ps_optim_num_slots of them */
+    float *w; /* values: a reference-counted block (see ps_var_share), never NULL */
+    float *slots[PS_OPT_MAX_SLOTS]; /* owned: optimizer state, ps_optim_num_slots used */
     ps_opt_spec opt;
     uint64_t updates;    /* optimizer applies so far (Adam's t) */
     float *gsum;         /* owned, sync mode: gradients summed for the open step */

@@ -664,17 +664,7 @@ static int frame_set_build(ps_client *c, size_t i, int use_grad, frame_set *fs) 
         fs->pl[k] = (ps_payload){use_grad ? t->grad : t->param, tensor_numel(t) * sizeof(float),
                                  NULL, NULL};
         Ps__Optimizer *o = &fs->opts[k];
-        ps__optimizer__init(o);
-        o->kind = (Ps__OptKind)t->opt.kind;
-        o->lr = t->opt.lr;
-        o->momentum = t->opt.momentum;
-        o->nesterov = t->opt.nesterov;
-        o->beta1 = t->opt.beta1;
-        o->beta2 = t->opt.beta2;
-        o->epsilon = t->opt.epsilon;
-        o->rho = t->opt.rho;
-        o->weight_decay = t->opt.weight_decay;
-        o->initial_accumulator = t->opt.initial_accumulator;
+        ps_opt_spec_to_proto(&t->opt, o);
         fs->optptrs[k] = o;
     }
     return PS_OK;

@@ -8,7 +8,7 @@
 
 struct ps_local_opt {
     ps_model *m;
-    float **slots; /* [var * 2 + k] */
+    float **slots; /* [var * PS_OPT_MAX_SLOTS + k] */
     uint64_t t;    /* updates applied (the same for every variable) */
 };
 
@@ -16,7 +16,7 @@ int ps_local_opt_new(ps_model *m, ps_local_opt **out) {
     *out = NULL;
     ps_local_opt *o = calloc(1, sizeof *o);
     size_t n = ps_model_num_vars(m);
-    if (!o || !(o->slots = calloc(2 * n + 1, sizeof *o->slots))) {
+    if (!o || !(o->slots = calloc(PS_OPT_MAX_SLOTS * n + 1, sizeof *o->slots))) {
         free(o);
         return PS_ENOMEM;
     }
@@ -34,7 +34,7 @@ int ps_local_opt_new(ps_model *m, ps_local_opt **out) {
             float init = ps_optim_slot_init(spec, s);
             for (size_t j = 0; j < numel; j++)
                 p[j] = init;
-            o->slots[2 * i + (size_t)s] = p;
+            o->slots[PS_OPT_MAX_SLOTS * i + (size_t)s] = p;
         }
     }
     *out = o;
@@ -44,7 +44,7 @@ int ps_local_opt_new(ps_model *m, ps_local_opt **out) {
 void ps_local_opt_free(ps_local_opt *o) {
     if (!o) return;
     size_t n = ps_model_num_vars(o->m);
-    for (size_t i = 0; i < 2 * n; i++)
+    for (size_t i = 0; i < PS_OPT_MAX_SLOTS * n; i++)
         free(o->slots[i]);
     free(o->slots);
     free(o);
@@ -57,7 +57,7 @@ void ps_local_opt_step(ps_local_opt *o) {
     o->t++;
     for (size_t i = 0; i < ps_model_num_vars(o->m); i++) {
         const ps_model_var *v = ps_model_var_at(o->m, i);
-        ps_optim_apply(spec, params + v->offset, grads + v->offset, &o->slots[2 * i], v->numel,
-                       o->t);
+        ps_optim_apply(spec, params + v->offset, grads + v->offset, &o->slots[PS_OPT_MAX_SLOTS * i],
+                       v->numel, o->t);
     }
 }

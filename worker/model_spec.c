@@ -332,73 +332,9 @@ static int parse_layers(ps_model *m, const cJSON *layers, perr *e) {
 
 /* ---- optimizer ----------------------------------------------------------- */
 
-/* Numeric optimizer fields: Keras key, which kinds it applies to, where it goes. */
-typedef struct {
-    const char *key;
-    unsigned kinds; /* bit mask of ps_opt_kind */
-    size_t off;
-} opt_field;
-
-#define K(k) (1u << (k))
-static const opt_field opt_fields[] = {
-    {"learning_rate", ~0u, offsetof(ps_opt_spec, lr)},
-    {"momentum", K(PS_OPT_SGD) | K(PS_OPT_MOMENTUM), offsetof(ps_opt_spec, momentum)},
-    {"beta_1", K(PS_OPT_ADAM) | K(PS_OPT_ADAMW), offsetof(ps_opt_spec, beta1)},
-    {"beta_2", K(PS_OPT_ADAM) | K(PS_OPT_ADAMW), offsetof(ps_opt_spec, beta2)},
-    {"epsilon", K(PS_OPT_ADAGRAD) | K(PS_OPT_RMSPROP) | K(PS_OPT_ADAM) | K(PS_OPT_ADAMW),
-     offsetof(ps_opt_spec, epsilon)},
-    {"rho", K(PS_OPT_RMSPROP), offsetof(ps_opt_spec, rho)},
-    {"weight_decay", K(PS_OPT_ADAMW), offsetof(ps_opt_spec, weight_decay)},
-    {"initial_accumulator_value", K(PS_OPT_ADAGRAD), offsetof(ps_opt_spec, initial_accumulator)},
-};
-
 static int parse_optimizer(ps_model *m, const cJSON *o, perr *e) {
-    ps_opt_kind kind = PS_OPT_ADAM;
-    const cJSON *name = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "name") : o;
-    if (!o) {
-        m->opt = ps_opt_spec_default(kind);
-        return PS_OK;
-    }
-    if (!cJSON_IsString(name))
-        return fail(e, PS_EFORMAT,
-                    "'optimizer' must be a name or an object with a string key 'name'");
-    if (ps_opt_kind_parse(name->valuestring, &kind) != PS_OK)
-        return fail(e, PS_EFORMAT,
-                    "optimizer: unknown name '%s' (want sgd, adagrad, rmsprop, adam or adamw)",
-                    name->valuestring);
-    ps_opt_spec s = ps_opt_spec_default(kind);
-    const cJSON *k;
-    if (cJSON_IsObject(o)) {
-        cJSON_ArrayForEach(k, o) {
-            if (strcmp(k->string, "name") == 0) continue;
-            if (strcmp(k->string, "nesterov") == 0) {
-                if (!cJSON_IsBool(k))
-                    return fail(e, PS_EFORMAT, "optimizer: 'nesterov' must be true or false");
-                if (kind != PS_OPT_SGD && kind != PS_OPT_MOMENTUM)
-                    return fail(e, PS_EFORMAT, "optimizer %s: 'nesterov' does not apply",
-                                ps_opt_kind_name(kind));
-                s.nesterov = cJSON_IsTrue(k);
-                continue;
-            }
-            const opt_field *f = NULL;
-            for (size_t i = 0; i < sizeof opt_fields / sizeof opt_fields[0]; i++)
-                if (strcmp(k->string, opt_fields[i].key) == 0) f = &opt_fields[i];
-            if (!f) return fail(e, PS_EFORMAT, "optimizer: unknown key '%s'", k->string);
-            if (!(f->kinds & K(kind)))
-                return fail(e, PS_EFORMAT, "optimizer %s: '%s' does not apply",
-                            ps_opt_kind_name(kind), f->key);
-            if (!cJSON_IsNumber(k))
-                return fail(e, PS_EFORMAT, "optimizer: '%s' must be a number", f->key);
-            *(float *)((char *)&s + f->off) = (float)k->valuedouble;
-        }
-    }
-    if (s.kind == PS_OPT_SGD && s.momentum > 0) s.kind = PS_OPT_MOMENTUM;
-    char why[160];
-    if (ps_opt_spec_validate(&s, why, sizeof why) != PS_OK) return fail(e, PS_EINVAL, "%s", why);
-    m->opt = s;
-    return PS_OK;
+    return ps_opt_spec_from_json(o, &m->opt, e->err, e->errlen);
 }
-#undef K
 
 /* ---- top level ------------------------------------------------------------ */
 

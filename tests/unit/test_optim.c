@@ -25,8 +25,10 @@ static const double G[STEPS][N] = {{0.5, -1.0, 2.0}, {0.3, 0.2, -1.5}, {-0.4, 0.
 /* Runs STEPS updates (t = 1..STEPS) from W0 with the gradients G; slots start at
  * ps_optim_slot_init. Writes the weights to w. */
 static void run_steps(const ps_opt_spec *spec, float w[N]) {
-    float slot_mem[2][N];
-    float *slots[2] = {slot_mem[0], slot_mem[1]};
+    float slot_mem[PS_OPT_MAX_SLOTS][N];
+    float *slots[PS_OPT_MAX_SLOTS];
+    for (int k = 0; k < PS_OPT_MAX_SLOTS; k++)
+        slots[k] = slot_mem[k];
     int ns = ps_optim_num_slots(spec->kind);
     for (int s = 0; s < ns; s++)
         for (int i = 0; i < N; i++)
@@ -192,6 +194,11 @@ START_TEST(num_slots_per_kind) {
     ck_assert_int_eq(ps_optim_num_slots(PS_OPT_RMSPROP), 1);
     ck_assert_int_eq(ps_optim_num_slots(PS_OPT_ADAM), 2);
     ck_assert_int_eq(ps_optim_num_slots(PS_OPT_ADAMW), 2);
+    int max = 0;
+    for (int k = 0; k < PS_OPT_COUNT; k++)
+        max = ps_optim_num_slots((ps_opt_kind)k) > max ? ps_optim_num_slots((ps_opt_kind)k) : max;
+    ck_assert_int_eq(PS_OPT_MAX_SLOTS, max);
+    ck_assert_int_eq(ps_optim_num_slots(PS_OPT_COUNT), 0);
 }
 END_TEST
 
