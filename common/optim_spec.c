@@ -241,10 +241,12 @@ void ps_opt_spec_to_attr(const ps_opt_spec *s, uint8_t out[PS_OPT_ATTR_BYTES]) {
     put32(out, (uint32_t)s->kind);
     for (size_t i = 0; i < NFIELDS; i++) {
         const field *f = &fields[i];
-        uint32_t u = bget(s, f) ? 1u : 0u;
+        uint32_t u;
         if (f->type == F_FLOAT) {
             float v = fget(s, f);
             memcpy(&u, &v, 4);
+        } else {
+            u = bget(s, f) ? 1u : 0u;
         }
         put32(out + f->attr_off, u);
     }
