@@ -8,7 +8,6 @@
 #include <time.h>
 
 #include "cifar.h"
-#include "client.h"
 #include "data.h"
 #include "kernels.h"
 #include "local_opt.h"
@@ -16,6 +15,7 @@
 #include "model.h"
 #include "placement.h"
 #include "prefetch.h"
+#include "ps.h"
 #include "ps_error.h"
 #include "tensorfile.h"
 
