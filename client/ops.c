@@ -434,9 +434,9 @@ static int on_goodbye(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, v
 }
 
 int ps_client_goodbye(ps_client *c) {
+    if (c->step_open) return ps__fail(c, PS_EINVAL, "goodbye during a step exchange");
     ps_heartbeat_stop(c->heartbeat);
     c->heartbeat = NULL;
-    if (c->step_open) return ps__fail(c, PS_EINVAL, "goodbye during a step exchange");
     Ps__Header h = PS__HEADER__INIT;
     Ps__Goodbye bye = PS__GOODBYE__INIT;
     bye.worker_index = c->worker_index;

@@ -73,6 +73,9 @@ PS_API void ps_pieces_free(ps_piece *pieces);
 
 /* ---- a client --------------------------------------------------------------------- */
 
+/* Thread-safety of everything below that takes a ps_client: one thread at a time per
+ * client (the heartbeat thread a client starts shares nothing with the caller's). */
+
 /* A tensor (or row slice of one) that lives on one shard. */
 typedef struct {
     char name[96]; /* name on the shard */
@@ -99,7 +102,8 @@ PS_API int ps_client_open(ps_client **out, const char *const *endpoints, size_t 
  * PS_EFORMAT (malformed), with a reason in err. */
 PS_API int ps_client_set_curve(ps_client *c, const char *secret_file, const char *server_key_file,
                                char *err, size_t errlen);
-/* Stops the heartbeat, closes the sockets, frees c; NULL is ignored. */
+/* Stops the heartbeat, closes the sockets, frees c; NULL is ignored. No other call on c
+ * may run at the same time or after it. */
 PS_API void ps_client_close(ps_client *c);
 /* Deadline for one request round (default 120000 ms; > 0); sync pulls wait for
  * the slowest worker, so this bounds a barrier too. PS_OK or PS_EINVAL. */
@@ -186,7 +190,7 @@ PS_API int ps_client_step_end(ps_client *c, size_t *dropped, int *fresh);
  * heartbeat. */
 PS_API int ps_client_goodbye(ps_client *c);
 
-/* ---- admin requests (need no hello) ----------------------------------------------- */
+/* ---- admin requests (need no hello; one thread at a time per client) --------------- */
 
 #define PS_MODE_SYNC 0
 #define PS_MODE_ASYNC 1
@@ -216,7 +220,8 @@ typedef struct {
     char *job_id; /* "" : none */
 } ps_stats;
 
-/* Frees what s owns and zeroes it (the struct itself is the caller's); NULL is ignored. */
+/* Frees what s owns and zeroes it (the struct itself is the caller's); NULL is ignored.
+ * Thread-safe for distinct structs. */
 PS_API void ps_stats_free(ps_stats *s);
 
 typedef struct {
@@ -245,7 +250,7 @@ PS_API int ps_client_stats_all(ps_client *c, ps_stats *out, ps_shard_result *res
 PS_API int ps_client_checkpoint_all(ps_client *c, ps_checkpoint_info *out, ps_shard_result *res);
 PS_API int ps_client_shutdown_all(ps_client *c, ps_shard_result *res);
 
-/* The last error's message ("" if none); valid until the next call on c. */
+/* The last error's message ("" if none); valid until the next call on c (same thread). */
 PS_API const char *ps_client_error(const ps_client *c);
 PS_API size_t ps_client_num_shards(const ps_client *c);
 
