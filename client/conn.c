@@ -76,6 +76,9 @@ int ps__connect_all(ps_client *c) {
     return PS_OK;
 }
 
+/* Room for an endpoint with its "tcp://" prefix and NUL (shard_conn.endpoint). */
+#define ENDPOINT_SIZE sizeof(((shard_conn *)0)->endpoint)
+
 int ps_client_open(ps_client **out, const char *const *endpoints, size_t n_shards,
                    unsigned worker_index, unsigned num_workers, char *err, size_t errlen) {
     *out = NULL;
@@ -88,6 +91,11 @@ int ps_client_open(ps_client **out, const char *const *endpoints, size_t n_shard
         const char *ipc = ep ? ps_ipc_path(ep) : NULL;
         char why[256];
         int port = 0;
+        if (ep && strlen(ep) + sizeof "tcp://" > ENDPOINT_SIZE) {
+            snprintf(err, errlen, "endpoint %zu '%.40s...': longer than %zu bytes", i, ep,
+                     ENDPOINT_SIZE - sizeof "tcp://");
+            return PS_EINVAL;
+        }
         if (ipc && ps_check_ipc_path(ipc, why, sizeof why) != PS_OK) {
             snprintf(err, errlen, "endpoint %zu '%s': %s", i, ep, why);
             return PS_EINVAL;

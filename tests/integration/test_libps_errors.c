@@ -137,6 +137,9 @@ END_TEST
 START_TEST(bad_endpoints_are_refused_at_open) {
     char long_ipc[300] = "ipc:///tmp/"; /* longer than a Unix socket path can be */
     memset(long_ipc + strlen(long_ipc), 'a', 200);
+    char long_host[400];
+    memset(long_host, 'h', 300);
+    snprintf(long_host + 300, sizeof long_host - 300, ":5000");
     const char *const bad[] = {"not-an-endpoint", "127.0.0.1:99999", "127.0.0.1:0", "127.0.0.1:",
                                ":5000",           "ipc://",          long_ipc};
     capture k;
