@@ -1,5 +1,5 @@
 /* bench/rate: small-tensor requests per second against a real psd, through the
- * client library (worker/client.h), on 127.0.0.1.
+ * client library (client/ps.h (libps)), on 127.0.0.1.
  *
  * - pull 1x16:  one client, one 16-float tensor, ps_client_pull in a loop
  *   (each call is one round trip: the library waits for the reply).
@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "benchutil.h"
-#include "client.h"
+#include "ps.h"
 #include "ps_error.h"
 
 #ifndef PS_BENCH_PSD

@@ -3,7 +3,7 @@
  * temp dir: --transport) beside baselines measured in the same run:
  *
  * - psd push, pull, and push-then-pull (one training step's exchange) through
- *   worker/client.h, psd in async mode (each push applied on arrival; a pull
+ *   client/ps.h (libps), psd in async mode (each push applied on arrival; a pull
  *   answered at once from a snapshot copy), 1 worker, 1 and 2 shards (the tensor
  *   split in two row halves, one per shard; the "mlp step" row uses the default
  *   MLP's four variables placed as the worker places them);
@@ -36,9 +36,9 @@
 #include <zmq.h>
 
 #include "benchutil.h"
-#include "client.h"
 #include "optim_spec.h"
 #include "placement.h"
+#include "ps.h"
 #include "ps_error.h"
 
 #ifndef PS_BENCH_PSD
@@ -77,7 +77,7 @@ static void usage(FILE *f, const char *argv0) {
             "usage: %s [--sizes LIST] [--reps N] [--min-ms MS] [--enc plain|curve|both]\n"
             "          [--transport tcp|ipc|both] [--only C] [--psd PATH] [--psctl PATH]\n"
             "Throughput and latency of psd's data path (push, pull, push-then-pull through\n"
-            "worker/client.h against psd processes it starts, 1 and 2 shards) beside a raw\n"
+            "client/ps.h (libps) against psd processes it starts, 1 and 2 shards) beside a raw\n"
             "ZeroMQ DEALER/ROUTER echo and memcpy of the same bytes, plaintext and CurveZMQ.\n"
             "  --sizes LIST  comma-separated payload sizes, suffix K/M (KiB/MiB), or \"mlp\"\n"
             "                (the default MLP's 101,770 floats); default\n"

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "client.h"
+#include "ps.h"
 #include "exchange.h"
 #include "log.h"
 #include "placement.h"

@@ -20,6 +20,13 @@
 #define DEFAULT_JOB_ID "default"
 #define EXIT_LOST 4 /* PS_ELOST: restarting this worker cannot bring the variables back */
 
+/* libps logs through common/log.c, which applies its own level (PS_LOG_LEVEL). */
+static void lib_log(void *user, ps_lib_log_level level, const char *line) {
+    (void)user;
+    static const ps_log_level map[] = {PS_LOG_DEBUG, PS_LOG_INFO, PS_LOG_WARN, PS_LOG_ERROR};
+    ps_log(map[level <= PS_LIB_LOG_ERROR ? level : PS_LIB_LOG_ERROR], "%s", line);
+}
+
 typedef struct {
     char ps[8192];
     long index, workers;
@@ -274,6 +281,7 @@ int main(int argc, char **argv) {
     char tag[32];
     snprintf(tag, sizeof tag, cfg.index == 0 ? "chief" : "worker[%u]", cfg.index);
     ps_log_set_tag(tag);
+    ps_lib_set_log(lib_log, NULL, PS_LIB_LOG_DEBUG);
     ps_die_with_parent();
     ps_k_set_threads((int)o.blas_threads);
 

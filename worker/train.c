@@ -14,6 +14,7 @@
 #include "log.h"
 #include "model.h"
 #include "prefetch.h"
+#include "ps.h"
 #include "ps_error.h"
 #include "tensorfile.h"
 

@@ -9,9 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "client.h"
 #include "model.h"
 #include "progress.h"
+#include "ps.h"
 
 typedef struct {
     const char *const *ps; /* "host:port" per shard, borrowed */

@@ -1,13 +1,12 @@
-/* psctl checkpoint / shutdown / status: sends one request to every psd shard over a ZeroMQ
- * DEALER, waits for the answers under one deadline and reports each shard (status: as a
- * table or JSON). */
+/* psctl checkpoint / shutdown / status: sends one request to every psd shard at once
+ * through libps (ps.h), waits for the answers under one deadline and reports each shard
+ * (status: as a table or JSON). */
 #include "admin.h"
 
-#include "curve_keys.h"
+#include "ps.h"
 #include "ps_error.h"
 #include "tfconfig.h"
 #include "utf8.h"
-#include "wire.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -18,43 +17,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <zmq.h>
 
 #define DEFAULT_TIMEOUT_S 10.0
 #define MAX_TIMEOUT_S 86400.0
+
+/* What one shard's request came to. */
+enum { DONE_OK = 1, DONE_FAILED = -1, TIMED_OUT = -2 };
+
+typedef struct {
+    int state;
+    ps_stats stats;          /* status, DONE_OK: owned */
+    ps_checkpoint_info ckpt; /* checkpoint, DONE_OK */
+    char line[768];          /* DONE_FAILED, or DONE_OK with a describe(): what to say about it */
+} shard_req;
+
+typedef enum { CMD_CHECKPOINT, CMD_SHUTDOWN, CMD_STATUS } cmd_kind;
 
 /* One admin command: the request it sends and how it reports the expected reply. */
 typedef struct {
     const char *name;
     const char *what; /* for --help: "write a checkpoint now" */
-    Ps__Header__BodyCase reply;
-    void (*fill)(Ps__Header *h);
+    cmd_kind kind;
     /* The line printed for a shard that answered (NULL: the command prints its own report). */
-    void (*describe)(const Ps__Header *h, char *buf, size_t n);
+    void (*describe)(const shard_req *s, char *buf, size_t n);
     int json; /* accepts --json */
 } admin_cmd;
 
 /* ---- the commands ---------------------------------------------------------------- */
-
-static Ps__Checkpoint checkpoint_body = PS__CHECKPOINT__INIT;
-static Ps__Shutdown shutdown_body = PS__SHUTDOWN__INIT;
-static Ps__Stats stats_body = PS__STATS__INIT;
-
-static void fill_checkpoint(Ps__Header *h) {
-    h->body_case = PS__HEADER__BODY_CHECKPOINT;
-    h->checkpoint = &checkpoint_body;
-}
-
-static void fill_shutdown(Ps__Header *h) {
-    h->body_case = PS__HEADER__BODY_SHUTDOWN;
-    h->shutdown = &shutdown_body;
-}
-
-static void fill_stats(Ps__Header *h) {
-    h->body_case = PS__HEADER__BODY_STATS;
-    h->stats = &stats_body;
-}
 
 /* "812 B", "5.2 kB", "5.2 MB", "1.3 GB" (powers of 1000). */
 static void format_bytes(char *buf, size_t n, uint64_t bytes) {
@@ -72,34 +61,26 @@ static void format_bytes(char *buf, size_t n, uint64_t bytes) {
     snprintf(buf, n, "%.1f %s", v, units[u]);
 }
 
-static void describe_checkpoint(const Ps__Header *h, char *buf, size_t n) {
-    const Ps__CheckpointReply *r = h->checkpoint_reply;
+static void describe_checkpoint(const shard_req *s, char *buf, size_t n) {
+    const ps_checkpoint_info *r = &s->ckpt;
     char size[32];
     format_bytes(size, sizeof size, r->bytes);
     snprintf(buf, n, "checkpoint version %llu \xe2\x86\x92 %s (%s)", (unsigned long long)r->version,
-             r->path && *r->path ? r->path : "?", size);
+             *r->path ? r->path : "?", size);
 }
 
-static void describe_shutdown(const Ps__Header *h, char *buf, size_t n) {
-    (void)h;
+static void describe_shutdown(const shard_req *s, char *buf, size_t n) {
+    (void)s;
     snprintf(buf, n, "shutting down");
 }
 
 static const admin_cmd checkpoint_cmd = {"checkpoint",
                                          "write a checkpoint now (psd needs "
                                          "--checkpoint-dir)",
-                                         PS__HEADER__BODY_CHECKPOINT_REPLY,
-                                         fill_checkpoint,
-                                         describe_checkpoint,
-                                         0};
-static const admin_cmd shutdown_cmd = {"shutdown",
-                                       "stop gracefully (psd answers, then exits 0)",
-                                       PS__HEADER__BODY_SHUTDOWN_REPLY,
-                                       fill_shutdown,
-                                       describe_shutdown,
-                                       0};
-static const admin_cmd status_cmd = {
-    "status", "report its stats", PS__HEADER__BODY_STATS_REPLY, fill_stats, NULL, 1};
+                                         CMD_CHECKPOINT, describe_checkpoint, 0};
+static const admin_cmd shutdown_cmd = {"shutdown", "stop gracefully (psd answers, then exits 0)",
+                                       CMD_SHUTDOWN, describe_shutdown, 0};
+static const admin_cmd status_cmd = {"status", "report its stats", CMD_STATUS, NULL, 1};
 
 /* ---- options --------------------------------------------------------------------- */
 
@@ -268,22 +249,6 @@ static int load_shards(const admin_cmd *cmd, const admin_opts *o, ps_cluster *cl
 
 /* ---- requests -------------------------------------------------------------------- */
 
-enum { WAITING = 0, DONE_OK = 1, DONE_FAILED = -1, TIMED_OUT = -2 };
-
-typedef struct {
-    void *sock;
-    uint64_t request_id;
-    int state;
-    Ps__Header *reply; /* DONE_OK: the decoded reply, owned */
-    char line[768];    /* DONE_FAILED, or DONE_OK with a describe(): what to say about it */
-} shard_req;
-
-static uint64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static void set_result(shard_req *s, int state, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -295,121 +260,72 @@ static void set_result(shard_req *s, int state, const char *fmt, ...) {
     s->state = state;
 }
 
-/* Opens a DEALER to addr (a CURVE client when curve is non-NULL) and sends the request;
- * a failure is recorded in s. */
-static void send_request(const admin_cmd *cmd, void *zctx, const char *addr,
-                         const ps_curve_client *curve, shard_req *s) {
-    s->sock = zmq_socket(zctx, ZMQ_DEALER);
-    if (!s->sock) {
-        set_result(s, DONE_FAILED, "cannot make a socket: %s", zmq_strerror(zmq_errno()));
-        return;
-    }
-    int linger = 0, ipv6 = 1;
-    zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt(s->sock, ZMQ_IPV6, &ipv6, sizeof ipv6);
-    if (curve && ps_curve_client_apply(s->sock, curve) != PS_OK) {
-        set_result(s, DONE_FAILED, "cannot set the CurveZMQ keys: %s", zmq_strerror(zmq_errno()));
-        return;
-    }
-    char endpoint[300];
-    snprintf(endpoint, sizeof endpoint, "%s%s", ps_ipc_path(addr) ? "" : "tcp://", addr);
-    if (zmq_connect(s->sock, endpoint) != 0) {
-        set_result(s, DONE_FAILED, "cannot connect: %s", zmq_strerror(zmq_errno()));
-        return;
-    }
-    Ps__Header h = PS__HEADER__INIT;
-    h.protocol_version = PS_PROTOCOL_VERSION;
-    h.request_id = s->request_id;
-    cmd->fill(&h);
-    /* The DEALER queues the message until the connection is up. */
-    if (ps_wire_send(s->sock, NULL, 0, &h, NULL, 0, ZMQ_DONTWAIT) != PS_OK)
-        set_result(s, DONE_FAILED, "cannot send the %s request: %s", cmd->name,
-                   zmq_strerror(zmq_errno()));
-}
-
-/* Reads one message from s's socket and records the outcome (keeping the reply) unless
- * it answers an older request (then it is dropped). */
-static void take_reply(const admin_cmd *cmd, shard_req *s) {
-    ps_frames f;
-    if (ps_frames_recv(s->sock, ZMQ_DONTWAIT, &f) != PS_OK) return;
-    Ps__Header *h = NULL;
-    char err[256] = "";
-    int rc = f.n >= 1 ? ps_header_decode(zmq_msg_data(&f.frames[0]), zmq_msg_size(&f.frames[0]), &h,
-                                         err, sizeof err)
-                      : PS_EPROTO;
-    if (h && h->request_id != s->request_id) {
-        /* not ours: keep waiting */
-    } else if (rc != PS_OK) {
-        set_result(s, DONE_FAILED, "bad reply (%s): %s", ps_errname(rc), err);
-    } else if (h->body_case == PS__HEADER__BODY_ERROR) {
-        set_result(s, DONE_FAILED, "%s failed: %s: %s", cmd->name,
-                   h->error->code_name && *h->error->code_name ? h->error->code_name : "ERROR",
-                   h->error->message ? h->error->message : "");
-    } else if (h->body_case != cmd->reply) {
-        set_result(s, DONE_FAILED, "unexpected reply to %s (body %d)", cmd->name,
-                   (int)h->body_case);
-    } else {
-        if (cmd->describe) cmd->describe(h, s->line, sizeof s->line);
-        s->state = DONE_OK;
-        s->reply = h;
-        h = NULL;
-    }
-    if (h) ps__header__free_unpacked(h, NULL);
-    ps_frames_close(&f);
-}
-
-/* Sends cmd to every shard at once and waits for all answers until timeout_s. Returns
- * the n_ps outcomes in shard order (none WAITING; the caller frees them with
- * free_results), or NULL after a message when out of memory. */
-static shard_req *exchange(const admin_cmd *cmd, const ps_cluster *cl, double timeout_s,
-                           const ps_curve_client *curve) {
+/* Sends cmd to every shard at once through libps and waits for all answers until
+ * timeout_s. Returns the n_ps outcomes in shard order (the caller frees them with
+ * free_results), or NULL after a message (2 in *bad_usage for unusable CurveZMQ keys). */
+static shard_req *exchange(const admin_cmd *cmd, const ps_cluster *cl, const admin_opts *o,
+                           int *bad_usage) {
     size_t n = cl->n_ps;
+    char err[1200];
+    ps_client *c = NULL;
     shard_req *reqs = calloc(n, sizeof *reqs);
-    zmq_pollitem_t *items = calloc(n, sizeof *items);
-    void *zctx = zmq_ctx_new();
-    if (!reqs || !items || !zctx) {
-        fprintf(stderr, "psctl %s: out of memory\n", cmd->name);
+    ps_shard_result *res = calloc(n, sizeof *res);
+    ps_stats *stats = cmd->kind == CMD_STATUS ? calloc(n, sizeof *stats) : NULL;
+    ps_checkpoint_info *ckpt = cmd->kind == CMD_CHECKPOINT ? calloc(n, sizeof *ckpt) : NULL;
+    int rc = !reqs || !res || (cmd->kind == CMD_STATUS && !stats) ||
+                     (cmd->kind == CMD_CHECKPOINT && !ckpt)
+                 ? PS_ENOMEM
+                 : ps_client_open(&c, (const char *const *)cl->ps, n, 0, 1, err, sizeof err);
+    if (rc == PS_ENOMEM) snprintf(err, sizeof err, "out of memory");
+    if (rc == PS_OK && o->curve_secret) {
+        rc = ps_client_set_curve(c, o->curve_secret, o->server_key, err, sizeof err);
+        if (rc != PS_OK) *bad_usage = 2;
+    }
+    if (rc == PS_OK) {
+        double ms = o->timeout_s * 1000.0 + 0.5;
+        ps_client_set_timeout(c, ms < 1 ? 1 : ms > 2e9 ? 2000000000 : (int)ms);
+        ps_client_set_ipv6(c, 1);
+        if (cmd->kind == CMD_STATUS)
+            ps_client_stats_all(c, stats, res);
+        else if (cmd->kind == CMD_CHECKPOINT)
+            ps_client_checkpoint_all(c, ckpt, res);
+        else
+            ps_client_shutdown_all(c, res);
+    }
+    ps_client_close(c);
+    if (rc != PS_OK) {
+        fprintf(stderr, "psctl %s: %s\n", cmd->name, err);
         free(reqs);
-        free(items);
-        if (zctx) zmq_ctx_term(zctx);
-        return NULL;
+        reqs = NULL;
     }
-    for (size_t i = 0; i < n; i++) {
-        reqs[i].request_id = i + 1;
-        send_request(cmd, zctx, cl->ps[i], curve, &reqs[i]);
+    for (size_t i = 0; reqs && i < n; i++) {
+        shard_req *s = &reqs[i];
+        const ps_shard_result *r = &res[i];
+        if (r->rc == PS_OK) {
+            s->state = DONE_OK;
+            if (stats) s->stats = stats[i];
+            if (ckpt) s->ckpt = ckpt[i];
+            if (cmd->describe) cmd->describe(s, s->line, sizeof s->line);
+        } else if (r->remote) {
+            set_result(s, DONE_FAILED, "%s failed: %s: %s", cmd->name, ps_errname(r->rc), r->error);
+        } else if (r->rc == PS_ETIMEDOUT) {
+            s->state = TIMED_OUT;
+        } else {
+            set_result(s, DONE_FAILED, "%s", r->error);
+        }
     }
-    uint64_t deadline = now_ms() + (uint64_t)(timeout_s * 1000.0 + 0.5);
-    for (;;) {
-        size_t waiting = 0;
-        for (size_t i = 0; i < n; i++) {
-            int w = reqs[i].state == WAITING;
-            items[i] = (zmq_pollitem_t){reqs[i].sock, -1, w ? ZMQ_POLLIN : 0, 0};
-            waiting += (size_t)w;
-        }
-        uint64_t now = now_ms();
-        if (waiting == 0 || now >= deadline) break;
-        int ready = zmq_poll(items, (int)n, (long)(deadline - now));
-        if (ready < 0) {
-            if (zmq_errno() == EINTR) continue;
-            fprintf(stderr, "psctl %s: poll failed: %s\n", cmd->name, zmq_strerror(zmq_errno()));
-            break;
-        }
+    if (!reqs && stats)
         for (size_t i = 0; i < n; i++)
-            if (items[i].revents & ZMQ_POLLIN) take_reply(cmd, &reqs[i]);
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (reqs[i].state == WAITING) reqs[i].state = TIMED_OUT;
-        if (reqs[i].sock) zmq_close(reqs[i].sock);
-        reqs[i].sock = NULL;
-    }
-    zmq_ctx_term(zctx);
-    free(items);
+            ps_stats_free(&stats[i]);
+    free(stats);
+    free(ckpt);
+    free(res);
     return reqs;
 }
 
 static void free_results(shard_req *reqs, size_t n) {
     for (size_t i = 0; i < n; i++)
-        if (reqs[i].reply) ps__header__free_unpacked(reqs[i].reply, NULL);
+        ps_stats_free(&reqs[i].stats);
     free(reqs);
 }
 
@@ -455,9 +371,9 @@ static void format_duration(char *buf, size_t n, double secs) {
         snprintf(buf, n, "%llud%02lluh", t / 86400, t % 86400 / 3600);
 }
 
-static const char *mode_name(const Ps__StatsReply *r, char *buf, size_t n) {
-    if (r->mode == PS__MODE__MODE_SYNC) return "sync";
-    if (r->mode == PS__MODE__MODE_ASYNC) return "async";
+static const char *mode_name(const ps_stats *r, char *buf, size_t n) {
+    if (r->mode == PS_MODE_SYNC) return "sync";
+    if (r->mode == PS_MODE_ASYNC) return "async";
     snprintf(buf, n, "mode-%d", (int)r->mode);
     return buf;
 }
@@ -502,7 +418,7 @@ static void fill_row(status_row row, size_t i, const char *addr, const shard_req
     snprintf(row[COL_SHARD], CELL, "%zu", i);
     snprintf(row[COL_ADDRESS], CELL, "%s", addr);
     if (s->state != DONE_OK) return;
-    const Ps__StatsReply *r = s->reply->stats_reply;
+    const ps_stats *r = &s->stats;
     char mode[32];
     snprintf(row[COL_MODE], CELL, "%s", mode_name(r, mode, sizeof mode));
     snprintf(row[COL_VERSION], CELL, "%llu", (unsigned long long)r->version);
@@ -584,7 +500,7 @@ static cJSON *shard_json(size_t i, const char *addr, const shard_req *s, double 
         add_text(o, "error", why);
         return o;
     }
-    const Ps__StatsReply *r = s->reply->stats_reply;
+    const ps_stats *r = &s->stats;
     char buf[32];
     cJSON_AddTrueToObject(o, "ok");
     add_text(o, "mode", mode_name(r, buf, sizeof buf));
@@ -628,9 +544,9 @@ static cJSON *shard_json(size_t i, const char *addr, const shard_req *s, double 
     for (size_t k = 0; vars && k < r->n_vars; k++) {
         cJSON *v = cJSON_CreateObject();
         if (!v) break;
-        add_text(v, "name", r->vars[k]->name);
-        add_u64(v, "numel", r->vars[k]->numel);
-        add_text(v, "optimizer", r->vars[k]->optimizer);
+        add_text(v, "name", r->vars[k].name);
+        add_u64(v, "numel", r->vars[k].numel);
+        add_text(v, "optimizer", r->vars[k].optimizer);
         cJSON_AddItemToArray(vars, v);
     }
     return o;
@@ -670,11 +586,11 @@ static int report_status(const ps_cluster *cl, const shard_req *reqs, double tim
         print_table(cl, reqs, timeout_s);
     fflush(stdout);
     for (size_t i = 0; i < cl->n_ps; i++)
-        if (reqs[i].state == DONE_OK && reqs[i].reply->stats_reply->shard_index != i)
+        if (reqs[i].state == DONE_OK && reqs[i].stats.shard_index != i)
             fprintf(stderr,
                     "psctl status: ps %zu %s says it is shard %u: the list is not in "
                     "shard order\n",
-                    i, cl->ps[i], (unsigned)reqs[i].reply->stats_reply->shard_index);
+                    i, cl->ps[i], (unsigned)reqs[i].stats.shard_index);
     int failed = report_failed(&status_cmd, reqs, cl->n_ps);
     return rc || failed ? 1 : 0;
 }
@@ -684,20 +600,13 @@ static int admin_main(const admin_cmd *cmd, int argc, char **argv) {
     int r = parse(cmd, argc, argv, &o);
     if (r == 1) return 0;
     if (r != 0) return 2;
-    ps_curve_client curve;
-    if (o.curve_secret) {
-        char err[1200];
-        if (ps_curve_client_load(&curve, o.curve_secret, o.server_key, err, sizeof err) != PS_OK) {
-            fprintf(stderr, "psctl %s: %s\n", cmd->name, err);
-            return 2;
-        }
-    }
     ps_cluster cl = {0};
     r = load_shards(cmd, &o, &cl);
     if (r == 0) {
-        shard_req *reqs = exchange(cmd, &cl, o.timeout_s, o.curve_secret ? &curve : NULL);
+        int bad_usage = 0;
+        shard_req *reqs = exchange(cmd, &cl, &o, &bad_usage);
         if (!reqs)
-            r = 1;
+            r = bad_usage ? bad_usage : 1;
         else if (cmd->describe)
             r = report_lines(cmd, &cl, reqs, o.timeout_s);
         else
@@ -705,7 +614,6 @@ static int admin_main(const admin_cmd *cmd, int argc, char **argv) {
         if (reqs) free_results(reqs, cl.n_ps);
     }
     ps_cluster_free(&cl);
-    if (o.curve_secret) ps_curve_wipe(&curve, sizeof curve);
     return r;
 }
 

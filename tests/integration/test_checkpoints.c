@@ -18,9 +18,9 @@
 #include <zmq.h>
 
 #include "../unit/testutil.h"
-#include "client.h"
 #include "crc32c.h"
 #include "proc.h"
+#include "ps.h"
 #include "ps_error.h"
 #include "wire.h"
 

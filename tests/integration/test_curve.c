@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 #include "../unit/testutil.h"
-#include "client.h"
 #include "curve_keys.h"
 #include "proc.h"
+#include "ps.h"
 #include "ps_error.h"
 
 #define LR 0.5f
@@ -230,11 +230,11 @@ START_TEST(authorized_client_is_served) {
     /* idle for a few worker timeouts: only CURVE heartbeats keep the worker in */
     long long until = now_ms() + 4000;
     while (now_ms() < until) {
-        Ps__Header *h = NULL;
+        ps_stats h;
         rc = ps_client_stats(k.c, 0, &h);
         ck_assert_msg(rc == PS_OK, "stats: %s", ps_client_error(k.c));
-        uint64_t removed = h->stats_reply->workers_removed;
-        ps__header__free_unpacked(h, NULL);
+        uint64_t removed = h.workers_removed;
+        ps_stats_free(&h);
         ck_assert_msg(removed == 0, "psd timed the worker out: its heartbeats did not get in");
         nap_ms(100);
     }

@@ -18,8 +18,8 @@
 #include <time.h>
 
 #include "../unit/testutil.h"
-#include "client.h"
 #include "proc.h"
+#include "ps.h"
 #include "ps_error.h"
 
 static long long now_ms(void) {
@@ -44,7 +44,7 @@ static int file_has(const char *path, const char *what) {
 }
 
 /* Stats of shard `ps` (a client that never says Hello, so it joins nothing). */
-static Ps__StatsReply *stats(const ps_test_psd *ps, Ps__Header **hold) {
+static ps_stats *stats(const ps_test_psd *ps, ps_stats *hold) {
     ps_client *c;
     char err[256];
     const char *eps[1] = {ps->endpoint};
@@ -53,13 +53,13 @@ static Ps__StatsReply *stats(const ps_test_psd *ps, Ps__Header **hold) {
     int rc = ps_client_stats(c, 0, hold);
     ck_assert_msg(rc == PS_OK, "stats: %s", ps_client_error(c));
     ps_client_close(c);
-    return (*hold)->stats_reply;
+    return hold;
 }
 
 static uint64_t version_of(const ps_test_psd *ps) {
-    Ps__Header *h;
+    ps_stats h;
     uint64_t v = stats(ps, &h)->version;
-    ps__header__free_unpacked(h, NULL);
+    ps_stats_free(&h);
     return v;
 }
 
@@ -148,10 +148,10 @@ START_TEST(worker_killed_sync_job_finishes) {
     printf("worker killed: test accuracy %.4f\n", acc);
     ck_assert_msg(acc >= 0.84, "test accuracy %.4f < 0.84", acc);
     for (int i = 0; i < 2; i++) {
-        Ps__Header *h;
-        Ps__StatsReply *st = stats(&psd[i], &h);
+        ps_stats h;
+        ps_stats *st = stats(&psd[i], &h);
         ck_assert_uint_eq(st->workers_removed, 1);
-        ps__header__free_unpacked(h, NULL);
+        ps_stats_free(&h);
         ck_assert_msg(file_has(psd[i].log, "worker 2 removed"), "shard %d logged no removal", i);
         ck_assert_int_eq(ps_test_psd_stop(&psd[i], 10000), 0);
     }
@@ -223,12 +223,12 @@ START_TEST(psd_killed_restarts_from_checkpoint) {
     /* wait for a periodic checkpoint of shard 0, well into the job */
     long long deadline = now_ms() + 60000;
     for (;;) {
-        Ps__Header *h;
-        Ps__StatsReply *st = stats(&psd[0], &h);
+        ps_stats h;
+        ps_stats *st = stats(&psd[0], &h);
         /* a checkpoint with the variables in it: the first one may be of the
          * empty shard at version 0, written before the chief created them */
         int ready = st->checkpoint_version >= 100 && st->version >= 150;
-        ps__header__free_unpacked(h, NULL);
+        ps_stats_free(&h);
         if (ready || now_ms() > deadline) break;
         nap_ms(20);
     }
@@ -279,8 +279,8 @@ START_TEST(backup_workers_do_not_wait_for_the_slow_one) {
     ck_assert_int_eq(finish_worker(&j, 1, 60000), 0);
     ck_assert_int_eq(finish_worker(&j, 2, 60000), 0);
     long long all_ms = now_ms() - t0;
-    Ps__Header *h;
-    Ps__StatsReply *st = stats(&psd, &h);
+    ps_stats h;
+    ps_stats *st = stats(&psd, &h);
     printf("backup workers: chief %lld ms, slow worker done at %lld ms; version %llu, dropped "
            "%llu\n",
            chief_ms, all_ms, (unsigned long long)st->version,
@@ -290,7 +290,7 @@ START_TEST(backup_workers_do_not_wait_for_the_slow_one) {
     ck_assert_uint_ge(all_ms, STEPS * SLOW_MS);
     ck_assert_uint_ge(st->version, STEPS);
     ck_assert_uint_gt(st->dropped_pushes, 0); /* the slow worker's late pushes */
-    ps__header__free_unpacked(h, NULL);
+    ps_stats_free(&h);
     ck_assert_int_eq(ps_test_psd_stop(&psd, 10000), 0);
     ps_test_rmdir(j.dir);
 }
@@ -312,12 +312,12 @@ static uint64_t async_staleness(const char *staleness, uint64_t *waits) {
     start_worker(&j, 2, 3, slow);
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(finish_worker(&j, i, 60000), 0);
-    Ps__Header *h;
-    Ps__StatsReply *st = stats(&psd, &h);
+    ps_stats h;
+    ps_stats *st = stats(&psd, &h);
     uint64_t worst = st->max_staleness;
     *waits = st->staleness_waits;
     ck_assert_uint_eq(st->pushes_applied, 90);
-    ps__header__free_unpacked(h, NULL);
+    ps_stats_free(&h);
     ck_assert_int_eq(ps_test_psd_stop(&psd, 10000), 0);
     ps_test_rmdir(j.dir);
     return worst;
@@ -358,11 +358,11 @@ START_TEST(psd_stall_does_not_remove_live_workers) {
         /* a few membership ticks after the stall */
         long long until = now_ms() + 1000;
         while (now_ms() < until) {
-            Ps__Header *h = NULL;
+            ps_stats h;
             rc = ps_client_stats(c, 0, &h);
             ck_assert_msg(rc == PS_OK, "stats: %s", ps_client_error(c));
-            uint64_t removed = h->stats_reply->workers_removed;
-            ps__header__free_unpacked(h, NULL);
+            uint64_t removed = h.workers_removed;
+            ps_stats_free(&h);
             if (removed) ps_test_dump(psd.log);
             ck_assert_msg(removed == 0, "round %d: psd removed a live worker after its own stall",
                           round);
@@ -375,10 +375,10 @@ START_TEST(psd_stall_does_not_remove_live_workers) {
     long long deadline = now_ms() + 30000;
     uint64_t removed = 0;
     while (!removed && now_ms() < deadline) {
-        Ps__Header *h = NULL;
+        ps_stats h;
         ck_assert_int_eq(ps_client_stats(q, 0, &h), PS_OK);
-        removed = h->stats_reply->workers_removed;
-        ps__header__free_unpacked(h, NULL);
+        removed = h.workers_removed;
+        ps_stats_free(&h);
         if (!removed) nap_ms(50);
     }
     ps_client_close(q);

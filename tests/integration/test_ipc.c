@@ -17,8 +17,8 @@
 #include <unistd.h>
 
 #include "../unit/testutil.h"
-#include "client.h"
 #include "proc.h"
+#include "ps.h"
 #include "ps_error.h"
 
 #define EXIT_MS 10000

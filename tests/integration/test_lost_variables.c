@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "../unit/testutil.h"
-#include "client.h"
 #include "proc.h"
+#include "ps.h"
 #include "ps_error.h"
 
 /* Runs a 2-shard, 2-worker psctl local job on the real binaries, SIGKILLs psd 1 once the

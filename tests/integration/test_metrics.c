@@ -19,8 +19,8 @@
 #include <zmq.h>
 
 #include "../unit/testutil.h"
-#include "client.h"
 #include "proc.h"
+#include "ps.h"
 #include "ps_error.h"
 
 #define PROM_TYPE "text/plain; version=0.0.4; charset=utf-8"

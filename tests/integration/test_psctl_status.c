@@ -19,8 +19,8 @@
 #include <unistd.h>
 
 #include "../unit/testutil.h"
-#include "client.h"
 #include "proc.h"
+#include "ps.h"
 #include "ps_error.h"
 #include "raw.h"
 #include "utf8.h"

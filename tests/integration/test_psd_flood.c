@@ -20,8 +20,8 @@
 #include <zmq.h>
 
 #include "../unit/testutil.h"
-#include "client.h"
 #include "proc.h"
+#include "ps.h"
 #include "ps_error.h"
 #include "wire.h"
 

@@ -11,7 +11,7 @@
 #include <zmq.h>
 
 #include "../unit/testutil.h"
-#include "client.h"
+#include "ps.h"
 #include "proc.h"
 #include "ps_error.h"
 #include "wire.h"
@@ -69,9 +69,9 @@ static void good_step(client *k, uint64_t step) {
     ck_assert_float_eq_tol(k->v[0][0], want, 1e-6f);
 }
 
-static Ps__StatsReply *stats(client *k, Ps__Header **hold) {
+static ps_stats *stats(client *k, ps_stats *hold) {
     ck_assert_int_eq(ps_client_stats(k->c, 0, hold), PS_OK);
-    return (*hold)->stats_reply;
+    return hold;
 }
 
 START_TEST(limits_hold_and_good_client_is_served) {
@@ -117,9 +117,9 @@ START_TEST(limits_hold_and_good_client_is_served) {
     const size_t ok3[3] = {1000, 10, 5};
     ck_assert_int_eq(client_open(&many, 3, ok3, 1), PS_OK); /* 3 = the limit: fine */
     client_close(&many);
-    Ps__Header *h;
+    ps_stats h;
     ck_assert_uint_eq(stats(&good, &h)->n_vars, 3);
-    ps__header__free_unpacked(h, NULL);
+    ps_stats_free(&h);
     /* a fourth variable from another client */
     client fourth;
     const size_t one[1] = {7};
@@ -137,11 +137,11 @@ START_TEST(limits_hold_and_good_client_is_served) {
     ps_client_close(fourth.c);
     good_step(&good, 3);
 
-    Ps__StatsReply *st = stats(&good, &h);
+    ps_stats *st = stats(&good, &h);
     ck_assert_uint_eq(st->n_vars, 3);
     ck_assert_uint_eq(st->version, 4);
     ck_assert_uint_ge(st->errors, 3); /* tensor size, the shape clash, the var count */
-    ps__header__free_unpacked(h, NULL);
+    ps_stats_free(&h);
     client_close(&good);
     ck_assert_int_eq(ps_test_psd_stop(&psd, 10000), 0);
 }

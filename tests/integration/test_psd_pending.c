@@ -10,8 +10,8 @@
 #include <time.h>
 
 #include "../unit/testutil.h"
-#include "client.h"
 #include "proc.h"
+#include "ps.h"
 #include "ps_error.h"
 #include "raw.h"
 #include "wire.h"
@@ -118,8 +118,8 @@ static void push_pull(raw_conn *r, uint64_t id) {
     raw_send_hdr(r, &h, pl, lens, 1);
 }
 
-static Ps__Header *stats(ps_client *c) {
-    Ps__Header *h = NULL;
+static ps_stats stats(ps_client *c) {
+    ps_stats h;
     ck_assert_msg(ps_client_stats(c, 0, &h) == PS_OK, "%s", ps_client_error(c));
     return h;
 }
@@ -129,9 +129,9 @@ static void wait_pending(ps_client *c, uint64_t want, int timeout_ms) {
     long long deadline = now_ms() + timeout_ms;
     uint64_t got;
     for (;;) {
-        Ps__Header *h = stats(c);
-        got = h->stats_reply->pending_pulls;
-        ps__header__free_unpacked(h, NULL);
+        ps_stats h = stats(c);
+        got = h.pending_pulls;
+        ps_stats_free(&h);
         if (got == want || now_ms() > deadline) break;
     }
     if (got != want) ps_test_dump(psd.log);
@@ -171,14 +171,14 @@ START_TEST(count_limits_give_ebusy) {
     wait_pending(c, 5, 5000);
     far_pull(&x, 1, 1, 0, -1);
     expect_busy(&x, 1, "--max-pending-pulls 5");
-    Ps__Header *h = stats(c);
-    Ps__StatsReply *st = h->stats_reply;
+    ps_stats h = stats(c);
+    ps_stats *st = &h;
     ck_assert_uint_eq(st->pending_pulls, 5);
     ck_assert_uint_eq(st->pending_pulls_refused, 3);
     ck_assert_uint_eq(st->version, 0); /* the refused PushPull applied nothing */
     ck_assert_msg(st->pending_pull_bytes < 5 * 1024, "5 waiting pulls hold %llu bytes",
                   (unsigned long long)st->pending_pull_bytes);
-    ps__header__free_unpacked(h, NULL);
+    ps_stats_free(&h);
     raw_close(&a);
     raw_close(&b);
     raw_close(&x);
@@ -205,10 +205,10 @@ START_TEST(memory_limit_gives_ebusy) {
     ck_assert_msg(h->error->code == PS_EBUSY && strstr(h->error->message, "--max-pending-mb 1"),
                   "%s: %s", h->error->code_name, h->error->message);
     ps__header__free_unpacked(h, NULL);
-    h = stats(c);
-    ck_assert_uint_le(h->stats_reply->pending_pull_bytes, 1u << 20);
-    ck_assert_uint_ge(h->stats_reply->pending_pulls, 100);
-    ps__header__free_unpacked(h, NULL);
+    ps_stats st = stats(c);
+    ck_assert_uint_le(st.pending_pull_bytes, 1u << 20);
+    ck_assert_uint_ge(st.pending_pulls, 100);
+    ps_stats_free(&st);
     raw_close(&a);
     stop(c);
 }
@@ -227,9 +227,9 @@ START_TEST(closed_connection_frees_its_pulls) {
     wait_pending(c, 4, 5000);
     raw_close(&a);
     wait_pending(c, 1, 5000); /* only the open connection's pull is left */
-    Ps__Header *h = stats(c);
-    ck_assert_uint_eq(h->stats_reply->pending_pulls_released, 3);
-    ps__header__free_unpacked(h, NULL);
+    ps_stats h = stats(c);
+    ck_assert_uint_eq(h.pending_pulls_released, 3);
+    ps_stats_free(&h);
     raw_close(&keep);
     wait_pending(c, 0, 5000);
     stop(c);
@@ -247,10 +247,10 @@ START_TEST(pull_past_max_wait_times_out) {
     raw_expect_error(&a, 7, PS_ETIMEDOUT, 5000);
     long long waited = now_ms() - t0;
     ck_assert_msg(waited >= 250, "answered ETIMEDOUT after %lld ms (limit 300)", waited);
-    Ps__Header *h = stats(c);
-    ck_assert_uint_eq(h->stats_reply->pending_pulls, 0);
-    ck_assert_uint_eq(h->stats_reply->pending_pulls_timed_out, 1);
-    ps__header__free_unpacked(h, NULL);
+    ps_stats h = stats(c);
+    ck_assert_uint_eq(h.pending_pulls, 0);
+    ck_assert_uint_eq(h.pending_pulls_timed_out, 1);
+    ps_stats_free(&h);
     raw_close(&a);
     stop(c);
 }
@@ -264,10 +264,10 @@ START_TEST(removed_worker_pull_gets_erejoin) {
     raw_open(&a, psd.endpoint);
     far_pull(&a, 9, 1, 0, 1);
     raw_expect_error(&a, 9, PS_EREJOIN, 5000);
-    Ps__Header *h = stats(c);
-    ck_assert_uint_eq(h->stats_reply->pending_pulls, 0);
-    ck_assert_uint_ge(h->stats_reply->pending_pulls_released, 1);
-    ps__header__free_unpacked(h, NULL);
+    ps_stats h = stats(c);
+    ck_assert_uint_eq(h.pending_pulls, 0);
+    ck_assert_uint_ge(h.pending_pulls_released, 1);
+    ps_stats_free(&h);
     raw_close(&a);
     stop(c);
 }

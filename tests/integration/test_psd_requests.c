@@ -12,8 +12,8 @@
 #include <zmq.h>
 
 #include "../unit/testutil.h"
-#include "client.h"
 #include "proc.h"
+#include "ps.h"
 #include "ps_error.h"
 #include "raw.h"
 #include "wire.h"
@@ -105,11 +105,10 @@ static void expect_unchanged(void) {
 }
 
 /* Asks for stats; the caller frees the header. */
-static Ps__StatsReply *get_stats(good_client *g, Ps__Header **hold) {
+static ps_stats *get_stats(good_client *g, ps_stats *hold) {
     int rc = ps_client_stats(g->c, 0, hold);
     ck_assert_msg(rc == PS_OK, "stats: %s", ps_client_error(g->c));
-    ck_assert_int_eq((*hold)->body_case, PS__HEADER__BODY_STATS_REPLY);
-    return (*hold)->stats_reply;
+    return hold;
 }
 
 /* ---- a raw DEALER (raw.h): requests built byte by byte ---- */
@@ -766,11 +765,11 @@ START_TEST(names_must_be_utf8_without_nul) {
     raw_close(&r);
 
     /* Stats decodes (strictly: ps_header_decode) and lists exactly w, b and the new one */
-    Ps__Header *hold;
-    Ps__StatsReply *st = get_stats(&good, &hold);
+    ps_stats hold;
+    ps_stats *st = get_stats(&good, &hold);
     ck_assert_uint_eq(st->n_vars, 3);
-    ck_assert_str_eq(st->vars[2]->name, wide);
-    ps__header__free_unpacked(hold, NULL);
+    ck_assert_str_eq(st->vars[2].name, wide);
+    ps_stats_free(&hold);
     expect_unchanged();
 }
 END_TEST
@@ -902,8 +901,8 @@ START_TEST(stats_count_errors) {
     raw_send(&r, (const void *[]){""}, (const size_t[]){0}, 1);
     raw_expect_error(&r, 0, PS_EPROTO, REPLY_MS);
     raw_close(&r);
-    Ps__Header *hold;
-    Ps__StatsReply *st = get_stats(&good, &hold);
+    ps_stats hold;
+    ps_stats *st = get_stats(&good, &hold);
     /* hello, create, pull (setup), 2 bad ones, this stats */
     ck_assert_uint_eq(st->requests, 6);
     ck_assert_uint_eq(st->errors, 2);
@@ -912,17 +911,17 @@ START_TEST(stats_count_errors) {
     ck_assert_uint_eq(st->stale_pushes, 0);
     ck_assert_uint_eq(st->pending_pulls, 0);
     ck_assert_uint_eq(st->num_workers, 1);
-    ck_assert_int_eq(st->mode, PS__MODE__MODE_SYNC);
+    ck_assert_int_eq(st->mode, PS_MODE_SYNC);
     ck_assert_uint_eq(st->n_vars, 2);
-    ck_assert_str_eq(st->vars[0]->name, "w");
-    ck_assert_uint_eq(st->vars[0]->numel, NW);
-    ck_assert_str_eq(st->vars[0]->optimizer, "sgd");
-    ck_assert_str_eq(st->vars[1]->name, "b");
-    ck_assert_uint_eq(st->vars[1]->numel, NB);
+    ck_assert_str_eq(st->vars[0].name, "w");
+    ck_assert_uint_eq(st->vars[0].numel, NW);
+    ck_assert_str_eq(st->vars[0].optimizer, "sgd");
+    ck_assert_str_eq(st->vars[1].name, "b");
+    ck_assert_uint_eq(st->vars[1].numel, NB);
     ck_assert_uint_ge(st->bytes_in, sizeof W0 + sizeof B0);  /* the initial values */
     ck_assert_uint_ge(st->bytes_out, sizeof W0 + sizeof B0); /* one pull */
     ck_assert(st->uptime_seconds > 0 && st->uptime_seconds < 60);
-    ps__header__free_unpacked(hold, NULL);
+    ps_stats_free(&hold);
 }
 END_TEST
 
@@ -964,13 +963,13 @@ START_TEST(sync_two_workers) {
     long long t0 = now_ms();
     ck_assert_int_eq(ps_client_pull(c0.c, 1, NULL), PS_ETIMEDOUT);
     ck_assert_int_ge(now_ms() - t0, 250);
-    Ps__Header *hold;
-    Ps__StatsReply *st = get_stats(&c1, &hold);
+    ps_stats hold;
+    ps_stats *st = get_stats(&c1, &hold);
     ck_assert_uint_eq(st->pending_pulls, 1);
     ck_assert_uint_eq(st->version, 0);
     ck_assert_uint_eq(st->pushes_applied, 1);
     ck_assert_uint_eq(st->updates_applied, 0);
-    ps__header__free_unpacked(hold, NULL);
+    ps_stats_free(&hold);
 
     /* worker 1 pushes: the step completes with the mean of both gradients */
     ck_assert_int_eq(ps_client_push(c1.c, 0, &applied), PS_OK);
@@ -1005,10 +1004,10 @@ START_TEST(sync_two_workers) {
      * stale push, pull, this stats */
     ck_assert_uint_eq(st->requests, 14);
     ck_assert_uint_eq(st->num_workers, 2);
-    ck_assert_int_eq(st->mode, PS__MODE__MODE_SYNC);
+    ck_assert_int_eq(st->mode, PS_MODE_SYNC);
     ck_assert_uint_ge(st->bytes_in, 4 * (sizeof W0 + sizeof B0));  /* create + 3 pushes */
     ck_assert_uint_ge(st->bytes_out, 5 * (sizeof W0 + sizeof B0)); /* 5 pull replies */
-    ps__header__free_unpacked(hold, NULL);
+    ps_stats_free(&hold);
 
     /* step 1 works the same way from the new values */
     float want2_w[NW], want2_b[NB];
@@ -1120,16 +1119,16 @@ START_TEST(async_each_push_applies) {
     for (int i = 0; i < NB; i++)
         ck_assert_float_eq(c0.b[i], want_b[i]);
 
-    Ps__Header *hold;
-    Ps__StatsReply *st = get_stats(&c0, &hold);
-    ck_assert_int_eq(st->mode, PS__MODE__MODE_ASYNC);
+    ps_stats hold;
+    ps_stats *st = get_stats(&c0, &hold);
+    ck_assert_int_eq(st->mode, PS_MODE_ASYNC);
     ck_assert_uint_eq(st->version, 3);
     ck_assert_uint_eq(st->pushes_applied, 3);
     ck_assert_uint_eq(st->updates_applied, 3);
     ck_assert_uint_eq(st->stale_pushes, 0);
     ck_assert_uint_eq(st->errors, 0);
     ck_assert_uint_eq(st->pending_pulls, 0);
-    ps__header__free_unpacked(hold, NULL);
+    ps_stats_free(&hold);
     good_close(&c0);
     good_close(&c1);
 }

@@ -15,8 +15,8 @@
 #include <zmq.h>
 
 #include "../unit/testutil.h"
-#include "client.h"
 #include "proc.h"
+#include "ps.h"
 #include "ps_error.h"
 #include "raw.h"
 #include "wire.h"

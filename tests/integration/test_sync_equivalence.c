@@ -9,10 +9,10 @@
 #include <string.h>
 
 #include "../unit/testutil.h"
-#include "client.h"
 #include "data.h"
 #include "model.h"
 #include "proc.h"
+#include "ps.h"
 #include "ps_error.h"
 #include "train.h"
 

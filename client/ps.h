@@ -1,0 +1,261 @@
+/* libps: the public client library for psd shards (pull, push, the training step's
+ * exchange, placement, admin requests). No protobuf or ZeroMQ types appear here. */
+#ifndef PS_H
+#define PS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "optim_spec.h"
+#include "ps_error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PS_API __attribute__((visibility("default")))
+
+/* Conventions: every function that can fail returns PS_OK (0) or a negative ps_err
+ * (ps_error.h) and keeps a one-line reason readable with ps_client_error(c) until the
+ * next call on the same client. The library never exits and never prints: its log
+ * lines go to the callback set with ps_lib_set_log (none by default). A ps_client is
+ * not thread-safe: every call on one client must come from one thread at a time
+ * (different clients may be used from different threads). Functions that are
+ * thread-safe say so. */
+
+typedef struct ps_client ps_client;
+
+/* ---- logging ---------------------------------------------------------------------- */
+
+typedef enum {
+    PS_LIB_LOG_DEBUG = 0,
+    PS_LIB_LOG_INFO,
+    PS_LIB_LOG_WARN,
+    PS_LIB_LOG_ERROR
+} ps_lib_log_level;
+
+/* Receives one line (no newline) at `level`; user as given to ps_lib_set_log. */
+typedef void (*ps_lib_log_fn)(void *user, ps_lib_log_level level, const char *line);
+
+/* Process-wide: lines at `min_level` or above go to fn (NULL: dropped, the default).
+ * Call before any client is opened; not thread-safe against clients logging at the same
+ * time. fn may be called from any thread that uses a client. */
+PS_API void ps_lib_set_log(ps_lib_log_fn fn, void *user, ps_lib_log_level min_level);
+
+/* ---- placement (thread-safe: no state) ------------------------------------------- */
+
+/* A variable to place: a name and a shape (rank 0: a scalar). */
+typedef struct {
+    const char *name;
+    size_t rank;
+    const size_t *shape; /* rank entries, each > 0 */
+} ps_var_desc;
+
+/* Where one variable, or a row range of it, lives. */
+typedef struct {
+    size_t var;                /* index into the input array */
+    unsigned shard;            /* 0 .. num_shards-1 */
+    unsigned part, num_parts;  /* num_parts == 1: the whole variable */
+    size_t row_begin, row_end; /* rows [row_begin, row_end) of shape[0] */
+    char name[96];             /* its name on the shard: the variable's, or "<name>/part_<k>" */
+} ps_piece;
+
+/* The placement every psworker computes: a variable of B bytes (float32) is split by
+ * rows (its first dimension) into min(num_shards, rows, ceil(B / 256 KiB)) parts, and
+ * pieces go largest first to the least loaded shard. The same inputs give the same
+ * placement everywhere. On PS_OK *pieces (caller frees with ps_pieces_free) holds
+ * *n_pieces pieces in input order (var, then part). PS_EINVAL (bad names or shapes,
+ * num_shards 0) or PS_ENOMEM with a reason in err; *pieces is then NULL. */
+PS_API int ps_place_vars(const ps_var_desc *vars, size_t n, unsigned num_shards, ps_piece **pieces,
+                         size_t *n_pieces, char *err, size_t errlen);
+/* Frees what ps_place_vars returned; NULL is ignored. */
+PS_API void ps_pieces_free(ps_piece *pieces);
+
+/* ---- a client --------------------------------------------------------------------- */
+
+/* Thread-safety of everything below that takes a ps_client: one thread at a time per
+ * client (the heartbeat thread a client starts shares nothing with the caller's). */
+
+/* A tensor (or row slice of one) that lives on one shard. */
+typedef struct {
+    char name[96]; /* name on the shard */
+    unsigned shard;
+    size_t rank;
+    size_t shape[2];
+    float *param; /* borrowed: pulls write here; CreateVars sends it as the initial value */
+    float *grad;  /* borrowed: pushes send this (must stay unchanged until the push returns) */
+    ps_opt_spec opt;
+} ps_client_tensor;
+
+/* Makes a client for one connection per endpoint ("host:port" for tcp, or
+ * "ipc://PATH"); the sockets connect at the first request (after ps_client_set_curve, if
+ * called). Returns PS_OK with *out owned by the caller (ps_client_close); PS_EINVAL for
+ * no endpoints or a malformed one, PS_ENOMEM, with a reason in err (*out NULL). */
+PS_API int ps_client_open(ps_client **out, const char *const *endpoints, size_t n_shards,
+                          unsigned worker_index, unsigned num_workers, char *err, size_t errlen);
+/* CurveZMQ: every socket of the client (request sockets, the ones reopened on
+ * reconnect, and the heartbeat thread's) becomes a CURVE client with the key pair
+ * in secret_file (psctl keygen's NAME.key) talking to shards whose public key is in
+ * server_key_file (the server's .pub). Call before the first request (after one,
+ * the sockets are reopened, dropping what was in flight; after the heartbeat has
+ * started, PS_EINVAL). Returns PS_OK, PS_EINVAL (a file cannot be read) or
+ * PS_EFORMAT (malformed), with a reason in err. */
+PS_API int ps_client_set_curve(ps_client *c, const char *secret_file, const char *server_key_file,
+                               char *err, size_t errlen);
+/* Stops the heartbeat, closes the sockets, frees c; NULL is ignored. No other call on c
+ * may run at the same time or after it. */
+PS_API void ps_client_close(ps_client *c);
+/* Deadline for one request round (default 120000 ms; > 0); sync pulls wait for
+ * the slowest worker, so this bounds a barrier too. PS_OK or PS_EINVAL. */
+PS_API int ps_client_set_timeout(ps_client *c, int timeout_ms);
+/* A shard silent this long during a round (default 5000 ms) is probed with a
+ * Hello: same process → keep waiting; no answer → reconnect with backoff and
+ * jitter and re-send; a new process (restarted from a checkpoint) → re-send
+ * (pulls) or PS_ERESTARTED (pushes). Values < 1 count as 1. PS_OK. */
+PS_API int ps_client_set_retry(ps_client *c, int attempt_ms);
+/* Lets "host:port" endpoints resolve to IPv6 as well (default off). Call before the
+ * first request. PS_OK. */
+PS_API int ps_client_set_ipv6(ps_client *c, int on);
+/* Registers a tensor (copied). PS_OK, PS_EINVAL (bad shard, name or shape) or PS_ENOMEM. */
+PS_API int ps_client_add(ps_client *c, const ps_client_tensor *t);
+/* Hello to every shard: checks protocol version and job size, joins the
+ * expected set, and starts the heartbeat thread (at the interval psd asks).
+ * *async is set from the shards' mode (they must agree); *version = the
+ * smallest shard version (either may be NULL). Must come before pull, push and the
+ * step exchange, which name this worker (else PS_EINVAL). */
+PS_API int ps_client_hello(ps_client *c, int *async, uint64_t *version);
+/* Names the job the variables belong to (1..64 bytes of [A-Za-z0-9._-];
+ * NULL or "": none, nothing is checked): CreateVars carries it, and a shard holding
+ * another job's variables refuses them. PS_OK or PS_EINVAL (a malformed id). */
+PS_API int ps_client_set_job(ps_client *c, const char *job_id);
+/* After ps_client_hello, before creating anything: what the shards hold. PS_EEXIST when
+ * a shard holds another job's variables. PS_ELOST when some shards hold variables and
+ * others that should hold some (by placement) hold none: they lost them; their indices
+ * go to lost_shards[0..cap) (may be NULL) and their count to *n_lost (may be NULL), and
+ * the error names them with their addresses. PS_OK otherwise (*n_lost = 0). */
+PS_API int ps_client_check_shards(ps_client *c, unsigned *lost_shards, size_t cap, size_t *n_lost);
+/* Async: this worker's clock (pushes made) as the shards last saw it (0 before hello). */
+PS_API uint64_t ps_client_worker_clock(const ps_client *c);
+/* Checks what the shards said of the job's progress against its size (total_steps
+ * per worker): sync, no shard's version is beyond what the job's pushes can close
+ * (workers x total_steps; one step per push at most); async, no shard remembers
+ * more pushes from this worker than total_steps. Returns PS_OK, or PS_EPROTO naming
+ * the shard: an impossible version is an error, not clamped. */
+PS_API int ps_client_check_progress(ps_client *c, int async, uint64_t total_steps);
+/* Creates every registered tensor on its shard with its current param values;
+ * existing ones (same shape) are kept. *created counts new ones (may be NULL). */
+PS_API int ps_client_create_vars(ps_client *c, size_t *created);
+/* Pulls every registered tensor into its param buffer from all shards at once;
+ * each shard answers when its version >= min_version. *version = smallest shard version.
+ * Every request returns PS_ELOST (naming the shard) when a shard that held this job's
+ * variables no longer does (it restarted without a checkpoint); never PS_ENOENT then. */
+PS_API int ps_client_pull(ps_client *c, uint64_t min_version, uint64_t *version);
+/* The training loop's pull: sync, each shard answers with the step this
+ * worker last pushed to, once closed (or at once if it pushed nothing since
+ * its last pull); async, the newest values, unless --staleness holds this
+ * worker (at `clock` pushes) back. */
+PS_API int ps_client_pull_next(ps_client *c, int async, uint64_t clock, uint64_t *version);
+/* Pushes every registered tensor's grad, tagged with `step`, to all shards at once.
+ * *applied_all is 1 when every shard completed the step with this push (may be NULL). */
+PS_API int ps_client_push(ps_client *c, uint64_t step, int *applied_all);
+/* The training loop's push: each shard's gradients are tagged with the
+ * version pulled from it; `clock` = pushes made before (async). *dropped
+ * counts shards that dropped it (its step had closed). PS_ERESTARTED when a
+ * shard restarted from a checkpoint meanwhile (pull again and go on). */
+PS_API int ps_client_push_next(ps_client *c, uint64_t clock, size_t *dropped);
+
+/* ---- the training step's exchange ------------------------------------------------- */
+
+/* One round trip per shard instead of a push and a pull: each shard gets a PushPull of
+ * its gradients (tagged as ps_client_push_next tags them; `clock` = pushes made before,
+ * async) whose reply carries its values after the update, copied into the param
+ * buffers. A shard's request goes out as soon as all its tensors' gradients are final
+ * (ps_client_grads_ready, called during the backward pass), so it travels while the
+ * rest of the step is computed; ps_client_step_end sends the rest and waits for every
+ * reply. The gradients must stay unchanged until ps_client_step_end returns.
+ * step_begin: PS_OK, or PS_EINVAL (before hello, or a step already open); a failure to
+ * connect is returned here and by step_end. */
+PS_API int ps_client_step_begin(ps_client *c, uint64_t clock);
+/* The gradients in [begin, end) are final for this step (tensors whose grad buffer lies
+ * inside count as ready). PS_OK, PS_EINVAL (no step open), or the step's first send
+ * error (also returned by step_end). */
+PS_API int ps_client_grads_ready(ps_client *c, const float *begin, const float *end);
+/* Ends the step: *dropped counts shards that dropped the push (its step had closed);
+ * *fresh is 1 when every shard sent values, so the next step can start without a pull
+ * (0: pull first, e.g. after a shard restarted: PS_ERESTARTED as for
+ * ps_client_push_next). PS_EINVAL when no step is open. */
+PS_API int ps_client_step_end(ps_client *c, size_t *dropped, int *fresh);
+
+/* Tells every shard this worker is done (it leaves the expected set); stops the
+ * heartbeat. */
+PS_API int ps_client_goodbye(ps_client *c);
+
+/* ---- admin requests (need no hello; one thread at a time per client) --------------- */
+
+#define PS_MODE_SYNC 0
+#define PS_MODE_ASYNC 1
+
+typedef struct {
+    char *name;
+    uint64_t numel;
+    char *optimizer; /* e.g. "adam lr=0.001 ..." */
+} ps_var_stats;
+
+/* A shard's StatsReply; strings and vars are owned (ps_stats_free). */
+typedef struct {
+    uint64_t version;
+    int mode; /* PS_MODE_SYNC, PS_MODE_ASYNC (other: a newer psd) */
+    unsigned shard_index, num_workers, live_workers;
+    uint64_t requests, errors, pushes_applied, stale_pushes, bytes_in, bytes_out;
+    uint64_t pending_pulls;
+    double uptime_seconds;
+    ps_var_stats *vars;
+    size_t n_vars;
+    uint64_t updates_applied, workers_removed, dropped_pushes, max_staleness;
+    uint64_t staleness_waits, checkpoints, checkpoint_version;
+    double checkpoint_age_seconds; /* -1: none */
+    uint64_t incarnation, auth_denied, pending_pull_bytes, pending_pulls_refused;
+    uint64_t pending_pulls_timed_out, pending_pulls_released, dropped_replies;
+    uint64_t loop_turns_cut, checkpoint_failures;
+    char *job_id; /* "" : none */
+} ps_stats;
+
+/* Frees what s owns and zeroes it (the struct itself is the caller's); NULL is ignored.
+ * Thread-safe for distinct structs. */
+PS_API void ps_stats_free(ps_stats *s);
+
+typedef struct {
+    uint64_t version, bytes;
+    char path[4096];
+} ps_checkpoint_info;
+
+/* The outcome of one shard in a request sent to every shard. */
+typedef struct {
+    int rc;          /* PS_OK; PS_ETIMEDOUT: no answer in time; remote: the shard's code */
+    int remote;      /* 1: the shard answered with an error reply (error = its message) */
+    char error[512]; /* rc != PS_OK: why */
+} ps_shard_result;
+
+/* Asks one shard for its stats into *out (zeroed first; ps_stats_free on PS_OK). */
+PS_API int ps_client_stats(ps_client *c, unsigned shard, ps_stats *out);
+/* Asks one shard to write a checkpoint now; *out (may be NULL) says which. */
+PS_API int ps_client_checkpoint(ps_client *c, unsigned shard, ps_checkpoint_info *out);
+/* Asks one shard to shut down (it answers, then stops). */
+PS_API int ps_client_shutdown(ps_client *c, unsigned shard);
+/* The same sent to every shard at once, collected under one deadline (no probes: a
+ * silent shard is PS_ETIMEDOUT). out and res have ps_client_num_shards entries; out[i]
+ * is filled when res[i].rc == PS_OK (stats: free each with ps_stats_free). Returns PS_OK
+ * when every shard succeeded, else the first shard's error (ps_client_error names it). */
+PS_API int ps_client_stats_all(ps_client *c, ps_stats *out, ps_shard_result *res);
+PS_API int ps_client_checkpoint_all(ps_client *c, ps_checkpoint_info *out, ps_shard_result *res);
+PS_API int ps_client_shutdown_all(ps_client *c, ps_shard_result *res);
+
+/* The last error's message ("" if none); valid until the next call on c (same thread). */
+PS_API const char *ps_client_error(const ps_client *c);
+PS_API size_t ps_client_num_shards(const ps_client *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
