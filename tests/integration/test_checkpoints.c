@@ -17,7 +17,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "../unit/testutil.h"
+#include "testutil.h"
 #include "client.h"
 #include "crc32c.h"
 #include "proc.h"

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../unit/testutil.h"
+#include "testutil.h"
 #include "client.h"
 #include "curve_keys.h"
 #include "proc.h"

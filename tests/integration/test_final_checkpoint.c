@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../unit/testutil.h"
+#include "testutil.h"
 #include "checkpoint.h"
 #include "client.h"
 #include "proc.h"

@@ -14,7 +14,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include "../unit/testutil.h"
+#include "testutil.h"
 #include "client.h"
 #include "proc.h"
 #include "ps_error.h"

@@ -18,7 +18,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "../unit/testutil.h"
+#include "testutil.h"
 #include "client.h"
 #include "proc.h"
 #include "ps_error.h"

@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../unit/testutil.h"
+#include "testutil.h"
 #include "proc.h"
 
 #define NETNS_DIR "/var/run/netns" /* where `ip netns` keeps its names */

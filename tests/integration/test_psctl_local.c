@@ -1,6 +1,6 @@
 /* Integration tests for `psctl local`: fake psd/psworker shell scripts drive the
  * supervisor through success, failures, signals and deadlines; one test uses the real binaries. */
-#include "../unit/testutil.h"
+#include "testutil.h"
 #include "kernels.h"
 
 #include <check.h>

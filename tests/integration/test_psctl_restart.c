@@ -1,7 +1,7 @@
 /* Integration tests for psctl's supervision (restarts with backoff, same psd port,
  * --max-restarts, psd pass-through flags) and for `psctl checkpoint` / `psctl shutdown`
  * against fake shards (a ROUTER in a thread of this test) and a real psd. */
-#include "../unit/testutil.h"
+#include "testutil.h"
 #include "proc.h"
 #include "ps_error.h"
 #include "wire.h"

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../unit/testutil.h"
+#include "testutil.h"
 #include "client.h"
 #include "proc.h"
 #include "ps_error.h"

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "../unit/testutil.h"
+#include "testutil.h"
 #include "client.h"
 #include "proc.h"
 #include "ps_error.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../unit/testutil.h"
+#include "testutil.h"
 #include "client.h"
 #include "proc.h"
 #include "ps_error.h"

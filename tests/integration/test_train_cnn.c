@@ -15,7 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../unit/testutil.h"
+#include "testutil.h"
 #include "proc.h"
 
 static bool sanitized(void) {

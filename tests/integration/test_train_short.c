@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../unit/testutil.h"
+#include "testutil.h"
 #include "proc.h"
 
 static char *slurp(const char *path) {

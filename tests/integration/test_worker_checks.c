@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "../unit/testutil.h"
+#include "testutil.h"
 #include "proc.h"
 #include "ps_error.h"
 #include "wire.h"

@@ -5,6 +5,8 @@
 
 #include <sys/types.h>
 
+#include "testutil.h"
+
 typedef struct {
     pid_t pid;
     char endpoint[128]; /* "127.0.0.1:PORT" once ready */
@@ -35,11 +37,6 @@ int ps_test_wait(pid_t pid, int timeout_ms);
 int ps_test_alive(pid_t pid);
 /* Prints a file to stderr (for failure diagnostics). */
 void ps_test_dump(const char *path);
-/* 1 when the file at path contains text, else 0. */
-int ps_test_file_has(const char *path, const char *text);
-/* Polls path until it contains text (1), timeout_ms passes or pid (when > 0) is no
- * longer alive (0). */
-int ps_test_wait_file_has(const char *path, const char *text, int timeout_ms, pid_t pid);
 /* The pid of a child of `parent` whose command line holds the argument arg followed
  * by the argument value (e.g. "--shard", "1"), or 0. Reads /proc. */
 pid_t ps_test_find_child(pid_t parent, const char *arg, const char *value);

@@ -1,4 +1,4 @@
-/* Helpers shared by the Check tests (see testutil.h). */
+/* The test kit shared by every Check test (see testutil.h). */
 #include "testutil.h"
 
 #include <dirent.h>
@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 void ps_test_rng_seed(ps_test_rng *r, uint64_t seed) {
@@ -81,6 +83,86 @@ int ps_test_write_file(const char *path, const void *data, size_t n) {
     size_t w = fwrite(data, 1, n, f);
     int rc = fclose(f);
     return (w == n && rc == 0) ? 0 : -1;
+}
+
+long long ps_test_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void ps_test_nap_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+int ps_test_wait_until(int (*cond)(void *ctx), void *ctx, int timeout_ms, int pace_ms) {
+    long long deadline = ps_test_now_ms() + timeout_ms;
+    for (;;) {
+        if (cond(ctx)) return 1;
+        if (ps_test_now_ms() > deadline) return 0;
+        ps_test_nap_ms(pace_ms); /* pacing between polls */
+    }
+}
+
+char *ps_test_slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, len = 0, r;
+    char *buf = malloc(cap);
+    while (buf && (r = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += r;
+        if (cap - len - 1 == 0) {
+            char *b = realloc(buf, cap * 2);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = b;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (!buf) return NULL;
+    buf[len] = 0;
+    if (n) *n = len;
+    return buf;
+}
+
+const char *ps_test_text(const char *path) {
+    static char *ring[8];
+    static unsigned next;
+    unsigned k = next++ % 8;
+    free(ring[k]);
+    ring[k] = ps_test_slurp(path, NULL);
+    return ring[k] ? ring[k] : "";
+}
+
+/* 1 while pid (our child) has not exited; as ps_test_alive in proc.h. */
+static int pid_running(pid_t pid) {
+    int st;
+    return waitpid(pid, &st, WNOHANG) == 0;
+}
+
+int ps_test_file_has(const char *path, const char *text) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[4096];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, text) != NULL;
+    fclose(f);
+    return found;
+}
+
+int ps_test_wait_file_has(const char *path, const char *text, int timeout_ms, pid_t pid) {
+    long long deadline = ps_test_now_ms() + timeout_ms;
+    for (;;) {
+        if (ps_test_file_has(path, text)) return 1;
+        if (ps_test_now_ms() > deadline || (pid > 0 && !pid_running(pid))) return 0;
+        ps_test_nap_ms(20);
+    }
 }
 
 int ps_test_run_suite(Suite *s) {
