@@ -1,9 +1,9 @@
 /* Integration tests for psctl's supervision (restarts with backoff, same psd port,
  * --max-restarts, psd pass-through flags) and for `psctl checkpoint` / `psctl shutdown`
  * against fake shards (a ROUTER in a thread of this test) and a real psd. */
-#include "testutil.h"
 #include "proc.h"
 #include "ps_error.h"
+#include "testutil.h"
 #include "wire.h"
 
 #include <check.h>
@@ -112,11 +112,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static void nap_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* Reaps every exited child (we are a subreaper: orphaned fakes become ours). */
 static void reap_all(void) {
     while (waitpid(-1, NULL, WNOHANG) > 0) {
@@ -174,7 +169,7 @@ static int recorded_alive_after_wait(void) {
         reap_all();
         int alive = for_each_recorded(proc_alive);
         if (alive == 0 || now_s() > end) return alive;
-        nap_ms(20);
+        ps_test_nap_ms(20);
     }
 }
 

@@ -11,10 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "testutil.h"
 #include "client.h"
 #include "proc.h"
 #include "ps_error.h"
+#include "testutil.h"
 
 #define EXIT_MS 10000
 
@@ -52,26 +52,6 @@ static void teardown(void) {
     ps_test_rmdir(dir);
     free(dir);
     dir = NULL;
-}
-
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Reads a whole (small) file into a static buffer; "" when missing. */
-static const char *slurp(const char *path) {
-    static char buf[2][8192];
-    static int which;
-    char *b = buf[which ^= 1];
-    b[0] = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return b;
-    size_t n = fread(b, 1, sizeof buf[0] - 1, f);
-    b[n] = 0;
-    fclose(f);
-    return b;
 }
 
 /* Starts $PSD with args (NULL-terminated): stdout to out_path, stderr to err_path (a shell
@@ -113,7 +93,7 @@ static int run_psd(const char *const *args) {
  * stderr. */
 static void expect_refused(const char *const *args, const char *want) {
     int st = run_psd(args);
-    const char *err = slurp(err_path), *out = slurp(out_path);
+    const char *err = ps_test_text(err_path), *out = ps_test_text(out_path);
     ck_assert_msg(st == 2, "exit status %d, want 2 (stderr: %s)", st, err);
     ck_assert_msg(strncmp(err, "psd: ", 5) == 0, "stderr does not start with 'psd: ': '%s'", err);
     ck_assert_msg(strstr(err, want) != NULL, "stderr '%s' does not mention '%s'", err, want);
@@ -135,8 +115,8 @@ static int free_port(void) {
 
 /* Waits until path has a line (psd's ready file) or pid exits; copies the line to buf. */
 static int wait_ready(const char *path, pid_t pid, char *buf, size_t buflen, int timeout_ms) {
-    long long deadline = now_ms() + timeout_ms;
-    while (now_ms() < deadline) {
+    long long deadline = ps_test_now_ms() + timeout_ms;
+    while (ps_test_now_ms() < deadline) {
         FILE *f = fopen(path, "r");
         if (f) {
             int ok = fgets(buf, (int)buflen, f) != NULL;
@@ -153,16 +133,16 @@ static int wait_ready(const char *path, pid_t pid, char *buf, size_t buflen, int
 
 START_TEST(help_exits_0) {
     ck_assert_int_eq(run_psd((const char *[]){"--help", NULL}), 0);
-    const char *out = slurp(out_path);
+    const char *out = ps_test_text(out_path);
     ck_assert_msg(strstr(out, "usage: psd") != NULL, "no usage on stdout: '%s'", out);
     /* every flag of the table is listed */
     const char *flags[] = {"--bind",    "--port", "--shard",      "--num-shards",
                            "--workers", "--mode", "--ready-file", "--log-level"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         ck_assert_msg(strstr(out, flags[i]) != NULL, "usage does not list %s", flags[i]);
-    ck_assert_str_eq(slurp(err_path), "");
+    ck_assert_str_eq(ps_test_text(err_path), "");
     ck_assert_int_eq(run_psd((const char *[]){"-h", NULL}), 0);
-    ck_assert_ptr_nonnull(strstr(slurp(out_path), "usage: psd"));
+    ck_assert_ptr_nonnull(strstr(ps_test_text(out_path), "usage: psd"));
 }
 END_TEST
 
@@ -221,7 +201,7 @@ START_TEST(port_in_use) {
     const char *colon = strrchr(first.endpoint, ':');
     ck_assert_ptr_nonnull(colon);
     int st = run_psd((const char *[]){"--bind", "127.0.0.1", "--port", colon + 1, NULL});
-    const char *err = slurp(err_path);
+    const char *err = ps_test_text(err_path);
     int first_alive = ps_test_alive(first.pid);
     int first_st = ps_test_psd_stop(&first, 5000);
     ck_assert_msg(st == 2, "second psd on %s: exit status %d, want 2 (%s)", first.endpoint, st,

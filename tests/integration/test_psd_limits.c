@@ -10,10 +10,11 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "testutil.h"
 #include "client.h"
 #include "proc.h"
 #include "ps_error.h"
+#include "stats.h"
+#include "testutil.h"
 #include "wire.h"
 
 static ps_test_psd psd;
@@ -37,8 +38,8 @@ static int client_open(client *k, size_t count, const size_t *n, int create) {
         k->n[i] = n[i];
         k->v[i] = calloc(n[i], sizeof(float));
         k->g[i] = calloc(n[i], sizeof(float));
-        ps_client_tensor t = {.shard = 0, .rank = 1, .shape = {n[i]},
-                              .opt = ps_opt_spec_default(PS_OPT_SGD)};
+        ps_client_tensor t = {
+            .shard = 0, .rank = 1, .shape = {n[i]}, .opt = ps_opt_spec_default(PS_OPT_SGD)};
         snprintf(t.name, sizeof t.name, "v%zu", i);
         t.param = k->v[i];
         t.grad = k->g[i];
@@ -69,14 +70,9 @@ static void good_step(client *k, uint64_t step) {
     ck_assert_float_eq_tol(k->v[0][0], want, 1e-6f);
 }
 
-static Ps__StatsReply *stats(client *k, Ps__Header **hold) {
-    ck_assert_int_eq(ps_client_stats(k->c, 0, hold), PS_OK);
-    return (*hold)->stats_reply;
-}
-
 START_TEST(limits_hold_and_good_client_is_served) {
-    const char *args[] = {"--workers",   "1", "--max-message-mb", "4", "--max-tensor-mb",
-                          "1",           "--max-vars", "3", NULL};
+    const char *args[] = {
+        "--workers", "1", "--max-message-mb", "4", "--max-tensor-mb", "1", "--max-vars", "3", NULL};
     ck_assert_int_eq(ps_test_psd_start(&psd, args, 10000), 0);
     client good;
     const size_t small[2] = {1000, 10};
@@ -118,7 +114,7 @@ START_TEST(limits_hold_and_good_client_is_served) {
     ck_assert_int_eq(client_open(&many, 3, ok3, 1), PS_OK); /* 3 = the limit: fine */
     client_close(&many);
     Ps__Header *h;
-    ck_assert_uint_eq(stats(&good, &h)->n_vars, 3);
+    ck_assert_uint_eq(ps_test_stats(good.c, &h)->n_vars, 3);
     ps__header__free_unpacked(h, NULL);
     /* a fourth variable from another client */
     client fourth;
@@ -126,7 +122,10 @@ START_TEST(limits_hold_and_good_client_is_served) {
     ps_client_open(&fourth.c, (const char *[]){psd.endpoint}, 1, 0, 1, (char[256]){0}, 256);
     ps_client_set_timeout(fourth.c, 5000);
     float v[7] = {0}, g[7] = {0};
-    ps_client_tensor t = {.name = "extra", .shard = 0, .rank = 1, .shape = {one[0]},
+    ps_client_tensor t = {.name = "extra",
+                          .shard = 0,
+                          .rank = 1,
+                          .shape = {one[0]},
                           .opt = ps_opt_spec_default(PS_OPT_SGD)};
     t.param = v;
     t.grad = g;
@@ -137,7 +136,7 @@ START_TEST(limits_hold_and_good_client_is_served) {
     ps_client_close(fourth.c);
     good_step(&good, 3);
 
-    Ps__StatsReply *st = stats(&good, &h);
+    Ps__StatsReply *st = ps_test_stats(good.c, &h);
     ck_assert_uint_eq(st->n_vars, 3);
     ck_assert_uint_eq(st->version, 4);
     ck_assert_uint_ge(st->errors, 3); /* tensor size, the shape clash, the var count */

@@ -9,20 +9,15 @@
 #include <string.h>
 #include <time.h>
 
-#include "testutil.h"
 #include "client.h"
 #include "proc.h"
 #include "ps_error.h"
 #include "raw.h"
+#include "stats.h"
+#include "testutil.h"
 #include "wire.h"
 
 static ps_test_psd psd;
-
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Starts an async psd with extra flags and creates the variable "v" (4 floats) through
  * a client (worker 0 of `workers`, heartbeating), which stays open for Stats (*out). */
@@ -118,21 +113,16 @@ static void push_pull(raw_conn *r, uint64_t id) {
     raw_send_hdr(r, &h, pl, lens, 1);
 }
 
-static Ps__Header *stats(ps_client *c) {
-    Ps__Header *h = NULL;
-    ck_assert_msg(ps_client_stats(c, 0, &h) == PS_OK, "%s", ps_client_error(c));
-    return h;
-}
-
 /* Waits up to timeout_ms for Stats' pending_pulls to be `want`. */
 static void wait_pending(ps_client *c, uint64_t want, int timeout_ms) {
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = ps_test_now_ms() + timeout_ms;
     uint64_t got;
     for (;;) {
-        Ps__Header *h = stats(c);
+        Ps__Header *h;
+        ps_test_stats(c, &h);
         got = h->stats_reply->pending_pulls;
         ps__header__free_unpacked(h, NULL);
-        if (got == want || now_ms() > deadline) break;
+        if (got == want || ps_test_now_ms() > deadline) break;
     }
     if (got != want) ps_test_dump(psd.log);
     ck_assert_msg(got == want, "%llu pulls waiting after %d ms, want %llu", (unsigned long long)got,
@@ -171,7 +161,8 @@ START_TEST(count_limits_give_ebusy) {
     wait_pending(c, 5, 5000);
     far_pull(&x, 1, 1, 0, -1);
     expect_busy(&x, 1, "--max-pending-pulls 5");
-    Ps__Header *h = stats(c);
+    Ps__Header *h;
+    ps_test_stats(c, &h);
     Ps__StatsReply *st = h->stats_reply;
     ck_assert_uint_eq(st->pending_pulls, 5);
     ck_assert_uint_eq(st->pending_pulls_refused, 3);
@@ -205,7 +196,7 @@ START_TEST(memory_limit_gives_ebusy) {
     ck_assert_msg(h->error->code == PS_EBUSY && strstr(h->error->message, "--max-pending-mb 1"),
                   "%s: %s", h->error->code_name, h->error->message);
     ps__header__free_unpacked(h, NULL);
-    h = stats(c);
+    ps_test_stats(c, &h);
     ck_assert_uint_le(h->stats_reply->pending_pull_bytes, 1u << 20);
     ck_assert_uint_ge(h->stats_reply->pending_pulls, 100);
     ps__header__free_unpacked(h, NULL);
@@ -227,7 +218,8 @@ START_TEST(closed_connection_frees_its_pulls) {
     wait_pending(c, 4, 5000);
     raw_close(&a);
     wait_pending(c, 1, 5000); /* only the open connection's pull is left */
-    Ps__Header *h = stats(c);
+    Ps__Header *h;
+    ps_test_stats(c, &h);
     ck_assert_uint_eq(h->stats_reply->pending_pulls_released, 3);
     ps__header__free_unpacked(h, NULL);
     raw_close(&keep);
@@ -242,12 +234,13 @@ START_TEST(pull_past_max_wait_times_out) {
     start(flags, 1, &c);
     raw_conn a;
     raw_open(&a, psd.endpoint);
-    long long t0 = now_ms();
+    long long t0 = ps_test_now_ms();
     far_pull(&a, 7, 1, 0, -1);
     raw_expect_error(&a, 7, PS_ETIMEDOUT, 5000);
-    long long waited = now_ms() - t0;
+    long long waited = ps_test_now_ms() - t0;
     ck_assert_msg(waited >= 250, "answered ETIMEDOUT after %lld ms (limit 300)", waited);
-    Ps__Header *h = stats(c);
+    Ps__Header *h;
+    ps_test_stats(c, &h);
     ck_assert_uint_eq(h->stats_reply->pending_pulls, 0);
     ck_assert_uint_eq(h->stats_reply->pending_pulls_timed_out, 1);
     ps__header__free_unpacked(h, NULL);
@@ -264,7 +257,8 @@ START_TEST(removed_worker_pull_gets_erejoin) {
     raw_open(&a, psd.endpoint);
     far_pull(&a, 9, 1, 0, 1);
     raw_expect_error(&a, 9, PS_EREJOIN, 5000);
-    Ps__Header *h = stats(c);
+    Ps__Header *h;
+    ps_test_stats(c, &h);
     ck_assert_uint_eq(h->stats_reply->pending_pulls, 0);
     ck_assert_uint_ge(h->stats_reply->pending_pulls_released, 1);
     ps__header__free_unpacked(h, NULL);

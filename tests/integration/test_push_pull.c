@@ -14,11 +14,11 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "testutil.h"
 #include "client.h"
 #include "proc.h"
 #include "ps_error.h"
 #include "raw.h"
+#include "testutil.h"
 #include "wire.h"
 
 #define LR 0.25f /* a power of two: the expected values below are exact */
@@ -82,12 +82,6 @@ static void worker_open(worker *w, unsigned index, unsigned workers, int create)
     if (create) ck_assert_int_eq(ps_client_create_vars(w->c, NULL), PS_OK);
 }
 
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Sync, 2 workers: worker 0's push-pull is sent while its "step" is still
  * running (grads_ready on "b", then "a"), and is answered only once worker 1
  * pushed too, with the mean gradient applied; both get the same values. */
@@ -131,11 +125,11 @@ START_TEST(sync_reply_not_early) {
     worker_open(&w1, 1, 2, 0);
     ck_assert_int_eq(ps_client_pull_next(w0.c, 0, 0, NULL), PS_OK);
     ps_client_set_timeout(w0.c, 400);
-    long long t0 = now_ms();
+    long long t0 = ps_test_now_ms();
     ps_client_step_begin(w0.c, 0);
     int fresh = 1;
     ck_assert_int_eq(ps_client_step_end(w0.c, NULL, &fresh), PS_ETIMEDOUT);
-    ck_assert_int_ge(now_ms() - t0, 350);
+    ck_assert_int_ge(ps_test_now_ms() - t0, 350);
     ck_assert_int_eq(fresh, 0);
     ps_client_close(w0.c);
     ps_client_close(w1.c);

@@ -13,9 +13,9 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "testutil.h"
 #include "proc.h"
 #include "ps_error.h"
+#include "testutil.h"
 #include "wire.h"
 
 #define RUN_MS 60000
@@ -34,18 +34,6 @@ static void teardown(void) {
     ps_test_rmdir(dir);
     free(dir);
     dir = NULL;
-}
-
-/* Reads a whole (small) file into a static buffer; "" when missing. */
-static const char *slurp(const char *path) {
-    static char buf[1 << 16];
-    buf[0] = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return buf;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    return buf;
 }
 
 /* Runs psworker with args (NULL-terminated, after the program name) and TF_CONFIG
@@ -67,7 +55,7 @@ static int run_worker(const char *const *args, const char *tf_config, const char
     unsetenv("TF_CONFIG");
     ck_assert_int_gt(pid, 0);
     int st = ps_test_wait(pid, RUN_MS);
-    *out = slurp(log);
+    *out = ps_test_text(log);
     ck_assert_msg(st >= 0, "psworker did not exit within %d ms:\n%s", RUN_MS, *out);
     return st;
 }
