@@ -17,11 +17,11 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "testutil.h"
 #include "client.h"
 #include "crc32c.h"
 #include "proc.h"
 #include "ps_error.h"
+#include "testutil.h"
 #include "wire.h"
 
 enum { REPLY_MS = 10000 };

@@ -1,7 +1,7 @@
 /* Integration tests for `psctl local`: fake psd/psworker shell scripts drive the
  * supervisor through success, failures, signals and deadlines; one test uses the real binaries. */
-#include "testutil.h"
 #include "kernels.h"
+#include "testutil.h"
 
 #include <check.h>
 #include <cjson/cJSON.h>

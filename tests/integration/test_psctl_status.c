@@ -18,11 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "testutil.h"
 #include "client.h"
 #include "proc.h"
 #include "ps_error.h"
 #include "raw.h"
+#include "testutil.h"
 #include "utf8.h"
 
 #define NW 6         /* "w" [2, 3] lives on shard 0 */

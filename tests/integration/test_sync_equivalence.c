@@ -8,12 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "testutil.h"
 #include "client.h"
 #include "data.h"
 #include "model.h"
 #include "proc.h"
 #include "ps_error.h"
+#include "testutil.h"
 #include "train.h"
 
 #define STEPS 20
