@@ -1,6 +1,7 @@
 /* Integration tests for `psctl local`: fake psd/psworker shell scripts drive the
  * supervisor through success, failures, signals and deadlines; one test uses the real binaries. */
 #include "kernels.h"
+#include "run.h"
 #include "testutil.h"
 
 #include <check.h>
@@ -81,196 +82,27 @@ static void write_script(char *path, size_t n, const char *name, const char *tex
     ck_assert_int_eq(chmod(path, 0755), 0);
 }
 
-/* ---- processes ----------------------------------------------------------------- */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* Reaps every exited child of this process (we are a subreaper, so orphaned fakes
- * become ours). */
-static void reap_all(void) {
-    while (waitpid(-1, NULL, WNOHANG) > 0) {
-    }
-}
-
-/* 1 if pid exists and is not a zombie. */
-static int proc_alive(pid_t pid) {
-    if (kill(pid, 0) != 0) return errno != ESRCH;
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *rp = strrchr(buf, ')');
-    return !(rp && rp[1] == ' ' && rp[2] == 'Z');
-}
-
-/* Calls fn(pid) for every pid recorded in the temp dir; returns how many fn counted. */
-static int for_each_fake(int (*fn)(pid_t)) {
-    int count = 0;
-    DIR *d = opendir(tdir);
-    if (!d) return 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, "pid.", 4) != 0) continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", tdir, e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        int pid = 0;
-        if (fscanf(f, "%d", &pid) == 1 && pid > 0) count += fn((pid_t)pid);
-        fclose(f);
-    }
-    closedir(d);
-    return count;
-}
+/* ---- processes (the runner is the kit's, run.h) ---------------------------------- */
 
 static int count_one(pid_t pid) {
     (void)pid;
     return 1;
 }
 
-static int kill_if_alive(pid_t pid) {
-    if (!proc_alive(pid)) return 0;
-    kill(pid, SIGKILL);
-    return 1;
+/* Calls fn(pid) for every pid recorded in the temp dir; returns how many fn counted. */
+static int for_each_fake(int (*fn)(pid_t)) {
+    return ps_test_for_each_recorded(tdir, fn);
 }
 
 /* Waits (up to 3 s) until no recorded fake is alive; returns how many still are. */
 static int fakes_alive_after_wait(void) {
-    double end = now_s() + 3.0;
-    int alive;
-    for (;;) {
-        reap_all();
-        alive = for_each_fake(proc_alive);
-        if (alive == 0 || now_s() > end) return alive;
-        struct timespec ts = {0, 20 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
+    return ps_test_recorded_alive_after_wait(tdir, 3000);
 }
 
-typedef struct {
-    int status;   /* wait status of psctl */
-    int finished; /* psctl exited and its output reached end of file */
-    double secs;  /* how long it ran */
-    pid_t pid;
-    char *out, *err;
-    size_t out_len, err_len;
-} run_result;
-
-/* Sends sig to psctl once all of markers appear in its output. */
-typedef struct {
-    const char *const *markers;
-    int sig;
-} run_action;
-
-static void result_free(run_result *r) {
-    free(r->out);
-    free(r->err);
-    memset(r, 0, sizeof *r);
-}
-
-static void append(char **buf, size_t *len, const char *data, size_t n) {
-    char *p = realloc(*buf, *len + n + 1);
-    ck_assert_ptr_nonnull(p);
-    memcpy(p + *len, data, n);
-    *len += n;
-    p[*len] = '\0';
-    *buf = p;
-}
-
-static int all_markers(const run_result *r, const char *const *m) {
-    for (; *m; m++)
-        if (!(r->out && strstr(r->out, *m)) && !(r->err && strstr(r->err, *m))) return 0;
-    return 1;
-}
-
-/* Runs exe with args (NULL-terminated, args[0] included) and extra env entries
- * ("K=V"; "K=" unsets K), capturing its output until it exits and its pipes close,
- * or until deadline_s passes (then it is killed and r->finished stays 0). */
-static void run_cmd(const char *exe, const char *const *args, const char *const *env,
-                    double deadline_s, const run_action *act, run_result *r) {
-    memset(r, 0, sizeof *r);
-    append(&r->out, &r->out_len, "", 0);
-    append(&r->err, &r->err_len, "", 0);
-    int po[2], pe[2];
-    ck_assert_int_eq(pipe2(po, O_CLOEXEC), 0);
-    ck_assert_int_eq(pipe2(pe, O_CLOEXEC), 0);
-    double start = now_s();
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM); /* if the test dies, psctl stops its children */
-        int devnull = open("/dev/null", O_RDONLY);
-        dup2(devnull, 0);
-        dup2(po[1], 1);
-        dup2(pe[1], 2);
-        for (const char *const *e = env; e && *e; e++) {
-            char *kv = strdup(*e), *eq = strchr(kv, '=');
-            *eq = '\0';
-            if (eq[1])
-                setenv(kv, eq + 1, 1);
-            else
-                unsetenv(kv);
-        }
-        execv(exe, (char *const *)args);
-        dprintf(2, "exec %s: %s\n", exe, strerror(errno));
-        _exit(127);
-    }
-    r->pid = pid;
-    close(po[1]);
-    close(pe[1]);
-    struct pollfd fds[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
-    int open_fds = 2, reaped = 0, signalled = 0;
-    double deadline = start + deadline_s, reaped_at = 0;
-    while (open_fds > 0 || !reaped) {
-        double t = now_s();
-        if (t > deadline || (reaped && t > reaped_at + 3.0)) break;
-        if (poll(fds, 2, 50) < 0 && errno != EINTR) break;
-        for (int i = 0; i < 2; i++) {
-            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            char buf[4096];
-            ssize_t n = read(fds[i].fd, buf, sizeof buf);
-            if (n > 0) {
-                if (i == 0)
-                    append(&r->out, &r->out_len, buf, (size_t)n);
-                else
-                    append(&r->err, &r->err_len, buf, (size_t)n);
-            } else if (n == 0 || errno != EINTR) {
-                close(fds[i].fd);
-                fds[i].fd = -1;
-                open_fds--;
-            }
-        }
-        if (act && !signalled && !reaped && all_markers(r, act->markers)) {
-            kill(pid, act->sig);
-            signalled = 1;
-        }
-        if (!reaped && waitpid(pid, &r->status, WNOHANG) == pid) {
-            reaped = 1;
-            reaped_at = now_s();
-        }
-    }
-    r->secs = now_s() - start;
-    r->finished = reaped && open_fds == 0;
-    if (!reaped) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &r->status, 0);
-    }
-    for (int i = 0; i < 2; i++)
-        if (fds[i].fd >= 0) close(fds[i].fd);
-    if (!r->finished)
-        fprintf(stderr, "%s did not finish in time; output so far:\n%s\n%s\n", exe, r->out, r->err);
-}
-
-/* Runs psctl with the fakes as PSD/PSWORKER (plus extra env), bounded by 30 s. */
-static void run_psctl(const char *const *args, const char *const *env, const run_action *act,
-                      run_result *r) {
+/* Runs psctl with the fakes as PSD/PSWORKER (plus extra env), bounded by 30 s; act (may be
+ * NULL) signals it once its markers appear. */
+static void run_psctl(const char *const *args, const char *const *env, ps_test_signal_when *act,
+                      ps_test_run_result *r) {
     const char *exe = getenv("PSCTL");
     ck_assert_msg(exe != NULL, "PSCTL is not set");
     char e_psd[4200], e_worker[4200], e_dir[4200];
@@ -282,11 +114,7 @@ static void run_psctl(const char *const *args, const char *const *env, const run
     for (const char *const *e = env; e && *e && n < 31; e++)
         all_env[n++] = *e;
     all_env[n] = NULL;
-    run_cmd(exe, args, all_env, 30.0, act, r);
-}
-
-static int exit_code(const run_result *r) {
-    return WIFEXITED(r->status) ? WEXITSTATUS(r->status) : 128 + WTERMSIG(r->status);
+    ps_test_run(exe, args, all_env, 30.0, act ? ps_test_signal_when_seen : NULL, act, r);
 }
 
 /* Every line of text starts with one of the prefixes. */
@@ -311,8 +139,8 @@ static void assert_prefixed(const char *text, const char *const *prefixes) {
 
 static void cleanup(void) {
     if (!tdir) return;
-    for_each_fake(kill_if_alive);
-    reap_all();
+    for_each_fake(ps_test_kill_if_alive);
+    ps_test_reap_all();
     ps_test_rmdir(tdir);
     free(tdir);
     tdir = NULL;
@@ -344,10 +172,11 @@ START_TEST(test_happy_path_prefixes_and_sigterm) {
         "psctl", "local",        "--ps", "2",         "--workers", "2",      "--mode",
         "sync",  "--epochs",     "3",    "--summary", summary,     "--seed", "7",
         "--",    "--extra-flag", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 0, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 0, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
 
     char parent[64];
     snprintf(parent, sizeof parent, "[psd 0] psd 0 listening parent=%d\n", (int)r.pid);
@@ -376,7 +205,7 @@ START_TEST(test_happy_path_prefixes_and_sigterm) {
     assert_prefixed(r.err, err_prefixes);
     ck_assert_int_eq(for_each_fake(count_one), 2 + 2 + 2); /* psds, workers, sleeps */
     ck_assert_int_eq(fakes_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -385,15 +214,16 @@ START_TEST(test_worker_fails_stops_everyone) {
     const char *args[] = {"psctl", "local",          "--ps", "2",  "--workers",    "2", "--mode",
                           "async", "--max-restarts", "0",    "--", "--fail-index", "1", "--hang",
                           NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 1, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_contains(r.err, "psctl: worker 1 failed (exit status 3)\n");
     ck_assert_msg(strstr(r.err, "job finished") == NULL, "claims success:\n%s", r.err);
     ck_assert_int_eq(fakes_alive_after_wait(), 0);
     ck_assert_int_ge(for_each_fake(count_one), 2 + 2 + 1);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -401,16 +231,17 @@ static void interrupt_with(int sig, int want_code) {
     const char *args[] = {"psctl",  "local", "--ps", "2",      "--workers", "2",
                           "--mode", "sync",  "--",   "--hang", NULL};
     const char *markers[] = {"worker 0 hanging", "worker 1 hanging", NULL};
-    run_action act = {markers, sig};
-    run_result r;
+    ps_test_signal_when act = {markers, sig, 0};
+    ps_test_run_result r;
     run_psctl(args, NULL, &act, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == want_code, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == want_code, "exit %d, stderr:\n%s",
+                  ps_test_run_exit_code(&r), r.err);
     ck_assert_contains(r.err, sig == SIGINT ? "got SIGINT" : "got SIGTERM");
     ck_assert_contains(r.out, "[psd 0] psd 0 got SIGTERM\n");
     ck_assert_int_eq(for_each_fake(count_one), 2 + 2 + 4);
     ck_assert_int_eq(fakes_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 
 START_TEST(test_sigint_stops_all_exit_130) {
@@ -426,16 +257,17 @@ END_TEST
 START_TEST(test_psd_never_ready_fails_after_deadline) {
     const char *args[] = {"psctl", "local", "--ps", "2", "--workers", "1", "--mode", "sync", NULL};
     const char *env[] = {"FAKE_PSD_NOREADY=1", "PSCTL_READY_TIMEOUT_MS=500", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, env, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 1, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_contains(r.err, "psctl: psd 1 not ready within 0.5 s");
     ck_assert_msg(strstr(r.err, "psd 0 not ready") == NULL, "blames psd 0:\n%s", r.err);
     ck_assert_msg(strstr(r.out, "[worker") == NULL, "a worker started:\n%s", r.out);
     ck_assert_msg(r.secs < 10.0, "took %.1f s", r.secs);
     ck_assert_int_eq(fakes_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -443,28 +275,30 @@ START_TEST(test_psd_dies_while_running) {
     const char *args[] = {"psctl",  "local", "--ps", "2",      "--workers", "1",
                           "--mode", "sync",  "--",   "--hang", NULL};
     const char *env[] = {"FAKE_PSD_DIE=0", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, env, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 1, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_contains(r.err, "psctl: psd 0 ");
     ck_assert_contains(r.err, "exit status 4");
     ck_assert_int_eq(fakes_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
 START_TEST(test_timeout_stops_all) {
     const char *args[] = {"psctl", "local",     "--ps", "1",  "--workers", "2", "--mode",
                           "async", "--timeout", "1",    "--", "--hang",    NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 1, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_contains(r.err, "psctl: timeout");
     ck_assert_msg(r.secs < 10.0, "took %.1f s", r.secs);
     ck_assert_int_eq(fakes_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -508,48 +342,49 @@ static const bad_case bad_cases[] = {
 
 START_TEST(test_bad_flags_exit_2) {
     const bad_case *c = &bad_cases[_i];
-    run_result r;
+    ps_test_run_result r;
     run_psctl(c->args, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 2, "case %d: exit %d, stderr:\n%s", _i, exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 2, "case %d: exit %d, stderr:\n%s", _i,
+                  ps_test_run_exit_code(&r), r.err);
     ck_assert_contains(r.err, c->want);
     ck_assert_msg(strstr(r.out, "[psd") == NULL, "case %d started something", _i);
     ck_assert_int_eq(for_each_fake(count_one), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
 START_TEST(test_missing_binary_exit_2) {
     const char *args[] = {"psctl", "local", "--ps", "1", "--workers", "1", "--mode", "sync", NULL};
     const char *env[] = {"PSD=/nonexistent/psd", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, env, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_int_eq(exit_code(&r), 2);
+    ck_assert_int_eq(ps_test_run_exit_code(&r), 2);
     ck_assert_contains(r.err, "PSD=/nonexistent/psd");
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
 START_TEST(test_help) {
     const char *top[] = {"psctl", "--help", NULL};
     const char *local[] = {"psctl", "local", "--help", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(top, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_int_eq(exit_code(&r), 0);
+    ck_assert_int_eq(ps_test_run_exit_code(&r), 0);
     ck_assert_contains(r.out, "local");
-    result_free(&r);
+    ps_test_run_free(&r);
     run_psctl(local, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_int_eq(exit_code(&r), 0);
+    ck_assert_int_eq(ps_test_run_exit_code(&r), 0);
     const char *flags[] = {"--ps N",  "--workers M", "--mode sync|async", "--epochs",
                            "--model", "--data",      "--summary",         "--batch",
                            "--seed",  "--timeout",   "--gpus all|0,1",    "--device cpu",
                            NULL};
     for (const char *const *f = flags; *f; f++)
         ck_assert_contains(r.out, *f);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -572,10 +407,11 @@ START_TEST(test_gpus_all_without_gpu_runs_cpu_workers) {
                               "--mode", "sync",  "--gpus", "all", NULL};
     const char *gpu_args[] = {"psctl", "local",  "--ps", "1", "--mode",
                               "sync",  "--gpus", "all",  NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(ngpu == 0 ? cpu_args : gpu_args, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 0, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 0, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     char want[256];
     if (ngpu == 0) {
         ck_assert_contains(r.err, ps_k_cuda_built() ? "psctl: --gpus all: no CUDA GPU present"
@@ -611,7 +447,7 @@ START_TEST(test_gpus_all_without_gpu_runs_cpu_workers) {
         }
     }
     ck_assert_int_eq(fakes_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -622,10 +458,11 @@ START_TEST(test_gpus_all_without_gpu_one_worker_per_cpu) {
     }
     const char *args[] = {"psctl", "local", "--ps", "1", "--mode", "sync", "--gpus", "all", NULL};
     long n = cpus_allowed();
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 0, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 0, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     char want[128];
     snprintf(want, sizeof want, "; running %ld CPU worker%s (--device cpu)\n", n,
              n == 1 ? "" : "s");
@@ -633,7 +470,7 @@ START_TEST(test_gpus_all_without_gpu_one_worker_per_cpu) {
     snprintf(want, sizeof want, "psctl: job finished: 1 ps, %ld workers, mode sync\n", n);
     ck_assert_contains(r.err, want);
     ck_assert_int_eq(fakes_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -647,10 +484,11 @@ START_TEST(test_gpus_missing_id_exit_2) {
     for (int i = 0; i < 2; i++) {
         const char *args[] = {"psctl",  "local", "--ps",   "1",      "--workers", i ? "2" : "1",
                               "--mode", "sync",  "--gpus", lists[i], NULL};
-        run_result r;
+        ps_test_run_result r;
         run_psctl(args, NULL, NULL, &r);
         ck_assert(r.finished);
-        ck_assert_msg(exit_code(&r) == 2, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+        ck_assert_msg(ps_test_run_exit_code(&r) == 2, "exit %d, stderr:\n%s",
+                      ps_test_run_exit_code(&r), r.err);
         snprintf(want, sizeof want, "psctl local: --gpus %s: GPU %d does not exist: ", lists[i],
                  i ? ngpu + 1 : ngpu);
         ck_assert_contains(r.err, want);
@@ -661,17 +499,17 @@ START_TEST(test_gpus_missing_id_exit_2) {
             ck_assert_contains(r.err, want);
         }
         ck_assert_int_eq(for_each_fake(count_one), 0);
-        result_free(&r);
+        ps_test_run_free(&r);
     }
     if (ngpu > 0) { /* --gpus all makes one worker per GPU: another --workers is an error */
         snprintf(id, sizeof id, "%d", ngpu + 1);
         const char *args[] = {"psctl",  "local", "--ps",   "1",   "--workers", id,
                               "--mode", "sync",  "--gpus", "all", NULL};
-        run_result r;
+        ps_test_run_result r;
         run_psctl(args, NULL, NULL, &r);
-        ck_assert_int_eq(exit_code(&r), 2);
+        ck_assert_int_eq(ps_test_run_exit_code(&r), 2);
         ck_assert_contains(r.err, "disagrees with --gpus all");
-        result_free(&r);
+        ps_test_run_free(&r);
     }
 }
 END_TEST
@@ -679,10 +517,10 @@ END_TEST
 /* Exit code of `exe --help`, or -1 if it could not be run in 20 s. */
 static int help_exit_code(const char *exe) {
     const char *args[] = {exe, "--help", NULL};
-    run_result r;
-    run_cmd(exe, args, NULL, 20.0, NULL, &r);
-    int code = r.finished ? exit_code(&r) : -1;
-    result_free(&r);
+    ps_test_run_result r;
+    ps_test_run(exe, args, NULL, 20.0, NULL, NULL, &r);
+    int code = r.finished ? ps_test_run_exit_code(&r) : -1;
+    ps_test_run_free(&r);
     return code;
 }
 
@@ -708,10 +546,11 @@ START_TEST(test_real_binaries_train) {
                           "--",        "--max-train",
                           "6000",      "--max-test",
                           "2000",      NULL};
-    run_result r;
-    run_cmd(psctl, args, NULL, 260.0, NULL, &r);
+    ps_test_run_result r;
+    ps_test_run(psctl, args, NULL, 260.0, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 0, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 0, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
 
     FILE *f = fopen(summary, "r");
     ck_assert_msg(f != NULL, "no summary file %s", summary);
@@ -725,7 +564,7 @@ START_TEST(test_real_binaries_train) {
     ck_assert_msg(cJSON_IsNumber(acc), "no numeric test_accuracy in %s", buf);
     ck_assert_msg(acc->valuedouble > 0.6, "test_accuracy %g", acc->valuedouble);
     cJSON_Delete(j);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -757,14 +596,15 @@ START_TEST(test_real_binaries_gpus_all) {
     for (const char *const *a = tail; *a; a++)
         args[n++] = *a;
     args[n] = NULL;
-    run_result r;
-    run_cmd(psctl, args, NULL, 150.0, NULL, &r);
+    ps_test_run_result r;
+    ps_test_run(psctl, args, NULL, 150.0, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 0, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 0, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_contains(r.err, ngpu == 0 ? "running 2 CPU workers (--device cpu)"
                                         : "one per GPU (CUDA_VISIBLE_DEVICES ");
     ck_assert_contains(r.err, "psctl: job finished: 1 ps, ");
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 

@@ -3,6 +3,7 @@
  * against fake shards (a ROUTER in a thread of this test) and a real psd. */
 #include "proc.h"
 #include "ps_error.h"
+#include "run.h"
 #include "testutil.h"
 #include "wire.h"
 
@@ -104,180 +105,20 @@ static void write_script(char *path, size_t n, const char *name, const char *tex
     ck_assert_int_eq(chmod(path, 0755), 0);
 }
 
-/* ---- processes ----------------------------------------------------------------- */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* Reaps every exited child (we are a subreaper: orphaned fakes become ours). */
-static void reap_all(void) {
-    while (waitpid(-1, NULL, WNOHANG) > 0) {
-    }
-}
-
-/* 1 if pid exists and is not a zombie. */
-static int proc_alive(pid_t pid) {
-    if (kill(pid, 0) != 0) return errno != ESRCH;
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *rp = strrchr(buf, ')');
-    return !(rp && rp[1] == ' ' && rp[2] == 'Z');
-}
-
-/* Calls fn(pid) for every pid recorded in dir (files pid.*); returns the sum. */
-static int for_each_recorded_in(const char *dir, int (*fn)(pid_t)) {
-    int count = 0;
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, "pid.", 4) != 0) continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        int pid = 0;
-        if (fscanf(f, "%d", &pid) == 1 && pid > 0) count += fn((pid_t)pid);
-        fclose(f);
-    }
-    closedir(d);
-    return count;
-}
+/* ---- processes (the runner is the kit's, run.h) ---------------------------------- */
 
 static int for_each_recorded(int (*fn)(pid_t)) {
-    return for_each_recorded_in(tdir, fn);
-}
-
-static int kill_if_alive(pid_t pid) {
-    if (!proc_alive(pid)) return 0;
-    kill(pid, SIGKILL);
-    return 1;
+    return ps_test_for_each_recorded(tdir, fn);
 }
 
 /* Waits (up to 3 s) until no recorded process is alive; returns how many still are. */
 static int recorded_alive_after_wait(void) {
-    double end = now_s() + 3.0;
-    for (;;) {
-        reap_all();
-        int alive = for_each_recorded(proc_alive);
-        if (alive == 0 || now_s() > end) return alive;
-        ps_test_nap_ms(20);
-    }
-}
-
-typedef struct {
-    int status;   /* wait status */
-    int finished; /* exited and its output reached end of file */
-    double secs;
-    pid_t pid;
-    char *out, *err;
-    size_t out_len, err_len;
-} run_result;
-
-/* Called on every turn of run_cmd's loop while the process runs. */
-typedef void (*run_hook)(const run_result *r, void *ctx);
-
-static void result_free(run_result *r) {
-    free(r->out);
-    free(r->err);
-    memset(r, 0, sizeof *r);
-}
-
-static void append(char **buf, size_t *len, const char *data, size_t n) {
-    char *p = realloc(*buf, *len + n + 1);
-    ck_assert_ptr_nonnull(p);
-    memcpy(p + *len, data, n);
-    *len += n;
-    p[*len] = '\0';
-    *buf = p;
-}
-
-/* Runs exe with args and extra env entries ("K=V"; "K=" unsets K), capturing its
- * output until it exits and its pipes close, or until deadline_s (then it is killed
- * and r->finished stays 0). */
-static void run_cmd(const char *exe, const char *const *args, const char *const *env,
-                    double deadline_s, run_hook hook, void *ctx, run_result *r) {
-    memset(r, 0, sizeof *r);
-    append(&r->out, &r->out_len, "", 0);
-    append(&r->err, &r->err_len, "", 0);
-    int po[2], pe[2];
-    ck_assert_int_eq(pipe2(po, O_CLOEXEC), 0);
-    ck_assert_int_eq(pipe2(pe, O_CLOEXEC), 0);
-    double start = now_s();
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        int devnull = open("/dev/null", O_RDONLY);
-        dup2(devnull, 0);
-        dup2(po[1], 1);
-        dup2(pe[1], 2);
-        for (const char *const *e = env; e && *e; e++) {
-            char *kv = strdup(*e), *eq = strchr(kv, '=');
-            *eq = '\0';
-            if (eq[1])
-                setenv(kv, eq + 1, 1);
-            else
-                unsetenv(kv);
-        }
-        execv(exe, (char *const *)args);
-        dprintf(2, "exec %s: %s\n", exe, strerror(errno));
-        _exit(127);
-    }
-    r->pid = pid;
-    close(po[1]);
-    close(pe[1]);
-    struct pollfd fds[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
-    int open_fds = 2, reaped = 0;
-    double deadline = start + deadline_s, reaped_at = 0;
-    while (open_fds > 0 || !reaped) {
-        double t = now_s();
-        if (t > deadline || (reaped && t > reaped_at + 3.0)) break;
-        if (poll(fds, 2, 50) < 0 && errno != EINTR) break;
-        for (int i = 0; i < 2; i++) {
-            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            char buf[4096];
-            ssize_t n = read(fds[i].fd, buf, sizeof buf);
-            if (n > 0) {
-                if (i == 0)
-                    append(&r->out, &r->out_len, buf, (size_t)n);
-                else
-                    append(&r->err, &r->err_len, buf, (size_t)n);
-            } else if (n == 0 || errno != EINTR) {
-                close(fds[i].fd);
-                fds[i].fd = -1;
-                open_fds--;
-            }
-        }
-        if (hook && !reaped) hook(r, ctx);
-        if (!reaped && waitpid(pid, &r->status, WNOHANG) == pid) {
-            reaped = 1;
-            reaped_at = now_s();
-        }
-    }
-    r->secs = now_s() - start;
-    r->finished = reaped && open_fds == 0;
-    if (!reaped) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &r->status, 0);
-    }
-    for (int i = 0; i < 2; i++)
-        if (fds[i].fd >= 0) close(fds[i].fd);
-    if (!r->finished)
-        fprintf(stderr, "%s did not finish in time; output so far:\n%s\n%s\n", exe, r->out, r->err);
+    return ps_test_recorded_alive_after_wait(tdir, 3000);
 }
 
 /* Runs psctl with the fakes as PSD/PSWORKER (plus extra env), bounded by 30 s. */
-static void run_psctl(const char *const *args, const char *const *env, run_hook hook, void *ctx,
-                      run_result *r) {
+static void run_psctl(const char *const *args, const char *const *env, ps_test_run_hook hook,
+                      void *ctx, ps_test_run_result *r) {
     const char *exe = getenv("PSCTL");
     ck_assert_msg(exe != NULL, "PSCTL is not set");
     static char e_psd[4200], e_worker[4200], e_dir[4200];
@@ -289,20 +130,16 @@ static void run_psctl(const char *const *args, const char *const *env, run_hook 
     for (const char *const *e = env; e && *e && n < 31; e++)
         all_env[n++] = *e;
     all_env[n] = NULL;
-    run_cmd(exe, args, all_env, 30.0, hook, ctx, r);
+    ps_test_run(exe, args, all_env, 30.0, hook, ctx, r);
 }
 
 /* Hook: SIGTERM to the process once the text ctx appears on its stderr. */
-static void term_on_marker(const run_result *r, void *ctx) {
+static void term_on_marker(const ps_test_run_result *r, void *ctx) {
     static pid_t signalled;
     if (signalled != r->pid && strstr(r->err, (const char *)ctx)) {
         kill(r->pid, SIGTERM);
         signalled = r->pid;
     }
-}
-
-static int exit_code(const run_result *r) {
-    return WIFEXITED(r->status) ? WEXITSTATUS(r->status) : 128 + WTERMSIG(r->status);
 }
 
 /* The lines of tdir/name (at most 16, each malloc'd); returns how many. */
@@ -484,11 +321,11 @@ static void base_teardown(void) {
         if (e->d_name[0] == '.') continue;
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", base_dir, e->d_name);
-        if (for_each_recorded_in(path, kill_if_alive) > 0)
+        if (ps_test_for_each_recorded(path, ps_test_kill_if_alive) > 0)
             fprintf(stderr, "killed processes a failed test left behind (%s)\n", path);
     }
     if (d) closedir(d);
-    reap_all();
+    ps_test_reap_all();
     ps_test_rmdir(base_dir);
     free(base_dir);
     base_dir = NULL;
@@ -513,8 +350,8 @@ static void teardown(void) {
     for (int i = 0; i < MAX_SHARDS; i++)
         shard_stop(&shards[i]);
     if (!tdir) return;
-    for_each_recorded(kill_if_alive);
-    reap_all();
+    for_each_recorded(ps_test_kill_if_alive);
+    ps_test_reap_all();
     ps_test_rmdir(tdir);
     free(tdir);
     tdir = NULL;
@@ -527,10 +364,11 @@ START_TEST(test_worker_sigkilled_once_is_restarted_and_job_succeeds) {
                           "--mode", "sync",       "--",   "--die-index", "1",         "--die-how",
                           "kill",   "--die-runs", "1",    NULL};
     const char *env[] = {"FAKE_TOKEN=abc", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, env, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 0, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 0, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_contains(r.err, "psctl: worker 1 killed by signal 9; restarting (1/3)\n");
     ck_assert_contains(r.err, "psctl: job finished: 1 ps, 2 workers, mode sync\n");
     /* Restarted with the same arguments and environment (PS_PARENT_PID included). */
@@ -544,7 +382,7 @@ START_TEST(test_worker_sigkilled_once_is_restarted_and_job_succeeds) {
     ck_assert_int_eq(count_lines("worker-0.starts"), 1);
     ck_assert_int_eq(count_lines("psd-0.argv"), 1);
     ck_assert_int_eq(recorded_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -563,10 +401,11 @@ START_TEST(test_worker_always_failing_gives_up_after_max_restarts) {
     const char *args[] = {"psctl", "local",          "--ps", "1",  "--workers",   "2", "--mode",
                           "async", "--max-restarts", "2",    "--", "--die-index", "1", "--die-how",
                           "3",     "--hang",         NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, NULL, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 1, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_contains(r.err, "psctl: worker 1 exited with status 3; restarting (1/2)\n");
     ck_assert_contains(r.err, "psctl: worker 1 exited with status 3; restarting (2/2)\n");
     ck_assert_contains(r.err, "psctl: worker 1 failed (exit status 3); gave up after 2 restarts "
@@ -579,7 +418,7 @@ START_TEST(test_worker_always_failing_gives_up_after_max_restarts) {
     ck_assert_msg(g0 >= 0.18 && g0 < 3.0, "first restart after %.3f s", g0);
     ck_assert_msg(g1 >= 0.38 && g1 < 3.0, "second restart after %.3f s", g1);
     ck_assert_int_eq(recorded_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -588,15 +427,16 @@ START_TEST(test_sigterm_while_a_restart_is_pending_stops_at_once) {
     const char *args[] = {
         "psctl", "local", "--ps",        "1", "--workers", "1", "--mode", "sync", "--max-restarts",
         "10",    "--",    "--die-index", "0", "--die-how", "3", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, NULL, term_on_marker, "restarting (3/10)", &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 143, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 143, "exit %d, stderr:\n%s",
+                  ps_test_run_exit_code(&r), r.err);
     ck_assert_contains(r.err, "psctl: got SIGTERM; stopping all processes\n");
     ck_assert_lacks(r.err, "restarting (4/10)");
     ck_assert_int_eq(count_lines("worker-0.starts"), 3);
     ck_assert_int_eq(recorded_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -604,10 +444,11 @@ START_TEST(test_psd_sigkilled_comes_back_on_its_port) {
     const char *args[] = {"psctl", "local",       "--ps", "2",  "--workers", "1", "--mode",
                           "sync",  "--transport", "tcp",  "--", "--hang",    NULL};
     const char *env[] = {"FAKE_PSD_DIE=1", "FAKE_PSD_DIE_HOW=kill", "FAKE_PSD_DIE_RUNS=1", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, env, term_on_marker, "psd 1 back at", &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 143, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 143, "exit %d, stderr:\n%s",
+                  ps_test_run_exit_code(&r), r.err);
     ck_assert_contains(r.err, "psctl: psd 1 killed by signal 9; restarting (1/3)\n");
     ck_assert_contains(r.err, "psctl: psd 1 back at 127.0.0.1:22001\n");
     /* First start --port 0, the restart --port 22001; everything else the same. */
@@ -625,7 +466,7 @@ START_TEST(test_psd_sigkilled_comes_back_on_its_port) {
     ck_assert_int_eq(count_lines("psd-0.argv"), 1);
     ck_assert_int_eq(count_lines("worker-0.starts"), 1); /* the workers keep running */
     ck_assert_int_eq(recorded_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -633,16 +474,17 @@ START_TEST(test_psd_failing_gives_up_naming_it) {
     const char *args[] = {"psctl", "local",          "--ps", "1",  "--workers", "1", "--mode",
                           "sync",  "--max-restarts", "1",    "--", "--hang",    NULL};
     const char *env[] = {"FAKE_PSD_DIE=0", "FAKE_PSD_DIE_HOW=1", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, env, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 1, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_contains(r.err, "psctl: psd 0 exited with status 1; restarting (1/1)\n");
     ck_assert_contains(r.err, "psctl: psd 0 failed (exit status 1); gave up after 1 restart "
                               "(--max-restarts 1)\n");
     ck_assert_int_eq(count_lines("psd-0.argv"), 2);
     ck_assert_int_eq(recorded_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -651,14 +493,15 @@ START_TEST(test_psd_back_on_another_port_stops_job) {
                           "sync",  "--transport", "tcp",  "--", "--hang",    NULL};
     const char *env[] = {"FAKE_PSD_DIE=0", "FAKE_PSD_DIE_HOW=kill", "FAKE_PSD_DIE_RUNS=1",
                          "FAKE_PSD_WRONG_PORT=0", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, env, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 1, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_contains(r.err, "psctl: psd 0 came back at 127.0.0.1:22100, not at "
                               "127.0.0.1:22000 where the workers expect it; stopping\n");
     ck_assert_int_eq(recorded_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -667,15 +510,16 @@ START_TEST(test_max_restarts_0_stops_everything_at_first_failure) {
         "psctl", "local",          "--ps", "2",      "--workers",   "2", "--mode",
         "sync",  "--max-restarts", "0",    "--",     "--die-index", "1", "--die-how",
         "kill",  "--die-runs",     "1",    "--hang", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(wargs, NULL, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 1, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_contains(r.err, "psctl: worker 1 killed by signal 9\n");
     ck_assert_lacks(r.err, "restarting");
     ck_assert_int_eq(count_lines("worker-1.starts"), 1);
     ck_assert_int_eq(recorded_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 
     const char *pargs[] = {"psctl", "local",          "--ps", "2",  "--workers", "1", "--mode",
                            "sync",  "--max-restarts", "0",    "--", "--hang",    NULL};
@@ -683,27 +527,29 @@ START_TEST(test_max_restarts_0_stops_everything_at_first_failure) {
     forget_runs(); /* the fake psd dies once worker 0 has started: this time, not last */
     run_psctl(pargs, env, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 1, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_contains(r.err, "psctl: psd 1 killed by signal 9\n");
     ck_assert_lacks(r.err, "restarting");
     ck_assert_int_eq(count_lines("psd-1.argv"), 1);
     ck_assert_int_eq(recorded_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
 START_TEST(test_exit_status_2_is_not_restarted) {
     const char *args[] = {"psctl", "local", "--ps",        "1", "--workers", "1", "--mode",
                           "sync",  "--",    "--die-index", "0", "--die-how", "2", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, NULL, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 1, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_contains(r.err, "psctl: worker 0 failed (exit status 2); exit status 2 means bad "
                               "configuration: not restarted\n");
     ck_assert_int_eq(count_lines("worker-0.starts"), 1);
     ck_assert_int_eq(recorded_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -729,10 +575,11 @@ START_TEST(test_psd_flags_passed_through) {
                           "--replicas-to-aggregate",
                           "1",
                           NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, NULL, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 0, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 0, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     for (int i = 0; i < 2; i++) {
         char name[32], *lines[16];
         snprintf(name, sizeof name, "psd-%d.argv", i);
@@ -749,7 +596,7 @@ START_TEST(test_psd_flags_passed_through) {
         snprintf(sub, sizeof sub, "%s/ps-%d", ckpt, i);
         ck_assert_msg(stat(sub, &st) == 0 && S_ISDIR(st.st_mode), "%s was not made", sub);
     }
-    result_free(&r);
+    ps_test_run_free(&r);
 
     /* async: --staleness; without the other flags none of them is passed. */
     const char *async_args[] = {"psctl",  "local", "--ps",        "1", "--workers", "1",
@@ -757,7 +604,8 @@ START_TEST(test_psd_flags_passed_through) {
     forget_runs();
     run_psctl(async_args, NULL, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 0, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 0, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     char *lines[16];
     int n = read_lines("psd-0.argv", lines);
     ck_assert_int_eq(n, 1);
@@ -768,7 +616,7 @@ START_TEST(test_psd_flags_passed_through) {
     ck_assert_lacks(lines[0], "--replicas");
     free_lines(lines, n);
     ck_assert_int_eq(recorded_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -811,13 +659,14 @@ static const bad_case bad_cases[] = {
 
 START_TEST(test_bad_flag_values_exit_2) {
     const bad_case *c = &bad_cases[_i];
-    run_result r;
+    ps_test_run_result r;
     run_psctl(c->args, NULL, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 2, "case %d: exit %d, stderr:\n%s", _i, exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 2, "case %d: exit %d, stderr:\n%s", _i,
+                  ps_test_run_exit_code(&r), r.err);
     ck_assert_contains(r.err, c->want);
-    ck_assert_int_eq(for_each_recorded(proc_alive) + count_lines("psd-0.argv"), 0);
-    result_free(&r);
+    ck_assert_int_eq(for_each_recorded(ps_test_proc_alive) + count_lines("psd-0.argv"), 0);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -827,13 +676,14 @@ START_TEST(test_checkpoint_dir_that_cannot_be_made_exit_2) {
     ck_assert_int_eq(ps_test_write_file(file, "x", 1), 0);
     snprintf(dir, sizeof dir, "%s/ckpt", file);
     const char *args[] = {LOCAL, "--mode", "sync", "--checkpoint-dir", dir, NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, NULL, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 2, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 2, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_contains(r.err, "psctl local: --checkpoint-dir: cannot make ");
     ck_assert_int_eq(count_lines("psd-0.argv"), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -842,14 +692,14 @@ START_TEST(test_help_lists_new_flags_and_commands) {
     const char *local[] = {"psctl", "local", "--help", NULL};
     const char *ckpt[] = {"psctl", "checkpoint", "--help", NULL};
     const char *shut[] = {"psctl", "shutdown", "-h", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(top, NULL, NULL, NULL, &r);
-    ck_assert_int_eq(exit_code(&r), 0);
+    ck_assert_int_eq(ps_test_run_exit_code(&r), 0);
     ck_assert_contains(r.out, "  checkpoint ");
     ck_assert_contains(r.out, "  shutdown ");
-    result_free(&r);
+    ps_test_run_free(&r);
     run_psctl(local, NULL, NULL, NULL, &r);
-    ck_assert_int_eq(exit_code(&r), 0);
+    ck_assert_int_eq(ps_test_run_exit_code(&r), 0);
     const char *flags[] = {"--max-restarts N",
                            "--checkpoint-dir DIR",
                            "DIR/ps-<i>",
@@ -862,15 +712,15 @@ START_TEST(test_help_lists_new_flags_and_commands) {
                            NULL};
     for (const char *const *f = flags; *f; f++)
         ck_assert_contains(r.out, *f);
-    result_free(&r);
+    ps_test_run_free(&r);
     const char *const *cmds[] = {ckpt, shut};
     for (int i = 0; i < 2; i++) {
         run_psctl(cmds[i], NULL, NULL, NULL, &r);
-        ck_assert_int_eq(exit_code(&r), 0);
+        ck_assert_int_eq(ps_test_run_exit_code(&r), 0);
         ck_assert_contains(r.out, "--ps HOST:PORT,...");
         ck_assert_contains(r.out, "--timeout SECONDS");
         ck_assert_contains(r.out, "TF_CONFIG");
-        result_free(&r);
+        ps_test_run_free(&r);
     }
 }
 END_TEST
@@ -878,7 +728,8 @@ END_TEST
 /* ---- psctl checkpoint / shutdown ---------------------------------------------------- */
 
 /* Runs `psctl CMD --ps <the shards' endpoints> [extra...]`. */
-static void run_admin(const char *cmd, int nshards, const char *const *extra, run_result *r) {
+static void run_admin(const char *cmd, int nshards, const char *const *extra,
+                      ps_test_run_result *r) {
     char list[256] = "";
     for (int i = 0; i < nshards; i++) {
         if (i) strcat(list, ",");
@@ -895,10 +746,11 @@ static void run_admin(const char *cmd, int nshards, const char *const *extra, ru
 START_TEST(test_checkpoint_every_shard_answers) {
     shard_start(0, SHARD_OK);
     shard_start(1, SHARD_OLD_ID_FIRST); /* a reply to another request is skipped */
-    run_result r;
+    ps_test_run_result r;
     run_admin("checkpoint", 2, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 0, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 0, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     char want[256];
     for (int i = 0; i < 2; i++) {
         snprintf(want, sizeof want,
@@ -910,17 +762,18 @@ START_TEST(test_checkpoint_every_shard_answers) {
         ck_assert_uint_eq(atomic_load(&shards[i].last_proto), PS_PROTOCOL_VERSION);
     }
     ck_assert_str_eq(r.err, "");
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
 START_TEST(test_checkpoint_error_reply_exit_1) {
     shard_start(0, SHARD_OK);
     shard_start(1, SHARD_ERROR);
-    run_result r;
+    ps_test_run_result r;
     run_admin("checkpoint", 2, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 1, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     char want[256];
     snprintf(want, sizeof want, "ps 0 %s: checkpoint version 1234 ", shards[0].endpoint);
     ck_assert_contains(r.out, want);
@@ -928,7 +781,7 @@ START_TEST(test_checkpoint_error_reply_exit_1) {
              shards[1].endpoint);
     ck_assert_contains(r.err, want);
     ck_assert_contains(r.err, "psctl checkpoint: 1 of 2 shards failed\n");
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -936,10 +789,11 @@ START_TEST(test_checkpoint_silent_shard_times_out) {
     shard_start(0, SHARD_SILENT);
     shard_start(1, SHARD_OK);
     const char *extra[] = {"--timeout", "0.5", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_admin("checkpoint", 2, extra, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 1, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     char want[256];
     snprintf(want, sizeof want, "ps 0 %s: no answer within 0.5 s\n", shards[0].endpoint);
     ck_assert_contains(r.err, want);
@@ -947,7 +801,7 @@ START_TEST(test_checkpoint_silent_shard_times_out) {
     ck_assert_contains(r.out, want);
     ck_assert_int_eq(atomic_load(&shards[0].requests), 1);
     ck_assert_msg(r.secs >= 0.45 && r.secs < 5.0, "took %.2f s", r.secs);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -956,13 +810,14 @@ START_TEST(test_checkpoint_nobody_listening_times_out) {
     shard_start(0, SHARD_OK);
     shard_stop(&shards[0]);
     const char *extra[] = {"--timeout", "0.3", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_admin("checkpoint", 1, extra, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 1, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_contains(r.err, ": no answer within 0.3 s\n");
     ck_assert_contains(r.err, "psctl checkpoint: 1 of 1 shard failed\n");
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -976,24 +831,25 @@ START_TEST(test_shutdown_fake_shards_from_tfconfig) {
              shards[0].endpoint, shards[1].endpoint);
     const char *args[] = {"psctl", "shutdown", NULL};
     const char *env[] = {tf, NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, env, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 0, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 0, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     char want[256];
     for (int i = 0; i < 2; i++) {
         snprintf(want, sizeof want, "ps %d %s: shutting down\n", i, shards[i].endpoint);
         ck_assert_contains(r.out, want);
         ck_assert_int_eq(atomic_load(&shards[i].last_body), PS__HEADER__BODY_SHUTDOWN);
     }
-    result_free(&r);
+    ps_test_run_free(&r);
 
     /* TF_CONFIG's placeholders are not addresses. */
     const char *bad_env[] = {"TF_CONFIG={\"cluster\": {\"ps\": [\"host1:port\"]}}", NULL};
     run_psctl(args, bad_env, NULL, NULL, &r);
-    ck_assert_int_eq(exit_code(&r), 2);
+    ck_assert_int_eq(ps_test_run_exit_code(&r), 2);
     ck_assert_contains(r.err, "psctl shutdown: TF_CONFIG: ps 0 'host1:port' is not HOST:PORT");
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -1012,10 +868,10 @@ static int psd_help_has(const char *s) {
     const char *psd = getenv("PSD");
     ck_assert_ptr_nonnull(psd);
     const char *args[] = {psd, "--help", NULL};
-    run_result r;
-    run_cmd(psd, args, NULL, 20.0, NULL, NULL, &r);
-    int has = r.finished && exit_code(&r) == 0 && strstr(r.out, s) != NULL;
-    result_free(&r);
+    ps_test_run_result r;
+    ps_test_run(psd, args, NULL, 20.0, NULL, NULL, &r);
+    int has = r.finished && ps_test_run_exit_code(&r) == 0 && strstr(r.out, s) != NULL;
+    ps_test_run_free(&r);
     return has;
 }
 
@@ -1024,9 +880,9 @@ START_TEST(test_shutdown_real_psd) {
     ck_assert_int_eq(ps_test_psd_start(&p, NULL, 10000), 0);
     record_pid(p.pid);
     const char *args[] = {"psctl", "shutdown", "--ps", p.endpoint, NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, NULL, NULL, NULL, &r);
-    int code = exit_code(&r);
+    int code = ps_test_run_exit_code(&r);
     int psd_code = ps_test_wait(p.pid, 10000); /* psd stops after answering */
     p.pid = 0;
     ps_test_psd_stop(&p, 1000);
@@ -1034,7 +890,7 @@ START_TEST(test_shutdown_real_psd) {
     ck_assert_msg(code == 0, "exit %d, stderr:\n%s", code, r.err);
     ck_assert_contains(r.out, ": shutting down\n");
     ck_assert_int_eq(psd_code, 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -1055,20 +911,21 @@ START_TEST(test_checkpoint_real_psd) {
     char list[300];
     snprintf(list, sizeof list, "%s,%s", p.endpoint, q.endpoint);
     const char *args[] = {"psctl", "checkpoint", "--ps", list, NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, NULL, NULL, NULL, &r);
     ps_test_psd_stop(&p, 5000);
     ps_test_psd_stop(&q, 5000);
     ck_assert(r.finished);
     /* The shard without --checkpoint-dir answers an error: exit 1, both reported. */
-    ck_assert_msg(exit_code(&r) == 1, "exit %d, out:\n%s\nerr:\n%s", exit_code(&r), r.out, r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, out:\n%s\nerr:\n%s",
+                  ps_test_run_exit_code(&r), r.out, r.err);
     char want[256];
     snprintf(want, sizeof want, "ps 0 %s: checkpoint version ", p.endpoint);
     ck_assert_contains(r.out, want);
     ck_assert_contains(r.out, dir);
     snprintf(want, sizeof want, "ps 1 %s: checkpoint failed: ", q.endpoint);
     ck_assert_contains(r.err, want);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -1078,7 +935,7 @@ typedef struct {
     int killed, termed;
 } real_restart;
 
-static void kill_real_psd(const run_result *r, void *ctx) {
+static void kill_real_psd(const ps_test_run_result *r, void *ctx) {
     real_restart *st = ctx;
     if (!st->killed && strstr(r->err, "psctl: psd shards ready at ")) {
         pid_t pid = ps_test_find_child(r->pid, "--shard", "0");
@@ -1110,11 +967,12 @@ START_TEST(test_real_psd_sigkilled_comes_back_on_its_port) {
                           "1",   "--mode", "sync", "--transport", tcp ? "tcp" : "ipc",
                           "--",  "--hang", NULL};
     real_restart st = {0, 0};
-    run_result r;
-    run_cmd(psctl, args, env, 30.0, kill_real_psd, &st, &r);
+    ps_test_run_result r;
+    ps_test_run(psctl, args, env, 30.0, kill_real_psd, &st, &r);
     ck_assert(r.finished);
     ck_assert_msg(st.killed && st.termed, "psd 0 was not killed and back; stderr:\n%s", r.err);
-    ck_assert_msg(exit_code(&r) == 143, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 143, "exit %d, stderr:\n%s",
+                  ps_test_run_exit_code(&r), r.err);
     ck_assert_contains(r.err, "psctl: psd 0 killed by signal 9; restarting (1/3)\n");
     const char *ready = strstr(r.err, "psctl: psd shards ready at ");
     ck_assert_ptr_nonnull(ready);
@@ -1125,7 +983,7 @@ START_TEST(test_real_psd_sigkilled_comes_back_on_its_port) {
     ck_assert_contains(r.err, want);
     if (!tcp) ck_assert_contains(r.err, "removed the stale socket");
     ck_assert_int_eq(recorded_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
