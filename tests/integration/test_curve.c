@@ -203,7 +203,7 @@ START_TEST(authorized_client_is_served) {
         uint64_t removed = h->stats_reply->workers_removed;
         ps__header__free_unpacked(h, NULL);
         ck_assert_msg(removed == 0, "psd timed the worker out: its heartbeats did not get in");
-        ps_test_nap_ms(100);
+        ps_test_nap_ms(100); /* pacing: samples the whole window */
     }
     ps_client_close(k.c);
 

@@ -30,6 +30,17 @@ static uint64_t version_of(const ps_test_psd *ps) {
     return v;
 }
 
+/* Until shard ps is at version at_least or later. */
+typedef struct {
+    const ps_test_psd *ps;
+    uint64_t at_least;
+} version_goal;
+
+static int reached_version(void *arg) {
+    const version_goal *g = arg;
+    return version_of(g->ps) >= g->at_least;
+}
+
 typedef struct {
     char dir[600], ps[300], summary[700], log[4][700];
     pid_t pid[4];
@@ -102,9 +113,7 @@ START_TEST(worker_killed_sync_job_finishes) {
     const char *extra[] = {"--epochs", "2", "--batch", "32", NULL};
     for (int i = 0; i < 3; i++)
         start_worker(&j, i, 3, extra);
-    long long deadline = ps_test_now_ms() + 60000;
-    while (version_of(&psd[0]) < 200 && ps_test_now_ms() < deadline)
-        ps_test_nap_ms(20);
+    ps_test_wait_until(reached_version, &(version_goal){&psd[0], 200}, 60000, 20);
     ck_assert_msg(version_of(&psd[0]) >= 200, "training did not start");
     ck_assert_int_eq(kill(j.pid[2], SIGKILL), 0); /* mid-epoch 1 */
     ck_assert_int_eq(ps_test_wait(j.pid[2], 5000), 128 + SIGKILL);
@@ -144,15 +153,10 @@ START_TEST(worker_restarted_rejoins_where_the_job_is) {
     const char *chief[] = {"--epochs", "2", "--slow-ms", "15", NULL};
     start_worker(&j, 0, 2, chief);
     start_worker(&j, 1, 2, extra);
-    long long deadline = ps_test_now_ms() + 60000;
-    while (version_of(&psd) < 520 && ps_test_now_ms() < deadline)
-        ps_test_nap_ms(10);
+    ps_test_wait_until(reached_version, &(version_goal){&psd, 520}, 60000, 10);
     ck_assert_int_eq(kill(j.pid[1], SIGKILL), 0); /* in epoch 2 */
     ck_assert_int_eq(ps_test_wait(j.pid[1], 5000), 128 + SIGKILL);
-    deadline = ps_test_now_ms() + 30000;
-    while (!ps_test_file_has(psd.log, "worker 1 removed") && ps_test_now_ms() < deadline)
-        ps_test_nap_ms(20);
-    ck_assert_msg(ps_test_file_has(psd.log, "worker 1 removed"),
+    ck_assert_msg(ps_test_wait_file_has(psd.log, "worker 1 removed", 30000, 0),
                   "the shard did not remove worker 1");
     char first[800];
     snprintf(first, sizeof first, "%s.first", j.log[1]);
@@ -199,12 +203,15 @@ START_TEST(psd_killed_restarts_from_checkpoint) {
         int ready = st->checkpoint_version >= 100 && st->version >= 150;
         ps__header__free_unpacked(h, NULL);
         if (ready || ps_test_now_ms() > deadline) break;
-        ps_test_nap_ms(20);
+        ps_test_nap_ms(20); /* pacing between polls */
     }
     uint64_t before = version_of(&psd[0]);
     ck_assert_uint_ge(before, 150);
     ps_test_psd_kill(&psd[0]);
-    ps_test_nap_ms(700); /* the workers notice: requests time out, reconnects back off */
+    /* the workers notice: requests time out, reconnects back off (the chief says so) */
+    char noticed[300];
+    snprintf(noticed, sizeof noticed, "psd 0 (%s) does not answer", psd[0].endpoint);
+    ps_test_wait_file_has(j.log[0], noticed, 10000, j.pid[0]);
     ck_assert_int_eq(ps_test_psd_restart(&psd[0], args[0], 10000), 0);
     ck_assert_msg(ps_test_file_has(psd[0].log, "restored checkpoint"), "psd 0 did not restore");
     ck_assert_int_eq(finish_worker(&j, 0, 180000), 0);
@@ -236,10 +243,7 @@ START_TEST(backup_workers_do_not_wait_for_the_slow_one) {
      * moved on starts at the job's current step (as a restarted one does),
      * and would then have fewer steps to do. */
     start_worker(&j, 2, 3, slow);
-    long long deadline = ps_test_now_ms() + 30000;
-    while (!ps_test_file_has(psd.log, "hello from worker 2") && ps_test_now_ms() < deadline)
-        ps_test_nap_ms(10);
-    ck_assert_msg(ps_test_file_has(psd.log, "hello from worker 2"),
+    ck_assert_msg(ps_test_wait_file_has(psd.log, "hello from worker 2", 30000, 0),
                   "the slow worker did not say Hello");
     long long t0 = ps_test_now_ms();
     start_worker(&j, 0, 3, fast);
@@ -336,7 +340,7 @@ START_TEST(psd_stall_does_not_remove_live_workers) {
             if (removed) ps_test_dump(psd.log);
             ck_assert_msg(removed == 0, "round %d: psd removed a live worker after its own stall",
                           round);
-            ps_test_nap_ms(100);
+            ps_test_nap_ms(100); /* pacing: samples the window after the stall */
         }
     }
     ps_client_close(c); /* the heartbeats stop: now the worker is removed */
@@ -349,7 +353,7 @@ START_TEST(psd_stall_does_not_remove_live_workers) {
         ck_assert_int_eq(ps_client_stats(q, 0, &h), PS_OK);
         removed = h->stats_reply->workers_removed;
         ps__header__free_unpacked(h, NULL);
-        if (!removed) ps_test_nap_ms(50);
+        if (!removed) ps_test_nap_ms(50); /* pacing between polls */
     }
     ps_client_close(q);
     ck_assert_msg(removed == 1, "a silent worker was not removed");

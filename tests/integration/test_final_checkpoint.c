@@ -239,7 +239,7 @@ START_TEST(unusable_checkpoint_dir_counted_and_sigterm_exits_1) {
         text = http_get(port, "/metrics");
         failures = metric(text, "psd_checkpoint_failures_total");
         free(text);
-        if (failures < 2) ps_test_nap_ms(50);
+        if (failures < 2) ps_test_nap_ms(50); /* pacing between polls */
     }
     ck_assert_msg(failures >= 2, "periodic checkpoint failures not counted (%lld)", failures);
     Ps__Header *h = NULL;

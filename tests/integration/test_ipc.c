@@ -100,7 +100,7 @@ static const char *wait_ready(int k) {
         }
         ck_assert_msg(ps_test_alive(running[k]), "psd exited before it was ready:\n%s",
                       ps_test_text(logs[k]));
-        usleep(20000);
+        ps_test_nap_ms(20); /* pacing between polls */
     }
     ck_abort_msg("psd not ready within %d ms:\n%s", READY_MS, ps_test_text(logs[k]));
     return NULL;
@@ -267,7 +267,7 @@ START_TEST(two_psd_racing_for_one_path) {
             if ((ready[0] && ready[1]) || (status[0] >= 0 && status[1] >= 0) ||
                 ((status[0] >= 0 || status[1] >= 0) && (ready[0] || ready[1])))
                 break;
-            usleep(5000);
+            ps_test_nap_ms(5); /* pacing between polls */
         }
         ck_assert_msg(!(ready[0] && ready[1]), "round %d: both psd reported ready on %s", round,
                       sock);

@@ -198,7 +198,7 @@ static int wait_metrics_port(void) {
         free(log);
         if (port > 0) return port;
         ck_assert_msg(ps_test_alive(psd.pid), "psd exited");
-        ps_test_nap_ms(5);
+        ps_test_nap_ms(5); /* pacing between polls */
     }
     ps_test_dump(psd.log);
     ck_abort_msg("psd did not log its metrics address");

@@ -201,7 +201,7 @@ static int probe_from_ns(const char *ns, const char *addr, int port, int greet, 
         long long deadline = ps_test_now_ms() + timeout_ms;
         int rc;
         while ((rc = tcp_probe(addr, port, greet, 1000)) != 0 && ps_test_now_ms() < deadline)
-            ps_test_nap_ms(50);
+            ps_test_nap_ms(50); /* pacing between probes */
         _exit(rc & 0xff);
     }
     return ps_test_wait(pid, timeout_ms + 3000);
@@ -294,7 +294,7 @@ static int start_psd(netjob *j, int i) {
             snprintf(j->fail, sizeof j->fail, "psd %d exited before listening", i);
             return -1;
         }
-        ps_test_nap_ms(10);
+        ps_test_nap_ms(10); /* pacing between polls */
     }
     snprintf(j->fail, sizeof j->fail, "psd %d did not listen within 10 s", i);
     return -1;

@@ -125,8 +125,7 @@ static int wait_ready(const char *path, pid_t pid, char *buf, size_t buflen, int
             if (ok && buf[0]) return 0;
         }
         if (!ps_test_alive(pid)) return -1;
-        struct timespec ts = {0, 5 * 1000000L};
-        nanosleep(&ts, NULL);
+        ps_test_nap_ms(5); /* pacing between polls */
     }
     return -1;
 }

@@ -197,10 +197,8 @@ static void *flood_run(void *arg) {
         if (zmq_send(s, buf, len, ZMQ_DONTWAIT) < 0) break;
         atomic_store(&fl->sent, i + 1);
     }
-    while (!atomic_load(&fl->stop)) { /* keep the connection (and its backlog) open */
-        struct timespec ts = {0, 5000000};
-        nanosleep(&ts, NULL);
-    }
+    while (!atomic_load(&fl->stop)) /* keep the connection (and its backlog) open */
+        ps_test_nap_ms(5);          /* pacing: polls the stop flag */
     zmq_close(s);
     zmq_ctx_term(ctx);
     return NULL;

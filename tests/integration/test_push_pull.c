@@ -18,6 +18,7 @@
 #include "proc.h"
 #include "ps_error.h"
 #include "raw.h"
+#include "stats.h"
 #include "testutil.h"
 #include "wire.h"
 
@@ -275,6 +276,22 @@ END_TEST
  * TCP buffers hold; then a push updates it; every reply read afterwards holds
  * the old values. */
 #define BIG (256 * 1024)
+
+/* Until psd has dispatched `want` requests (each Stats asked here counts as one too). */
+typedef struct {
+    ps_client *c;
+    uint64_t want;
+} requests_seen;
+
+static int psd_saw_requests(void *arg) {
+    requests_seen *w = arg;
+    Ps__Header *h;
+    uint64_t n = ps_test_stats(w->c, &h)->requests;
+    ps__header__free_unpacked(h, NULL);
+    w->want++; /* this Stats request */
+    return n >= w->want;
+}
+
 START_TEST(queued_replies_keep_their_values) {
     static float big[BIG], dbig[BIG];
     for (int i = 0; i < BIG; i++) {
@@ -296,6 +313,9 @@ START_TEST(queued_replies_keep_their_values) {
     ck_assert_int_eq(ps_client_hello(c, &async, NULL), PS_OK);
     ck_assert_int_eq(ps_client_create_vars(c, NULL), PS_OK);
 
+    Ps__Header *sh;
+    uint64_t before = ps_test_stats(c, &sh)->requests;
+    ps__header__free_unpacked(sh, NULL);
     raw_conn r;
     raw_open(&r, psd.endpoint);
     int hwm = 1;
@@ -312,7 +332,9 @@ START_TEST(queued_replies_keep_their_values) {
         h.pull = &p;
         ck_assert_int_eq(ps_wire_send(r.sock, NULL, 0, &h, NULL, 0, 0), PS_OK);
     }
-    nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL); /* psd answers them all */
+    requests_seen seen = {c, before + 40};
+    ck_assert_msg(ps_test_wait_until(psd_saw_requests, &seen, REPLY_MS, 10),
+                  "psd did not answer the 40 pulls"); /* psd answers them all */
     ck_assert_int_eq(ps_client_push(c, 0, NULL), PS_OK);
     ck_assert_int_eq(ps_client_pull(c, 1, NULL), PS_OK);
     ck_assert_float_eq(big[3], 3.0f - LR * 4.0f); /* the update is in */
