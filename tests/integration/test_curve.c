@@ -34,11 +34,7 @@ static void path_of(char *buf, size_t n, const char *name) {
  * exit status. */
 static int run(const char *const *argv, int timeout_ms) {
     remove(out_path);
-    pid_t pid = ps_test_spawn(argv, out_path);
-    ck_assert_int_gt(pid, 0);
-    int st = ps_test_wait(pid, timeout_ms);
-    ck_assert_msg(st >= 0, "%s did not exit within %d ms", argv[0], timeout_ms);
-    return st;
+    return ps_test_run_to(argv, out_path, timeout_ms);
 }
 
 static void copy_file(const char *from, const char *to) {

@@ -116,11 +116,7 @@ static int wait_exit(int k) {
 
 /* Runs a program (stdout+stderr to out) to completion; returns its exit status. */
 static int run(const char *const *argv, const char *out) {
-    pid_t pid = ps_test_spawn(argv, out);
-    ck_assert_int_gt(pid, 0);
-    int st = ps_test_wait(pid, EXIT_MS);
-    ck_assert_msg(st >= 0, "%s did not exit within %d ms", argv[0], EXIT_MS);
-    return st;
+    return ps_test_run_to(argv, out, EXIT_MS);
 }
 
 static int is_there(const char *path) {

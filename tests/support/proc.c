@@ -1,6 +1,7 @@
 /* Process helpers for integration tests (see proc.h). */
 #include "proc.h"
 
+#include <check.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +25,14 @@ pid_t ps_test_spawn(const char *const *argv, const char *out_path) {
     execv(argv[0], (char *const *)argv);
     fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
     _exit(127);
+}
+
+int ps_test_run_to(const char *const *argv, const char *out_path, int timeout_ms) {
+    pid_t pid = ps_test_spawn(argv, out_path);
+    ck_assert_int_gt(pid, 0);
+    int st = ps_test_wait(pid, timeout_ms);
+    ck_assert_msg(st >= 0, "%s did not exit within %d ms", argv[0], timeout_ms);
+    return st;
 }
 
 static int decode_status(int st) {

@@ -30,6 +30,10 @@ int ps_test_psd_stop(ps_test_psd *p, int timeout_ms);
 /* Forks and execs argv with stdout+stderr appended to out_path (or /dev/null).
  * Returns the pid, or -1. */
 pid_t ps_test_spawn(const char *const *argv, const char *out_path);
+/* Runs argv to completion with stdout+stderr appended to out_path (or /dev/null): checks
+ * that it started and exited within timeout_ms (else it is killed and the test fails).
+ * Returns its exit status, or 128+signal. */
+int ps_test_run_to(const char *const *argv, const char *out_path, int timeout_ms);
 /* Waits up to timeout_ms for pid; on timeout kills it (SIGKILL) and returns -1.
  * Otherwise returns its exit status, or 128+signal. */
 int ps_test_wait(pid_t pid, int timeout_ms);
