@@ -162,11 +162,3 @@ void teardown_psd(void) {
         ps_test_psd_stop(&psd, 0);
     }
 }
-
-int psd_requests_main(Suite *(*make_suite)(void)) {
-    if (!getenv("PSD")) {
-        fprintf(stderr, "PSD is not set\n");
-        return 77;
-    }
-    return ps_test_run_suite(make_suite());
-}

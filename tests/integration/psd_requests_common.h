@@ -65,8 +65,4 @@ void setup_sync2(void);
 void setup_async2(void);
 void teardown_psd(void);
 
-/* The main of every file that uses this: 77 (skip) without $PSD, else runs the suite
- * make_suite makes and returns ps_test_run_suite's status. */
-int psd_requests_main(Suite *(*make_suite)(void));
-
 #endif

@@ -510,9 +510,5 @@ static Suite *curve_suite(void) {
 }
 
 int main(void) {
-    if (!getenv("PSD") || !getenv("PSWORKER") || !getenv("PSCTL")) {
-        fprintf(stderr, "PSD, PSWORKER and PSCTL must be set\n");
-        return 77;
-    }
-    return ps_test_run_suite(curve_suite());
+    return ps_test_main_needing("PSD PSWORKER PSCTL", curve_suite);
 }

@@ -661,9 +661,5 @@ static Suite *metrics_suite(void) {
 }
 
 int main(void) {
-    if (!getenv("PSD")) {
-        fprintf(stderr, "PSD is not set\n");
-        return 77;
-    }
-    return ps_test_run_suite(metrics_suite());
+    return ps_test_main_needing("PSD", metrics_suite);
 }

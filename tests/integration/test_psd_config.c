@@ -336,9 +336,5 @@ static Suite *config_suite(void) {
 }
 
 int main(void) {
-    if (!getenv("PSD")) {
-        fprintf(stderr, "PSD is not set\n");
-        return 77;
-    }
-    return ps_test_run_suite(config_suite());
+    return ps_test_main_needing("PSD", config_suite);
 }

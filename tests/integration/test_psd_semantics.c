@@ -263,5 +263,5 @@ static Suite *requests_suite(void) {
 }
 
 int main(void) {
-    return psd_requests_main(requests_suite);
+    return ps_test_main_needing("PSD", requests_suite);
 }

@@ -377,9 +377,5 @@ static Suite *push_pull_suite(void) {
 }
 
 int main(void) {
-    if (!getenv("PSD")) {
-        fprintf(stderr, "PSD is not set\n");
-        return 77;
-    }
-    return ps_test_run_suite(push_pull_suite());
+    return ps_test_main_needing("PSD", push_pull_suite);
 }

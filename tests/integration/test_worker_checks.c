@@ -321,9 +321,5 @@ static Suite *worker_checks_suite(void) {
 }
 
 int main(void) {
-    if (!getenv("PSWORKER")) {
-        fprintf(stderr, "PSWORKER is not set\n");
-        return 77;
-    }
-    return ps_test_run_suite(worker_checks_suite());
+    return ps_test_main_needing("PSWORKER", worker_checks_suite);
 }

@@ -172,3 +172,17 @@ int ps_test_run_suite(Suite *s) {
     srunner_free(sr);
     return failed == 0 ? 0 : 1;
 }
+
+int ps_test_main_needing(const char *vars, Suite *(*make_suite)(void)) {
+    char name[64];
+    for (const char *p = vars; *p;) {
+        size_t n = strcspn(p, " ");
+        snprintf(name, sizeof name, "%.*s", (int)n, p);
+        if (n && !getenv(name)) {
+            fprintf(stderr, "%s is not set\n", name);
+            return 77;
+        }
+        p += n + (p[n] == ' ');
+    }
+    return ps_test_run_suite(make_suite());
+}

@@ -55,5 +55,9 @@ int ps_test_wait_file_has(const char *path, const char *text, int timeout_ms, pi
 /* Runs a Check suite (and frees it); returns the process exit status: 0 when
  * every test passed, 1 otherwise. */
 int ps_test_run_suite(Suite *s);
+/* The main of a test that needs programs named by environment variables: 77 (skipped)
+ * when one of vars (names separated by spaces, e.g. "PSD PSWORKER") is unset, else runs
+ * the suite make_suite makes as ps_test_run_suite does. */
+int ps_test_main_needing(const char *vars, Suite *(*make_suite)(void));
 
 #endif
