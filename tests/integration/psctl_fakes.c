@@ -272,15 +272,10 @@ void shard_stop(fake_shard *s) {
  * and psd dirs of ps_test_psd_start all land there), and after the TCase it kills every
  * process recorded in any test dir under it and removes it all. */
 
-static char *base_dir;
-static char *saved_tmpdir;
+static const char *base_dir;
 
 void base_setup(void) {
-    const char *t = getenv("TMPDIR");
-    saved_tmpdir = t ? strdup(t) : NULL;
-    base_dir = ps_test_mkdtemp();
-    ck_assert_ptr_nonnull(base_dir);
-    setenv("TMPDIR", base_dir, 1);
+    base_dir = ps_test_push_tmpdir();
     prctl(PR_SET_CHILD_SUBREAPER, 1); /* orphans of a failed test come here to be reaped */
 }
 
@@ -296,15 +291,8 @@ void base_teardown(void) {
     }
     if (d) closedir(d);
     ps_test_reap_all();
-    ps_test_rmdir(base_dir);
-    free(base_dir);
+    ps_test_pop_tmpdir();
     base_dir = NULL;
-    if (saved_tmpdir)
-        setenv("TMPDIR", saved_tmpdir, 1);
-    else
-        unsetenv("TMPDIR");
-    free(saved_tmpdir);
-    saved_tmpdir = NULL;
 }
 
 void setup(void) {

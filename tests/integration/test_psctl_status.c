@@ -342,22 +342,9 @@ END_TEST
 
 /* ---- a dead shard ----------------------------------------------------------------- */
 
-/* A 127.0.0.1 port nothing listens on (bound, then released). */
-static int dead_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t len = sizeof a;
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 START_TEST(dead_shard_is_unreachable_exit_1) {
     char list[300], dead[64];
-    snprintf(dead, sizeof dead, "127.0.0.1:%d", dead_port());
+    snprintf(dead, sizeof dead, "127.0.0.1:%d", ps_test_free_port());
     snprintf(list, sizeof list, "%s,%s", psd[0].endpoint, dead);
     const char *args[] = {"psctl", "status", "--ps", list, "--timeout", "0.5", NULL};
     ps_test_run_result r;

@@ -100,19 +100,6 @@ static void expect_refused(const char *const *args, const char *want) {
     ck_assert_msg(out[0] == 0, "stdout should be empty, got '%s'", out);
 }
 
-/* A TCP port that was free a moment ago on 127.0.0.1. */
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t len = sizeof a;
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* Waits until path has a line (psd's ready file) or pid exits; copies the line to buf. */
 static int wait_ready(const char *path, pid_t pid, char *buf, size_t buflen, int timeout_ms) {
     long long deadline = ps_test_now_ms() + timeout_ms;
@@ -229,7 +216,7 @@ START_TEST(tf_config_worker_task) {
 END_TEST
 
 START_TEST(tf_config_ps_task) {
-    int port = free_port();
+    int port = ps_test_free_port();
     char tf[512];
     snprintf(
         tf, sizeof tf,

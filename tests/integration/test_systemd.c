@@ -27,27 +27,12 @@
 /* A failed assertion ends a test with _exit (fork mode): no checked teardown runs. So the
  * temp dirs live under a base dir made and removed by an unchecked fixture (in the Check
  * parent), and every psd gets PS_PARENT_PID (it dies with the test process). */
-static char *base_dir;
-static char *saved_tmpdir;
-
 static void base_setup(void) {
-    const char *t = getenv("TMPDIR");
-    saved_tmpdir = t ? strdup(t) : NULL;
-    base_dir = ps_test_mkdtemp();
-    ck_assert_ptr_nonnull(base_dir);
-    setenv("TMPDIR", base_dir, 1);
+    ps_test_push_tmpdir();
 }
 
 static void base_teardown(void) {
-    ps_test_rmdir(base_dir);
-    free(base_dir);
-    base_dir = NULL;
-    if (saved_tmpdir)
-        setenv("TMPDIR", saved_tmpdir, 1);
-    else
-        unsetenv("TMPDIR");
-    free(saved_tmpdir);
-    saved_tmpdir = NULL;
+    ps_test_pop_tmpdir();
 }
 
 /* ---- systemd-analyze verify ------------------------------------------------------------- */

@@ -1,12 +1,15 @@
 /* The test kit shared by every Check test (see testutil.h). */
 #include "testutil.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -65,6 +68,41 @@ void ps_test_rmdir(const char *dir) {
         closedir(d);
     }
     rmdir(dir);
+}
+
+static char *pushed_dir, *saved_tmpdir;
+
+const char *ps_test_push_tmpdir(void) {
+    const char *t = getenv("TMPDIR");
+    saved_tmpdir = t ? strdup(t) : NULL;
+    pushed_dir = ps_test_mkdtemp();
+    ck_assert_ptr_nonnull(pushed_dir);
+    setenv("TMPDIR", pushed_dir, 1);
+    return pushed_dir;
+}
+
+void ps_test_pop_tmpdir(void) {
+    if (pushed_dir) ps_test_rmdir(pushed_dir);
+    free(pushed_dir);
+    pushed_dir = NULL;
+    if (saved_tmpdir)
+        setenv("TMPDIR", saved_tmpdir, 1);
+    else
+        unsetenv("TMPDIR");
+    free(saved_tmpdir);
+    saved_tmpdir = NULL;
+}
+
+int ps_test_free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
 }
 
 const char *ps_test_source_root(void) {

@@ -24,6 +24,13 @@ long ps_test_first_mismatch(const float *a, const float *b, size_t n, float atol
 char *ps_test_mkdtemp(void);
 /* Removes a directory made by ps_test_mkdtemp and everything in it. */
 void ps_test_rmdir(const char *dir);
+/* Makes a fresh directory and points $TMPDIR into it, so that what the tests make
+ * (ps_test_mkdtemp, psd's and psctl's dirs) lands there; returns it (the kit owns it).
+ * ps_test_pop_tmpdir removes it and restores $TMPDIR. One at a time. */
+const char *ps_test_push_tmpdir(void);
+void ps_test_pop_tmpdir(void);
+/* A TCP port on 127.0.0.1 that was free a moment ago (bound, then released). */
+int ps_test_free_port(void);
 /* $PS_SOURCE_ROOT, or "." when unset. */
 const char *ps_test_source_root(void);
 /* Directory of the Fashion-MNIST IDX files ($PS_DATA_DIR or the Debian package path). */
