@@ -94,12 +94,6 @@ static const char fake_worker[] =
 char *tdir; /* this test's temp dir: scripts, pid files, argv records */
 char fake_psd_path[4096], fake_worker_path[4096];
 
-static void write_script(char *path, size_t n, const char *name, const char *text) {
-    snprintf(path, n, "%s/%s", tdir, name);
-    ck_assert_int_eq(ps_test_write_file(path, text, strlen(text)), 0);
-    ck_assert_int_eq(chmod(path, 0755), 0);
-}
-
 /* ---- processes (the runner is the kit's, run.h) ---------------------------------- */
 
 int for_each_recorded(int (*fn)(pid_t)) {
@@ -299,8 +293,9 @@ void setup(void) {
     prctl(PR_SET_CHILD_SUBREAPER, 1); /* orphaned fakes come to us, so we can reap them */
     tdir = ps_test_mkdtemp();         /* under base_dir */
     ck_assert_ptr_nonnull(tdir);
-    write_script(fake_psd_path, sizeof fake_psd_path, "fake-psd", fake_psd);
-    write_script(fake_worker_path, sizeof fake_worker_path, "fake-worker", fake_worker);
+    ps_test_write_script(fake_psd_path, sizeof fake_psd_path, tdir, "fake-psd", fake_psd);
+    ps_test_write_script(fake_worker_path, sizeof fake_worker_path, tdir, "fake-worker",
+                         fake_worker);
 }
 
 /* The test passed: stop what it started, remove its dir. */

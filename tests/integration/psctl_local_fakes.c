@@ -68,12 +68,6 @@ static const char fake_worker[] =
 char *tdir; /* this test's temp dir: scripts, pid files, summary */
 char fake_psd_path[4096], fake_worker_path[4096];
 
-static void write_script(char *path, size_t n, const char *name, const char *text) {
-    snprintf(path, n, "%s/%s", tdir, name);
-    ck_assert_int_eq(ps_test_write_file(path, text, strlen(text)), 0);
-    ck_assert_int_eq(chmod(path, 0755), 0);
-}
-
 /* ---- processes (the runner is the kit's, run.h) ---------------------------------- */
 
 int count_one(pid_t pid) {
@@ -144,10 +138,18 @@ void setup(void) {
     prctl(PR_SET_CHILD_SUBREAPER, 1); /* orphaned fakes come to us, so we can reap them */
     tdir = ps_test_mkdtemp();
     ck_assert_ptr_nonnull(tdir);
-    write_script(fake_psd_path, sizeof fake_psd_path, "fake-psd", fake_psd);
-    write_script(fake_worker_path, sizeof fake_worker_path, "fake-worker", fake_worker);
+    ps_test_write_script(fake_psd_path, sizeof fake_psd_path, tdir, "fake-psd", fake_psd);
+    ps_test_write_script(fake_worker_path, sizeof fake_worker_path, tdir, "fake-worker",
+                         fake_worker);
 }
 
 void teardown(void) {
     cleanup();
+}
+
+TCase *psctl_local_tcase(const char *name, double timeout_s) {
+    TCase *tc = tcase_create(name);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, timeout_s);
+    return tc;
 }

@@ -33,5 +33,7 @@ void assert_prefixed(const char *text, const char *const *prefixes);
  * killed, at teardown or when a failed assertion ends the test process). */
 void setup(void);
 void teardown(void);
+/* A TCase with that fixture and a timeout of timeout_s seconds. */
+TCase *psctl_local_tcase(const char *name, double timeout_s);
 
 #endif

@@ -243,9 +243,7 @@ END_TEST
 
 static Suite *psctl_local_suite(void) {
     Suite *s = suite_create("psctl_local");
-    TCase *fake = tcase_create("fakes");
-    tcase_add_checked_fixture(fake, setup, teardown);
-    tcase_set_timeout(fake, 60);
+    TCase *fake = psctl_local_tcase("fakes", 60);
     tcase_add_test(fake, test_happy_path_prefixes_and_sigterm);
     tcase_add_test(fake, test_worker_fails_stops_everyone);
     tcase_add_test(fake, test_sigint_stops_all_exit_130);

@@ -238,17 +238,13 @@ END_TEST
 
 static Suite *psctl_local_suite(void) {
     Suite *s = suite_create("psctl_local");
-    TCase *fake = tcase_create("fakes");
-    tcase_add_checked_fixture(fake, setup, teardown);
-    tcase_set_timeout(fake, 60);
+    TCase *fake = psctl_local_tcase("fakes", 60);
     tcase_add_test(fake, test_gpus_all_without_gpu_runs_cpu_workers);
     tcase_add_test(fake, test_gpus_all_without_gpu_one_worker_per_cpu);
     tcase_add_test(fake, test_gpus_missing_id_exit_2);
     suite_add_tcase(s, fake);
 
-    TCase *real = tcase_create("real");
-    tcase_add_checked_fixture(real, setup, teardown);
-    tcase_set_timeout(real, 280);
+    TCase *real = psctl_local_tcase("real", 280);
     tcase_add_test(real, test_real_binaries_train);
     tcase_add_test(real, test_real_binaries_gpus_all);
     suite_add_tcase(s, real);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -201,6 +202,13 @@ int ps_test_wait_file_has(const char *path, const char *text, int timeout_ms, pi
         if (ps_test_now_ms() > deadline || (pid > 0 && !pid_running(pid))) return 0;
         ps_test_nap_ms(20);
     }
+}
+
+void ps_test_write_script(char *path, size_t n, const char *dir, const char *name,
+                          const char *text) {
+    snprintf(path, n, "%s/%s", dir, name);
+    ck_assert_int_eq(ps_test_write_file(path, text, strlen(text)), 0);
+    ck_assert_int_eq(chmod(path, 0755), 0);
 }
 
 int ps_test_run_suite(Suite *s) {

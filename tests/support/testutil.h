@@ -37,6 +37,9 @@ const char *ps_test_source_root(void);
 const char *ps_test_data_dir(void);
 /* Writes n bytes to path; returns 0 on success. */
 int ps_test_write_file(const char *path, const void *data, size_t n);
+/* Writes text as the executable file dir/name and puts its path in path[0..n). */
+void ps_test_write_script(char *path, size_t n, const char *dir, const char *name,
+                          const char *text);
 
 /* Milliseconds on the monotonic clock. */
 long long ps_test_now_ms(void);
