@@ -126,10 +126,7 @@ static void cleanup_at_exit(void) {
 
 void start_psd(const char *workers, const char *mode) {
     atexit(cleanup_at_exit);
-    /* and should this process be killed, psd goes with it */
-    char pid[32];
-    snprintf(pid, sizeof pid, "%ld", (long)getpid());
-    setenv("PS_PARENT_PID", pid, 1);
+    ps_test_children_die_with_me();
     const char *args[] = {"--workers", workers, "--mode", mode, NULL};
     ck_assert_msg(ps_test_psd_start(&psd, args, 10000) == 0, "psd did not start");
 }

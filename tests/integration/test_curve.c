@@ -65,9 +65,7 @@ static void setup(void) {
     snprintf(out_path, sizeof out_path, "%s/out", dir);
     ck_assert_int_eq(mkdir(keys, 0700), 0);
     ck_assert_int_eq(mkdir(authorized, 0700), 0);
-    char pid[32];
-    snprintf(pid, sizeof pid, "%ld", (long)getpid());
-    setenv("PS_PARENT_PID", pid, 1); /* psd dies with the test even when it ends early */
+    ps_test_children_die_with_me();
     unsetenv("TF_CONFIG");
     keygen("server");
     keygen("wa");

@@ -57,9 +57,7 @@ static void setup(void) {
         snprintf(logs[i], sizeof logs[i], "%s/log.%d", dir, i);
         snprintf(readies[i], sizeof readies[i], "%s/ready.%d", dir, i);
     }
-    char pid[32]; /* psd dies with this test process even when an assertion ends it */
-    snprintf(pid, sizeof pid, "%ld", (long)getpid());
-    setenv("PS_PARENT_PID", pid, 1);
+    ps_test_children_die_with_me();
     unsetenv("TF_CONFIG");
 }
 

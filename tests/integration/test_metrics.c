@@ -178,9 +178,7 @@ static void cleanup_at_exit(void) {
 
 static void make_tmp(void) {
     atexit(cleanup_at_exit);
-    char pid[32];
-    snprintf(pid, sizeof pid, "%ld", (long)getpid());
-    setenv("PS_PARENT_PID", pid, 1); /* psd dies with this process */
+    ps_test_children_die_with_me();
     char *d = ps_test_mkdtemp();
     ck_assert_ptr_nonnull(d);
     snprintf(tmp, sizeof tmp, "%s", d);

@@ -41,10 +41,7 @@ static void setup(void) {
     ck_assert_ptr_nonnull(dir);
     snprintf(out_path, sizeof out_path, "%s/out", dir);
     snprintf(err_path, sizeof err_path, "%s/err", dir);
-    /* psd dies with this test process even when an assertion ends it early */
-    char pid[32];
-    snprintf(pid, sizeof pid, "%ld", (long)getpid());
-    setenv("PS_PARENT_PID", pid, 1);
+    ps_test_children_die_with_me();
     unsetenv("TF_CONFIG");
 }
 

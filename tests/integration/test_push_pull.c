@@ -29,9 +29,7 @@
 static ps_test_psd psd;
 
 static void start_psd(const char *workers, const char *mode) {
-    char pid[32];
-    snprintf(pid, sizeof pid, "%ld", (long)getpid());
-    setenv("PS_PARENT_PID", pid, 1); /* should this process die, psd goes with it */
+    ps_test_children_die_with_me();
     const char *args[] = {"--workers", workers, "--mode", mode, NULL};
     ck_assert_msg(ps_test_psd_start(&psd, args, 10000) == 0, "psd did not start");
 }

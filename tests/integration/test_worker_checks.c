@@ -24,9 +24,7 @@ static char *dir; /* per test: logs */
 
 static void setup(void) {
     dir = ps_test_mkdtemp();
-    char pid[32]; /* psworker dies with this test process */
-    snprintf(pid, sizeof pid, "%ld", (long)getpid());
-    setenv("PS_PARENT_PID", pid, 1);
+    ps_test_children_die_with_me();
     unsetenv("TF_CONFIG");
 }
 

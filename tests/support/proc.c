@@ -13,6 +13,12 @@
 #include <time.h>
 #include <unistd.h>
 
+void ps_test_children_die_with_me(void) {
+    char pid[32];
+    snprintf(pid, sizeof pid, "%ld", (long)getpid());
+    setenv("PS_PARENT_PID", pid, 1);
+}
+
 pid_t ps_test_spawn(const char *const *argv, const char *out_path) {
     pid_t pid = fork();
     if (pid != 0) return pid;

@@ -14,6 +14,10 @@ typedef struct {
     char log[600];      /* stdout+stderr of the process */
 } ps_test_psd;
 
+/* Sets PS_PARENT_PID to this process, so that psd, psworker and psctl started from now on
+ * die with it (even when a failed assertion ends the test early). */
+void ps_test_children_die_with_me(void);
+
 /* Starts $PSD --bind 127.0.0.1 --port 0 --ready-file ... plus extra_args
  * (NULL-terminated, may be NULL) and waits up to timeout_ms for it to listen.
  * Returns 0, or -1 (the process is killed, the reason printed). */
