@@ -17,11 +17,11 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "../unit/testutil.h"
 #include "crc32c.h"
 #include "proc.h"
 #include "ps.h"
 #include "ps_error.h"
+#include "testutil.h"
 #include "wire.h"
 
 enum { REPLY_MS = 10000 };
@@ -139,7 +139,7 @@ END_TEST
 /* Asks psd for a checkpoint now (the client library has no call for it). */
 static void request_checkpoint(const ps_test_psd *p, int wait_reply, uint64_t *version) {
     void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_DEALER);
-    int linger = 0;
+    int linger = wait_reply ? 0 : 5000; /* without a reply: closing waits until it is sent */
     zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
     char ep[300];
     snprintf(ep, sizeof ep, "tcp://%s", p->endpoint);
@@ -165,8 +165,6 @@ static void request_checkpoint(const ps_test_psd *p, int wait_reply, uint64_t *v
         if (version) *version = r->checkpoint_reply->version;
         ps__header__free_unpacked(r, NULL);
         ps_frames_close(&f);
-    } else {
-        nanosleep(&(struct timespec){0, 2 * 1000 * 1000}, NULL); /* let ZeroMQ send it */
     }
     zmq_close(s);
     zmq_ctx_term(ctx);
@@ -275,6 +273,7 @@ START_TEST(kill_during_checkpoint_writes) {
         request_checkpoint(&a, 0, NULL);
         seed = seed * 1103515245u + 12345u;
         long delay_us = (long)((seed >> 8) % 60000); /* 0..60 ms into the write */
+        /* the scenario: psd is killed somewhere inside the checkpoint write */
         nanosleep(&(struct timespec){0, delay_us * 1000}, NULL);
         client_close(&k);
         ps_test_psd_kill(&a);

@@ -12,11 +12,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../unit/testutil.h"
 #include "curve_keys.h"
 #include "proc.h"
 #include "ps.h"
 #include "ps_error.h"
+#include "testutil.h"
 
 #define LR 0.5f
 #define N 4
@@ -28,16 +28,6 @@ static ps_test_psd psd; /* the psd of the test, if any */
 
 static void path_of(char *buf, size_t n, const char *name) {
     snprintf(buf, n, "%s/%s", keys, name);
-}
-
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void nap_ms(int ms) {
-    nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL);
 }
 
 /* A whole (small) file in a static buffer; "" when missing. */
@@ -56,11 +46,11 @@ static const char *slurp(const char *path) {
 
 /* Waits until path contains needle; 1 if it did within timeout_ms. */
 static int wait_for_text(const char *path, const char *needle, int timeout_ms) {
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = ps_test_now_ms() + timeout_ms;
     do {
         if (strstr(slurp(path), needle)) return 1;
-        nap_ms(20);
-    } while (now_ms() < deadline);
+        ps_test_nap_ms(20);
+    } while (ps_test_now_ms() < deadline);
     return 0;
 }
 
@@ -228,15 +218,15 @@ START_TEST(authorized_client_is_served) {
         ck_assert_msg(k.w[i] == want, "w[%d] = %.9g, want %.9g", i, k.w[i], want);
     }
     /* idle for a few worker timeouts: only CURVE heartbeats keep the worker in */
-    long long until = now_ms() + 4000;
-    while (now_ms() < until) {
+    long long until = ps_test_now_ms() + 4000;
+    while (ps_test_now_ms() < until) {
         ps_stats h;
         rc = ps_client_stats(k.c, 0, &h);
         ck_assert_msg(rc == PS_OK, "stats: %s", ps_client_error(k.c));
         uint64_t removed = h.workers_removed;
         ps_stats_free(&h);
         ck_assert_msg(removed == 0, "psd timed the worker out: its heartbeats did not get in");
-        nap_ms(100);
+        ps_test_nap_ms(100);
     }
     ps_client_close(k.c);
 

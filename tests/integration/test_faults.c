@@ -17,31 +17,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "../unit/testutil.h"
 #include "proc.h"
 #include "ps.h"
 #include "ps_error.h"
-
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void nap_ms(int ms) {
-    nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL);
-}
-
-static int file_has(const char *path, const char *what) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char line[4096];
-    int found = 0;
-    while (!found && fgets(line, sizeof line, f))
-        found = strstr(line, what) != NULL;
-    fclose(f);
-    return found;
-}
+#include "testutil.h"
 
 /* Stats of shard `ps` (a client that never says Hello, so it joins nothing). */
 static ps_stats *stats(const ps_test_psd *ps, ps_stats *hold) {
@@ -135,9 +114,9 @@ START_TEST(worker_killed_sync_job_finishes) {
     const char *extra[] = {"--epochs", "2", "--batch", "32", NULL};
     for (int i = 0; i < 3; i++)
         start_worker(&j, i, 3, extra);
-    long long deadline = now_ms() + 60000;
-    while (version_of(&psd[0]) < 200 && now_ms() < deadline)
-        nap_ms(20);
+    long long deadline = ps_test_now_ms() + 60000;
+    while (version_of(&psd[0]) < 200 && ps_test_now_ms() < deadline)
+        ps_test_nap_ms(20);
     ck_assert_msg(version_of(&psd[0]) >= 200, "training did not start");
     ck_assert_int_eq(kill(j.pid[2], SIGKILL), 0); /* mid-epoch 1 */
     ck_assert_int_eq(ps_test_wait(j.pid[2], 5000), 128 + SIGKILL);
@@ -152,7 +131,8 @@ START_TEST(worker_killed_sync_job_finishes) {
         ps_stats *st = stats(&psd[i], &h);
         ck_assert_uint_eq(st->workers_removed, 1);
         ps_stats_free(&h);
-        ck_assert_msg(file_has(psd[i].log, "worker 2 removed"), "shard %d logged no removal", i);
+        ck_assert_msg(ps_test_file_has(psd[i].log, "worker 2 removed"),
+                      "shard %d logged no removal", i);
         ck_assert_int_eq(ps_test_psd_stop(&psd[i], 10000), 0);
     }
     ps_test_rmdir(j.dir);
@@ -176,25 +156,26 @@ START_TEST(worker_restarted_rejoins_where_the_job_is) {
     const char *chief[] = {"--epochs", "2", "--slow-ms", "15", NULL};
     start_worker(&j, 0, 2, chief);
     start_worker(&j, 1, 2, extra);
-    long long deadline = now_ms() + 60000;
-    while (version_of(&psd) < 520 && now_ms() < deadline)
-        nap_ms(10);
+    long long deadline = ps_test_now_ms() + 60000;
+    while (version_of(&psd) < 520 && ps_test_now_ms() < deadline)
+        ps_test_nap_ms(10);
     ck_assert_int_eq(kill(j.pid[1], SIGKILL), 0); /* in epoch 2 */
     ck_assert_int_eq(ps_test_wait(j.pid[1], 5000), 128 + SIGKILL);
-    deadline = now_ms() + 30000;
-    while (!file_has(psd.log, "worker 1 removed") && now_ms() < deadline)
-        nap_ms(20);
-    ck_assert_msg(file_has(psd.log, "worker 1 removed"), "the shard did not remove worker 1");
+    deadline = ps_test_now_ms() + 30000;
+    while (!ps_test_file_has(psd.log, "worker 1 removed") && ps_test_now_ms() < deadline)
+        ps_test_nap_ms(20);
+    ck_assert_msg(ps_test_file_has(psd.log, "worker 1 removed"),
+                  "the shard did not remove worker 1");
     char first[800];
     snprintf(first, sizeof first, "%s.first", j.log[1]);
     ck_assert_int_eq(rename(j.log[1], first), 0); /* the restart logs afresh */
     start_worker(&j, 1, 2, extra);                /* the same flags */
     ck_assert_int_eq(finish_worker(&j, 1, 120000), 0);
     ck_assert_int_eq(finish_worker(&j, 0, 120000), 0);
-    ck_assert_msg(file_has(psd.log, "worker 1 rejoined"), "no rejoin logged");
-    ck_assert_msg(file_has(j.log[1], "joining a running job: epoch 2"),
+    ck_assert_msg(ps_test_file_has(psd.log, "worker 1 rejoined"), "no rejoin logged");
+    ck_assert_msg(ps_test_file_has(j.log[1], "joining a running job: epoch 2"),
                   "the restarted worker did not continue in epoch 2");
-    ck_assert_msg(!file_has(j.log[1], "Epoch 1/2"), "the restarted worker redid epoch 1");
+    ck_assert_msg(!ps_test_file_has(j.log[1], "Epoch 1/2"), "the restarted worker redid epoch 1");
     ck_assert_double_ge(summary_accuracy(&j), 0.84);
     ck_assert_int_eq(ps_test_psd_stop(&psd, 10000), 0);
     ps_test_rmdir(j.dir);
@@ -221,7 +202,7 @@ START_TEST(psd_killed_restarts_from_checkpoint) {
     for (int i = 0; i < 2; i++)
         start_worker(&j, i, 2, extra);
     /* wait for a periodic checkpoint of shard 0, well into the job */
-    long long deadline = now_ms() + 60000;
+    long long deadline = ps_test_now_ms() + 60000;
     for (;;) {
         ps_stats h;
         ps_stats *st = stats(&psd[0], &h);
@@ -229,21 +210,21 @@ START_TEST(psd_killed_restarts_from_checkpoint) {
          * empty shard at version 0, written before the chief created them */
         int ready = st->checkpoint_version >= 100 && st->version >= 150;
         ps_stats_free(&h);
-        if (ready || now_ms() > deadline) break;
-        nap_ms(20);
+        if (ready || ps_test_now_ms() > deadline) break;
+        ps_test_nap_ms(20);
     }
     uint64_t before = version_of(&psd[0]);
     ck_assert_uint_ge(before, 150);
     ps_test_psd_kill(&psd[0]);
-    nap_ms(700); /* the workers notice: requests time out, reconnects back off */
+    ps_test_nap_ms(700); /* the workers notice: requests time out, reconnects back off */
     ck_assert_int_eq(ps_test_psd_restart(&psd[0], args[0], 10000), 0);
-    ck_assert_msg(file_has(psd[0].log, "restored checkpoint"), "psd 0 did not restore");
+    ck_assert_msg(ps_test_file_has(psd[0].log, "restored checkpoint"), "psd 0 did not restore");
     ck_assert_int_eq(finish_worker(&j, 0, 180000), 0);
     ck_assert_int_eq(finish_worker(&j, 1, 30000), 0);
     double acc = summary_accuracy(&j);
     printf("psd killed at version %llu: test accuracy %.4f\n", (unsigned long long)before, acc);
     ck_assert_msg(acc >= 0.84, "test accuracy %.4f < 0.84", acc);
-    ck_assert_msg(file_has(j.log[0], "restarted"), "the chief did not notice the restart");
+    ck_assert_msg(ps_test_file_has(j.log[0], "restarted"), "the chief did not notice the restart");
     for (int i = 0; i < 2; i++)
         ck_assert_int_eq(ps_test_psd_stop(&psd[i], 10000), 0);
     ps_test_rmdir(j.dir);
@@ -267,18 +248,19 @@ START_TEST(backup_workers_do_not_wait_for_the_slow_one) {
      * moved on starts at the job's current step (as a restarted one does),
      * and would then have fewer steps to do. */
     start_worker(&j, 2, 3, slow);
-    long long deadline = now_ms() + 30000;
-    while (!file_has(psd.log, "hello from worker 2") && now_ms() < deadline)
-        nap_ms(10);
-    ck_assert_msg(file_has(psd.log, "hello from worker 2"), "the slow worker did not say Hello");
-    long long t0 = now_ms();
+    long long deadline = ps_test_now_ms() + 30000;
+    while (!ps_test_file_has(psd.log, "hello from worker 2") && ps_test_now_ms() < deadline)
+        ps_test_nap_ms(10);
+    ck_assert_msg(ps_test_file_has(psd.log, "hello from worker 2"),
+                  "the slow worker did not say Hello");
+    long long t0 = ps_test_now_ms();
     start_worker(&j, 0, 3, fast);
     start_worker(&j, 1, 3, fast);
     ck_assert_int_eq(finish_worker(&j, 0, 60000), 0);
-    long long chief_ms = now_ms() - t0;
+    long long chief_ms = ps_test_now_ms() - t0;
     ck_assert_int_eq(finish_worker(&j, 1, 60000), 0);
     ck_assert_int_eq(finish_worker(&j, 2, 60000), 0);
-    long long all_ms = now_ms() - t0;
+    long long all_ms = ps_test_now_ms() - t0;
     ps_stats h;
     ps_stats *st = stats(&psd, &h);
     printf("backup workers: chief %lld ms, slow worker done at %lld ms; version %llu, dropped "
@@ -353,11 +335,11 @@ START_TEST(psd_stall_does_not_remove_live_workers) {
     ck_assert_msg(rc == PS_OK, "hello: %s", ps_client_error(c));
     for (int round = 0; round < 2; round++) {
         ck_assert_int_eq(kill(psd.pid, SIGSTOP), 0);
-        nap_ms(3000); /* the stall itself, not a wait for a condition */
+        ps_test_nap_ms(3000); /* the stall itself, not a wait for a condition */
         ck_assert_int_eq(kill(psd.pid, SIGCONT), 0);
         /* a few membership ticks after the stall */
-        long long until = now_ms() + 1000;
-        while (now_ms() < until) {
+        long long until = ps_test_now_ms() + 1000;
+        while (ps_test_now_ms() < until) {
             ps_stats h;
             rc = ps_client_stats(c, 0, &h);
             ck_assert_msg(rc == PS_OK, "stats: %s", ps_client_error(c));
@@ -366,20 +348,20 @@ START_TEST(psd_stall_does_not_remove_live_workers) {
             if (removed) ps_test_dump(psd.log);
             ck_assert_msg(removed == 0, "round %d: psd removed a live worker after its own stall",
                           round);
-            nap_ms(100);
+            ps_test_nap_ms(100);
         }
     }
     ps_client_close(c); /* the heartbeats stop: now the worker is removed */
     ps_client *q;
     ck_assert_int_eq(ps_client_open(&q, eps, 1, 0, 1, err, sizeof err), PS_OK);
-    long long deadline = now_ms() + 30000;
+    long long deadline = ps_test_now_ms() + 30000;
     uint64_t removed = 0;
-    while (!removed && now_ms() < deadline) {
+    while (!removed && ps_test_now_ms() < deadline) {
         ps_stats h;
         ck_assert_int_eq(ps_client_stats(q, 0, &h), PS_OK);
         removed = h.workers_removed;
         ps_stats_free(&h);
-        if (!removed) nap_ms(50);
+        if (!removed) ps_test_nap_ms(50);
     }
     ps_client_close(q);
     ck_assert_msg(removed == 1, "a silent worker was not removed");

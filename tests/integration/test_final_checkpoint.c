@@ -20,28 +20,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../unit/testutil.h"
 #include "checkpoint.h"
 #include "proc.h"
 #include "ps.h"
 #include "ps_error.h"
 #include "raw.h"
 #include "store.h"
-
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+#include "testutil.h"
 
 static unsigned long long wall_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (unsigned long long)ts.tv_sec * 1000u + (unsigned long long)ts.tv_nsec / 1000000u;
-}
-
-static void nap_ms(int ms) {
-    nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL);
 }
 
 /* ---- psctl SIGKILLed: the shards still checkpoint ---- */
@@ -135,10 +125,10 @@ static char *http_get(int port, const char *path) {
     size_t cap = 1 << 16, len = 0;
     char *buf = malloc(cap);
     ck_assert_ptr_nonnull(buf);
-    long long deadline = now_ms() + 5000;
+    long long deadline = ps_test_now_ms() + 5000;
     for (;;) {
         struct pollfd p = {fd, POLLIN, 0};
-        int left = (int)(deadline - now_ms());
+        int left = (int)(deadline - ps_test_now_ms());
         if (left <= 0 || poll(&p, 1, left) <= 0) break;
         if (len + 4096 > cap) {
             cap *= 2;
@@ -244,12 +234,12 @@ START_TEST(unusable_checkpoint_dir_counted_and_sigterm_exits_1) {
                   "no failed checkpoint counted in /metrics (printed above)");
     free(text);
     /* the timer (every second) fails too, and is counted */
-    long long deadline = now_ms() + 10000, failures = 0;
-    while (failures < 2 && now_ms() < deadline) {
+    long long deadline = ps_test_now_ms() + 10000, failures = 0;
+    while (failures < 2 && ps_test_now_ms() < deadline) {
         text = http_get(port, "/metrics");
         failures = metric(text, "psd_checkpoint_failures_total");
         free(text);
-        if (failures < 2) nap_ms(50);
+        if (failures < 2) ps_test_nap_ms(50); /* pacing between polls */
     }
     ck_assert_msg(failures >= 2, "periodic checkpoint failures not counted (%lld)", failures);
     ps_stats h;

@@ -16,10 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../unit/testutil.h"
 #include "proc.h"
 #include "ps.h"
 #include "ps_error.h"
+#include "testutil.h"
 
 #define EXIT_MS 10000
 #define READY_MS 10000
@@ -57,9 +57,7 @@ static void setup(void) {
         snprintf(logs[i], sizeof logs[i], "%s/log.%d", dir, i);
         snprintf(readies[i], sizeof readies[i], "%s/ready.%d", dir, i);
     }
-    char pid[32]; /* psd dies with this test process even when an assertion ends it */
-    snprintf(pid, sizeof pid, "%ld", (long)getpid());
-    setenv("PS_PARENT_PID", pid, 1);
+    ps_test_children_die_with_me();
     unsetenv("TF_CONFIG");
 }
 
@@ -67,26 +65,6 @@ static void teardown(void) {
     kill_running();
     ps_test_rmdir(dir);
     dir[0] = '\0';
-}
-
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Reads a whole (small) file into a static buffer; "" when missing. */
-static const char *slurp(const char *path) {
-    static char buf[2][16384];
-    static int which;
-    char *b = buf[which ^= 1];
-    b[0] = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return b;
-    size_t n = fread(b, 1, sizeof buf[0] - 1, f);
-    b[n] = 0;
-    fclose(f);
-    return b;
 }
 
 /* Starts $PSD (slot k: its log and ready file) with args after the program name.
@@ -111,18 +89,18 @@ static pid_t spawn_psd(int k, const char *const *args) {
 /* Waits for slot k's ready file; returns its line without the newline. */
 static const char *wait_ready(int k) {
     static char line[256];
-    long long until = now_ms() + READY_MS;
-    while (now_ms() < until) {
-        const char *s = slurp(readies[k]);
+    long long until = ps_test_now_ms() + READY_MS;
+    while (ps_test_now_ms() < until) {
+        const char *s = ps_test_text(readies[k]);
         if (strchr(s, '\n')) {
             snprintf(line, sizeof line, "%.*s", (int)strcspn(s, "\n"), s);
             return line;
         }
         ck_assert_msg(ps_test_alive(running[k]), "psd exited before it was ready:\n%s",
-                      slurp(logs[k]));
-        usleep(20000);
+                      ps_test_text(logs[k]));
+        ps_test_nap_ms(20); /* pacing between polls */
     }
-    ck_abort_msg("psd not ready within %d ms:\n%s", READY_MS, slurp(logs[k]));
+    ck_abort_msg("psd not ready within %d ms:\n%s", READY_MS, ps_test_text(logs[k]));
     return NULL;
 }
 
@@ -136,11 +114,7 @@ static int wait_exit(int k) {
 
 /* Runs a program (stdout+stderr to out) to completion; returns its exit status. */
 static int run(const char *const *argv, const char *out) {
-    pid_t pid = ps_test_spawn(argv, out);
-    ck_assert_int_gt(pid, 0);
-    int st = ps_test_wait(pid, EXIT_MS);
-    ck_assert_msg(st >= 0, "%s did not exit within %d ms", argv[0], EXIT_MS);
-    return st;
+    return ps_test_run_to(argv, out, EXIT_MS);
 }
 
 static int is_there(const char *path) {
@@ -195,8 +169,8 @@ START_TEST(psd_serves_over_ipc) {
     char out[128];
     snprintf(out, sizeof out, "%s/status.out", dir);
     int st = run((const char *[]){psctl, "status", "--ps", want, "--timeout", "5", NULL}, out);
-    ck_assert_msg(st == 0, "psctl status exited %d:\n%s", st, slurp(out));
-    ck_assert_ptr_nonnull(strstr(slurp(out), want));
+    ck_assert_msg(st == 0, "psctl status exited %d:\n%s", st, ps_test_text(out));
+    ck_assert_ptr_nonnull(strstr(ps_test_text(out), want));
 
     ck_assert(is_there(sock));
     kill(running[0], SIGTERM);
@@ -220,11 +194,11 @@ START_TEST(stale_socket_replaced_live_one_kept) {
     const char *args[] = {"--transport", "ipc", "--ipc-path", sock, NULL};
     spawn_psd(0, args);
     wait_ready(0);
-    ck_assert_ptr_nonnull(strstr(slurp(logs[0]), "removed the stale socket"));
+    ck_assert_ptr_nonnull(strstr(ps_test_text(logs[0]), "removed the stale socket"));
 
     spawn_psd(1, args);
     ck_assert_int_eq(wait_exit(1), 2);
-    ck_assert_ptr_nonnull(strstr(slurp(logs[1]), "another process is listening there"));
+    ck_assert_ptr_nonnull(strstr(ps_test_text(logs[1]), "another process is listening there"));
     char ep[160];
     snprintf(ep, sizeof ep, "ipc://%s", sock);
     exchange(ep); /* the first psd still has its socket */
@@ -243,8 +217,8 @@ START_TEST(stale_socket_replaced_live_one_kept) {
     ck_assert_int_eq(ps_test_write_file(sock, "x", 1), 0);
     spawn_psd(1, args);
     ck_assert_int_eq(wait_exit(1), 2);
-    ck_assert_ptr_nonnull(strstr(slurp(logs[1]), "exists and is not a socket"));
-    ck_assert_str_eq(slurp(sock), "x");
+    ck_assert_ptr_nonnull(strstr(ps_test_text(logs[1]), "exists and is not a socket"));
+    ck_assert_str_eq(ps_test_text(sock), "x");
 }
 END_TEST
 
@@ -277,27 +251,27 @@ START_TEST(two_psd_racing_for_one_path) {
         spawn_psd(0, args);
         spawn_psd(1, args);
         int status[2] = {-1, -1}, ready[2] = {0, 0};
-        long long until = now_ms() + READY_MS;
+        long long until = ps_test_now_ms() + READY_MS;
         /* until one has exited and the other is ready (or both are: the bug) */
-        while (now_ms() < until) {
+        while (ps_test_now_ms() < until) {
             for (int k = 0; k < 2; k++) {
                 if (status[k] < 0) status[k] = exited(k);
-                if (!ready[k]) ready[k] = strchr(slurp(readies[k]), '\n') != NULL;
+                if (!ready[k]) ready[k] = strchr(ps_test_text(readies[k]), '\n') != NULL;
             }
             if ((ready[0] && ready[1]) || (status[0] >= 0 && status[1] >= 0) ||
                 ((status[0] >= 0 || status[1] >= 0) && (ready[0] || ready[1])))
                 break;
-            usleep(5000);
+            ps_test_nap_ms(5); /* pacing between polls */
         }
         ck_assert_msg(!(ready[0] && ready[1]), "round %d: both psd reported ready on %s", round,
                       sock);
         int loser = status[0] >= 0 ? 0 : 1, winner = 1 - loser;
         ck_assert_msg(status[loser] == 2, "round %d: exits %d and %d, want one 2:\n%s\n%s", round,
-                      status[0], status[1], slurp(logs[0]), slurp(logs[1]));
-        ck_assert_msg(strstr(slurp(logs[loser]), "holds the lock file"),
-                      "round %d: no reason in:\n%s", round, slurp(logs[loser]));
+                      status[0], status[1], ps_test_text(logs[0]), ps_test_text(logs[1]));
+        ck_assert_msg(strstr(ps_test_text(logs[loser]), "holds the lock file"),
+                      "round %d: no reason in:\n%s", round, ps_test_text(logs[loser]));
         ck_assert_msg(ready[winner] && status[winner] < 0, "round %d: the other psd:\n%s", round,
-                      slurp(logs[winner]));
+                      ps_test_text(logs[winner]));
         ck_assert(is_there(lock));
         if (round % 4 == 0) exchange(ep);
         kill(running[winner], SIGTERM);
@@ -334,9 +308,9 @@ START_TEST(bad_transport_config) {
     for (size_t i = 0; i < sizeof psd_cases / sizeof psd_cases[0]; i++) {
         spawn_psd(0, psd_cases[i].args);
         int st = wait_exit(0);
-        ck_assert_msg(st == 2, "case %zu: exit %d:\n%s", i, st, slurp(logs[0]));
-        ck_assert_msg(strstr(slurp(logs[0]), psd_cases[i].want), "case %zu: no '%s' in:\n%s", i,
-                      psd_cases[i].want, slurp(logs[0]));
+        ck_assert_msg(st == 2, "case %zu: exit %d:\n%s", i, st, ps_test_text(logs[0]));
+        ck_assert_msg(strstr(ps_test_text(logs[0]), psd_cases[i].want), "case %zu: no '%s' in:\n%s",
+                      i, psd_cases[i].want, ps_test_text(logs[0]));
     }
     ck_assert(!is_there(sock));
 
@@ -346,14 +320,14 @@ START_TEST(bad_transport_config) {
     ck_assert_ptr_nonnull(worker);
     ck_assert_ptr_nonnull(psctl);
     ck_assert_int_eq(run((const char *[]){worker, "--ps", long_ep, NULL}, out), 2);
-    ck_assert_ptr_nonnull(strstr(slurp(out), "at most 107"));
+    ck_assert_ptr_nonnull(strstr(ps_test_text(out), "at most 107"));
     ck_assert_int_eq(run((const char *[]){psctl, "status", "--ps", long_ep, NULL}, out), 2);
-    ck_assert_ptr_nonnull(strstr(slurp(out), "at most 107"));
+    ck_assert_ptr_nonnull(strstr(ps_test_text(out), "at most 107"));
     ck_assert_int_eq(run((const char *[]){psctl, "local", "--ps", "1", "--workers", "1", "--mode",
                                           "sync", "--transport", "udp", NULL},
                          out),
                      2);
-    ck_assert_ptr_nonnull(strstr(slurp(out), "--transport needs 'ipc' or 'tcp'"));
+    ck_assert_ptr_nonnull(strstr(ps_test_text(out), "--transport needs 'ipc' or 'tcp'"));
 }
 END_TEST
 
@@ -403,11 +377,11 @@ START_TEST(psctl_local_ipc_trains_and_cleans_up) {
     pid_t pid = ps_test_spawn(argv, out);
     ck_assert_int_gt(pid, 0);
     int st = ps_test_wait(pid, 120000);
-    ck_assert_msg(st == 0, "psctl local exited %d:\n%s", st, slurp(out));
+    ck_assert_msg(st == 0, "psctl local exited %d:\n%s", st, ps_test_text(out));
     char want[200];
     snprintf(want, sizeof want, "psctl: psd shards ready at ipc://%s/psctl-ipc.", xdg);
-    ck_assert_msg(strstr(slurp(out), want), "no '%s' in:\n%s", want, slurp(out));
-    ck_assert_ptr_nonnull(strstr(slurp(out), "psctl: job finished: 2 ps, 2 workers"));
+    ck_assert_msg(strstr(ps_test_text(out), want), "no '%s' in:\n%s", want, ps_test_text(out));
+    ck_assert_ptr_nonnull(strstr(ps_test_text(out), "psctl: job finished: 2 ps, 2 workers"));
     ck_assert_int_eq(rmdir(xdg), 0); /* empty: the socket directory was removed */
 }
 END_TEST

@@ -14,9 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../unit/testutil.h"
 #include "proc.h"
 #include "ps.h"
+#include "testutil.h"
 
 #define ck_assert_contains(hay, needle)                                                            \
     ck_assert_msg(strstr((hay), (needle)) != NULL, "'%s' does not contain '%s'", (hay), (needle))
@@ -53,12 +53,6 @@ static void capture_end_expect_silence(capture *k) {
     close(k->fd);
     unlink(k->path);
     ck_assert_msg(n == 0, "the library printed: %s", n > 0 ? buf : "?");
-}
-
-static long long mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* A TCP port on 127.0.0.1 that refuses connections for as long as *fd stays open: bound,
@@ -110,9 +104,9 @@ START_TEST(unreachable_shard_times_out_with_a_clear_error) {
     ck_assert_int_eq(rc, PS_OK);
     ck_assert_int_eq(ps_client_set_timeout(c, 1500), PS_OK);
     ck_assert_int_eq(ps_client_set_retry(c, 200), PS_OK); /* probes and reconnects too */
-    long long t0 = mono_ms();
+    long long t0 = ps_test_now_ms();
     rc = ps_client_hello(c, NULL, NULL);
-    long long took = mono_ms() - t0;
+    long long took = ps_test_now_ms() - t0;
     char msg[512];
     snprintf(msg, sizeof msg, "%s", ps_client_error(c));
     /* an admin request to the same shard: the same, without probes */

@@ -14,10 +14,10 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include "../unit/testutil.h"
 #include "proc.h"
 #include "ps.h"
 #include "ps_error.h"
+#include "testutil.h"
 
 /* Runs a 2-shard, 2-worker psctl local job on the real binaries, SIGKILLs psd 1 once the
  * variables exist, and waits for psctl to end. Returns its exit status; its output is in

@@ -18,10 +18,10 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "../unit/testutil.h"
 #include "proc.h"
 #include "ps.h"
 #include "ps_error.h"
+#include "testutil.h"
 
 #define PROM_TYPE "text/plain; version=0.0.4; charset=utf-8"
 #define REPLY_MS 5000
@@ -29,33 +29,6 @@
 static ps_test_psd psd;
 static char tmp[512]; /* curl's outputs */
 static int mport;     /* the metrics port psd logged */
-
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void nap_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* The whole file as a NUL-terminated string (NULL when unreadable); caller frees. */
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, len = 0;
-    char *p = malloc(cap);
-    size_t n;
-    while (p && (n = fread(p + len, 1, cap - len - 1, f)) > 0) {
-        len += n;
-        if (cap - len < 2) p = realloc(p, cap *= 2);
-    }
-    fclose(f);
-    if (p) p[len] = 0;
-    return p;
-}
 
 /* Forks and execs argv with stdin from in_path (or /dev/null), stdout to out_path
  * and stderr to err_path (truncated); waits up to timeout_ms. Returns the exit status. */
@@ -108,9 +81,9 @@ static reply http(const char *method, const char *path, const char *data) {
     reply r = {-1, "", NULL};
     int st = run(argv, NULL, out, err, 10000);
     ck_assert_msg(st != 127, "curl is not installed (deploy/bootstrap.sh installs it)");
-    char *o = slurp(out);
+    char *o = ps_test_slurp(out, NULL);
     if (st == 0 && o && sscanf(o, "%d %127[^\n]", &r.status, r.ctype) >= 1) {
-        r.body = slurp(body);
+        r.body = ps_test_slurp(body, NULL);
     } else {
         r.status = -1;
         ps_test_dump(err);
@@ -164,10 +137,10 @@ static void raw_send(int fd, const char *data, size_t n) {
  * in buf) and sets *closed when the peer closed (EOF or reset). */
 static size_t raw_read(int fd, char *buf, size_t cap, int timeout_ms, int *closed) {
     size_t len = 0;
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = ps_test_now_ms() + timeout_ms;
     *closed = 0;
     for (;;) {
-        long long left = deadline - now_ms();
+        long long left = deadline - ps_test_now_ms();
         struct pollfd p = {fd, POLLIN, 0};
         if (left <= 0 || poll(&p, 1, (int)left) <= 0) break;
         ssize_t r = recv(fd, buf + len, cap - 1 - len, 0);
@@ -205,9 +178,7 @@ static void cleanup_at_exit(void) {
 
 static void make_tmp(void) {
     atexit(cleanup_at_exit);
-    char pid[32];
-    snprintf(pid, sizeof pid, "%ld", (long)getpid());
-    setenv("PS_PARENT_PID", pid, 1); /* psd dies with this process */
+    ps_test_children_die_with_me();
     char *d = ps_test_mkdtemp();
     ck_assert_ptr_nonnull(d);
     snprintf(tmp, sizeof tmp, "%s", d);
@@ -216,16 +187,16 @@ static void make_tmp(void) {
 
 /* Waits for "metrics on http://HOST:PORT/metrics" in psd's log; returns the port. */
 static int wait_metrics_port(void) {
-    long long deadline = now_ms() + 5000;
-    while (now_ms() < deadline) {
-        char *log = slurp(psd.log);
+    long long deadline = ps_test_now_ms() + 5000;
+    while (ps_test_now_ms() < deadline) {
+        char *log = ps_test_slurp(psd.log, NULL);
         const char *m = log ? strstr(log, "metrics on http://") : NULL;
         const char *colon = m ? strchr(m + 18, ':') : NULL;
         int port = colon ? atoi(colon + 1) : 0;
         free(log);
         if (port > 0) return port;
         ck_assert_msg(ps_test_alive(psd.pid), "psd exited");
-        nap_ms(5);
+        ps_test_nap_ms(5); /* pacing between polls */
     }
     ps_test_dump(psd.log);
     ck_abort_msg("psd did not log its metrics address");
@@ -248,7 +219,7 @@ static void expect_clean_exit(void) {
         st = ps_test_wait(psd.pid, 5000);
         psd.pid = 0;
     }
-    char *log = slurp(psd.log);
+    char *log = ps_test_slurp(psd.log, NULL);
     int leaked = log && strstr(log, "handles still open") != NULL;
     free(log);
     if (st != 0 || leaked) ps_test_dump(psd.log);
@@ -412,9 +383,9 @@ END_TEST
 START_TEST(slow_client_does_not_block) {
     int slow = raw_connect();
     raw_send(slow, "GET /metr", 9);
-    long long t0 = now_ms();
+    long long t0 = ps_test_now_ms();
     char *text = scrape();
-    ck_assert_msg(now_ms() - t0 < 3000, "/metrics took %lld ms", now_ms() - t0);
+    ck_assert_msg(ps_test_now_ms() - t0 < 3000, "/metrics took %lld ms", ps_test_now_ms() - t0);
     free(text);
     char buf[8192];
     int closed;
@@ -434,11 +405,11 @@ START_TEST(idle_connection_closed) {
     int idle = raw_connect();
     int half = raw_connect();
     raw_send(half, "GET /healthz HTTP/1.1\r\n", 23);
-    long long t0 = now_ms();
+    long long t0 = ps_test_now_ms();
     char buf[256];
     int closed;
     size_t n = raw_read(idle, buf, sizeof buf, 15000, &closed);
-    long long waited = now_ms() - t0;
+    long long waited = ps_test_now_ms() - t0;
     ck_assert_uint_eq(n, 0);
     ck_assert_msg(closed, "an idle connection was still open after 15 s");
     ck_assert_msg(waited > 4500, "closed after %lld ms, before the 5 s deadline", waited);
@@ -463,9 +434,9 @@ START_TEST(connection_limit_evicts_idlest) {
     ck_assert_int_eq(warm.status, 200);
     free(warm.body);
     for (int round = 0; round < 3; round++) {
-        long long t0 = now_ms();
+        long long t0 = ps_test_now_ms();
         reply r = http(NULL, "/healthz", NULL);
-        long long took = now_ms() - t0;
+        long long took = ps_test_now_ms() - t0;
         ck_assert_msg(r.status == 200, "/healthz with 64 idle connections: status %d", r.status);
         ck_assert_msg(took < 2000, "/healthz with 64 idle connections took %lld ms", took);
         free(r.body);
@@ -620,7 +591,7 @@ static int psd_fails(const char *const *extra, char **log) {
     pid_t pid = ps_test_spawn(argv, path);
     ck_assert_int_gt(pid, 0);
     int st = ps_test_wait(pid, 10000);
-    *log = slurp(path);
+    *log = ps_test_slurp(path, NULL);
     ck_assert_ptr_nonnull(*log);
     ps_test_rmdir(tmp);
     tmp[0] = 0;
@@ -688,9 +659,5 @@ static Suite *metrics_suite(void) {
 }
 
 int main(void) {
-    if (!getenv("PSD")) {
-        fprintf(stderr, "PSD is not set\n");
-        return 77;
-    }
-    return ps_test_run_suite(metrics_suite());
+    return ps_test_main_needing("PSD", metrics_suite);
 }

@@ -22,8 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../unit/testutil.h"
 #include "proc.h"
+#include "testutil.h"
 
 #define NETNS_DIR "/var/run/netns" /* where `ip netns` keeps its names */
 #define PREFIX "pstnet"            /* namespaces are PREFIX <pid> <s|a|b|c|p> */
@@ -39,16 +39,6 @@ static const char ns_suffix[N_NS] = {'s', 'a', 'b', 'c'};
 
 static pid_t main_pid;     /* the test binary's pid (the forked test inherits it) */
 static const char *ip_exe; /* the `ip` binary */
-
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void nap_ms(int ms) {
-    nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL);
-}
 
 static const char *find_ip(void) {
     static const char *const where[] = {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"};
@@ -169,7 +159,7 @@ static int tcp_probe(const char *addr, int port, int greet, int timeout_ms) {
     if (fd < 0) return errno;
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, addr, &sa.sin_addr);
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = ps_test_now_ms() + timeout_ms;
     int rc = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 ? 0 : errno;
     if (rc == EINPROGRESS) {
         struct pollfd p = {.fd = fd, .events = POLLOUT};
@@ -184,7 +174,7 @@ static int tcp_probe(const char *addr, int port, int greet, int timeout_ms) {
     size_t got = 0;
     while (rc == 0 && greet && got < sizeof sig) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        int left = (int)(deadline - now_ms());
+        int left = (int)(deadline - ps_test_now_ms());
         if (left <= 0 || poll(&p, 1, left) <= 0) {
             rc = ETIMEDOUT;
             break;
@@ -208,10 +198,10 @@ static int probe_from_ns(const char *ns, const char *addr, int port, int greet, 
         if (snprintf(path, sizeof path, "%s/%s", NETNS_DIR, ns) >= (int)sizeof path) _exit(1);
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) _exit(errno & 0xff);
-        long long deadline = now_ms() + timeout_ms;
+        long long deadline = ps_test_now_ms() + timeout_ms;
         int rc;
-        while ((rc = tcp_probe(addr, port, greet, 1000)) != 0 && now_ms() < deadline)
-            nap_ms(50);
+        while ((rc = tcp_probe(addr, port, greet, 1000)) != 0 && ps_test_now_ms() < deadline)
+            ps_test_nap_ms(50); /* pacing between probes */
         _exit(rc & 0xff);
     }
     return ps_test_wait(pid, timeout_ms + 3000);
@@ -291,8 +281,8 @@ static int start_psd(netjob *j, int i) {
     }
     char want[64], got[64];
     snprintf(want, sizeof want, "%s:%d", bind, PORT);
-    long long deadline = now_ms() + 10000;
-    while (now_ms() < deadline) {
+    long long deadline = ps_test_now_ms() + 10000;
+    while (ps_test_now_ms() < deadline) {
         first_line(j->ready[i], got, sizeof got);
         if (got[0]) {
             if (strcmp(got, want) == 0) return 0;
@@ -304,7 +294,7 @@ static int start_psd(netjob *j, int i) {
             snprintf(j->fail, sizeof j->fail, "psd %d exited before listening", i);
             return -1;
         }
-        nap_ms(10);
+        ps_test_nap_ms(10); /* pacing between polls */
     }
     snprintf(j->fail, sizeof j->fail, "psd %d did not listen within 10 s", i);
     return -1;
@@ -344,17 +334,6 @@ static int start_worker(netjob *j, int i) {
     return -1;
 }
 
-static int file_has(const char *path, const char *what) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char line[4096];
-    int found = 0;
-    while (!found && fgets(line, sizeof line, f))
-        found = strstr(line, what) != NULL;
-    fclose(f);
-    return found;
-}
-
 /* Reads the chief's summary: steps and test accuracy. Returns 0 or -1. */
 static int read_summary(const char *path, double *steps, double *acc) {
     static char buf[1 << 16];
@@ -389,11 +368,11 @@ START_TEST(train_across_three_hosts) {
         snprintf(j->summary, sizeof j->summary, "%s/summary.json", j->dir) >=
             (int)sizeof j->summary)
         ck_abort_msg("temp dir path too long: %s", j->dir);
-    long long t0 = now_ms(), t_setup = 0, t_train = 0;
+    long long t0 = ps_test_now_ms(), t_setup = 0, t_train = 0;
     const char *a_addr = SUBNET "1", *b_addr = SUBNET "2";
 
     if (build_topology(j) != 0) goto done; /* j->fail says why */
-    t_setup = now_ms() - t0;
+    t_setup = ps_test_now_ms() - t0;
     for (int i = 0; i < 2; i++)
         if (start_psd(j, i) != 0) goto done;
 
@@ -413,12 +392,12 @@ START_TEST(train_across_three_hosts) {
     printf("netns: from C both psds greet and %s is unreachable; from the host, %s:%d: %s\n",
            OUTSIDE, a_addr, PORT, strerror(host_rc));
 
-    long long t1 = now_ms();
+    long long t1 = ps_test_now_ms();
     for (int i = 0; i < 2; i++)
         if (start_worker(j, i) != 0) goto done;
-    long long deadline = now_ms() + 45000;
+    long long deadline = ps_test_now_ms() + 45000;
     for (int i = 0; i < 2; i++) {
-        int left = (int)(deadline - now_ms());
+        int left = (int)(deadline - ps_test_now_ms());
         int st = ps_test_wait(j->worker[i], left > 0 ? left : 1);
         j->worker[i] = 0;
         CHECK(j, st == 0, "worker %d %s", i,
@@ -426,7 +405,7 @@ START_TEST(train_across_three_hosts) {
               : st >= 128 ? "was killed"
                           : "failed");
     }
-    t_train = now_ms() - t1;
+    t_train = ps_test_now_ms() - t1;
     double steps = 0, acc = 0;
     CHECK(j, read_summary(j->summary, &steps, &acc) == 0, "the chief wrote no readable summary");
     printf("netns: %.0f steps, test accuracy %.4f; topology %lld ms, training %lld ms\n", steps,
@@ -438,14 +417,14 @@ START_TEST(train_across_three_hosts) {
         int st = ps_test_wait(j->psd[i], 10000);
         j->psd[i] = 0;
         CHECK(j, st == 0, "psd %d stopped with status %d", i, st);
-        CHECK(j, file_has(j->psd_log[i], "hello from worker 0"), "psd %d: no hello from worker 0",
-              i);
-        CHECK(j, file_has(j->psd_log[i], "hello from worker 1"), "psd %d: no hello from worker 1",
-              i);
+        CHECK(j, ps_test_file_has(j->psd_log[i], "hello from worker 0"),
+              "psd %d: no hello from worker 0", i);
+        CHECK(j, ps_test_file_has(j->psd_log[i], "hello from worker 1"),
+              "psd %d: no hello from worker 1", i);
     }
 
 done:;
-    long long t2 = now_ms();
+    long long t2 = ps_test_now_ms();
     for (int i = 0; i < 2; i++) {
         pid_t pids[2] = {j->worker[i], j->psd[i]};
         for (int k = 0; k < 2; k++) {
@@ -463,7 +442,7 @@ done:;
     int left = 0;
     for (int k = 0; k < N_NS; k++)
         left += delete_ns(j->ns[k], j->iplog) != 0;
-    printf("netns: teardown %lld ms, %d namespaces left\n", now_ms() - t2, left);
+    printf("netns: teardown %lld ms, %d namespaces left\n", ps_test_now_ms() - t2, left);
     unsetenv("TF_CONFIG");
     ps_test_rmdir(j->dir);
     fflush(stdout);

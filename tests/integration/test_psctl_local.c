@@ -1,339 +1,20 @@
-/* Integration tests for `psctl local`: fake psd/psworker shell scripts drive the
- * supervisor through success, failures, signals and deadlines; one test uses the real binaries. */
-#include "../unit/testutil.h"
-#include "kernels.h"
-
+/* Integration tests for `psctl local` against fake psd/psworker shell scripts: success
+ * with prefixed output, a failing worker, signals, deadlines, bad flags and --help. */
 #include <check.h>
 #include <cjson/cJSON.h>
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-/* ---- fake binaries ------------------------------------------------------------- */
-
-/* Fake psd: records its pid, writes its ready file (unless $FAKE_PSD_NOREADY names its
- * shard), exits 4 after a moment if $FAKE_PSD_DIE names it, else waits for SIGTERM. */
-static const char fake_psd[] =
-    "#!/bin/sh\n"
-    "echo $$ > \"$FAKE_DIR/pid.psd.$$\"\n"
-    "ready=''; shard=''\n"
-    "while [ $# -gt 0 ]; do\n"
-    "  case \"$1\" in --ready-file) ready=\"$2\"; shift;; --shard) shard=\"$2\"; shift;; esac\n"
-    "  shift\n"
-    "done\n"
-    "trap 'echo \"psd $shard got SIGTERM\"; exit 0' TERM\n"
-    "echo \"psd $shard listening parent=$PS_PARENT_PID\"\n"
-    "echo \"psd $shard log on stderr\" >&2\n"
-    "if [ \"$FAKE_PSD_NOREADY\" != \"$shard\" ]; then\n"
-    "  echo \"127.0.0.1:$((21000 + shard))\" > \"$ready.tmp\" && mv \"$ready.tmp\" \"$ready\"\n"
-    "fi\n"
-    "if [ \"$FAKE_PSD_DIE\" = \"$shard\" ]; then sleep 0.3; exit 4; fi\n"
-    "sleep 1000 &\n"
-    "echo $! > \"$FAKE_DIR/pid.sleep.$!\"\n"
-    "wait $!\n"
-    "exit 0\n";
-
-/* Fake psworker: records its pid, echoes its arguments and CUDA_VISIBLE_DEVICES, prints
- * a progress line redrawn
- * with '\r', a stderr line and an unterminated line; then exits 3 if --fail-index
- * names it, hangs if --hang is given, or exits 0. */
-static const char fake_worker[] =
-    "#!/bin/sh\n"
-    "echo $$ > \"$FAKE_DIR/pid.worker.$$\"\n"
-    "echo \"args: $*\"\n"
-    "echo \"cuda_visible: ${CUDA_VISIBLE_DEVICES-unset}\"\n"
-    "idx=''; fail=''; hang=''\n"
-    "while [ $# -gt 0 ]; do\n"
-    "  case \"$1\" in --index) idx=\"$2\"; shift;; --fail-index) fail=\"$2\"; shift;;\n"
-    "    --hang) hang=1;; esac\n"
-    "  shift\n"
-    "done\n"
-    "printf 'epoch 1 10%%\\repoch 1 50%%\\repoch 1 done\\n'\n"
-    "echo \"worker $idx log on stderr\" >&2\n"
-    "printf 'no newline at the end'\n"
-    "if [ \"$fail\" = \"$idx\" ]; then exit 3; fi\n"
-    "if [ -n \"$hang\" ]; then\n"
-    "  sleep 1000 &\n"
-    "  echo $! > \"$FAKE_DIR/pid.sleep.$!\"\n"
-    "  echo \"worker $idx hanging\" >&2\n"
-    "  wait $!\n"
-    "fi\n"
-    "exit 0\n";
-
-static char *tdir; /* this test's temp dir: scripts, pid files, summary */
-static char fake_psd_path[4096], fake_worker_path[4096];
-
-static void write_script(char *path, size_t n, const char *name, const char *text) {
-    snprintf(path, n, "%s/%s", tdir, name);
-    ck_assert_int_eq(ps_test_write_file(path, text, strlen(text)), 0);
-    ck_assert_int_eq(chmod(path, 0755), 0);
-}
-
-/* ---- processes ----------------------------------------------------------------- */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* Reaps every exited child of this process (we are a subreaper, so orphaned fakes
- * become ours). */
-static void reap_all(void) {
-    while (waitpid(-1, NULL, WNOHANG) > 0) {
-    }
-}
-
-/* 1 if pid exists and is not a zombie. */
-static int proc_alive(pid_t pid) {
-    if (kill(pid, 0) != 0) return errno != ESRCH;
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *rp = strrchr(buf, ')');
-    return !(rp && rp[1] == ' ' && rp[2] == 'Z');
-}
-
-/* Calls fn(pid) for every pid recorded in the temp dir; returns how many fn counted. */
-static int for_each_fake(int (*fn)(pid_t)) {
-    int count = 0;
-    DIR *d = opendir(tdir);
-    if (!d) return 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, "pid.", 4) != 0) continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", tdir, e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        int pid = 0;
-        if (fscanf(f, "%d", &pid) == 1 && pid > 0) count += fn((pid_t)pid);
-        fclose(f);
-    }
-    closedir(d);
-    return count;
-}
-
-static int count_one(pid_t pid) {
-    (void)pid;
-    return 1;
-}
-
-static int kill_if_alive(pid_t pid) {
-    if (!proc_alive(pid)) return 0;
-    kill(pid, SIGKILL);
-    return 1;
-}
-
-/* Waits (up to 3 s) until no recorded fake is alive; returns how many still are. */
-static int fakes_alive_after_wait(void) {
-    double end = now_s() + 3.0;
-    int alive;
-    for (;;) {
-        reap_all();
-        alive = for_each_fake(proc_alive);
-        if (alive == 0 || now_s() > end) return alive;
-        struct timespec ts = {0, 20 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-}
-
-typedef struct {
-    int status;   /* wait status of psctl */
-    int finished; /* psctl exited and its output reached end of file */
-    double secs;  /* how long it ran */
-    pid_t pid;
-    char *out, *err;
-    size_t out_len, err_len;
-} run_result;
-
-/* Sends sig to psctl once all of markers appear in its output. */
-typedef struct {
-    const char *const *markers;
-    int sig;
-} run_action;
-
-static void result_free(run_result *r) {
-    free(r->out);
-    free(r->err);
-    memset(r, 0, sizeof *r);
-}
-
-static void append(char **buf, size_t *len, const char *data, size_t n) {
-    char *p = realloc(*buf, *len + n + 1);
-    ck_assert_ptr_nonnull(p);
-    memcpy(p + *len, data, n);
-    *len += n;
-    p[*len] = '\0';
-    *buf = p;
-}
-
-static int all_markers(const run_result *r, const char *const *m) {
-    for (; *m; m++)
-        if (!(r->out && strstr(r->out, *m)) && !(r->err && strstr(r->err, *m))) return 0;
-    return 1;
-}
-
-/* Runs exe with args (NULL-terminated, args[0] included) and extra env entries
- * ("K=V"; "K=" unsets K), capturing its output until it exits and its pipes close,
- * or until deadline_s passes (then it is killed and r->finished stays 0). */
-static void run_cmd(const char *exe, const char *const *args, const char *const *env,
-                    double deadline_s, const run_action *act, run_result *r) {
-    memset(r, 0, sizeof *r);
-    append(&r->out, &r->out_len, "", 0);
-    append(&r->err, &r->err_len, "", 0);
-    int po[2], pe[2];
-    ck_assert_int_eq(pipe2(po, O_CLOEXEC), 0);
-    ck_assert_int_eq(pipe2(pe, O_CLOEXEC), 0);
-    double start = now_s();
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM); /* if the test dies, psctl stops its children */
-        int devnull = open("/dev/null", O_RDONLY);
-        dup2(devnull, 0);
-        dup2(po[1], 1);
-        dup2(pe[1], 2);
-        for (const char *const *e = env; e && *e; e++) {
-            char *kv = strdup(*e), *eq = strchr(kv, '=');
-            *eq = '\0';
-            if (eq[1])
-                setenv(kv, eq + 1, 1);
-            else
-                unsetenv(kv);
-        }
-        execv(exe, (char *const *)args);
-        dprintf(2, "exec %s: %s\n", exe, strerror(errno));
-        _exit(127);
-    }
-    r->pid = pid;
-    close(po[1]);
-    close(pe[1]);
-    struct pollfd fds[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
-    int open_fds = 2, reaped = 0, signalled = 0;
-    double deadline = start + deadline_s, reaped_at = 0;
-    while (open_fds > 0 || !reaped) {
-        double t = now_s();
-        if (t > deadline || (reaped && t > reaped_at + 3.0)) break;
-        if (poll(fds, 2, 50) < 0 && errno != EINTR) break;
-        for (int i = 0; i < 2; i++) {
-            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            char buf[4096];
-            ssize_t n = read(fds[i].fd, buf, sizeof buf);
-            if (n > 0) {
-                if (i == 0)
-                    append(&r->out, &r->out_len, buf, (size_t)n);
-                else
-                    append(&r->err, &r->err_len, buf, (size_t)n);
-            } else if (n == 0 || errno != EINTR) {
-                close(fds[i].fd);
-                fds[i].fd = -1;
-                open_fds--;
-            }
-        }
-        if (act && !signalled && !reaped && all_markers(r, act->markers)) {
-            kill(pid, act->sig);
-            signalled = 1;
-        }
-        if (!reaped && waitpid(pid, &r->status, WNOHANG) == pid) {
-            reaped = 1;
-            reaped_at = now_s();
-        }
-    }
-    r->secs = now_s() - start;
-    r->finished = reaped && open_fds == 0;
-    if (!reaped) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &r->status, 0);
-    }
-    for (int i = 0; i < 2; i++)
-        if (fds[i].fd >= 0) close(fds[i].fd);
-    if (!r->finished)
-        fprintf(stderr, "%s did not finish in time; output so far:\n%s\n%s\n", exe, r->out, r->err);
-}
-
-/* Runs psctl with the fakes as PSD/PSWORKER (plus extra env), bounded by 30 s. */
-static void run_psctl(const char *const *args, const char *const *env, const run_action *act,
-                      run_result *r) {
-    const char *exe = getenv("PSCTL");
-    ck_assert_msg(exe != NULL, "PSCTL is not set");
-    char e_psd[4200], e_worker[4200], e_dir[4200];
-    snprintf(e_psd, sizeof e_psd, "PSD=%s", fake_psd_path);
-    snprintf(e_worker, sizeof e_worker, "PSWORKER=%s", fake_worker_path);
-    snprintf(e_dir, sizeof e_dir, "FAKE_DIR=%s", tdir);
-    const char *all_env[32] = {e_psd, e_worker, e_dir, "PS_PARENT_PID="};
-    int n = 4;
-    for (const char *const *e = env; e && *e && n < 31; e++)
-        all_env[n++] = *e;
-    all_env[n] = NULL;
-    run_cmd(exe, args, all_env, 30.0, act, r);
-}
-
-static int exit_code(const run_result *r) {
-    return WIFEXITED(r->status) ? WEXITSTATUS(r->status) : 128 + WTERMSIG(r->status);
-}
-
-/* Every line of text starts with one of the prefixes. */
-static void assert_prefixed(const char *text, const char *const *prefixes) {
-    const char *line = text;
-    while (*line) {
-        const char *nl = strchr(line, '\n');
-        int ok = 0;
-        for (const char *const *p = prefixes; *p; p++)
-            if (strncmp(line, *p, strlen(*p)) == 0) ok = 1;
-        ck_assert_msg(ok, "unprefixed line: %.*s", (int)(nl ? nl - line : (long)strlen(line)),
-                      line);
-        if (!nl) break;
-        line = nl + 1;
-    }
-}
-
-#define ck_assert_contains(hay, needle)                                                            \
-    ck_assert_msg(strstr((hay), (needle)) != NULL, "missing \"%s\" in:\n%s", (needle), (hay))
-
-/* ---- fixture ------------------------------------------------------------------- */
-
-static void cleanup(void) {
-    if (!tdir) return;
-    for_each_fake(kill_if_alive);
-    reap_all();
-    ps_test_rmdir(tdir);
-    free(tdir);
-    tdir = NULL;
-}
-
-static void setup(void) {
-    static int registered;
-    if (!registered) {
-        atexit(cleanup); /* also runs when a failed assertion ends the test process */
-        registered = 1;
-    }
-    prctl(PR_SET_CHILD_SUBREAPER, 1); /* orphaned fakes come to us, so we can reap them */
-    tdir = ps_test_mkdtemp();
-    ck_assert_ptr_nonnull(tdir);
-    write_script(fake_psd_path, sizeof fake_psd_path, "fake-psd", fake_psd);
-    write_script(fake_worker_path, sizeof fake_worker_path, "fake-worker", fake_worker);
-}
-
-static void teardown(void) {
-    cleanup();
-}
+#include "kernels.h"
+#include "psctl_local_fakes.h"
+#include "run.h"
+#include "testutil.h"
 
 /* ---- tests --------------------------------------------------------------------- */
 
@@ -344,10 +25,11 @@ START_TEST(test_happy_path_prefixes_and_sigterm) {
         "psctl", "local",        "--ps", "2",         "--workers", "2",      "--mode",
         "sync",  "--epochs",     "3",    "--summary", summary,     "--seed", "7",
         "--",    "--extra-flag", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 0, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 0, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
 
     char parent[64];
     snprintf(parent, sizeof parent, "[psd 0] psd 0 listening parent=%d\n", (int)r.pid);
@@ -376,7 +58,7 @@ START_TEST(test_happy_path_prefixes_and_sigterm) {
     assert_prefixed(r.err, err_prefixes);
     ck_assert_int_eq(for_each_fake(count_one), 2 + 2 + 2); /* psds, workers, sleeps */
     ck_assert_int_eq(fakes_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -385,15 +67,16 @@ START_TEST(test_worker_fails_stops_everyone) {
     const char *args[] = {"psctl", "local",          "--ps", "2",  "--workers",    "2", "--mode",
                           "async", "--max-restarts", "0",    "--", "--fail-index", "1", "--hang",
                           NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 1, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_contains(r.err, "psctl: worker 1 failed (exit status 3)\n");
     ck_assert_msg(strstr(r.err, "job finished") == NULL, "claims success:\n%s", r.err);
     ck_assert_int_eq(fakes_alive_after_wait(), 0);
     ck_assert_int_ge(for_each_fake(count_one), 2 + 2 + 1);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -401,16 +84,17 @@ static void interrupt_with(int sig, int want_code) {
     const char *args[] = {"psctl",  "local", "--ps", "2",      "--workers", "2",
                           "--mode", "sync",  "--",   "--hang", NULL};
     const char *markers[] = {"worker 0 hanging", "worker 1 hanging", NULL};
-    run_action act = {markers, sig};
-    run_result r;
+    ps_test_signal_when act = {markers, sig, 0};
+    ps_test_run_result r;
     run_psctl(args, NULL, &act, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == want_code, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == want_code, "exit %d, stderr:\n%s",
+                  ps_test_run_exit_code(&r), r.err);
     ck_assert_contains(r.err, sig == SIGINT ? "got SIGINT" : "got SIGTERM");
     ck_assert_contains(r.out, "[psd 0] psd 0 got SIGTERM\n");
     ck_assert_int_eq(for_each_fake(count_one), 2 + 2 + 4);
     ck_assert_int_eq(fakes_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 
 START_TEST(test_sigint_stops_all_exit_130) {
@@ -426,16 +110,17 @@ END_TEST
 START_TEST(test_psd_never_ready_fails_after_deadline) {
     const char *args[] = {"psctl", "local", "--ps", "2", "--workers", "1", "--mode", "sync", NULL};
     const char *env[] = {"FAKE_PSD_NOREADY=1", "PSCTL_READY_TIMEOUT_MS=500", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, env, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 1, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_contains(r.err, "psctl: psd 1 not ready within 0.5 s");
     ck_assert_msg(strstr(r.err, "psd 0 not ready") == NULL, "blames psd 0:\n%s", r.err);
     ck_assert_msg(strstr(r.out, "[worker") == NULL, "a worker started:\n%s", r.out);
     ck_assert_msg(r.secs < 10.0, "took %.1f s", r.secs);
     ck_assert_int_eq(fakes_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -443,28 +128,30 @@ START_TEST(test_psd_dies_while_running) {
     const char *args[] = {"psctl",  "local", "--ps", "2",      "--workers", "1",
                           "--mode", "sync",  "--",   "--hang", NULL};
     const char *env[] = {"FAKE_PSD_DIE=0", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, env, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 1, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_contains(r.err, "psctl: psd 0 ");
     ck_assert_contains(r.err, "exit status 4");
     ck_assert_int_eq(fakes_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
 START_TEST(test_timeout_stops_all) {
     const char *args[] = {"psctl", "local",     "--ps", "1",  "--workers", "2", "--mode",
                           "async", "--timeout", "1",    "--", "--hang",    NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 1, "exit %d, stderr:\n%s", exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_contains(r.err, "psctl: timeout");
     ck_assert_msg(r.secs < 10.0, "took %.1f s", r.secs);
     ck_assert_int_eq(fakes_alive_after_wait(), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -508,271 +195,55 @@ static const bad_case bad_cases[] = {
 
 START_TEST(test_bad_flags_exit_2) {
     const bad_case *c = &bad_cases[_i];
-    run_result r;
+    ps_test_run_result r;
     run_psctl(c->args, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 2, "case %d: exit %d, stderr:\n%s", _i, exit_code(&r), r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 2, "case %d: exit %d, stderr:\n%s", _i,
+                  ps_test_run_exit_code(&r), r.err);
     ck_assert_contains(r.err, c->want);
     ck_assert_msg(strstr(r.out, "[psd") == NULL, "case %d started something", _i);
     ck_assert_int_eq(for_each_fake(count_one), 0);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
 START_TEST(test_missing_binary_exit_2) {
     const char *args[] = {"psctl", "local", "--ps", "1", "--workers", "1", "--mode", "sync", NULL};
     const char *env[] = {"PSD=/nonexistent/psd", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, env, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_int_eq(exit_code(&r), 2);
+    ck_assert_int_eq(ps_test_run_exit_code(&r), 2);
     ck_assert_contains(r.err, "PSD=/nonexistent/psd");
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
 START_TEST(test_help) {
     const char *top[] = {"psctl", "--help", NULL};
     const char *local[] = {"psctl", "local", "--help", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(top, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_int_eq(exit_code(&r), 0);
+    ck_assert_int_eq(ps_test_run_exit_code(&r), 0);
     ck_assert_contains(r.out, "local");
-    result_free(&r);
+    ps_test_run_free(&r);
     run_psctl(local, NULL, NULL, &r);
     ck_assert(r.finished);
-    ck_assert_int_eq(exit_code(&r), 0);
+    ck_assert_int_eq(ps_test_run_exit_code(&r), 0);
     const char *flags[] = {"--ps N",  "--workers M", "--mode sync|async", "--epochs",
                            "--model", "--data",      "--summary",         "--batch",
                            "--seed",  "--timeout",   "--gpus all|0,1",    "--device cpu",
                            NULL};
     for (const char *const *f = flags; *f; f++)
         ck_assert_contains(r.out, *f);
-    result_free(&r);
-}
-END_TEST
-
-/* ---- --gpus --------------------------------------------------------------------------
- * The machines these tests were written on have no GPU: there only the CPU fallback
- * and the errors run. Where a GPU is present, the other branches check the GPU path
- * (one worker per GPU, CUDA_VISIBLE_DEVICES=<its id>, --device cuda:0) instead. */
-
-/* CPUs this process may use, counted as psctl counts them for --gpus all. */
-static long cpus_allowed(void) {
-    cpu_set_t set;
-    long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
-    if (n < 1) n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 1000 ? 1000 : n;
-}
-
-START_TEST(test_gpus_all_without_gpu_runs_cpu_workers) {
-    int ngpu = ps_k_cuda_device_count();
-    const char *cpu_args[] = {"psctl",  "local", "--ps",   "1",   "--workers", "2",
-                              "--mode", "sync",  "--gpus", "all", NULL};
-    const char *gpu_args[] = {"psctl", "local",  "--ps", "1", "--mode",
-                              "sync",  "--gpus", "all",  NULL};
-    run_result r;
-    run_psctl(ngpu == 0 ? cpu_args : gpu_args, NULL, NULL, &r);
-    ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 0, "exit %d, stderr:\n%s", exit_code(&r), r.err);
-    char want[256];
-    if (ngpu == 0) {
-        ck_assert_contains(r.err, ps_k_cuda_built() ? "psctl: --gpus all: no CUDA GPU present"
-                                                    : "psctl: --gpus all: this psctl was built "
-                                                      "without CUDA");
-        ck_assert_contains(r.err, "; running 2 CPU workers (--device cpu)\n");
-        for (int j = 0; j < 2; j++) {
-            snprintf(want, sizeof want,
-                     "[worker %d] args: --ps 127.0.0.1:21000 --index %d --workers 2 --epochs 2 "
-                     "--device cpu --progress plain\n",
-                     j, j);
-            ck_assert_contains(r.out, want);
-        }
-        ck_assert_contains(r.err, "psctl: job finished: 1 ps, 2 workers, mode sync\n");
-    } else { /* the GPU path: needs a GPU, so it has not run where this was written */
-        const char *parent = getenv("CUDA_VISIBLE_DEVICES");
-        for (int j = 0; j < ngpu; j++) {
-            snprintf(want, sizeof want,
-                     "[worker %d] args: --ps 127.0.0.1:21000 --index %d "
-                     "--workers %d --epochs 2 --device cuda:0 --progress plain\n",
-                     j, j, ngpu);
-            ck_assert_contains(r.out, want);
-            int k = 0;
-            const char *p = parent && *parent ? parent : NULL;
-            for (; p && k < j; k++) /* psctl maps our GPU j to the j-th of our own list */
-                p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL;
-            if (p)
-                snprintf(want, sizeof want, "[worker %d] cuda_visible: %.*s\n", j,
-                         (int)strcspn(p, ","), p);
-            else
-                snprintf(want, sizeof want, "[worker %d] cuda_visible: %d\n", j, j);
-            ck_assert_contains(r.out, want);
-        }
-    }
-    ck_assert_int_eq(fakes_alive_after_wait(), 0);
-    result_free(&r);
-}
-END_TEST
-
-START_TEST(test_gpus_all_without_gpu_one_worker_per_cpu) {
-    if (ps_k_cuda_device_count() > 0) {
-        printf("skipping: a GPU is present, so --gpus all does not fall back to CPU workers\n");
-        return;
-    }
-    const char *args[] = {"psctl", "local", "--ps", "1", "--mode", "sync", "--gpus", "all", NULL};
-    long n = cpus_allowed();
-    run_result r;
-    run_psctl(args, NULL, NULL, &r);
-    ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 0, "exit %d, stderr:\n%s", exit_code(&r), r.err);
-    char want[128];
-    snprintf(want, sizeof want, "; running %ld CPU worker%s (--device cpu)\n", n,
-             n == 1 ? "" : "s");
-    ck_assert_contains(r.err, want);
-    snprintf(want, sizeof want, "psctl: job finished: 1 ps, %ld workers, mode sync\n", n);
-    ck_assert_contains(r.err, want);
-    ck_assert_int_eq(fakes_alive_after_wait(), 0);
-    result_free(&r);
-}
-END_TEST
-
-START_TEST(test_gpus_missing_id_exit_2) {
-    /* With no GPU every listed id is missing: only `all` falls back to the CPU. */
-    int ngpu = ps_k_cuda_device_count();
-    char id[16], list[32], want[128];
-    snprintf(id, sizeof id, "%d", ngpu);
-    snprintf(list, sizeof list, "%d,%d", ngpu + 1, ngpu);
-    const char *lists[] = {id, list};
-    for (int i = 0; i < 2; i++) {
-        const char *args[] = {"psctl",  "local", "--ps",   "1",      "--workers", i ? "2" : "1",
-                              "--mode", "sync",  "--gpus", lists[i], NULL};
-        run_result r;
-        run_psctl(args, NULL, NULL, &r);
-        ck_assert(r.finished);
-        ck_assert_msg(exit_code(&r) == 2, "exit %d, stderr:\n%s", exit_code(&r), r.err);
-        snprintf(want, sizeof want, "psctl local: --gpus %s: GPU %d does not exist: ", lists[i],
-                 i ? ngpu + 1 : ngpu);
-        ck_assert_contains(r.err, want);
-        if (ngpu == 0) {
-            ck_assert_contains(r.err, "(0 devices); --gpus all would run CPU workers\n");
-        } else {
-            snprintf(want, sizeof want, "%d CUDA GPU%s present", ngpu, ngpu == 1 ? "" : "s");
-            ck_assert_contains(r.err, want);
-        }
-        ck_assert_int_eq(for_each_fake(count_one), 0);
-        result_free(&r);
-    }
-    if (ngpu > 0) { /* --gpus all makes one worker per GPU: another --workers is an error */
-        snprintf(id, sizeof id, "%d", ngpu + 1);
-        const char *args[] = {"psctl",  "local", "--ps",   "1",   "--workers", id,
-                              "--mode", "sync",  "--gpus", "all", NULL};
-        run_result r;
-        run_psctl(args, NULL, NULL, &r);
-        ck_assert_int_eq(exit_code(&r), 2);
-        ck_assert_contains(r.err, "disagrees with --gpus all");
-        result_free(&r);
-    }
-}
-END_TEST
-
-/* Exit code of `exe --help`, or -1 if it could not be run in 20 s. */
-static int help_exit_code(const char *exe) {
-    const char *args[] = {exe, "--help", NULL};
-    run_result r;
-    run_cmd(exe, args, NULL, 20.0, NULL, &r);
-    int code = r.finished ? exit_code(&r) : -1;
-    result_free(&r);
-    return code;
-}
-
-START_TEST(test_real_binaries_train) {
-    const char *psd = getenv("PSD"), *worker = getenv("PSWORKER"), *psctl = getenv("PSCTL");
-    ck_assert_msg(psd && worker && psctl, "PSD, PSWORKER and PSCTL must be set");
-    int c1 = help_exit_code(psd), c2 = help_exit_code(worker);
-    if (c1 != 0 || c2 != 0) {
-        printf("skipping the real-binaries test: '%s --help' exited %d, '%s --help' exited %d\n",
-               psd, c1, worker, c2);
-        return;
-    }
-    char summary[4200];
-    snprintf(summary, sizeof summary, "%s/summary.json", tdir);
-    const char *args[] = {psctl,       "local",
-                          "--ps",      "2",
-                          "--workers", "2",
-                          "--mode",    "sync",
-                          "--epochs",  "1",
-                          "--summary", summary,
-                          "--data",    ps_test_data_dir(),
-                          "--timeout", "240",
-                          "--",        "--max-train",
-                          "6000",      "--max-test",
-                          "2000",      NULL};
-    run_result r;
-    run_cmd(psctl, args, NULL, 260.0, NULL, &r);
-    ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 0, "exit %d, stderr:\n%s", exit_code(&r), r.err);
-
-    FILE *f = fopen(summary, "r");
-    ck_assert_msg(f != NULL, "no summary file %s", summary);
-    char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    cJSON *j = cJSON_Parse(buf);
-    ck_assert_msg(j != NULL, "summary is not JSON: %s", buf);
-    const cJSON *acc = cJSON_GetObjectItemCaseSensitive(j, "test_accuracy");
-    ck_assert_msg(cJSON_IsNumber(acc), "no numeric test_accuracy in %s", buf);
-    ck_assert_msg(acc->valuedouble > 0.6, "test_accuracy %g", acc->valuedouble);
-    cJSON_Delete(j);
-    result_free(&r);
-}
-END_TEST
-
-START_TEST(test_real_binaries_gpus_all) {
-    /* A short real job through --gpus all: CPU workers here (no GPU), one per GPU where
-     * there are GPUs (that path has not run where this was written). */
-    const char *psd = getenv("PSD"), *worker = getenv("PSWORKER"), *psctl = getenv("PSCTL");
-    ck_assert_msg(psd && worker && psctl, "PSD, PSWORKER and PSCTL must be set");
-    int c1 = help_exit_code(psd), c2 = help_exit_code(worker);
-    if (c1 != 0 || c2 != 0) {
-        printf("skipping the real --gpus test: '%s --help' exited %d, '%s --help' exited %d\n", psd,
-               c1, worker, c2);
-        return;
-    }
-    int ngpu = ps_k_cuda_device_count();
-    const char *head[] = {
-        psctl,      "local", "--ps",      "1",   "--mode", "sync", "--data", ps_test_data_dir(),
-        "--epochs", "1",     "--timeout", "120", "--gpus", "all",  NULL};
-    const char *tail[] = {"--",  "--max-train", "512", "--max-test",
-                          "256", "--max-steps", "2",   NULL};
-    const char *args[32];
-    int n = 0;
-    for (const char *const *a = head; *a; a++)
-        args[n++] = *a;
-    if (ngpu == 0) { /* with GPUs --workers must match their count: leave it out */
-        args[n++] = "--workers";
-        args[n++] = "2";
-    }
-    for (const char *const *a = tail; *a; a++)
-        args[n++] = *a;
-    args[n] = NULL;
-    run_result r;
-    run_cmd(psctl, args, NULL, 150.0, NULL, &r);
-    ck_assert(r.finished);
-    ck_assert_msg(exit_code(&r) == 0, "exit %d, stderr:\n%s", exit_code(&r), r.err);
-    ck_assert_contains(r.err, ngpu == 0 ? "running 2 CPU workers (--device cpu)"
-                                        : "one per GPU (CUDA_VISIBLE_DEVICES ");
-    ck_assert_contains(r.err, "psctl: job finished: 1 ps, ");
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
 static Suite *psctl_local_suite(void) {
     Suite *s = suite_create("psctl_local");
-    TCase *fake = tcase_create("fakes");
-    tcase_add_checked_fixture(fake, setup, teardown);
-    tcase_set_timeout(fake, 60);
+    TCase *fake = psctl_local_tcase("fakes", 60);
     tcase_add_test(fake, test_happy_path_prefixes_and_sigterm);
     tcase_add_test(fake, test_worker_fails_stops_everyone);
     tcase_add_test(fake, test_sigint_stops_all_exit_130);
@@ -784,17 +255,7 @@ static Suite *psctl_local_suite(void) {
                         (int)(sizeof bad_cases / sizeof bad_cases[0]));
     tcase_add_test(fake, test_missing_binary_exit_2);
     tcase_add_test(fake, test_help);
-    tcase_add_test(fake, test_gpus_all_without_gpu_runs_cpu_workers);
-    tcase_add_test(fake, test_gpus_all_without_gpu_one_worker_per_cpu);
-    tcase_add_test(fake, test_gpus_missing_id_exit_2);
     suite_add_tcase(s, fake);
-
-    TCase *real = tcase_create("real");
-    tcase_add_checked_fixture(real, setup, teardown);
-    tcase_set_timeout(real, 280);
-    tcase_add_test(real, test_real_binaries_train);
-    tcase_add_test(real, test_real_binaries_gpus_all);
-    suite_add_tcase(s, real);
     return s;
 }
 

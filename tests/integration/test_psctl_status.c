@@ -18,11 +18,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../unit/testutil.h"
 #include "proc.h"
 #include "ps.h"
 #include "ps_error.h"
 #include "raw.h"
+#include "run.h"
+#include "testutil.h"
 #include "utf8.h"
 
 #define NW 6         /* "w" [2, 3] lives on shard 0 */
@@ -34,89 +35,21 @@
 static ps_test_psd psd[2];
 static char *ckpt_dir; /* shard 1's --checkpoint-dir */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 #define ck_assert_contains(hay, needle)                                                            \
     ck_assert_msg(strstr((hay), (needle)) != NULL, "expected \"%s\" in:\n%s", (needle), (hay))
 
 /* ---- running psctl ---------------------------------------------------------------- */
 
-typedef struct {
-    int status; /* wait status; -1 when it had to be killed */
-    double secs;
-    char *out, *err;
-    size_t out_len, err_len;
-} run_result;
-
-static void result_free(run_result *r) {
-    free(r->out);
-    free(r->err);
-    memset(r, 0, sizeof *r);
-}
-
-static void append(char **buf, size_t *len, const char *data, size_t n) {
-    char *p = realloc(*buf, *len + n + 1);
-    ck_assert_ptr_nonnull(p);
-    memcpy(p + *len, data, n);
-    *len += n;
-    p[*len] = '\0';
-    *buf = p;
-}
-
 /* Runs $PSCTL with args (args[0] is argv[0]) and TF_CONFIG set to tf_config (NULL: unset),
  * capturing stdout and stderr, for at most 20 s (then it is killed and the test fails). */
-static void run_psctl(const char *const *args, const char *tf_config, run_result *r) {
+static void run_psctl(const char *const *args, const char *tf_config, ps_test_run_result *r) {
     const char *exe = getenv("PSCTL");
     ck_assert_msg(exe != NULL, "PSCTL is not set");
-    memset(r, 0, sizeof *r);
-    append(&r->out, &r->out_len, "", 0);
-    append(&r->err, &r->err_len, "", 0);
-    int po[2], pe[2];
-    ck_assert_int_eq(pipe2(po, O_CLOEXEC), 0);
-    ck_assert_int_eq(pipe2(pe, O_CLOEXEC), 0);
-    double start = now_s();
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        dup2(po[1], 1);
-        dup2(pe[1], 2);
-        if (tf_config)
-            setenv("TF_CONFIG", tf_config, 1);
-        else
-            unsetenv("TF_CONFIG");
-        execv(exe, (char *const *)args);
-        dprintf(2, "exec %s: %s\n", exe, strerror(errno));
-        _exit(127);
-    }
-    close(po[1]);
-    close(pe[1]);
-    struct pollfd fds[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
-    int open_fds = 2;
-    while (open_fds > 0 && now_s() < start + 20.0) {
-        if (poll(fds, 2, 100) < 0 && errno != EINTR) break;
-        for (int i = 0; i < 2; i++) {
-            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            char buf[4096];
-            ssize_t n = read(fds[i].fd, buf, sizeof buf);
-            if (n > 0) {
-                append(i ? &r->err : &r->out, i ? &r->err_len : &r->out_len, buf, (size_t)n);
-            } else if (n == 0 || errno != EINTR) {
-                close(fds[i].fd);
-                fds[i].fd = -1;
-                open_fds--;
-            }
-        }
-    }
-    for (int i = 0; i < 2; i++)
-        if (fds[i].fd >= 0) close(fds[i].fd);
-    r->status = ps_test_wait(pid, open_fds ? 0 : 5000);
-    r->secs = now_s() - start;
-    ck_assert_msg(r->status >= 0, "psctl did not finish; output so far:\n%s\n%s", r->out, r->err);
+    char tf[4096];
+    snprintf(tf, sizeof tf, "TF_CONFIG=%s", tf_config ? tf_config : "");
+    const char *env[] = {tf, NULL};
+    ps_test_run(exe, args, env, 20.0, NULL, NULL, r);
+    ck_assert_msg(r->finished, "psctl did not finish; output so far:\n%s\n%s", r->out, r->err);
 }
 
 /* "--ps" value naming both shards. */
@@ -181,10 +114,10 @@ static void setup(void) {
     /* shard 0 ends at version STEPS_BOTH + STEPS_W, shard 1 at STEPS_BOTH */
     traffic(1, 1, 0, STEPS_BOTH);
     const char *ckpt[] = {"psctl", "checkpoint", "--ps", psd[1].endpoint, NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(ckpt, NULL, &r);
-    ck_assert_msg(r.status == 0, "psctl checkpoint: %s", r.err);
-    result_free(&r);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 0, "psctl checkpoint: %s", r.err);
+    ps_test_run_free(&r);
     traffic(0, 0, STEPS_BOTH, STEPS_W);
 }
 
@@ -262,9 +195,10 @@ static void check_table(const char *out) {
 
 START_TEST(table_shows_each_shards_version_and_counters) {
     const char *args[] = {"psctl", "status", "--ps", both_shards(), NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, NULL, &r);
-    ck_assert_msg(r.status == 0, "exit %d, stderr:\n%s", r.status, r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 0, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_str_eq(r.err, "");
     check_table(r.out);
     /* exactly a header and two rows */
@@ -272,7 +206,7 @@ START_TEST(table_shows_each_shards_version_and_counters) {
     for (const char *p = r.out; *p; p++)
         lines += *p == '\n';
     ck_assert_int_eq(lines, 3);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -283,11 +217,12 @@ START_TEST(tf_config_names_the_shards) {
              " \"task\": {\"type\": \"worker\", \"index\": 0}}",
              psd[0].endpoint, psd[1].endpoint);
     const char *args[] = {"psctl", "status", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, tf, &r);
-    ck_assert_msg(r.status == 0, "exit %d, stderr:\n%s", r.status, r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 0, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     check_table(r.out);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -301,9 +236,10 @@ static double num(const cJSON *o, const char *key) {
 
 START_TEST(json_has_every_stats_field_with_the_right_values) {
     const char *args[] = {"psctl", "status", "--json", "--ps", both_shards(), NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, NULL, &r);
-    ck_assert_msg(r.status == 0, "exit %d, stderr:\n%s", r.status, r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 0, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     cJSON *arr = cJSON_Parse(r.out);
     ck_assert_msg(cJSON_IsArray(arr), "not a JSON array:\n%s", r.out);
     ck_assert_int_eq(cJSON_GetArraySize(arr), 2);
@@ -356,7 +292,7 @@ START_TEST(json_has_every_stats_field_with_the_right_values) {
     ck_assert_double_ge(num(o1, "checkpoint_age_seconds"), 0);
     ck_assert_str_ne(incarnation[0], incarnation[1]);
     cJSON_Delete(arr);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -385,9 +321,10 @@ START_TEST(json_escapes_names) {
     }
     raw_close(&rc);
     const char *args[] = {"psctl", "status", "--json", "--ps", psd[0].endpoint, NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, NULL, &r);
-    ck_assert_msg(r.status == 0, "exit %d, stderr:\n%s", r.status, r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 0, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     const char *why;
     size_t len = strlen(r.out);
     ck_assert_msg(ps_utf8_check(r.out, len, &why) == len, "output not UTF-8 (%s):\n%s", why, r.out);
@@ -399,33 +336,21 @@ START_TEST(json_escapes_names) {
     ck_assert(cJSON_IsString(name));
     ck_assert_str_eq(name->valuestring, odd);
     cJSON_Delete(arr);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
 /* ---- a dead shard ----------------------------------------------------------------- */
 
-/* A 127.0.0.1 port nothing listens on (bound, then released). */
-static int dead_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t len = sizeof a;
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 START_TEST(dead_shard_is_unreachable_exit_1) {
     char list[300], dead[64];
-    snprintf(dead, sizeof dead, "127.0.0.1:%d", dead_port());
+    snprintf(dead, sizeof dead, "127.0.0.1:%d", ps_test_free_port());
     snprintf(list, sizeof list, "%s,%s", psd[0].endpoint, dead);
     const char *args[] = {"psctl", "status", "--ps", list, "--timeout", "0.5", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(args, NULL, &r);
-    ck_assert_msg(r.status == 1, "exit %d, stderr:\n%s", r.status, r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     ck_assert_double_lt(r.secs, 5.0);
     char w[16][320];
     ck_assert_int_eq(row_words(r.out, 1, w, 16), 13); /* the live shard's row is complete */
@@ -436,12 +361,13 @@ START_TEST(dead_shard_is_unreachable_exit_1) {
     ck_assert_str_eq(w[1], dead);
     ck_assert_contains(row2, "unreachable (no answer in 0.5s)\n");
     ck_assert_contains(r.err, "psctl status: 1 of 2 shards failed\n");
-    result_free(&r);
+    ps_test_run_free(&r);
 
     /* the same in JSON */
     const char *jargs[] = {"psctl", "status", "--json", "--ps", list, "--timeout", "0.5", NULL};
     run_psctl(jargs, NULL, &r);
-    ck_assert_msg(r.status == 1, "exit %d, stderr:\n%s", r.status, r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
+                  r.err);
     cJSON *arr = cJSON_Parse(r.out);
     ck_assert_msg(cJSON_GetArraySize(arr) == 2, "JSON:\n%s", r.out);
     const cJSON *o = cJSON_GetArrayItem(arr, 1);
@@ -451,7 +377,7 @@ START_TEST(dead_shard_is_unreachable_exit_1) {
                      "unreachable (no answer in 0.5s)");
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(arr, 0), "ok")));
     cJSON_Delete(arr);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
@@ -482,31 +408,32 @@ static const bad_case bad_cases[] = {
 
 START_TEST(bad_usage_exits_2) {
     const bad_case *c = &bad_cases[_i];
-    run_result r;
+    ps_test_run_result r;
     run_psctl(c->args, c->tf_config, &r);
-    ck_assert_msg(r.status == 2, "case %d: exit %d, stderr:\n%s", _i, r.status, r.err);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 2, "case %d: exit %d, stderr:\n%s", _i,
+                  ps_test_run_exit_code(&r), r.err);
     ck_assert_contains(r.err, c->want);
     ck_assert_str_eq(r.out, "");
     ck_assert_msg(r.secs < 5.0, "case %d took %.1f s", _i, r.secs);
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 
 START_TEST(help_describes_status) {
     const char *top[] = {"psctl", "--help", NULL};
     const char *help[] = {"psctl", "status", "--help", NULL};
-    run_result r;
+    ps_test_run_result r;
     run_psctl(top, NULL, &r);
-    ck_assert_int_eq(r.status, 0);
+    ck_assert_int_eq(ps_test_run_exit_code(&r), 0);
     ck_assert_contains(r.out, "\n  status ");
-    result_free(&r);
+    ps_test_run_free(&r);
     run_psctl(help, NULL, &r);
-    ck_assert_int_eq(r.status, 0);
+    ck_assert_int_eq(ps_test_run_exit_code(&r), 0);
     ck_assert_contains(
         r.out, "usage: psctl status [--ps HOST:PORT|ipc://PATH,...] [--json] [--timeout SECONDS]");
     ck_assert_contains(r.out, "unreachable (no answer in Ns)");
     ck_assert_contains(r.out, "CKPT_AGE");
-    result_free(&r);
+    ps_test_run_free(&r);
 }
 END_TEST
 

@@ -11,10 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../unit/testutil.h"
 #include "proc.h"
 #include "ps.h"
 #include "ps_error.h"
+#include "testutil.h"
 
 #define EXIT_MS 10000
 
@@ -41,10 +41,7 @@ static void setup(void) {
     ck_assert_ptr_nonnull(dir);
     snprintf(out_path, sizeof out_path, "%s/out", dir);
     snprintf(err_path, sizeof err_path, "%s/err", dir);
-    /* psd dies with this test process even when an assertion ends it early */
-    char pid[32];
-    snprintf(pid, sizeof pid, "%ld", (long)getpid());
-    setenv("PS_PARENT_PID", pid, 1);
+    ps_test_children_die_with_me();
     unsetenv("TF_CONFIG");
 }
 
@@ -52,26 +49,6 @@ static void teardown(void) {
     ps_test_rmdir(dir);
     free(dir);
     dir = NULL;
-}
-
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Reads a whole (small) file into a static buffer; "" when missing. */
-static const char *slurp(const char *path) {
-    static char buf[2][8192];
-    static int which;
-    char *b = buf[which ^= 1];
-    b[0] = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return b;
-    size_t n = fread(b, 1, sizeof buf[0] - 1, f);
-    b[n] = 0;
-    fclose(f);
-    return b;
 }
 
 /* Starts $PSD with args (NULL-terminated): stdout to out_path, stderr to err_path (a shell
@@ -113,30 +90,17 @@ static int run_psd(const char *const *args) {
  * stderr. */
 static void expect_refused(const char *const *args, const char *want) {
     int st = run_psd(args);
-    const char *err = slurp(err_path), *out = slurp(out_path);
+    const char *err = ps_test_text(err_path), *out = ps_test_text(out_path);
     ck_assert_msg(st == 2, "exit status %d, want 2 (stderr: %s)", st, err);
     ck_assert_msg(strncmp(err, "psd: ", 5) == 0, "stderr does not start with 'psd: ': '%s'", err);
     ck_assert_msg(strstr(err, want) != NULL, "stderr '%s' does not mention '%s'", err, want);
     ck_assert_msg(out[0] == 0, "stdout should be empty, got '%s'", out);
 }
 
-/* A TCP port that was free a moment ago on 127.0.0.1. */
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t len = sizeof a;
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* Waits until path has a line (psd's ready file) or pid exits; copies the line to buf. */
 static int wait_ready(const char *path, pid_t pid, char *buf, size_t buflen, int timeout_ms) {
-    long long deadline = now_ms() + timeout_ms;
-    while (now_ms() < deadline) {
+    long long deadline = ps_test_now_ms() + timeout_ms;
+    while (ps_test_now_ms() < deadline) {
         FILE *f = fopen(path, "r");
         if (f) {
             int ok = fgets(buf, (int)buflen, f) != NULL;
@@ -145,24 +109,23 @@ static int wait_ready(const char *path, pid_t pid, char *buf, size_t buflen, int
             if (ok && buf[0]) return 0;
         }
         if (!ps_test_alive(pid)) return -1;
-        struct timespec ts = {0, 5 * 1000000L};
-        nanosleep(&ts, NULL);
+        ps_test_nap_ms(5); /* pacing between polls */
     }
     return -1;
 }
 
 START_TEST(help_exits_0) {
     ck_assert_int_eq(run_psd((const char *[]){"--help", NULL}), 0);
-    const char *out = slurp(out_path);
+    const char *out = ps_test_text(out_path);
     ck_assert_msg(strstr(out, "usage: psd") != NULL, "no usage on stdout: '%s'", out);
     /* every flag of the table is listed */
     const char *flags[] = {"--bind",    "--port", "--shard",      "--num-shards",
                            "--workers", "--mode", "--ready-file", "--log-level"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         ck_assert_msg(strstr(out, flags[i]) != NULL, "usage does not list %s", flags[i]);
-    ck_assert_str_eq(slurp(err_path), "");
+    ck_assert_str_eq(ps_test_text(err_path), "");
     ck_assert_int_eq(run_psd((const char *[]){"-h", NULL}), 0);
-    ck_assert_ptr_nonnull(strstr(slurp(out_path), "usage: psd"));
+    ck_assert_ptr_nonnull(strstr(ps_test_text(out_path), "usage: psd"));
 }
 END_TEST
 
@@ -221,7 +184,7 @@ START_TEST(port_in_use) {
     const char *colon = strrchr(first.endpoint, ':');
     ck_assert_ptr_nonnull(colon);
     int st = run_psd((const char *[]){"--bind", "127.0.0.1", "--port", colon + 1, NULL});
-    const char *err = slurp(err_path);
+    const char *err = ps_test_text(err_path);
     int first_alive = ps_test_alive(first.pid);
     int first_st = ps_test_psd_stop(&first, 5000);
     ck_assert_msg(st == 2, "second psd on %s: exit status %d, want 2 (%s)", first.endpoint, st,
@@ -250,7 +213,7 @@ START_TEST(tf_config_worker_task) {
 END_TEST
 
 START_TEST(tf_config_ps_task) {
-    int port = free_port();
+    int port = ps_test_free_port();
     char tf[512];
     snprintf(
         tf, sizeof tf,
@@ -357,9 +320,5 @@ static Suite *config_suite(void) {
 }
 
 int main(void) {
-    if (!getenv("PSD")) {
-        fprintf(stderr, "PSD is not set\n");
-        return 77;
-    }
-    return ps_test_run_suite(config_suite());
+    return ps_test_main_needing("PSD", config_suite);
 }

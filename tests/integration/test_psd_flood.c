@@ -19,10 +19,10 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "../unit/testutil.h"
 #include "proc.h"
 #include "ps.h"
 #include "ps_error.h"
+#include "testutil.h"
 #include "wire.h"
 
 #define START_MS 10000
@@ -31,12 +31,6 @@
 #define MAX_GAP_MS 1500        /* between two pings (or the window's ends) */
 #define MAX_HEALTHZ_MS 2000
 #define MAX_EXIT_MS 3000 /* from SIGTERM to exit */
-
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 #define NVARS 5000 /* each Stats reply lists them: a 4-byte request, ~100 us of work */
 
@@ -128,7 +122,7 @@ static void start_psd(flood_psd *p) {
 /* One notification within deadline (text in buf), or 0. */
 static size_t recv_note(int fd, long long deadline, char *buf, size_t len) {
     for (;;) {
-        long long left = deadline - now_ms();
+        long long left = deadline - ps_test_now_ms();
         if (left <= 0) return 0;
         struct pollfd pf = {.fd = fd, .events = POLLIN};
         int r = poll(&pf, 1, (int)left);
@@ -158,7 +152,7 @@ static int metrics_port(const char *log) {
 /* Waits for READY=1, the ready file and the metrics port. */
 static void wait_ready(flood_psd *p) {
     char msg[4096];
-    long long deadline = now_ms() + START_MS;
+    long long deadline = ps_test_now_ms() + START_MS;
     int ready = 0;
     while (!ready && recv_note(p->fd, deadline, msg, sizeof msg))
         ready = strstr(msg, "READY=1") != NULL;
@@ -203,10 +197,8 @@ static void *flood_run(void *arg) {
         if (zmq_send(s, buf, len, ZMQ_DONTWAIT) < 0) break;
         atomic_store(&fl->sent, i + 1);
     }
-    while (!atomic_load(&fl->stop)) { /* keep the connection (and its backlog) open */
-        struct timespec ts = {0, 5000000};
-        nanosleep(&ts, NULL);
-    }
+    while (!atomic_load(&fl->stop)) /* keep the connection (and its backlog) open */
+        ps_test_nap_ms(5);          /* pacing: polls the stop flag */
     zmq_close(s);
     zmq_ctx_term(ctx);
     return NULL;
@@ -232,13 +224,13 @@ START_TEST(flood_keeps_watchdog_healthz_and_sigterm) {
     create_vars(P.endpoint);
     flood fl = {.endpoint = P.endpoint, .count = flood_count()};
     pthread_t th;
-    long long t0 = now_ms(), last_ping = t0, max_gap = 0;
+    long long t0 = ps_test_now_ms(), last_ping = t0, max_gap = 0;
     ck_assert_int_eq(pthread_create(&th, NULL, flood_run, &fl), 0);
     int hfd = -1;
     long long http_sent = 0, http_ms = -1;
     int pings = 0;
-    while (now_ms() < t0 + WINDOW_MS) {
-        long long now = now_ms();
+    while (ps_test_now_ms() < t0 + WINDOW_MS) {
+        long long now = ps_test_now_ms();
         if (hfd < 0 && http_ms < 0 && now >= t0 + 300) {
             hfd = http_start(P.http_port);
             http_sent = now;
@@ -252,7 +244,7 @@ START_TEST(flood_keeps_watchdog_healthz_and_sigterm) {
             if (got > 0) {
                 msg[got] = 0;
                 if (strstr(msg, "WATCHDOG=1")) {
-                    long long at = now_ms();
+                    long long at = ps_test_now_ms();
                     if (at - last_ping > max_gap) max_gap = at - last_ping;
                     last_ping = at;
                     pings++;
@@ -264,22 +256,22 @@ START_TEST(flood_keeps_watchdog_healthz_and_sigterm) {
             ssize_t got = read(hfd, buf, sizeof buf - 1);
             if (got > 0) buf[got] = 0;
             ck_assert_msg(strncmp(buf, "HTTP/1.1 200", 12) == 0, "/healthz: '%.60s'", buf);
-            http_ms = now_ms() - http_sent;
+            http_ms = ps_test_now_ms() - http_sent;
             close(hfd);
             hfd = -1;
         }
     }
-    long long end = now_ms();
+    long long end = ps_test_now_ms();
     if (end - last_ping > max_gap) max_gap = end - last_ping;
     long sent = atomic_load(&fl.sent);
     printf("flood: %ld of %ld requests sent in %d ms; %d pings, longest gap %lld ms; "
            "/healthz in %lld ms\n",
            sent, fl.count, WINDOW_MS, pings, max_gap, http_ms);
     /* SIGTERM while the backlog is still there */
-    long long k0 = now_ms();
+    long long k0 = ps_test_now_ms();
     ck_assert_int_eq(kill(P.pid, SIGTERM), 0);
     int rc = ps_test_wait(P.pid, 30000);
-    long long exit_ms = now_ms() - k0;
+    long long exit_ms = ps_test_now_ms() - k0;
     P.pid = 0;
     printf("flood: psd exited %d, %lld ms after SIGTERM\n", rc, exit_ms);
     atomic_store(&fl.stop, 1);

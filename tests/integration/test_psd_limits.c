@@ -10,10 +10,10 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "../unit/testutil.h"
-#include "ps.h"
 #include "proc.h"
+#include "ps.h"
 #include "ps_error.h"
+#include "testutil.h"
 #include "wire.h"
 
 static ps_test_psd psd;
@@ -37,8 +37,8 @@ static int client_open(client *k, size_t count, const size_t *n, int create) {
         k->n[i] = n[i];
         k->v[i] = calloc(n[i], sizeof(float));
         k->g[i] = calloc(n[i], sizeof(float));
-        ps_client_tensor t = {.shard = 0, .rank = 1, .shape = {n[i]},
-                              .opt = ps_opt_spec_default(PS_OPT_SGD)};
+        ps_client_tensor t = {
+            .shard = 0, .rank = 1, .shape = {n[i]}, .opt = ps_opt_spec_default(PS_OPT_SGD)};
         snprintf(t.name, sizeof t.name, "v%zu", i);
         t.param = k->v[i];
         t.grad = k->g[i];
@@ -75,8 +75,8 @@ static ps_stats *stats(client *k, ps_stats *hold) {
 }
 
 START_TEST(limits_hold_and_good_client_is_served) {
-    const char *args[] = {"--workers",   "1", "--max-message-mb", "4", "--max-tensor-mb",
-                          "1",           "--max-vars", "3", NULL};
+    const char *args[] = {
+        "--workers", "1", "--max-message-mb", "4", "--max-tensor-mb", "1", "--max-vars", "3", NULL};
     ck_assert_int_eq(ps_test_psd_start(&psd, args, 10000), 0);
     client good;
     const size_t small[2] = {1000, 10};
@@ -126,7 +126,10 @@ START_TEST(limits_hold_and_good_client_is_served) {
     ps_client_open(&fourth.c, (const char *[]){psd.endpoint}, 1, 0, 1, (char[256]){0}, 256);
     ps_client_set_timeout(fourth.c, 5000);
     float v[7] = {0}, g[7] = {0};
-    ps_client_tensor t = {.name = "extra", .shard = 0, .rank = 1, .shape = {one[0]},
+    ps_client_tensor t = {.name = "extra",
+                          .shard = 0,
+                          .rank = 1,
+                          .shape = {one[0]},
                           .opt = ps_opt_spec_default(PS_OPT_SGD)};
     t.param = v;
     t.grad = g;

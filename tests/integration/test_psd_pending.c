@@ -9,20 +9,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "../unit/testutil.h"
 #include "proc.h"
 #include "ps.h"
 #include "ps_error.h"
 #include "raw.h"
+#include "testutil.h"
 #include "wire.h"
 
 static ps_test_psd psd;
-
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Starts an async psd with extra flags and creates the variable "v" (4 floats) through
  * a client (worker 0 of `workers`, heartbeating), which stays open for Stats (*out). */
@@ -126,13 +120,13 @@ static ps_stats stats(ps_client *c) {
 
 /* Waits up to timeout_ms for Stats' pending_pulls to be `want`. */
 static void wait_pending(ps_client *c, uint64_t want, int timeout_ms) {
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = ps_test_now_ms() + timeout_ms;
     uint64_t got;
     for (;;) {
         ps_stats h = stats(c);
         got = h.pending_pulls;
         ps_stats_free(&h);
-        if (got == want || now_ms() > deadline) break;
+        if (got == want || ps_test_now_ms() > deadline) break;
     }
     if (got != want) ps_test_dump(psd.log);
     ck_assert_msg(got == want, "%llu pulls waiting after %d ms, want %llu", (unsigned long long)got,
@@ -242,10 +236,10 @@ START_TEST(pull_past_max_wait_times_out) {
     start(flags, 1, &c);
     raw_conn a;
     raw_open(&a, psd.endpoint);
-    long long t0 = now_ms();
+    long long t0 = ps_test_now_ms();
     far_pull(&a, 7, 1, 0, -1);
     raw_expect_error(&a, 7, PS_ETIMEDOUT, 5000);
-    long long waited = now_ms() - t0;
+    long long waited = ps_test_now_ms() - t0;
     ck_assert_msg(waited >= 250, "answered ETIMEDOUT after %lld ms (limit 300)", waited);
     ps_stats h = stats(c);
     ck_assert_uint_eq(h.pending_pulls, 0);

@@ -14,11 +14,12 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "../unit/testutil.h"
 #include "proc.h"
 #include "ps.h"
 #include "ps_error.h"
 #include "raw.h"
+#include "stats.h"
+#include "testutil.h"
 #include "wire.h"
 
 #define LR 0.25f /* a power of two: the expected values below are exact */
@@ -28,9 +29,7 @@
 static ps_test_psd psd;
 
 static void start_psd(const char *workers, const char *mode) {
-    char pid[32];
-    snprintf(pid, sizeof pid, "%ld", (long)getpid());
-    setenv("PS_PARENT_PID", pid, 1); /* should this process die, psd goes with it */
+    ps_test_children_die_with_me();
     const char *args[] = {"--workers", workers, "--mode", mode, NULL};
     ck_assert_msg(ps_test_psd_start(&psd, args, 10000) == 0, "psd did not start");
 }
@@ -82,12 +81,6 @@ static void worker_open(worker *w, unsigned index, unsigned workers, int create)
     if (create) ck_assert_int_eq(ps_client_create_vars(w->c, NULL), PS_OK);
 }
 
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Sync, 2 workers: worker 0's push-pull is sent while its "step" is still
  * running (grads_ready on "b", then "a"), and is answered only once worker 1
  * pushed too, with the mean gradient applied; both get the same values. */
@@ -131,11 +124,11 @@ START_TEST(sync_reply_not_early) {
     worker_open(&w1, 1, 2, 0);
     ck_assert_int_eq(ps_client_pull_next(w0.c, 0, 0, NULL), PS_OK);
     ps_client_set_timeout(w0.c, 400);
-    long long t0 = now_ms();
+    long long t0 = ps_test_now_ms();
     ps_client_step_begin(w0.c, 0);
     int fresh = 1;
     ck_assert_int_eq(ps_client_step_end(w0.c, NULL, &fresh), PS_ETIMEDOUT);
-    ck_assert_int_ge(now_ms() - t0, 350);
+    ck_assert_int_ge(ps_test_now_ms() - t0, 350);
     ck_assert_int_eq(fresh, 0);
     ps_client_close(w0.c);
     ps_client_close(w1.c);
@@ -281,6 +274,22 @@ END_TEST
  * TCP buffers hold; then a push updates it; every reply read afterwards holds
  * the old values. */
 #define BIG (256 * 1024)
+
+/* Until psd has dispatched `want` requests (each Stats asked here counts as one too). */
+typedef struct {
+    ps_client *c;
+    uint64_t want;
+} requests_seen;
+
+static int psd_saw_requests(void *arg) {
+    requests_seen *w = arg;
+    ps_stats h;
+    uint64_t n = ps_test_stats(w->c, &h)->requests;
+    ps_stats_free(&h);
+    w->want++; /* this Stats request */
+    return n >= w->want;
+}
+
 START_TEST(queued_replies_keep_their_values) {
     static float big[BIG], dbig[BIG];
     for (int i = 0; i < BIG; i++) {
@@ -302,6 +311,9 @@ START_TEST(queued_replies_keep_their_values) {
     ck_assert_int_eq(ps_client_hello(c, &async, NULL), PS_OK);
     ck_assert_int_eq(ps_client_create_vars(c, NULL), PS_OK);
 
+    ps_stats sh;
+    uint64_t before = ps_test_stats(c, &sh)->requests;
+    ps_stats_free(&sh);
     raw_conn r;
     raw_open(&r, psd.endpoint);
     int hwm = 1;
@@ -318,7 +330,9 @@ START_TEST(queued_replies_keep_their_values) {
         h.pull = &p;
         ck_assert_int_eq(ps_wire_send(r.sock, NULL, 0, &h, NULL, 0, 0), PS_OK);
     }
-    nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL); /* psd answers them all */
+    requests_seen seen = {c, before + 40};
+    ck_assert_msg(ps_test_wait_until(psd_saw_requests, &seen, REPLY_MS, 10),
+                  "psd did not answer the 40 pulls"); /* psd answers them all */
     ck_assert_int_eq(ps_client_push(c, 0, NULL), PS_OK);
     ck_assert_int_eq(ps_client_pull(c, 1, NULL), PS_OK);
     ck_assert_float_eq(big[3], 3.0f - LR * 4.0f); /* the update is in */
@@ -361,9 +375,5 @@ static Suite *push_pull_suite(void) {
 }
 
 int main(void) {
-    if (!getenv("PSD")) {
-        fprintf(stderr, "PSD is not set\n");
-        return 77;
-    }
-    return ps_test_run_suite(push_pull_suite());
+    return ps_test_main_needing("PSD", push_pull_suite);
 }

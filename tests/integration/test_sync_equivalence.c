@@ -8,12 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../unit/testutil.h"
 #include "data.h"
 #include "model.h"
 #include "proc.h"
 #include "ps.h"
 #include "ps_error.h"
+#include "testutil.h"
 #include "train.h"
 
 #define STEPS 20
@@ -59,7 +59,7 @@ static void *run_worker(void *p) {
             a->rc = rc;
             break;
         }
-        nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+        ps_test_nap_ms(20); /* pacing: pulls until the chief has created the variables */
     }
     for (uint64_t t = 0; a->rc == PS_OK && t < STEPS; t++) {
         size_t first = t * 2 * B + a->index * a->batch;

@@ -16,69 +16,23 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../unit/testutil.h"
 #include "proc.h"
 #include "ps.h"
 #include "ps_error.h"
+#include "testutil.h"
 
 #define START_MS 10000
 #define WATCHDOG_USEC "200000" /* pings every 100 ms */
 
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A failed assertion ends a test with _exit (fork mode): no checked teardown runs. So the
  * temp dirs live under a base dir made and removed by an unchecked fixture (in the Check
  * parent), and every psd gets PS_PARENT_PID (it dies with the test process). */
-static char *base_dir;
-static char *saved_tmpdir;
-
 static void base_setup(void) {
-    const char *t = getenv("TMPDIR");
-    saved_tmpdir = t ? strdup(t) : NULL;
-    base_dir = ps_test_mkdtemp();
-    ck_assert_ptr_nonnull(base_dir);
-    setenv("TMPDIR", base_dir, 1);
+    ps_test_push_tmpdir();
 }
 
 static void base_teardown(void) {
-    ps_test_rmdir(base_dir);
-    free(base_dir);
-    base_dir = NULL;
-    if (saved_tmpdir)
-        setenv("TMPDIR", saved_tmpdir, 1);
-    else
-        unsetenv("TMPDIR");
-    free(saved_tmpdir);
-    saved_tmpdir = NULL;
-}
-
-/* Reads a whole file into a malloc'd string (NULL if unreadable). */
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    size_t r;
-    while (buf && (r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += r;
-        if (cap - n - 1 == 0) {
-            char *b = realloc(buf, cap * 2);
-            if (!b) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = b;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    if (buf) buf[n] = 0;
-    return buf;
+    ps_test_pop_tmpdir();
 }
 
 /* ---- systemd-analyze verify ------------------------------------------------------------- */
@@ -103,7 +57,7 @@ static void write_instance(const char *dir, const char *unit, const char *from, 
                            char *out, size_t outlen) {
     char src[2048];
     snprintf(src, sizeof src, "%s/deploy/systemd/%s@.service", ps_test_source_root(), unit);
-    char *text = slurp(src);
+    char *text = ps_test_slurp(src, NULL);
     ck_assert_msg(text != NULL, "cannot read %s", src);
     char needle[256];
     snprintf(needle, sizeof needle, "ExecStart=%s ", from);
@@ -199,7 +153,7 @@ START_TEST(verify_reports_unknown_keys_and_invalid_values) {
     ck_assert_ptr_nonnull(dir);
     char unit[1024], bad_unit[1100], out[1024], first[2048];
     write_instance(dir, "psd", "/usr/local/bin/psd", psd, unit, sizeof unit);
-    char *text = slurp(unit);
+    char *text = ps_test_slurp(unit, NULL);
     ck_assert_ptr_nonnull(text);
     char *svc = strstr(text, "[Service]\n");
     ck_assert_ptr_nonnull(svc);
@@ -214,7 +168,7 @@ START_TEST(verify_reports_unknown_keys_and_invalid_values) {
     const char *units[] = {bad_unit, NULL};
     run_verify(analyze, units, out);
     int bad = count_problems(out, first, sizeof first);
-    char *all = slurp(out);
+    char *all = ps_test_slurp(out, NULL);
     ck_assert_ptr_nonnull(all);
     int found = strstr(all, "WatchdogSecs") && strstr(all, "mains");
     if (bad < 2 || !found) ps_test_dump(out);
@@ -303,7 +257,7 @@ static void notified_start(notified_psd *n, pid_t watchdog_pid) {
  * NUL-terminated), or 0 at the deadline. */
 static size_t notified_recv(notified_psd *n, long long deadline_ms, char *buf, size_t len) {
     for (;;) {
-        long long left = deadline_ms - now_ms();
+        long long left = deadline_ms - ps_test_now_ms();
         if (left <= 0) return 0;
         struct pollfd p = {.fd = n->fd, .events = POLLIN};
         int r = poll(&p, 1, (int)left);
@@ -357,7 +311,7 @@ static int read_ready(const char *path, char *endpoint, size_t len) {
  * request. */
 static void expect_ready(notified_psd *n, char *endpoint, size_t len) {
     char msg[4096];
-    size_t got = notified_recv(n, now_ms() + START_MS, msg, sizeof msg);
+    size_t got = notified_recv(n, ps_test_now_ms() + START_MS, msg, sizeof msg);
     if (!got) ps_test_dump(n->log);
     ck_assert_msg(got > 0, "no notification within %d ms", START_MS);
     ck_assert_msg(has_line(msg, "READY=1"), "first notification is not READY=1: '%s'", msg);
@@ -390,7 +344,7 @@ START_TEST(psd_ready_watchdog_and_stopping) {
     /* WATCHDOG=1 every WATCHDOG_USEC/2 = 100 ms: about 10 in a second, at least 3. */
     int pings = 0, other = 0;
     char first_other[4096] = "";
-    long long until = now_ms() + 1000;
+    long long until = ps_test_now_ms() + 1000;
     while (notified_recv(&n, until, msg, sizeof msg)) {
         if (strcmp(msg, "WATCHDOG=1") == 0)
             pings++;
@@ -405,7 +359,7 @@ START_TEST(psd_ready_watchdog_and_stopping) {
     /* SIGTERM: a checkpoint, STOPPING=1, exit 0, and no ping after STOPPING=1. */
     ck_assert_int_eq(kill(n.pid, SIGTERM), 0);
     int stopping = 0, after = 0;
-    long long deadline = now_ms() + START_MS;
+    long long deadline = ps_test_now_ms() + START_MS;
     while (!stopping && notified_recv(&n, deadline, msg, sizeof msg))
         if (has_line(msg, "STOPPING=1")) stopping = 1;
     ck_assert_msg(stopping, "no STOPPING=1 within %d ms of SIGTERM", START_MS);
@@ -414,10 +368,10 @@ START_TEST(psd_ready_watchdog_and_stopping) {
     n.pid = 0;
     if (rc != 0) ps_test_dump(n.log);
     ck_assert_msg(rc == 0, "psd exited %d after SIGTERM", rc);
-    while (notified_recv(&n, now_ms() + 1, msg, sizeof msg))
+    while (notified_recv(&n, ps_test_now_ms() + 1, msg, sizeof msg))
         after++;
     ck_assert_msg(after == 0, "%d notification(s) after STOPPING=1, last '%s'", after, msg);
-    char *log = slurp(n.log);
+    char *log = ps_test_slurp(n.log, NULL);
     ck_assert_ptr_nonnull(log);
     ck_assert_msg(strstr(log, "checkpoint version 0 written"), "no checkpoint at SIGTERM");
     ck_assert_msg(strstr(log, "sd_notify: READY=1 sent"), "no debug line for READY=1");
@@ -434,7 +388,7 @@ START_TEST(psd_ignores_watchdog_of_another_pid) {
     notified_start(&n, getpid());
     char endpoint[128], msg[4096];
     expect_ready(&n, endpoint, sizeof endpoint);
-    size_t got = notified_recv(&n, now_ms() + 500, msg, sizeof msg);
+    size_t got = notified_recv(&n, ps_test_now_ms() + 500, msg, sizeof msg);
     ck_assert_msg(got == 0, "notification without a watchdog of its own: '%s'", msg);
     int rc = notified_cleanup(&n, START_MS);
     ck_assert_msg(rc == 0, "psd exited %d after SIGTERM", rc);

@@ -15,8 +15,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../unit/testutil.h"
 #include "proc.h"
+#include "testutil.h"
 
 static bool sanitized(void) {
     const char *s = getenv("PS_SANITIZED");

@@ -8,18 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../unit/testutil.h"
 #include "proc.h"
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) return NULL;
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return buf;
-}
+#include "testutil.h"
 
 /* Runs 2 psd + 2 workers for one epoch; returns the chief's summary (cJSON, caller frees). */
 static cJSON *run_job(const char *mode, const char *dir) {
@@ -50,11 +40,11 @@ static cJSON *run_job(const char *mode, const char *dir) {
         ck_assert_int_eq(ps_test_psd_stop(&psd[i], 5000), 0);
     ck_assert_int_eq(s0, 0);
     ck_assert_int_eq(s1, 0);
-    const char *text = slurp(summary);
+    const char *text = ps_test_text(summary);
     ck_assert_msg(text != NULL, "no summary written");
     cJSON *j = cJSON_Parse(text);
     ck_assert_ptr_nonnull(j);
-    const char *out = slurp(log0);
+    const char *out = ps_test_text(log0);
     ck_assert_msg(strstr(out, "469/469 [") && strstr(out, "val_accuracy:"),
                   "no Keras-like progress line in the chief's output:\n%s", out);
     return j;
@@ -102,7 +92,7 @@ static int run_worker_expect(const char *const *argv, const char *tf_config, con
     pid_t p = ps_test_spawn(argv, log);
     unsetenv("TF_CONFIG");
     int st = ps_test_wait(p, 30000);
-    const char *out = slurp(log);
+    const char *out = ps_test_text(log);
     int found = out && strstr(out, needle) != NULL;
     if (!found) ps_test_dump(log);
     ps_test_rmdir(dir);
@@ -145,10 +135,10 @@ static double solo_job(const char *const *extra, const char *dir, const char *ex
     argv[n] = NULL;
     int st = ps_test_wait(ps_test_spawn(argv, log), 120000);
     ck_assert_int_eq(ps_test_psd_stop(&psd, 5000), 0);
-    const char *out = slurp(log);
+    const char *out = ps_test_text(log);
     if (expect) ck_assert_msg(out && strstr(out, expect), "no '%s' in:\n%s", expect, out);
     if (st != 0) return -1;
-    cJSON *j = cJSON_Parse(slurp(summary));
+    cJSON *j = cJSON_Parse(ps_test_text(summary));
     ck_assert_ptr_nonnull(j);
     double acc = cJSON_GetObjectItem(j, "test_accuracy")->valuedouble;
     cJSON_Delete(j);
@@ -198,13 +188,13 @@ START_TEST(no_ps_matches_one_worker_through_psd) {
     char summary[700], log[700];
     snprintf(summary, sizeof summary, "%s/nops.json", dir);
     snprintf(log, sizeof log, "%s/nops.log", dir);
-    const char *argv[] = {getenv("PSWORKER"), "--no-ps",     "yes",     "--summary", summary,
-                          "--max-test",       "2000",        "--epochs", "1",        "--max-train",
-                          "6000",             NULL};
+    const char *argv[] = {
+        getenv("PSWORKER"), "--no-ps", "yes",         "--summary", summary, "--max-test", "2000",
+        "--epochs",         "1",       "--max-train", "6000",      NULL};
     int st = ps_test_wait(ps_test_spawn(argv, log), 120000);
     if (st != 0) ps_test_dump(log);
     ck_assert_int_eq(st, 0);
-    cJSON *j = cJSON_Parse(slurp(summary));
+    cJSON *j = cJSON_Parse(ps_test_text(summary));
     ck_assert_ptr_nonnull(j);
     double alone = cJSON_GetObjectItem(j, "test_accuracy")->valuedouble;
     cJSON_Delete(j);
@@ -260,7 +250,7 @@ static double psctl_job(const char *mode) {
     int st = ps_test_wait(ps_test_spawn(argv, log), 220000);
     if (st != 0) ps_test_dump(log);
     ck_assert_int_eq(st, 0);
-    cJSON *j = cJSON_Parse(slurp(summary));
+    cJSON *j = cJSON_Parse(ps_test_text(summary));
     ck_assert_ptr_nonnull(j);
     ck_assert_int_eq(cJSON_GetObjectItem(j, "epochs")->valueint, 2);
     ck_assert_int_eq(cJSON_GetObjectItem(j, "steps")->valueint, 938);

@@ -13,9 +13,9 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "../unit/testutil.h"
 #include "proc.h"
 #include "ps_error.h"
+#include "testutil.h"
 #include "wire.h"
 
 #define RUN_MS 60000
@@ -24,9 +24,7 @@ static char *dir; /* per test: logs */
 
 static void setup(void) {
     dir = ps_test_mkdtemp();
-    char pid[32]; /* psworker dies with this test process */
-    snprintf(pid, sizeof pid, "%ld", (long)getpid());
-    setenv("PS_PARENT_PID", pid, 1);
+    ps_test_children_die_with_me();
     unsetenv("TF_CONFIG");
 }
 
@@ -34,18 +32,6 @@ static void teardown(void) {
     ps_test_rmdir(dir);
     free(dir);
     dir = NULL;
-}
-
-/* Reads a whole (small) file into a static buffer; "" when missing. */
-static const char *slurp(const char *path) {
-    static char buf[1 << 16];
-    buf[0] = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return buf;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    return buf;
 }
 
 /* Runs psworker with args (NULL-terminated, after the program name) and TF_CONFIG
@@ -67,7 +53,7 @@ static int run_worker(const char *const *args, const char *tf_config, const char
     unsetenv("TF_CONFIG");
     ck_assert_int_gt(pid, 0);
     int st = ps_test_wait(pid, RUN_MS);
-    *out = slurp(log);
+    *out = ps_test_text(log);
     ck_assert_msg(st >= 0, "psworker did not exit within %d ms:\n%s", RUN_MS, *out);
     return st;
 }
@@ -333,9 +319,5 @@ static Suite *worker_checks_suite(void) {
 }
 
 int main(void) {
-    if (!getenv("PSWORKER")) {
-        fprintf(stderr, "PSWORKER is not set\n");
-        return 77;
-    }
-    return ps_test_run_suite(worker_checks_suite());
+    return ps_test_main_needing("PSWORKER", worker_checks_suite);
 }

@@ -25,6 +25,7 @@ static ps_dataset make_data(size_t n, size_t dim, uint64_t seed) {
     return d;
 }
 
+/* A slow consumer: the pause is the scenario (the thread gets ahead), not a wait. */
 static void sleep_us(long us) {
     nanosleep(&(struct timespec){0, us * 1000}, NULL);
 }

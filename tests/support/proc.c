@@ -1,6 +1,7 @@
 /* Process helpers for integration tests (see proc.h). */
 #include "proc.h"
 
+#include <check.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -12,17 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../unit/testutil.h"
-
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void nap_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+void ps_test_children_die_with_me(void) {
+    char pid[32];
+    snprintf(pid, sizeof pid, "%ld", (long)getpid());
+    setenv("PS_PARENT_PID", pid, 1);
 }
 
 pid_t ps_test_spawn(const char *const *argv, const char *out_path) {
@@ -39,6 +33,14 @@ pid_t ps_test_spawn(const char *const *argv, const char *out_path) {
     _exit(127);
 }
 
+int ps_test_run_to(const char *const *argv, const char *out_path, int timeout_ms) {
+    pid_t pid = ps_test_spawn(argv, out_path);
+    ck_assert_int_gt(pid, 0);
+    int st = ps_test_wait(pid, timeout_ms);
+    ck_assert_msg(st >= 0, "%s did not exit within %d ms", argv[0], timeout_ms);
+    return st;
+}
+
 static int decode_status(int st) {
     if (WIFEXITED(st)) return WEXITSTATUS(st);
     if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
@@ -46,18 +48,18 @@ static int decode_status(int st) {
 }
 
 int ps_test_wait(pid_t pid, int timeout_ms) {
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = ps_test_now_ms() + timeout_ms;
     int st;
     for (;;) {
         pid_t r = waitpid(pid, &st, WNOHANG);
         if (r == pid) return decode_status(st);
         if (r < 0) return -1;
-        if (now_ms() > deadline) {
+        if (ps_test_now_ms() > deadline) {
             kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
             return -1;
         }
-        nap_ms(10);
+        ps_test_nap_ms(10);
     }
 }
 
@@ -95,8 +97,8 @@ static int psd_spawn(ps_test_psd *p, const char *port, const char *const *extra_
     }
     p->pid = ps_test_spawn(argv, p->log);
     if (p->pid < 0) return -1;
-    long long deadline = now_ms() + timeout_ms;
-    while (now_ms() < deadline) {
+    long long deadline = ps_test_now_ms() + timeout_ms;
+    while (ps_test_now_ms() < deadline) {
         FILE *f = fopen(ready, "r");
         if (f) {
             int ok = fgets(p->endpoint, sizeof p->endpoint, f) != NULL;
@@ -110,7 +112,7 @@ static int psd_spawn(ps_test_psd *p, const char *port, const char *const *extra_
             p->pid = 0;
             return -1;
         }
-        nap_ms(5);
+        ps_test_nap_ms(5);
     }
     fprintf(stderr, "psd did not listen within %d ms\n", timeout_ms);
     ps_test_dump(p->log);
@@ -157,26 +159,6 @@ int ps_test_psd_stop(ps_test_psd *p, int timeout_ms) {
     return rc;
 }
 
-int ps_test_file_has(const char *path, const char *text) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char line[4096];
-    int found = 0;
-    while (!found && fgets(line, sizeof line, f))
-        found = strstr(line, text) != NULL;
-    fclose(f);
-    return found;
-}
-
-int ps_test_wait_file_has(const char *path, const char *text, int timeout_ms, pid_t pid) {
-    long long deadline = now_ms() + timeout_ms;
-    for (;;) {
-        if (ps_test_file_has(path, text)) return 1;
-        if (now_ms() > deadline || (pid > 0 && !ps_test_alive(pid))) return 0;
-        nap_ms(20);
-    }
-}
-
 pid_t ps_test_find_child(pid_t parent, const char *arg, const char *value) {
     char want[256];
     int wlen = snprintf(want, sizeof want, "%s%c%s", arg, '\0', value) + 1;
@@ -209,14 +191,14 @@ pid_t ps_test_find_child(pid_t parent, const char *arg, const char *value) {
 }
 
 int ps_test_wait_gone(pid_t pid, int timeout_ms) {
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = ps_test_now_ms() + timeout_ms;
     for (;;) {
         int st;
         pid_t r = waitpid(pid, &st, WNOHANG);
         if (r == pid) return decode_status(st);
         if (r < 0 && kill(pid, 0) != 0 && errno == ESRCH) return 0; /* not ours, gone */
-        if (now_ms() > deadline) return -1;
-        nap_ms(10);
+        if (ps_test_now_ms() > deadline) return -1;
+        ps_test_nap_ms(10);
     }
 }
 

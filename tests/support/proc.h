@@ -5,12 +5,18 @@
 
 #include <sys/types.h>
 
+#include "testutil.h"
+
 typedef struct {
     pid_t pid;
     char endpoint[128]; /* "127.0.0.1:PORT" once ready */
     char dir[512];      /* private temp dir (ready file, log) */
     char log[600];      /* stdout+stderr of the process */
 } ps_test_psd;
+
+/* Sets PS_PARENT_PID to this process, so that psd, psworker and psctl started from now on
+ * die with it (even when a failed assertion ends the test early). */
+void ps_test_children_die_with_me(void);
 
 /* Starts $PSD --bind 127.0.0.1 --port 0 --ready-file ... plus extra_args
  * (NULL-terminated, may be NULL) and waits up to timeout_ms for it to listen.
@@ -28,6 +34,10 @@ int ps_test_psd_stop(ps_test_psd *p, int timeout_ms);
 /* Forks and execs argv with stdout+stderr appended to out_path (or /dev/null).
  * Returns the pid, or -1. */
 pid_t ps_test_spawn(const char *const *argv, const char *out_path);
+/* Runs argv to completion with stdout+stderr appended to out_path (or /dev/null): checks
+ * that it started and exited within timeout_ms (else it is killed and the test fails).
+ * Returns its exit status, or 128+signal. */
+int ps_test_run_to(const char *const *argv, const char *out_path, int timeout_ms);
 /* Waits up to timeout_ms for pid; on timeout kills it (SIGKILL) and returns -1.
  * Otherwise returns its exit status, or 128+signal. */
 int ps_test_wait(pid_t pid, int timeout_ms);
@@ -35,11 +45,6 @@ int ps_test_wait(pid_t pid, int timeout_ms);
 int ps_test_alive(pid_t pid);
 /* Prints a file to stderr (for failure diagnostics). */
 void ps_test_dump(const char *path);
-/* 1 when the file at path contains text, else 0. */
-int ps_test_file_has(const char *path, const char *text);
-/* Polls path until it contains text (1), timeout_ms passes or pid (when > 0) is no
- * longer alive (0). */
-int ps_test_wait_file_has(const char *path, const char *text, int timeout_ms, pid_t pid);
 /* The pid of a child of `parent` whose command line holds the argument arg followed
  * by the argument value (e.g. "--shard", "1"), or 0. Reads /proc. */
 pid_t ps_test_find_child(pid_t parent, const char *arg, const char *value);

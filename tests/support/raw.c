@@ -9,12 +9,7 @@
 #include <zmq.h>
 
 #include "ps_error.h"
-
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+#include "testutil.h"
 
 void raw_open(raw_conn *r, const char *endpoint) {
     r->ctx = zmq_ctx_new();
@@ -53,9 +48,9 @@ void raw_send_hdr(raw_conn *r, const Ps__Header *h, const void *const *pl, const
 
 Ps__Header *raw_recv(raw_conn *r, int timeout_ms, ps_frames *f) {
     zmq_pollitem_t it = {r->sock, 0, ZMQ_POLLIN, 0};
-    long long deadline = now_ms() + timeout_ms;
+    long long deadline = ps_test_now_ms() + timeout_ms;
     for (;;) {
-        long long left = deadline - now_ms();
+        long long left = deadline - ps_test_now_ms();
         if (left < 0) return NULL;
         int n = zmq_poll(&it, 1, (long)left);
         if (n > 0) break;

@@ -1,0 +1,161 @@
+/* What the test_psd_requests_* files share: one psd, a well-behaved client, raw
+ * requests and the fixtures (see psd_requests_common.h). */
+#include "psd_requests_common.h"
+
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ps_error.h"
+#include "testutil.h"
+
+const float W0[NW] = {1.0f, -2.0f, 0.5f, 4.0f, 0.0f, -1.0f};
+const float B0[NB] = {0.25f, 0.5f, -0.75f, 2.0f};
+
+ps_test_psd psd;
+
+/* One plain-SGD update as psd computes it (common/optim.c: float arithmetic). */
+float sgd(float w, float g) {
+    return w - LR * g;
+}
+
+/* ---- a well-behaved worker (the client library) ---- */
+
+good_client good; /* worker 0 of the bad_requests fixture */
+
+/* Opens a client for worker `index` of `workers`, registers "w" and "b" (SGD, LR) and says
+ * Hello; with `create` also creates them with W0 and B0. */
+void good_open(good_client *g, unsigned index, unsigned workers, int create) {
+    memset(g, 0, sizeof *g);
+    memcpy(g->w, W0, sizeof W0);
+    memcpy(g->b, B0, sizeof B0);
+    const char *eps[1] = {psd.endpoint};
+    char err[256];
+    int rc = ps_client_open(&g->c, eps, 1, index, workers, err, sizeof err);
+    ck_assert_msg(rc == PS_OK, "open: %s", err);
+    ps_client_set_timeout(g->c, REPLY_MS);
+    ps_opt_spec opt = ps_opt_spec_default(PS_OPT_SGD);
+    opt.lr = LR;
+    ps_client_tensor t = {.name = "w", .shard = 0, .rank = 2, .shape = {2, 3}, .opt = opt};
+    t.param = g->w;
+    t.grad = g->dw;
+    ck_assert_int_eq(ps_client_add(g->c, &t), PS_OK);
+    ps_client_tensor tb = {.name = "b", .shard = 0, .rank = 1, .shape = {NB}, .opt = opt};
+    tb.param = g->b;
+    tb.grad = g->db;
+    ck_assert_int_eq(ps_client_add(g->c, &tb), PS_OK);
+    int async = -1;
+    rc = ps_client_hello(g->c, &async, NULL);
+    ck_assert_msg(rc == PS_OK, "hello: %s", ps_client_error(g->c));
+    if (create) {
+        size_t created = 0;
+        rc = ps_client_create_vars(g->c, &created);
+        ck_assert_msg(rc == PS_OK, "create: %s", ps_client_error(g->c));
+        ck_assert_uint_eq(created, 2);
+    }
+}
+
+void good_close(good_client *g) {
+    ps_client_close(g->c);
+    g->c = NULL;
+}
+
+/* Pulls (min_version 0) and checks the values are exactly w and b; returns the version. */
+uint64_t expect_values(good_client *g, const float *w, const float *b) {
+    memset(g->w, 0xff, sizeof g->w); /* NaN: a pull that writes nothing cannot pass */
+    memset(g->b, 0xff, sizeof g->b);
+    uint64_t version = UINT64_MAX;
+    int rc = ps_client_pull(g->c, 0, &version);
+    ck_assert_msg(rc == PS_OK, "pull: %s", ps_client_error(g->c));
+    for (int i = 0; i < NW; i++)
+        ck_assert_msg(g->w[i] == w[i], "w[%d] = %.9g, want %.9g", i, g->w[i], w[i]);
+    for (int i = 0; i < NB; i++)
+        ck_assert_msg(g->b[i] == b[i], "b[%d] = %.9g, want %.9g", i, g->b[i], b[i]);
+    return version;
+}
+
+/* The shard still serves the good client, with the initial values at version 0. */
+void expect_unchanged(void) {
+    ck_assert_uint_eq(expect_values(&good, W0, B0), 0);
+}
+
+/* ---- a raw DEALER (raw.h): requests built byte by byte ---- */
+
+Ps__Header req_header(uint64_t request_id) {
+    Ps__Header h = PS__HEADER__INIT;
+    h.protocol_version = PS_PROTOCOL_VERSION;
+    h.request_id = request_id;
+    return h;
+}
+
+void push_req_init(push_req *q, uint64_t request_id, Ps__TensorMeta **metas, size_t n,
+                   uint64_t step, uint32_t worker) {
+    q->h = req_header(request_id);
+    ps__push__init(&q->push);
+    q->push.grads = metas;
+    q->push.n_grads = n;
+    q->push.step = step;
+    q->push.worker_index = worker;
+    q->h.body_case = PS__HEADER__BODY_PUSH;
+    q->h.push = &q->push;
+}
+
+/* Sends a Pull of the given names. */
+void raw_pull(raw_conn *r, uint64_t request_id, char **names, size_t n, uint64_t min_version,
+              const void *const *pl, const size_t *pl_lens, size_t n_pl) {
+    Ps__Header h = req_header(request_id);
+    Ps__Pull p = PS__PULL__INIT;
+    p.names = names;
+    p.n_names = n;
+    p.min_version = min_version;
+    h.body_case = PS__HEADER__BODY_PULL;
+    h.pull = &p;
+    raw_send_hdr(r, &h, pl, pl_lens, n_pl);
+}
+
+/* ---- fixtures ---- */
+
+/* A failed assertion exits the test process without running the teardown: stop psd and
+ * remove its directory anyway (a no-op after a normal teardown). */
+static void cleanup_at_exit(void) {
+    ps_test_psd_stop(&psd, 2000);
+}
+
+void start_psd(const char *workers, const char *mode) {
+    atexit(cleanup_at_exit);
+    ps_test_children_die_with_me();
+    const char *args[] = {"--workers", workers, "--mode", mode, NULL};
+    ck_assert_msg(ps_test_psd_start(&psd, args, 10000) == 0, "psd did not start");
+}
+
+void setup_sync1(void) {
+    start_psd("1", "sync");
+    good_open(&good, 0, 1, 1);
+    ck_assert_uint_eq(expect_values(&good, W0, B0), 0);
+}
+
+void setup_sync2(void) {
+    start_psd("2", "sync");
+}
+
+void setup_async2(void) {
+    start_psd("2", "async");
+}
+
+/* Stops psd with SIGTERM and checks it exits 0 (unless a test already reaped it). */
+void teardown_psd(void) {
+    if (good.c) good_close(&good);
+    if (psd.pid > 0) {
+        kill(psd.pid, SIGTERM);
+        int st = ps_test_wait(psd.pid, 5000);
+        if (st != 0) ps_test_dump(psd.log);
+        psd.pid = 0;
+        ps_test_psd_stop(&psd, 0); /* removes the temp dir */
+        ck_assert_msg(st == 0, "psd exited with status %d after SIGTERM", st);
+    } else {
+        ps_test_psd_stop(&psd, 0);
+    }
+}

@@ -1,0 +1,68 @@
+/* What the test_psd_requests_* files share: one psd started per test, a well-behaved
+ * client (the client library) with "w" [2, 3] and "b" [4] under SGD, requests built on a
+ * raw DEALER, and the fixtures. */
+#ifndef PS_TEST_PSD_REQUESTS_COMMON_H
+#define PS_TEST_PSD_REQUESTS_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <check.h>
+
+#include "ps.h"
+#include "proc.h"
+#include "raw.h"
+#include "wire.h"
+
+#define LR 0.1f
+#define NW 6 /* "w" is [2, 3] */
+#define NB 4 /* "b" is [4] */
+#define REPLY_MS 5000
+
+extern const float W0[NW];
+extern const float B0[NB];
+
+extern ps_test_psd psd;
+
+/* One plain-SGD update as psd computes it (common/optim.c: float arithmetic). */
+float sgd(float w, float g);
+
+typedef struct {
+    ps_client *c;
+    float w[NW], dw[NW], b[NB], db[NB];
+} good_client;
+
+extern good_client good; /* worker 0 of the bad_requests fixture */
+
+/* Opens a client for worker `index` of `workers`, registers "w" and "b" (SGD, LR) and says
+ * Hello; with `create` also creates them with W0 and B0. */
+void good_open(good_client *g, unsigned index, unsigned workers, int create);
+void good_close(good_client *g);
+/* Pulls (min_version 0) and checks the values are exactly w and b; returns the version. */
+uint64_t expect_values(good_client *g, const float *w, const float *b);
+/* The shard still serves the good client, with the initial values at version 0. */
+void expect_unchanged(void);
+
+/* A header with the protocol version and request id set. */
+Ps__Header req_header(uint64_t request_id);
+
+/* A Push request over the given metas (payloads are sent separately). */
+typedef struct {
+    Ps__Header h;
+    Ps__Push push;
+} push_req;
+void push_req_init(push_req *q, uint64_t request_id, Ps__TensorMeta **metas, size_t n,
+                   uint64_t step, uint32_t worker);
+/* Sends a Pull of the given names. */
+void raw_pull(raw_conn *r, uint64_t request_id, char **names, size_t n, uint64_t min_version,
+              const void *const *pl, const size_t *pl_lens, size_t n_pl);
+
+/* Fixtures: psd with 1 sync worker and `good` open with the variables created; psd with 2
+ * sync workers; psd with 2 async workers. The teardown stops psd with SIGTERM and checks
+ * it exits 0. */
+void setup_sync1(void);
+void setup_sync2(void);
+void setup_async2(void);
+void teardown_psd(void);
+
+#endif

@@ -1,0 +1,420 @@
+/* psd against malformed and invalid requests built by hand on a raw DEALER (unknown
+ * variables, wrong shapes, dtypes and frame counts, bad headers): each gets an Error reply
+ * and the shard keeps serving. */
+#include <check.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "ps_error.h"
+#include "psd_requests_common.h"
+#include "stats.h"
+#include "testutil.h"
+
+/* ---- bad requests: each gets an Error reply, and the shard keeps serving ---- */
+
+START_TEST(pull_unknown_variable) {
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    char *names[2] = {"nope", "w"};
+    raw_pull(&r, 101, names, 1, 0, NULL, NULL, 0);
+    raw_expect_error(&r, 101, PS_ENOENT, REPLY_MS);
+    raw_pull(&r, 102, (char *[]){"w", "nope"}, 2, 0, NULL, NULL, 0); /* known, then unknown */
+    raw_expect_error(&r, 102, PS_ENOENT, REPLY_MS);
+    raw_close(&r);
+    expect_unchanged();
+}
+END_TEST
+
+START_TEST(push_unknown_variable) {
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    Ps__TensorMeta m;
+    uint64_t sb[PS_WIRE_MAX_RANK];
+    ps_tensor_meta_f32(&m, "nope", (const size_t[]){2, 3}, 2, sb);
+    Ps__TensorMeta *mp[1] = {&m};
+    push_req q;
+    push_req_init(&q, 103, mp, 1, 0, 0);
+    float g[NW] = {1, 1, 1, 1, 1, 1};
+    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
+    raw_expect_error(&r, 103, PS_ENOENT, REPLY_MS);
+    raw_close(&r);
+    expect_unchanged();
+}
+END_TEST
+
+START_TEST(push_wrong_shape) {
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    float g[NW] = {1, 1, 1, 1, 1, 1};
+    Ps__TensorMeta m;
+    uint64_t sb[PS_WIRE_MAX_RANK];
+    Ps__TensorMeta *mp[1] = {&m};
+    push_req q;
+    /* same number of elements, transposed */
+    ps_tensor_meta_f32(&m, "w", (const size_t[]){3, 2}, 2, sb);
+    push_req_init(&q, 104, mp, 1, 0, 0);
+    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
+    raw_expect_error(&r, 104, PS_ESHAPE, REPLY_MS);
+    /* flattened */
+    ps_tensor_meta_f32(&m, "w", (const size_t[]){6}, 1, sb);
+    push_req_init(&q, 105, mp, 1, 0, 0);
+    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
+    raw_expect_error(&r, 105, PS_ESHAPE, REPLY_MS);
+    /* fewer elements */
+    ps_tensor_meta_f32(&m, "w", (const size_t[]){2, 2}, 2, sb);
+    push_req_init(&q, 106, mp, 1, 0, 0);
+    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){16}, 1);
+    raw_expect_error(&r, 106, PS_ESHAPE, REPLY_MS);
+    raw_close(&r);
+    expect_unchanged();
+}
+END_TEST
+
+START_TEST(push_wrong_dtype) {
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    float g[NW] = {1, 1, 1, 1, 1, 1};
+    Ps__TensorMeta m;
+    uint64_t sb[PS_WIRE_MAX_RANK];
+    ps_tensor_meta_f32(&m, "w", (const size_t[]){2, 3}, 2, sb);
+    m.dtype = PS__DTYPE__DT_INVALID;
+    Ps__TensorMeta *mp[1] = {&m};
+    push_req q;
+    push_req_init(&q, 107, mp, 1, 0, 0);
+    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
+    raw_expect_error(&r, 107, PS_ESHAPE, REPLY_MS);
+    m.dtype = (Ps__DType)2; /* not a dtype psd knows */
+    push_req_init(&q, 108, mp, 1, 0, 0);
+    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
+    raw_expect_error(&r, 108, PS_ESHAPE, REPLY_MS);
+    raw_close(&r);
+    expect_unchanged();
+}
+END_TEST
+
+START_TEST(push_frame_count_mismatch) {
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    float g[NW] = {1, 1, 1, 1, 1, 1}, gb[NB] = {1, 1, 1, 1};
+    Ps__TensorMeta m[2];
+    uint64_t sb[2][PS_WIRE_MAX_RANK];
+    ps_tensor_meta_f32(&m[0], "w", (const size_t[]){2, 3}, 2, sb[0]);
+    ps_tensor_meta_f32(&m[1], "b", (const size_t[]){NB}, 1, sb[1]);
+    Ps__TensorMeta *mp[2] = {&m[0], &m[1]};
+    push_req q;
+    /* two metas, three frames */
+    push_req_init(&q, 109, mp, 2, 0, 0);
+    raw_send_hdr(&r, &q.h, (const void *[]){g, gb, gb},
+                 (const size_t[]){sizeof g, sizeof gb, sizeof gb}, 3);
+    raw_expect_error(&r, 109, PS_EPROTO, REPLY_MS);
+    /* two metas, one frame */
+    push_req_init(&q, 110, mp, 2, 0, 0);
+    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
+    raw_expect_error(&r, 110, PS_EPROTO, REPLY_MS);
+    /* two metas, no frames at all */
+    push_req_init(&q, 111, mp, 2, 0, 0);
+    raw_send_hdr(&r, &q.h, NULL, NULL, 0);
+    raw_expect_error(&r, 111, PS_EPROTO, REPLY_MS);
+    /* no metas, one frame */
+    push_req_init(&q, 136, mp, 0, 0, 0);
+    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
+    raw_expect_error(&r, 136, PS_EPROTO, REPLY_MS);
+    /* an empty push: nothing to apply */
+    push_req_init(&q, 137, mp, 0, 0, 0);
+    raw_send_hdr(&r, &q.h, NULL, NULL, 0);
+    raw_expect_error(&r, 137, PS_EPROTO, REPLY_MS);
+    raw_close(&r);
+    expect_unchanged();
+}
+END_TEST
+
+START_TEST(push_nbytes_mismatch) {
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    float g[NW] = {1, 1, 1, 1, 1, 1};
+    Ps__TensorMeta m;
+    uint64_t sb[PS_WIRE_MAX_RANK];
+    ps_tensor_meta_f32(&m, "w", (const size_t[]){2, 3}, 2, sb);
+    Ps__TensorMeta *mp[1] = {&m};
+    push_req q;
+    /* nbytes disagrees with the shape (the frame agrees with nbytes) */
+    m.nbytes = 20;
+    push_req_init(&q, 112, mp, 1, 0, 0);
+    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){20}, 1);
+    raw_expect_error(&r, 112, PS_EPROTO, REPLY_MS);
+    /* nbytes disagrees with the shape and the frame (which agree) */
+    push_req_init(&q, 135, mp, 1, 0, 0);
+    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
+    raw_expect_error(&r, 135, PS_EPROTO, REPLY_MS);
+    /* nbytes right, the frame is short */
+    m.nbytes = sizeof g;
+    push_req_init(&q, 113, mp, 1, 0, 0);
+    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g - 1}, 1);
+    raw_expect_error(&r, 113, PS_EPROTO, REPLY_MS);
+    raw_close(&r);
+    expect_unchanged();
+}
+END_TEST
+
+START_TEST(wrong_protocol_version) {
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    Ps__Header h = req_header(114);
+    h.protocol_version = PS_PROTOCOL_VERSION + 1;
+    Ps__Hello hello = PS__HELLO__INIT;
+    hello.num_workers = 1;
+    h.body_case = PS__HEADER__BODY_HELLO;
+    h.hello = &hello;
+    raw_send_hdr(&r, &h, NULL, NULL, 0);
+    raw_expect_error(&r, 114, PS_EVERSION, REPLY_MS);
+    raw_close(&r);
+    expect_unchanged();
+}
+END_TEST
+
+START_TEST(garbage_header) {
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    const unsigned char junk[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    raw_send(&r, (const void *[]){junk}, (const size_t[]){sizeof junk}, 1);
+    raw_expect_error(&r, 0, PS_EPROTO, REPLY_MS); /* nothing decoded: request id 0 */
+    const char http[] = "GET / HTTP/1.1\r\nHost: psd\r\n\r\n";
+    raw_send(&r, (const void *[]){http, "trailing"}, (const size_t[]){sizeof http - 1, 8}, 2);
+    raw_expect_error(&r, 0, PS_EPROTO, REPLY_MS);
+    raw_close(&r);
+    expect_unchanged();
+}
+END_TEST
+
+START_TEST(empty_header_frame) {
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    raw_send(&r, (const void *[]){""}, (const size_t[]){0}, 1);
+    raw_expect_error(&r, 0, PS_EPROTO, REPLY_MS);
+    raw_close(&r);
+    expect_unchanged();
+}
+END_TEST
+
+START_TEST(header_without_body) {
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    Ps__Header h = req_header(115);
+    raw_send_hdr(&r, &h, NULL, NULL, 0);
+    raw_expect_error(&r, 115, PS_EPROTO, REPLY_MS); /* the header decoded: its id is echoed */
+    raw_close(&r);
+    expect_unchanged();
+}
+END_TEST
+
+START_TEST(reply_type_as_request) {
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    Ps__Header h = req_header(116);
+    Ps__Welcome w = PS__WELCOME__INIT;
+    h.body_case = PS__HEADER__BODY_WELCOME;
+    h.welcome = &w;
+    raw_send_hdr(&r, &h, NULL, NULL, 0);
+    raw_expect_error(&r, 116, PS_EPROTO, REPLY_MS);
+    raw_close(&r);
+    expect_unchanged();
+}
+END_TEST
+
+START_TEST(pull_with_payload_frames) {
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    float junk[NW] = {0};
+    raw_pull(&r, 117, (char *[]){"w"}, 1, 0, (const void *[]){junk}, (const size_t[]){sizeof junk},
+             1);
+    raw_expect_error(&r, 117, PS_EPROTO, REPLY_MS);
+    raw_close(&r);
+    expect_unchanged();
+}
+END_TEST
+
+START_TEST(pull_future_version) {
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    /* sync defers only the next version; two ahead can never be answered in
+     * order: ESTALE tells the client its idea of the shard is out of date */
+    raw_pull(&r, 118, (char *[]){"w"}, 1, 2, NULL, NULL, 0);
+    raw_expect_error(&r, 118, PS_ESTALE, REPLY_MS);
+    raw_close(&r);
+    expect_unchanged();
+}
+END_TEST
+
+/* Regression test for a bug found while writing it (fixed in ps-server/dispatch.c): a message
+ * with more than PS_WIRE_MAX_FRAMES payload frames was rejected before its header was decoded,
+ * so the Error reply carried request_id 0; ps_client drops replies to ids it did not ask for,
+ * so a worker with more than 1024 tensors on one shard saw ETIMEDOUT after the full timeout
+ * instead of EPROTO. */
+START_TEST(too_many_frames) {
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    size_t n = PS_WIRE_MAX_FRAMES + 10;
+    const void **pl = calloc(n, sizeof *pl);
+    size_t *lens = calloc(n, sizeof *lens);
+    ck_assert_ptr_nonnull(pl);
+    ck_assert_ptr_nonnull(lens);
+    static const float one = 1.0f;
+    for (size_t i = 0; i < n; i++) {
+        pl[i] = &one;
+        lens[i] = sizeof one;
+    }
+    Ps__TensorMeta m;
+    uint64_t sb[PS_WIRE_MAX_RANK];
+    ps_tensor_meta_f32(&m, "w", (const size_t[]){2, 3}, 2, sb);
+    Ps__TensorMeta *mp[1] = {&m};
+    push_req q;
+    push_req_init(&q, 119, mp, 1, 0, 0);
+    raw_send_hdr(&r, &q.h, pl, lens, n);
+    free(pl);
+    free(lens);
+    ps_frames f;
+    Ps__Header *h = raw_recv(&r, REPLY_MS, &f);
+    ck_assert_msg(h != NULL, "no reply to a message of %zu frames", n + 1);
+    ck_assert_int_eq(h->body_case, PS__HEADER__BODY_ERROR);
+    ck_assert_int_eq(h->error->code, PS_EPROTO);
+    ck_assert_msg(h->request_id == 119, "request_id %llu echoed, want 119",
+                  (unsigned long long)h->request_id);
+    ps_frames_close(&f);
+    ps__header__free_unpacked(h, NULL);
+    raw_close(&r);
+    expect_unchanged();
+
+    /* what a worker sees: the error, not a timeout */
+    ps_client *c;
+    const char *eps[1] = {psd.endpoint};
+    char err[256];
+    ck_assert_int_eq(ps_client_open(&c, eps, 1, 0, 1, err, sizeof err), PS_OK);
+    ps_client_set_timeout(c, 2000);
+    static float p[PS_WIRE_MAX_FRAMES + 1], g[PS_WIRE_MAX_FRAMES + 1];
+    for (size_t i = 0; i <= PS_WIRE_MAX_FRAMES; i++) {
+        ps_client_tensor t = {.shard = 0, .rank = 1, .shape = {1}, .param = &p[i], .grad = &g[i]};
+        snprintf(t.name, sizeof t.name, "t%zu", i);
+        t.opt = ps_opt_spec_default(PS_OPT_SGD);
+        ck_assert_int_eq(ps_client_add(c, &t), PS_OK);
+    }
+    int rc = ps_client_create_vars(c, NULL);
+    ck_assert_msg(rc == PS_EPROTO, "create_vars of %u tensors: %s (%s), want EPROTO",
+                  PS_WIRE_MAX_FRAMES + 1, ps_errname(rc), ps_client_error(c));
+    ps_client_close(c);
+}
+END_TEST
+
+START_TEST(pull_too_many_names) {
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    char *names[PS_WIRE_MAX_FRAMES + 1];
+    for (size_t i = 0; i <= PS_WIRE_MAX_FRAMES; i++)
+        names[i] = "w";
+    raw_pull(&r, 133, names, PS_WIRE_MAX_FRAMES + 1, 0, NULL, NULL, 0);
+    raw_expect_error(&r, 133, PS_EPROTO, REPLY_MS);
+    raw_pull(&r, 134, names, 0, 0, NULL, NULL, 0); /* and none at all */
+    raw_expect_error(&r, 134, PS_EPROTO, REPLY_MS);
+    raw_close(&r);
+    expect_unchanged();
+}
+END_TEST
+
+/* A NaN or Inf anywhere in a push rejects all of it: nothing is accumulated, the worker has
+ * not pushed for the step, and its next good push completes the step normally. */
+START_TEST(nan_gradient_rejected) {
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    float gw[NW] = {100, 100, 100, 100, 100, 100}, gb[NB] = {1, 2, NAN, 4};
+    Ps__TensorMeta m[2];
+    uint64_t sb[2][PS_WIRE_MAX_RANK];
+    ps_tensor_meta_f32(&m[0], "w", (const size_t[]){2, 3}, 2, sb[0]);
+    ps_tensor_meta_f32(&m[1], "b", (const size_t[]){NB}, 1, sb[1]);
+    Ps__TensorMeta *mp[2] = {&m[0], &m[1]};
+    push_req q;
+    push_req_init(&q, 120, mp, 2, 0, 0);
+    raw_send_hdr(&r, &q.h, (const void *[]){gw, gb}, (const size_t[]){sizeof gw, sizeof gb}, 2);
+    raw_expect_error(&r, 120, PS_EINVAL, REPLY_MS);
+    gb[2] = 3;
+    gw[5] = INFINITY;
+    push_req_init(&q, 121, mp, 2, 0, 0);
+    raw_send_hdr(&r, &q.h, (const void *[]){gw, gb}, (const size_t[]){sizeof gw, sizeof gb}, 2);
+    raw_expect_error(&r, 121, PS_EINVAL, REPLY_MS);
+    raw_close(&r);
+    ck_assert_uint_eq(expect_values(&good, W0, B0), 0);
+
+    /* the one worker's good push now closes step 0 with exactly its gradient */
+    float want_w[NW], want_b[NB];
+    for (int i = 0; i < NW; i++) {
+        good.dw[i] = 0.5f * (float)(i + 1);
+        want_w[i] = sgd(W0[i], good.dw[i]);
+    }
+    for (int i = 0; i < NB; i++) {
+        good.db[i] = -1.0f * (float)i;
+        want_b[i] = sgd(B0[i], good.db[i]);
+    }
+    int applied = 0;
+    ck_assert_msg(ps_client_push(good.c, 0, &applied) == PS_OK, "push: %s",
+                  ps_client_error(good.c));
+    ck_assert_int_eq(applied, 1);
+    ck_assert_uint_eq(expect_values(&good, want_w, want_b), 1);
+}
+END_TEST
+
+START_TEST(push_worker_index_out_of_range) {
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    float g[NW] = {1, 1, 1, 1, 1, 1};
+    Ps__TensorMeta m;
+    uint64_t sb[PS_WIRE_MAX_RANK];
+    ps_tensor_meta_f32(&m, "w", (const size_t[]){2, 3}, 2, sb);
+    Ps__TensorMeta *mp[1] = {&m};
+    push_req q;
+    push_req_init(&q, 122, mp, 1, 0, 1); /* the job has one worker: index 0 */
+    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
+    raw_expect_error(&r, 122, PS_EINVAL, REPLY_MS);
+    push_req_init(&q, 123, mp, 1, 0, UINT32_MAX);
+    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
+    raw_expect_error(&r, 123, PS_EINVAL, REPLY_MS);
+    raw_close(&r);
+    expect_unchanged();
+}
+END_TEST
+
+/* Sends CreateVars for one var with SGD and the given initial values. */
+
+static Suite *requests_suite(void) {
+    Suite *s = suite_create("psd_requests");
+    TCase *tc;
+    tc = tcase_create("bad_requests");
+    tcase_set_timeout(tc, 30);
+    tcase_add_checked_fixture(tc, setup_sync1, teardown_psd);
+    tcase_add_test(tc, pull_unknown_variable);
+    tcase_add_test(tc, push_unknown_variable);
+    tcase_add_test(tc, push_wrong_shape);
+    tcase_add_test(tc, push_wrong_dtype);
+    tcase_add_test(tc, push_frame_count_mismatch);
+    tcase_add_test(tc, push_nbytes_mismatch);
+    tcase_add_test(tc, wrong_protocol_version);
+    tcase_add_test(tc, garbage_header);
+    tcase_add_test(tc, empty_header_frame);
+    tcase_add_test(tc, header_without_body);
+    tcase_add_test(tc, reply_type_as_request);
+    tcase_add_test(tc, pull_with_payload_frames);
+    tcase_add_test(tc, pull_future_version);
+    tcase_add_test(tc, too_many_frames);
+    tcase_add_test(tc, pull_too_many_names);
+    tcase_add_test(tc, nan_gradient_rejected);
+    tcase_add_test(tc, push_worker_index_out_of_range);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    return ps_test_main_needing("PSD", requests_suite);
+}

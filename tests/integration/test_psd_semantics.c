@@ -1,0 +1,267 @@
+/* psd's sync and async semantics with two workers on 127.0.0.1 (deferred pulls, each
+ * async push applied), and the Shutdown request. */
+#include <check.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "ps_error.h"
+#include "psd_requests_common.h"
+#include "stats.h"
+#include "testutil.h"
+
+/* ---- sync semantics: two workers ---- */
+
+START_TEST(sync_two_workers) {
+    good_client c0, c1;
+    good_open(&c0, 0, 2, 1);
+    good_open(&c1, 1, 2, 0);
+    float g0w[NW], g1w[NW], g0b[NB], g1b[NB], want_w[NW], want_b[NB];
+    for (int i = 0; i < NW; i++) {
+        g0w[i] = (float)i - 2.0f;
+        g1w[i] = 3.0f * (float)i + 0.5f;
+        want_w[i] = sgd(W0[i], (0.0f + g0w[i] + g1w[i]) * 0.5f);
+    }
+    for (int i = 0; i < NB; i++) {
+        g0b[i] = 1.0f;
+        g1b[i] = -2.0f * (float)i;
+        want_b[i] = sgd(B0[i], (0.0f + g0b[i] + g1b[i]) * 0.5f);
+    }
+    memcpy(c0.dw, g0w, sizeof g0w);
+    memcpy(c0.db, g0b, sizeof g0b);
+    memcpy(c1.dw, g1w, sizeof g1w);
+    memcpy(c1.db, g1b, sizeof g1b);
+
+    /* step 0: worker 0 pushes; the step stays open */
+    int applied = -1;
+    ck_assert_int_eq(ps_client_push(c0.c, 0, &applied), PS_OK);
+    ck_assert_int_eq(applied, 0);
+    ck_assert_uint_eq(expect_values(&c1, W0, B0), 0);
+    /* a second push from the same worker for the same step (a retry) is
+     * dropped: answered, counted, not applied */
+    applied = -1;
+    ck_assert_int_eq(ps_client_push(c0.c, 0, &applied), PS_OK);
+    ck_assert_int_eq(applied, 0);
+
+    /* a pull for version 1 waits for worker 1 */
+    ps_client_set_timeout(c0.c, 300);
+    long long t0 = ps_test_now_ms();
+    ck_assert_int_eq(ps_client_pull(c0.c, 1, NULL), PS_ETIMEDOUT);
+    ck_assert_int_ge(ps_test_now_ms() - t0, 250);
+    ps_stats hold;
+    ps_stats *st = ps_test_stats(c1.c, &hold);
+    ck_assert_uint_eq(st->pending_pulls, 1);
+    ck_assert_uint_eq(st->version, 0);
+    ck_assert_uint_eq(st->pushes_applied, 1);
+    ck_assert_uint_eq(st->updates_applied, 0);
+    ps_stats_free(&hold);
+
+    /* worker 1 pushes: the step completes with the mean of both gradients */
+    ck_assert_int_eq(ps_client_push(c1.c, 0, &applied), PS_OK);
+    ck_assert_int_eq(applied, 1);
+    ps_client_set_timeout(c0.c, REPLY_MS);
+    t0 = ps_test_now_ms();
+    uint64_t version = 0;
+    ck_assert_msg(ps_client_pull(c0.c, 1, &version) == PS_OK, "%s", ps_client_error(c0.c));
+    ck_assert_int_lt(ps_test_now_ms() - t0, 2000);
+    ck_assert_uint_eq(version, 1);
+    for (int i = 0; i < NW; i++)
+        ck_assert_float_eq(c0.w[i], want_w[i]);
+    for (int i = 0; i < NB; i++)
+        ck_assert_float_eq(c0.b[i], want_b[i]);
+    ck_assert_uint_eq(expect_values(&c1, want_w, want_b), 1);
+
+    /* a late push for step 0 (its step closed) is dropped and changes nothing */
+    applied = -1;
+    ck_assert_int_eq(ps_client_push(c0.c, 0, &applied), PS_OK);
+    ck_assert_int_eq(applied, 0);
+    ck_assert_uint_eq(expect_values(&c0, want_w, want_b), 1);
+
+    st = ps_test_stats(c1.c, &hold);
+    ck_assert_uint_eq(st->version, 1);
+    ck_assert_uint_eq(st->stale_pushes, 2); /* the double push and the late one */
+    ck_assert_uint_eq(st->dropped_pushes, 2);
+    ck_assert_uint_eq(st->pushes_applied, 2);
+    ck_assert_uint_eq(st->updates_applied, 1);
+    ck_assert_uint_eq(st->pending_pulls, 0);
+    ck_assert_uint_eq(st->errors, 0);
+    /* hello x2, create, push, pull, double push, timed-out pull, stats, push, pull x2,
+     * stale push, pull, this stats */
+    ck_assert_uint_eq(st->requests, 14);
+    ck_assert_uint_eq(st->num_workers, 2);
+    ck_assert_int_eq(st->mode, PS_MODE_SYNC);
+    ck_assert_uint_ge(st->bytes_in, 4 * (sizeof W0 + sizeof B0));  /* create + 3 pushes */
+    ck_assert_uint_ge(st->bytes_out, 5 * (sizeof W0 + sizeof B0)); /* 5 pull replies */
+    ps_stats_free(&hold);
+
+    /* step 1 works the same way from the new values */
+    float want2_w[NW], want2_b[NB];
+    for (int i = 0; i < NW; i++)
+        want2_w[i] = sgd(want_w[i], (0.0f + g0w[i] + g1w[i]) * 0.5f);
+    for (int i = 0; i < NB; i++)
+        want2_b[i] = sgd(want_b[i], (0.0f + g0b[i] + g1b[i]) * 0.5f);
+    memcpy(c0.dw, g0w, sizeof g0w);
+    memcpy(c0.db, g0b, sizeof g0b);
+    ck_assert_int_eq(ps_client_push(c1.c, 1, &applied), PS_OK);
+    ck_assert_int_eq(applied, 0);
+    ck_assert_int_eq(ps_client_push(c0.c, 1, &applied), PS_OK);
+    ck_assert_int_eq(applied, 1);
+    ck_assert_uint_eq(expect_values(&c0, want2_w, want2_b), 2);
+    good_close(&c0);
+    good_close(&c1);
+}
+END_TEST
+
+/* A deferred pull, seen on the wire: no reply until the step completes, then the new values. */
+START_TEST(sync_deferred_pull_raw) {
+    good_client c0, c1;
+    good_open(&c0, 0, 2, 1);
+    good_open(&c1, 1, 2, 0);
+    for (int i = 0; i < NW; i++)
+        c0.dw[i] = c1.dw[i] = 1.0f;
+    for (int i = 0; i < NB; i++)
+        c0.db[i] = c1.db[i] = 2.0f;
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    raw_pull(&r, 140, (char *[]){"b"}, 1, 1, NULL, NULL, 0);
+    ck_assert_int_eq(ps_client_push(c0.c, 0, NULL), PS_OK);
+    Ps__Header *h = raw_recv(&r, 300, NULL);
+    ck_assert_msg(h == NULL, "the pull was answered before the step completed");
+    ck_assert_int_eq(ps_client_push(c1.c, 0, NULL), PS_OK);
+    ps_frames f;
+    h = raw_recv(&r, REPLY_MS, &f);
+    ck_assert_ptr_nonnull(h);
+    ck_assert_int_eq(h->body_case, PS__HEADER__BODY_PULL_REPLY);
+    ck_assert_uint_eq(h->request_id, 140);
+    ck_assert_uint_eq(h->pull_reply->version, 1);
+    ck_assert_uint_eq(h->pull_reply->n_tensors, 1);
+    ck_assert_str_eq(h->pull_reply->tensors[0]->name, "b");
+    ck_assert_uint_eq(f.n, 2);
+    ck_assert_uint_eq(zmq_msg_size(&f.frames[1]), sizeof B0);
+    float got[NB];
+    memcpy(got, zmq_msg_data(&f.frames[1]), sizeof got);
+    for (int i = 0; i < NB; i++)
+        ck_assert_float_eq(got[i], sgd(B0[i], 2.0f));
+    ps_frames_close(&f);
+    ps__header__free_unpacked(h, NULL);
+    raw_close(&r);
+    good_close(&c0);
+    good_close(&c1);
+}
+END_TEST
+
+/* ---- async semantics ---- */
+
+START_TEST(async_each_push_applies) {
+    good_client c0, c1;
+    good_open(&c0, 0, 2, 1);
+    good_open(&c1, 1, 2, 0);
+    float want_w[NW], want_b[NB];
+    for (int i = 0; i < NW; i++) {
+        c0.dw[i] = (float)i;
+        c1.dw[i] = -0.5f;
+        want_w[i] = sgd(W0[i], c0.dw[i]);
+    }
+    for (int i = 0; i < NB; i++) {
+        c0.db[i] = 1.0f;
+        c1.db[i] = (float)i * 4.0f;
+        want_b[i] = sgd(B0[i], c0.db[i]);
+    }
+
+    int applied = 0;
+    ck_assert_int_eq(ps_client_push(c0.c, 0, &applied), PS_OK);
+    ck_assert_int_eq(applied, 1);
+    ck_assert_uint_eq(expect_values(&c1, want_w, want_b), 1);
+
+    /* worker 1 pushes for the same step: applied on arrival, on top */
+    for (int i = 0; i < NW; i++)
+        want_w[i] = sgd(want_w[i], c1.dw[i]);
+    for (int i = 0; i < NB; i++)
+        want_b[i] = sgd(want_b[i], c1.db[i]);
+    ck_assert_int_eq(ps_client_push(c1.c, 0, &applied), PS_OK);
+    ck_assert_int_eq(applied, 1);
+    ck_assert_uint_eq(expect_values(&c0, want_w, want_b), 2);
+
+    /* a pull for a future version waits for the pushes that reach it */
+    ps_client_set_timeout(c0.c, 300);
+    long long t0 = ps_test_now_ms();
+    ck_assert_int_eq(ps_client_pull(c0.c, 3, NULL), PS_ETIMEDOUT);
+    ck_assert_int_ge(ps_test_now_ms() - t0, 250);
+    ps_client_set_timeout(c0.c, REPLY_MS);
+    for (int i = 0; i < NW; i++)
+        want_w[i] = sgd(want_w[i], c1.dw[i]);
+    for (int i = 0; i < NB; i++)
+        want_b[i] = sgd(want_b[i], c1.db[i]);
+    ck_assert_int_eq(ps_client_push(c1.c, 7, &applied), PS_OK); /* async ignores the step */
+    ck_assert_int_eq(applied, 1);
+    t0 = ps_test_now_ms();
+    uint64_t version = 0;
+    ck_assert_msg(ps_client_pull(c0.c, 3, &version) == PS_OK, "%s", ps_client_error(c0.c));
+    ck_assert_int_lt(ps_test_now_ms() - t0, 2000);
+    ck_assert_uint_eq(version, 3);
+    for (int i = 0; i < NW; i++)
+        ck_assert_float_eq(c0.w[i], want_w[i]);
+    for (int i = 0; i < NB; i++)
+        ck_assert_float_eq(c0.b[i], want_b[i]);
+
+    ps_stats hold;
+    ps_stats *st = ps_test_stats(c0.c, &hold);
+    ck_assert_int_eq(st->mode, PS_MODE_ASYNC);
+    ck_assert_uint_eq(st->version, 3);
+    ck_assert_uint_eq(st->pushes_applied, 3);
+    ck_assert_uint_eq(st->updates_applied, 3);
+    ck_assert_uint_eq(st->stale_pushes, 0);
+    ck_assert_uint_eq(st->errors, 0);
+    ck_assert_uint_eq(st->pending_pulls, 0);
+    ps_stats_free(&hold);
+    good_close(&c0);
+    good_close(&c1);
+}
+END_TEST
+
+/* ---- shutdown ---- */
+
+START_TEST(shutdown_request) {
+    good_client c0;
+    good_open(&c0, 0, 2, 1);
+    /* a pull waiting for version 1 is told the shard is going away */
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    raw_pull(&r, 150, (char *[]){"w"}, 1, 1, NULL, NULL, 0);
+    ck_assert_ptr_null(raw_recv(&r, 200, NULL));
+    ck_assert_msg(ps_client_shutdown(c0.c, 0) == PS_OK, "%s", ps_client_error(c0.c));
+    raw_expect_error(&r, 150, PS_ESHUTDOWN, REPLY_MS);
+    raw_close(&r);
+    good_close(&c0);
+    int st = ps_test_wait(psd.pid, 5000);
+    if (st != 0) ps_test_dump(psd.log);
+    psd.pid = 0;
+    ck_assert_int_eq(st, 0);
+}
+END_TEST
+
+static Suite *requests_suite(void) {
+    Suite *s = suite_create("psd_requests");
+    TCase *tc;
+    tc = tcase_create("sync");
+    tcase_set_timeout(tc, 30);
+    tcase_add_checked_fixture(tc, setup_sync2, teardown_psd);
+    tcase_add_test(tc, sync_two_workers);
+    tcase_add_test(tc, sync_deferred_pull_raw);
+    tcase_add_test(tc, shutdown_request);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("async");
+    tcase_set_timeout(tc, 30);
+    tcase_add_checked_fixture(tc, setup_async2, teardown_psd);
+    tcase_add_test(tc, async_each_push_applies);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    return ps_test_main_needing("PSD", requests_suite);
+}
