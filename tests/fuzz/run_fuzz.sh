@@ -12,6 +12,8 @@ mkdir -p "$artifacts"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 status=0
-"$target" -artifact_prefix="$artifacts/" -print_final_stats=1 "$@" "$work" || status=$?
+# libFuzzer's own error exit code is 77, which meson reads as "skipped": a crash
+# must fail the test, so it exits 1 instead
+"$target" -error_exitcode=1 -artifact_prefix="$artifacts/" -print_final_stats=1 "$@" "$work" || status=$?
 echo "run_fuzz: corpus $(ls "$corpus" | wc -l) -> $(ls "$work" | wc -l) inputs; exit $status"
 exit $status
