@@ -72,9 +72,10 @@ stage_pkgs() { # $1: 1 (build) or 2 (runtime)
 }
 build_pkgs=$(stage_pkgs 1)
 runtime_pkgs=$(stage_pkgs 2)
-# deploy/bootstrap.sh's PKGS without the dataset, the deployment tools and the fuzzing compiler
+# deploy/bootstrap.sh's PKGS without the dataset, the deployment tools, the fuzzing compiler
+# and the man page viewers (tests only)
 bootstrap_pkgs=$(sed -n '/^PKGS=(/,/)/p' "$root/deploy/bootstrap.sh" | tr -d '()' | sed 's/PKGS=//' \
-    | tr ' ' '\n' | grep -vE '^(dataset-.*|systemd|iproute2|curl|prometheus|docker-compose|clang|libclang-rt-.*|)$' | sort -u)
+    | tr ' ' '\n' | grep -vE '^(dataset-.*|systemd|iproute2|curl|prometheus|docker-compose|clang|libclang-rt-.*|man-db|groff-base|)$' | sort -u)
 if [ "$build_pkgs" = "$bootstrap_pkgs" ]; then
     ok "build stage installs bootstrap.sh's build packages"
 else
