@@ -33,9 +33,9 @@ covers() {
     shift
     [ -n "${text[$page]:-}" ] || { bad "$page: not given"; return; }
     help=$("$@" --help 2>&1) || { bad "$* --help failed"; return; }
-    for flag in $(grep -oE '^ +(-h, )?--[a-z0-9-]+' <<<"$help" | grep -oE -- '--[a-z0-9-]+'); do
+    while read -r flag; do
         grep -qE -- "(^|[^a-z-])$flag([^a-z0-9-]|$)" <<<"${text[$page]}" || missing+=("$flag")
-    done
+    done < <(grep -oE '^ +(-h, )?--[a-z0-9-]+' <<<"$help" | grep -oE -- '--[a-z0-9-]+')
     if ((${#missing[@]})); then bad "$page lacks $* flags: ${missing[*]}"; else echo "ok: $page covers $* --help"; fi
 }
 covers psd.8 "$PSD"

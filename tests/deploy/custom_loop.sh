@@ -52,7 +52,8 @@ echo "ok: installed into DESTDIR ($(find "$dest" -type f | wc -l) files)"
 
 # 2. build the example from the installed copy, with pkg-config pointed into the DESTDIR
 cp -r "$src" "$tmp/custom_loop"
-export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR=$dest PKG_CONFIG_LIBDIR=
+PKG_CONFIG_PATH=$(dirname "$pc")
+export PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR=$dest PKG_CONFIG_LIBDIR=
 make -C "$tmp/custom_loop" CFLAGS="-O2 $extra_cflags" >"$tmp/make.log" 2>&1 ||
     fail "building examples/custom_loop with pkg-config failed"
 libdir=$(dirname "$(find "$dest" -name 'libps.so*' | head -1)")
@@ -72,7 +73,7 @@ for _ in $(seq 200); do
     for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || fail "a psd exited at start"; done
     sleep 0.05
 done
-[ -s "$tmp/ready0" ] && [ -s "$tmp/ready1" ] || fail "the psd shards did not become ready in 10 s"
+if ! [ -s "$tmp/ready0" ] || ! [ -s "$tmp/ready1" ]; then fail "the psd shards did not become ready in 10 s"; fi
 ps_list=$(cat "$tmp/ready0"),$(cat "$tmp/ready1")
 
 # 4. the example as 2 workers (worker 0 creates the variables and reports the accuracy)
