@@ -308,7 +308,7 @@ int psctl_local_main(int argc, char **argv) {
         return 2;
     }
 
-    static const char *const psd_rel[] = {"psd", NULL};
+    static const char *const psd_rel[] = {"psd", "../ps-server/psd", NULL};
     static const char *const worker_rel[] = {"../worker/psworker", "psworker", NULL};
     char *psd = find_binary("psd", "PSD", psd_rel);
     char *worker = psd ? find_binary("psworker", "PSWORKER", worker_rel) : NULL;
