@@ -9,7 +9,7 @@
  * Every run trains --epochs 1 (default) with --progress none and writes a JSON
  * summary; samples_per_sec (job-wide, training time only) is read from it with
  * cJSON. The binaries: $PSWORKER / $PSCTL, else ../worker/psworker and
- * ../ps-server/psctl next to this binary, else the build's. psctl local finds
+ * ../psctl/psctl next to this binary, else the build's. psctl local finds
  * psd itself (next to psctl). Built by meson, never run by the tests. */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -55,7 +55,7 @@ static void usage(FILE *f, const char *argv0) {
             "  --epochs E   epochs per run (default 1)\n"
             "  --data DIR   dataset directory (default: the worker's)\n"
             "  --help       this text\n"
-            "binaries: $PSWORKER / $PSCTL, else ../worker/psworker and ../ps-server/psctl next\n"
+            "binaries: $PSWORKER / $PSCTL, else ../worker/psworker and ../psctl/psctl next\n"
             "to this binary, else %s and %s\n",
             argv0, PS_BENCH_PSWORKER, PS_BENCH_PSCTL);
 }
@@ -225,7 +225,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     find_bin(worker_path, sizeof worker_path, "PSWORKER", argv[0], "../worker/psworker",
              PS_BENCH_PSWORKER);
-    find_bin(psctl_path, sizeof psctl_path, "PSCTL", argv[0], "../ps-server/psctl", PS_BENCH_PSCTL);
+    find_bin(psctl_path, sizeof psctl_path, "PSCTL", argv[0], "../psctl/psctl", PS_BENCH_PSCTL);
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ps-bench-train-XXXXXX");
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,21 +23,66 @@ static long choice_index(const char *choices, const char *val) {
     return -1;
 }
 
-int ps_options_set(const ps_option *o, void *cfg, const char *val, char *err, size_t errlen) {
+ps_option ps_option_resolve(const ps_option *o) {
+    if (!o->like) return *o;
+    ps_option r = ps_option_resolve(o->like);
+    r.offset = o->offset;
+    r.size = o->size;
+    r.like = NULL;
+    r.flags |= o->flags;
+    if (o->def) r.def = o->def;
+    if (o->flags & PS_OPTION_NO_DEFAULT) r.def = NULL;
+    if (o->metavar) r.metavar = o->metavar;
+    if (o->help) r.help = o->help;
+    if (o->parse) r.parse = o->parse;
+    return r;
+}
+
+/* Stores a resolved option's value. */
+static int set_resolved(const ps_option *o, void *cfg, const char *val, char *err, size_t errlen) {
     char *field = (char *)cfg + o->offset;
     long v;
     switch (o->type) {
     case PS_OPTION_STR:
         if (strlen(val) >= o->size) {
-            snprintf(err, errlen, "--%s: value longer than %zu bytes", o->name, o->size - 1);
+            snprintf(err, errlen, "--%s needs at most %zu bytes, got %zu", o->name, o->size - 1,
+                     strlen(val));
             return PS_EINVAL;
         }
         memcpy(field, val, strlen(val) + 1);
         return PS_OK;
+    case PS_OPTION_ARG:
+        if (o->min > 0 && !*val) {
+            snprintf(err, errlen, "--%s needs a non-empty value, got ''", o->name);
+            return PS_EINVAL;
+        }
+        memcpy(field, &val, sizeof val);
+        return PS_OK;
+    case PS_OPTION_FLAG: {
+        int one = 1;
+        memcpy(field, &one, sizeof one);
+        return PS_OK;
+    }
+    case PS_OPTION_CUSTOM:
+        return o->parse(o, cfg, val, err, errlen);
+    case PS_OPTION_SECONDS: {
+        char *end;
+        errno = 0;
+        double d = strtod(val, &end);
+        int above = (o->flags & PS_OPTION_ABOVE_MIN) != 0;
+        if (end == val || *end || errno || !isfinite(d) || d < (double)o->min ||
+            (above && d <= (double)o->min) || d > (double)o->max) {
+            snprintf(err, errlen, "--%s needs seconds %s %ld (at most %ld), got '%s'", o->name,
+                     above ? ">" : ">=", o->min, o->max, val);
+            return PS_EINVAL;
+        }
+        memcpy(field, &d, sizeof d);
+        return PS_OK;
+    }
     case PS_OPTION_CHOICE:
         v = choice_index(o->choices, val);
         if (v < 0) {
-            snprintf(err, errlen, "--%s: '%s' is not one of %s", o->name, val, o->choices);
+            snprintf(err, errlen, "--%s needs one of %s, got '%s'", o->name, o->choices, val);
             return PS_EINVAL;
         }
         break;
@@ -45,8 +91,8 @@ int ps_options_set(const ps_option *o, void *cfg, const char *val, char *err, si
         errno = 0;
         v = strtol(val, &end, 10);
         if (errno || end == val || *end || v < o->min || v > o->max) {
-            snprintf(err, errlen, "--%s: '%s' is not an integer in [%ld, %ld]", o->name, val,
-                     o->min, o->max);
+            snprintf(err, errlen, "--%s needs an integer from %ld to %ld, got '%s'", o->name,
+                     o->min, o->max, val);
             return PS_EINVAL;
         }
     }
@@ -55,57 +101,128 @@ int ps_options_set(const ps_option *o, void *cfg, const char *val, char *err, si
     return PS_OK;
 }
 
+int ps_options_set(const ps_option *o, void *cfg, const char *val, char *err, size_t errlen) {
+    ps_option r = ps_option_resolve(o);
+    return set_resolved(&r, cfg, val, err, errlen);
+}
+
 int ps_options_defaults(const ps_option *t, size_t n, void *cfg, char *err, size_t errlen) {
-    for (size_t i = 0; i < n; i++)
-        if (t[i].def && ps_options_set(&t[i], cfg, t[i].def, err, errlen) != PS_OK)
-            return PS_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        ps_option r = ps_option_resolve(&t[i]);
+        if (r.def && set_resolved(&r, cfg, r.def, err, errlen) != PS_OK) return PS_EINVAL;
+    }
     return PS_OK;
 }
 
 const ps_option *ps_options_find(const ps_option *t, size_t n, const char *name) {
     for (size_t i = 0; i < n; i++)
-        if (strcmp(t[i].name, name) == 0) return &t[i];
+        if (strcmp(ps_option_resolve(&t[i]).name, name) == 0) return &t[i];
     return NULL;
+}
+
+int ps_options_parse_args(const ps_option *t, size_t n, int argc, char **argv, void *cfg,
+                          unsigned char *given, const char *prog, int how, int *rest, char *err,
+                          size_t errlen) {
+    struct option *longopts = calloc(n + 2, sizeof *longopts);
+    ps_option *r = calloc(n + 1, sizeof *r);
+    if (!longopts || !r) {
+        free(longopts);
+        free(r);
+        snprintf(err, errlen, "out of memory");
+        return PS_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        r[i] = ps_option_resolve(&t[i]);
+        longopts[i] = (struct option){r[i].name,
+                                      r[i].type == PS_OPTION_FLAG ? no_argument : required_argument,
+                                      NULL, (int)i + 1000};
+    }
+    longopts[n] = (struct option){"help", no_argument, NULL, 'h'};
+    optind = 0; /* glibc: start afresh (the '+' of optstring is read then) */
+    opterr = 0;
+    const char *last_value = NULL;
+    int c, rc = PS_OK;
+    /* "+": stop at the first non-option; ":": a missing value is reported as ':' */
+    const char *optstring = how & PS_OPTIONS_IN_ORDER ? "+:h" : ":h";
+    while (rc == PS_OK && (c = getopt_long(argc, argv, optstring, longopts, NULL)) != -1) {
+        if (c == 'h') {
+            rc = 1;
+        } else if (c == '?' || c == ':') {
+            if (c == ':')
+                snprintf(err, errlen, "%s needs a value (see %s --help)", argv[optind - 1], prog);
+            else if (optopt > 0 && optopt < 1000 && optopt != 'h')
+                snprintf(err, errlen, "unknown option '-%c' (see %s --help)", optopt, prog);
+            else
+                snprintf(err, errlen, "unknown option '%s' (see %s --help)", argv[optind - 1],
+                         prog);
+            rc = PS_EINVAL;
+        } else {
+            size_t i = (size_t)(c - 1000);
+            rc = set_resolved(&r[i], cfg, optarg ? optarg : "", err, errlen);
+            last_value = optarg;
+            if (given) given[i] = 1;
+        }
+    }
+    /* getopt_long consumed a "--" separator (not a flag's value "--") if it is the
+     * argument just before optind. */
+    int separated =
+        optind > 1 && strcmp(argv[optind - 1], "--") == 0 && argv[optind - 1] != last_value;
+    if (rc == PS_OK && optind < argc &&
+        (!(how & PS_OPTIONS_ARGS) || ((how & PS_OPTIONS_AFTER_DASHDASH) && !separated))) {
+        snprintf(err, errlen, "unexpected argument '%s' (%ssee %s --help)", argv[optind],
+                 how & PS_OPTIONS_AFTER_DASHDASH ? "extra arguments go after --; " : "", prog);
+        rc = PS_EINVAL;
+    }
+    if (rest) *rest = optind;
+    free(longopts);
+    free(r);
+    return rc;
 }
 
 int ps_options_parse(const ps_option *t, size_t n, int argc, char **argv, void *cfg,
                      unsigned char *given, const char *prog, char *err, size_t errlen) {
-    struct option *longopts = calloc(n + 2, sizeof *longopts);
-    if (!longopts) return PS_ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        longopts[i] = (struct option){t[i].name, required_argument, NULL, (int)i + 1000};
-    longopts[n] = (struct option){"help", no_argument, NULL, 'h'};
-    optind = 1;
-    opterr = 0;
-    int c, rc = PS_OK;
-    while (rc == PS_OK && (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        if (c == 'h') {
-            rc = 1;
-        } else if (c == '?' || c == ':') {
-            snprintf(err, errlen, "%s: %s (see %s --help)", argv[optind - 1],
-                     c == ':' ? "needs a value" : "unknown option", prog);
-            rc = PS_EINVAL;
-        } else {
-            size_t i = (size_t)(c - 1000);
-            rc = ps_options_set(&t[i], cfg, optarg, err, errlen);
-            if (given) given[i] = 1;
+    return ps_options_parse_args(t, n, argc, argv, cfg, given, prog, 0, NULL, err, errlen);
+}
+
+/* Prints text from column `col` on, wrapping at word boundaries before column 80;
+ * continuation lines start at column `indent`. Returns the column it ended at. */
+static size_t print_wrapped(FILE *out, const char *text, size_t col, size_t indent) {
+    for (const char *p = text; *p;) {
+        size_t word = strcspn(p, " ");
+        if (col > indent && col + 1 + word > 79) {
+            fprintf(out, "\n%*s", (int)indent, "");
+            col = indent;
+        } else if (col > indent) {
+            fputc(' ', out);
+            col++;
         }
+        fprintf(out, "%.*s", (int)word, p);
+        col += word;
+        p += word;
+        while (*p == ' ')
+            p++;
     }
-    if (rc == PS_OK && optind < argc) {
-        snprintf(err, errlen, "unexpected argument '%s' (see %s --help)", argv[optind], prog);
-        rc = PS_EINVAL;
-    }
-    free(longopts);
-    return rc;
+    return col;
 }
 
 void ps_options_usage(const ps_option *t, size_t n, FILE *out) {
     for (size_t i = 0; i < n; i++) {
-        char left[64];
-        const char *meta = t[i].type == PS_OPTION_CHOICE ? t[i].choices : t[i].metavar;
-        snprintf(left, sizeof left, "--%s %s", t[i].name, meta ? meta : "VALUE");
-        fprintf(out, "  %-24s %s", left, t[i].help);
-        if (t[i].def && *t[i].def) fprintf(out, " [default: %s]", t[i].def);
+        ps_option r = ps_option_resolve(&t[i]);
+        char left[64], line[1024];
+        const char *meta = r.type == PS_OPTION_CHOICE ? r.choices : r.metavar;
+        if (r.type == PS_OPTION_FLAG)
+            snprintf(left, sizeof left, "--%s", r.name);
+        else
+            snprintf(left, sizeof left, "--%s %s", r.name, meta ? meta : "VALUE");
+        if (strlen(left) > 24) /* a long flag gets a line of its own */
+            fprintf(out, "  %s\n%27s", left, "");
+        else
+            fprintf(out, "  %-24s ", left);
+        if (r.def && *r.def)
+            snprintf(line, sizeof line, "%s [default: %s]", r.help, r.def);
+        else
+            snprintf(line, sizeof line, "%s", r.help);
+        print_wrapped(out, line, 27, 27);
         fprintf(out, "\n");
     }
     fprintf(out, "  %-24s %s\n", "-h, --help", "show this help");

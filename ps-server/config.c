@@ -7,46 +7,36 @@
 
 #include "options.h"
 #include "ps_error.h"
+#include "shared_flags.h"
 #include "tfconfig.h"
 
 #define F(field) PS_OPTION_FIELD(ps_server_config, field)
 
 static const ps_option table[] = {
-    {"transport", PS_OPTION_CHOICE, F(transport), 0, 0, "tcp", "tcp|ipc", NULL,
-     "tcp: listen on --bind:--port; ipc: on the Unix socket --ipc-path (this machine only; "
-     "TF_CONFIG gives it as ipc://PATH)"},
+    {.like = &ps_flag_transport, PS_OPTION_AT(ps_server_config, transport)},
     {"bind", PS_OPTION_STR, F(bind), 0, 0, "0.0.0.0", NULL, "ADDR", "tcp: address to listen on"},
-    {"port", PS_OPTION_LONG, F(port), 0, 65535, NULL, NULL, "N",
+    {"port", PS_OPTION_LONG, F(port), 0, PS_MAX_PORT, NULL, NULL, "N",
      "tcp: port (0: any free port); TF_CONFIG gives it; required with tcp"},
     {"ipc-path", PS_OPTION_STR, F(ipc_path), 0, 0, "", NULL, "PATH",
      "ipc: Unix socket path (at most 107 bytes), required with ipc; a stale socket left "
      "by a dead psd is replaced, the socket is removed at a clean stop"},
-    {"shard", PS_OPTION_LONG, F(shard), 0, 65535, "0", NULL, "N",
+    {"shard", PS_OPTION_LONG, F(shard), 0, PS_MAX_SHARDS - 1, "0", NULL, "N",
      "index of this shard (TF_CONFIG task.index)"},
-    {"num-shards", PS_OPTION_LONG, F(num_shards), 1, 65536, "1", NULL, "N",
+    {"num-shards", PS_OPTION_LONG, F(num_shards), 1, PS_MAX_SHARDS, "1", NULL, "N",
      "shards in the job (TF_CONFIG: len(cluster.ps))"},
-    {"workers", PS_OPTION_LONG, F(workers), 1, 65536, "1", NULL, "N",
-     "workers in the job (TF_CONFIG: chief + workers); the sync barrier waits for all"},
-    {"mode", PS_OPTION_CHOICE, F(mode), 0, 0, "sync", "sync|async", NULL,
-     "sync: average all workers' pushes per step; async: apply each push"},
+    {.like = &ps_flag_workers, PS_OPTION_AT(ps_server_config, workers)},
+    {.like = &ps_flag_mode, PS_OPTION_AT(ps_server_config, mode)},
     {"ready-file", PS_OPTION_STR, F(ready_file), 0, 0, "", NULL, "FILE",
      "write \"host:port\" (ipc: \"ipc://PATH\") here once listening (for supervisors)"},
     {"log-level", PS_OPTION_CHOICE, F(log_level), 0, 0, "info", "debug|info|warn|error", NULL,
      "log verbosity"},
-    {"worker-timeout", PS_OPTION_LONG, F(worker_timeout_ms), 100, 86400000, "30000", NULL, "MS",
-     "a worker silent this long (no request, no heartbeat) leaves the expected set until its "
-     "next Hello; workers heartbeat every MS/4"},
-    {"replicas-to-aggregate", PS_OPTION_LONG, F(replicas), 0, 65536, "0", NULL, "R",
-     "sync: a step applies once R pushes for it arrived (later ones are dropped and counted); "
-     "0: all live workers"},
-    {"staleness", PS_OPTION_LONG, F(staleness), -1, 1000000, "-1", NULL, "S",
-     "async: a worker more than S steps ahead of the slowest live worker waits at its pull; "
-     "-1: plain async"},
+    {.like = &ps_flag_worker_timeout, PS_OPTION_AT(ps_server_config, worker_timeout_ms)},
+    {.like = &ps_flag_replicas, PS_OPTION_AT(ps_server_config, replicas)},
+    {.like = &ps_flag_staleness, PS_OPTION_AT(ps_server_config, staleness)},
     {"checkpoint-dir", PS_OPTION_STR, F(checkpoint_dir), 0, 0, "", NULL, "DIR",
      "write checkpoints here and restore the newest valid one at start (\"\": none)"},
-    {"checkpoint-every", PS_OPTION_LONG, F(checkpoint_every), 0, 31536000, "60", NULL, "SECONDS",
-     "periodic checkpoints when the version moved (0: only on request and at SIGTERM/SIGINT)"},
-    {"metrics-port", PS_OPTION_LONG, F(metrics_port), -1, 65535, "-1", NULL, "N",
+    {.like = &ps_flag_checkpoint_every, PS_OPTION_AT(ps_server_config, checkpoint_every)},
+    {"metrics-port", PS_OPTION_LONG, F(metrics_port), -1, PS_MAX_PORT, "-1", NULL, "N",
      "serve GET /metrics (Prometheus) and /healthz over HTTP on this port (0: any free "
      "port, logged as \"metrics on http://HOST:PORT/metrics\"; -1: off)"},
     {"metrics-bind", PS_OPTION_STR, F(metrics_bind), 0, 0, "0.0.0.0", NULL, "ADDR",
@@ -198,10 +188,11 @@ int ps_server_config_parse(int argc, char **argv, const char *tf_config, ps_serv
     if (rc != PS_OK) return PS_EINVAL;
     if (check_transport(cfg, given, err, errlen) != PS_OK) return PS_EINVAL;
     for (size_t i = 0; i < N_ENTRIES; i++) {
-        int is_port = strcmp(table[i].name, "port") == 0;
+        ps_option o = ps_option_resolve(&table[i]);
+        int is_port = strcmp(o.name, "port") == 0;
         if (is_port && (tf_port || cfg->transport == PS_TRANSPORT_IPC)) continue;
-        if (!table[i].def && !given[i]) {
-            snprintf(err, errlen, "--%s is required (or set TF_CONFIG)", table[i].name);
+        if (!o.def && !given[i]) {
+            snprintf(err, errlen, "--%s is required (or set TF_CONFIG)", o.name);
             return PS_EINVAL;
         }
     }

@@ -12,6 +12,7 @@
 #include "log.h"
 #include "options.h"
 #include "ps_error.h"
+#include "shared_flags.h"
 #include "tfconfig.h"
 #include "train.h"
 #include "wire.h"
@@ -46,10 +47,12 @@ static const ps_option table[] = {
     {"ps", PS_OPTION_STR, F(ps), 0, 0, NULL, NULL, "HOST:PORT,...",
      "parameter servers, in shard order (TF_CONFIG: cluster.ps); a shard on this machine "
      "started with --transport ipc is given as ipc://PATH"},
-    {"index", PS_OPTION_LONG, F(index), 0, 65535, NULL, NULL, "N",
+    {"index", PS_OPTION_LONG, F(index), 0, PS_MAX_WORKERS - 1, NULL, NULL, "N",
      "this worker's index, 0 = chief (TF_CONFIG: task) [default: 0]"},
-    {"workers", PS_OPTION_LONG, F(workers), 1, 65536, NULL, NULL, "N",
-     "workers in the job (TF_CONFIG: chief + workers) [default: 1]"},
+    {.like = &ps_flag_workers,
+     PS_OPTION_AT(worker_opts, workers),
+     .flags = PS_OPTION_NO_DEFAULT,
+     .help = "workers in the job (TF_CONFIG: chief + workers) [default: 1]"},
     {"model", PS_OPTION_STR, F(model), 0, 0, "", NULL, "FILE",
      "Keras-like JSON model spec [default: built-in 784-128-10 MLP = examples/mlp.json]"},
     {"data", PS_OPTION_STR, F(data), 0, 0, DEFAULT_DATA_DIR, NULL, "DIR",
@@ -59,11 +62,9 @@ static const ps_option table[] = {
      "data_batch_1.bin or test_batch.bin (or .bin.gz), else idx"},
     {"device", PS_OPTION_STR, F(device), 0, 0, "auto", NULL, "auto|cpu|cuda:N",
      "compute device; auto: cuda:0 when CUDA is built in and a GPU is present, else cpu"},
-    {"epochs", PS_OPTION_LONG, F(epochs), 1, 100000, "2", NULL, "N", "epochs to train"},
-    {"batch", PS_OPTION_LONG, F(batch), 0, 1 << 20, "0", NULL, "N",
-     "per-worker batch, global batch = N x workers (0: the model's batch_size)"},
-    {"seed", PS_OPTION_LONG, F(seed), 0, 1L << 62, "1", NULL, "N",
-     "initialisation and shuffling seed"},
+    {.like = &ps_flag_epochs, PS_OPTION_AT(worker_opts, epochs)},
+    {.like = &ps_flag_batch, PS_OPTION_AT(worker_opts, batch)},
+    {.like = &ps_flag_seed, PS_OPTION_AT(worker_opts, seed)},
     {"summary", PS_OPTION_STR, F(summary), 0, 0, "", NULL, "FILE",
      "chief: write a JSON summary here at the end"},
     {"progress", PS_OPTION_CHOICE, F(progress), 0, 0, "auto", "auto|tty|plain|none", NULL,

@@ -303,7 +303,7 @@ START_TEST(bad_transport_config) {
         {{"--port", "0", "--ipc-path", sock, NULL}, "--ipc-path applies to --transport ipc only"},
         {{"--transport", "ipc", "--ipc-path", sock, "--port", "5", NULL},
          "--bind and --port apply to --transport tcp only"},
-        {{"--transport", "udp", NULL}, "is not one of tcp|ipc"},
+        {{"--transport", "udp", NULL}, "--transport needs one of tcp|ipc, got 'udp'"},
     };
     for (size_t i = 0; i < sizeof psd_cases / sizeof psd_cases[0]; i++) {
         spawn_psd(0, psd_cases[i].args);
@@ -327,7 +327,7 @@ START_TEST(bad_transport_config) {
                                           "sync", "--transport", "udp", NULL},
                          out),
                      2);
-    ck_assert_ptr_nonnull(strstr(ps_test_text(out), "--transport needs 'ipc' or 'tcp'"));
+    ck_assert_ptr_nonnull(strstr(ps_test_text(out), "--transport needs one of tcp|ipc, got 'udp'"));
 }
 END_TEST
 

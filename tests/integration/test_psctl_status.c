@@ -391,7 +391,7 @@ typedef struct {
 
 static const bad_case bad_cases[] = {
     {{"psctl", "status", "--bogus", NULL}, NULL, "psctl status: unknown option '--bogus'"},
-    {{"psctl", "status", "--ps", NULL}, NULL, "option '--ps' needs a value"},
+    {{"psctl", "status", "--ps", NULL}, NULL, "psctl status: --ps needs a value"},
     {{"psctl", "status", "--timeout", "0", "--ps", "127.0.0.1:1", NULL}, NULL, "--timeout needs"},
     {{"psctl", "status", "--timeout", "soon", "--ps", "127.0.0.1:1", NULL}, NULL, "--timeout"},
     {{"psctl", "status", "--ps", "127.0.0.1:1", "extra", NULL},

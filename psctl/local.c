@@ -5,6 +5,7 @@
 #include "child_argv.h"
 #include "kernels.h"
 #include "log.h"
+#include "shared_flags.h"
 #include "supervisor.h"
 #include "tfconfig.h"
 
@@ -238,7 +239,7 @@ int psctl_local_resolve_gpus(psctl_local_opts *o) {
                                          : "this psctl was built without CUDA (0 devices)";
     if (o->gpus_all && count == 0) {
         long cpus = cpu_count();
-        if (o->num_workers == 0) o->num_workers = cpus < 1000 ? cpus : 1000; /* --workers max */
+        if (o->num_workers == 0) o->num_workers = cpus < PS_MAX_WORKERS ? cpus : PS_MAX_WORKERS;
         fprintf(stderr, "psctl: --gpus all: %s; running %ld CPU worker%s (--device cpu)\n", none,
                 o->num_workers, o->num_workers == 1 ? "" : "s");
         return 0;
@@ -308,7 +309,7 @@ int psctl_local_main(int argc, char **argv) {
         return 2;
     }
 
-    static const char *const psd_rel[] = {"psd", NULL};
+    static const char *const psd_rel[] = {"psd", "../ps-server/psd", NULL};
     static const char *const worker_rel[] = {"../worker/psworker", "psworker", NULL};
     char *psd = find_binary("psd", "PSD", psd_rel);
     char *worker = psd ? find_binary("psworker", "PSWORKER", worker_rel) : NULL;

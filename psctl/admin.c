@@ -3,6 +3,7 @@
  * (status: as a table or JSON). */
 #include "admin.h"
 
+#include "options.h"
 #include "ps.h"
 #include "ps_error.h"
 #include "tfconfig.h"
@@ -10,7 +11,6 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_TIMEOUT_S 10.0
-#define MAX_TIMEOUT_S 86400.0
+#define DEFAULT_TIMEOUT_S "10"
+#define MAX_TIMEOUT_S 86400
 
 /* What one shard's request came to. */
 enum { DONE_OK = 1, DONE_FAILED = -1, TIMED_OUT = -2 };
@@ -92,6 +92,30 @@ typedef struct {
     const char *curve_secret, *server_key;
 } admin_opts;
 
+/* The options of every admin command; --json (last) only for status. */
+static const ps_option table[] = {
+    {"ps", PS_OPTION_ARG, PS_OPTION_FIELD(admin_opts, ps), 0, 0, NULL, NULL, "HOST:PORT,...",
+     "the shards, in shard order (default: TF_CONFIG's cluster.ps); ipc://PATH for a shard "
+     "on this machine's Unix socket"},
+    {"timeout", PS_OPTION_SECONDS, PS_OPTION_FIELD(admin_opts, timeout_s), 0, MAX_TIMEOUT_S,
+     DEFAULT_TIMEOUT_S, NULL, "SECONDS", "wait this long for each shard's answer",
+     .flags = PS_OPTION_ABOVE_MIN},
+    {"curve-secret", PS_OPTION_ARG, PS_OPTION_FIELD(admin_opts, curve_secret), 0, 0, NULL, NULL,
+     "FILE",
+     "CurveZMQ: talk to shards run with --curve-secret, with this key pair (psctl keygen; its "
+     ".pub must be in the shards' --authorized-keys)"},
+    {"server-key", PS_OPTION_ARG, PS_OPTION_FIELD(admin_opts, server_key), 0, 0, NULL, NULL, "FILE",
+     "CurveZMQ: the shards' public key (their .pub file)"},
+    {"json", PS_OPTION_FLAG, PS_OPTION_FIELD(admin_opts, json), 0, 0, NULL, NULL, NULL,
+     "print a JSON array instead: per shard \"shard\", \"address\", \"ok\" and every "
+     "StatsReply field (counters as numbers, \"incarnation\" as a decimal string, checkpoint "
+     "fields null when there is none, \"vars\"), or \"ok\": false and \"error\""},
+};
+/* The entries cmd takes: all, or all but --json. */
+static size_t n_options(const admin_cmd *cmd) {
+    return sizeof table / sizeof table[0] - (cmd->json ? 0 : 1);
+}
+
 static void usage(const admin_cmd *cmd, FILE *f) {
     if (cmd->json)
         fprintf(f,
@@ -109,99 +133,37 @@ static void usage(const admin_cmd *cmd, FILE *f) {
                 "       [--curve-secret FILE --server-key FILE]\n"
                 "Asks every psd shard to %s.\nPrints one line per shard.\n\n",
                 cmd->name, cmd->what);
-    fprintf(f, "options:\n"
-               "  --ps HOST:PORT,...     the shards, in shard order (default: TF_CONFIG's "
-               "cluster.ps);\n"
-               "                         ipc://PATH for a shard on this machine's Unix socket\n");
-    if (cmd->json)
-        fprintf(f,
-                "  --json                 print a JSON array instead: per shard \"shard\",\n"
-                "                         \"address\", \"ok\" and every StatsReply field "
-                "(counters\n"
-                "                         as numbers, \"incarnation\" as a decimal string,\n"
-                "                         checkpoint fields null when there is none, \"vars\"),\n"
-                "                         or \"ok\": false and \"error\"\n");
+    fprintf(f, "options:\n");
+    ps_options_usage(table, n_options(cmd), f);
     fprintf(f,
-            "  --timeout SECONDS      wait this long for each shard's answer (default %g)\n"
-            "  --curve-secret FILE    CurveZMQ: talk to shards run with --curve-secret, with\n"
-            "                         this key pair (psctl keygen; its .pub must be in the\n"
-            "                         shards' --authorized-keys)\n"
-            "  --server-key FILE      CurveZMQ: the shards' public key (their .pub file)\n"
-            "  -h, --help             show this help\n\n"
-            "Exit status: 0 every shard %s, 1 a shard failed, answered an error or\n"
+            "\nExit status: 0 every shard %s, 1 a shard failed, answered an error or\n"
             "did not answer in time, 2 bad usage.\n",
-            DEFAULT_TIMEOUT_S, cmd->json ? "answered" : "succeeded");
+            cmd->json ? "answered" : "succeeded");
 }
 
 /* Returns 0 with o filled in, 1 after --help, 2 after a message to stderr. */
 static int parse(const admin_cmd *cmd, int argc, char **argv, admin_opts *o) {
-    static const struct option longopts[] = {{"ps", required_argument, NULL, 'p'},
-                                             {"timeout", required_argument, NULL, 't'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {"json", no_argument, NULL, 'j'},
-                                             {"curve-secret", required_argument, NULL, 'c'},
-                                             {"server-key", required_argument, NULL, 's'},
-                                             {0, 0, 0, 0}};
-    o->ps = NULL;
-    o->timeout_s = DEFAULT_TIMEOUT_S;
-    o->json = 0;
-    o->curve_secret = o->server_key = NULL;
-    opterr = 0;
-    optind = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'h':
-            usage(cmd, stdout);
-            return 1;
-        case 'p':
-            o->ps = optarg;
-            break;
-        case 'c':
-            o->curve_secret = optarg;
-            break;
-        case 's':
-            o->server_key = optarg;
-            break;
-        case 'j':
-            if (!cmd->json) {
-                fprintf(stderr, "psctl %s: unknown option '%s'\n", cmd->name, argv[optind - 1]);
-                goto usage_hint;
-            }
-            o->json = 1;
-            break;
-        case 't': {
-            char *end;
-            errno = 0;
-            double v = strtod(optarg, &end);
-            if (end == optarg || *end || errno || !isfinite(v) || v <= 0 || v > MAX_TIMEOUT_S) {
-                fprintf(stderr, "psctl %s: --timeout needs seconds > 0 (at most %g), got '%s'\n",
-                        cmd->name, MAX_TIMEOUT_S, optarg);
-                return 2;
-            }
-            o->timeout_s = v;
-            break;
-        }
-        case ':':
-            fprintf(stderr, "psctl %s: option '%s' needs a value\n", cmd->name, argv[optind - 1]);
-            goto usage_hint;
-        default:
-            fprintf(stderr, "psctl %s: unknown option '%s'\n", cmd->name, argv[optind - 1]);
-            goto usage_hint;
-        }
+    char prog[32], err[512];
+    snprintf(prog, sizeof prog, "psctl %s", cmd->name);
+    memset(o, 0, sizeof *o);
+    int rc = ps_options_defaults(table, n_options(cmd), o, err, sizeof err);
+    if (rc == PS_OK)
+        rc = ps_options_parse_args(table, n_options(cmd), argc, argv, o, NULL, prog,
+                                   PS_OPTIONS_IN_ORDER, NULL, err, sizeof err);
+    if (rc == 1) {
+        usage(cmd, stdout);
+        return 1;
     }
-    if (optind < argc) {
-        fprintf(stderr, "psctl %s: unexpected argument '%s'\n", cmd->name, argv[optind]);
-        goto usage_hint;
+    if (rc != PS_OK) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        return 2;
     }
     if (!o->curve_secret != !o->server_key) {
-        fprintf(stderr, "psctl %s: --curve-secret and --server-key go together\n", cmd->name);
-        goto usage_hint;
+        fprintf(stderr, "%s: --curve-secret and --server-key go together\n", prog);
+        fprintf(stderr, "Try '%s --help'.\n", prog);
+        return 2;
     }
     return 0;
-usage_hint:
-    fprintf(stderr, "Try 'psctl %s --help'.\n", cmd->name);
-    return 2;
 }
 
 /* The shards from --ps, else from $TF_CONFIG's cluster.ps, each a usable host:port or

@@ -2,11 +2,21 @@
  * and DIR/NAME.pub (public, 0644); the format is in common/curve_keys.h. */
 #include "keygen.h"
 
-#include <getopt.h>
 #include <stdio.h>
 
 #include "curve_keys.h"
+#include "options.h"
 #include "ps_error.h"
+
+typedef struct {
+    const char *dir; /* --dir */
+} keygen_opts;
+
+static const ps_option table[] = {
+    {"dir", PS_OPTION_ARG, PS_OPTION_FIELD(keygen_opts, dir), 0, 0, ".", NULL, "DIR",
+     "where to write the files (. is the current directory)"},
+};
+#define N_OPTIONS (sizeof table / sizeof table[0])
 
 static void usage(FILE *f) {
     fprintf(f, "usage: psctl keygen NAME [--dir DIR]\n"
@@ -16,44 +26,37 @@ static void usage(FILE *f) {
                "  psworker  --curve-secret worker0.key --server-key server.pub\n"
                "  psctl status|checkpoint|shutdown  --curve-secret admin.key --server-key "
                "server.pub\n\n"
-               "options:\n"
-               "  --dir DIR    where to write the files (default: the current directory)\n"
-               "  -h, --help   show this help\n\n"
-               "Exit status: 0 written, 1 a file exists or cannot be written, 2 bad usage.\n");
+               "options:\n");
+    ps_options_usage(table, N_OPTIONS, f);
+    fprintf(f, "\nExit status: 0 written, 1 a file exists or cannot be written, 2 bad usage.\n");
 }
 
 int psctl_keygen_main(int argc, char **argv) {
-    static const struct option longopts[] = {
-        {"dir", required_argument, NULL, 'd'}, {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
-    const char *dir = ".";
-    opterr = 0;
-    optind = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'h':
-            usage(stdout);
-            return 0;
-        case 'd':
-            dir = optarg;
-            break;
-        case ':':
-            fprintf(stderr, "psctl keygen: option '%s' needs a value\n", argv[optind - 1]);
-            goto usage_hint;
-        default:
-            fprintf(stderr, "psctl keygen: unknown option '%s'\n", argv[optind - 1]);
-            goto usage_hint;
-        }
+    keygen_opts o = {0};
+    char err[1200];
+    int first = argc; /* the first argument left: NAME (options may come before or after) */
+    int rc = ps_options_defaults(table, N_OPTIONS, &o, err, sizeof err);
+    if (rc == PS_OK)
+        rc = ps_options_parse_args(table, N_OPTIONS, argc, argv, &o, NULL, "psctl keygen",
+                                   PS_OPTIONS_ARGS, &first, err, sizeof err);
+    if (rc == 1) {
+        usage(stdout);
+        return 0;
     }
-    if (optind + 1 != argc) {
-        fprintf(stderr, optind == argc ? "psctl keygen: NAME is missing\n"
-                                       : "psctl keygen: one NAME only\n");
+    if (rc != PS_OK) {
+        fprintf(stderr, "psctl keygen: %s\n", err);
+        return 2;
+    }
+    if (first + 1 != argc) {
+        fprintf(stderr, first == argc ? "psctl keygen: NAME is missing\n"
+                                      : "psctl keygen: one NAME only\n");
         goto usage_hint;
     }
-    const char *name = argv[optind];
-    char err[1200], key_path[1100], pub_path[1100];
+    const char *name = argv[first], *dir = o.dir;
+    char key_path[1100], pub_path[1100];
     ps_curve_pair kp;
-    int rc = ps_curve_pair_generate(&kp, err, sizeof err), bad_usage = 0;
+    int bad_usage = 0;
+    rc = ps_curve_pair_generate(&kp, err, sizeof err);
     if (rc == PS_OK) {
         rc = ps_curve_pair_write(dir, name, &kp, key_path, sizeof key_path, pub_path,
                                  sizeof pub_path, err, sizeof err);

@@ -109,7 +109,7 @@ int psctl_worker_argv(psctl_argv *a, const psctl_local_opts *o, const char *work
     if (o->model) psctl_argv_add(a, "--model"), psctl_argv_add(a, "%s", o->model);
     if (o->data) psctl_argv_add(a, "--data"), psctl_argv_add(a, "%s", o->data);
     if (o->batch > 0) psctl_argv_add(a, "--batch"), psctl_argv_add(a, "%ld", o->batch);
-    if (o->seed >= 0) psctl_argv_add(a, "--seed"), psctl_argv_add(a, "%lld", o->seed);
+    if (o->seed >= 0) psctl_argv_add(a, "--seed"), psctl_argv_add(a, "%ld", o->seed);
     if (j == 0 && o->summary) psctl_argv_add(a, "--summary"), psctl_argv_add(a, "%s", o->summary);
     psctl_argv_add(a, "--device"); /* CPU unless --gpus: workers must not all share GPU 0 */
     psctl_argv_add(a, "%s", o->worker_device ? o->worker_device : "cpu");

@@ -12,16 +12,17 @@ typedef struct {
     long num_ps;         /* --ps N (required, >= 1) */
     long num_workers;    /* --workers M (>= 1; 0 when not given, allowed only with --gpus) */
     const char *mode;    /* --mode: "sync" or "async" (required) */
+    long mode_index;     /* --mode as parsed: 0 sync, 1 async */
     long epochs;         /* --epochs E (default 1) */
     const char *model;   /* --model FILE, or NULL for the worker's default */
     const char *data;    /* --data DIR, or NULL */
     const char *summary; /* --summary FILE (chief only), or NULL */
     long batch;          /* --batch B, or 0 when not given */
-    long long seed;      /* --seed S, or -1 when not given */
+    long seed;           /* --seed S, or -1 when not given */
     double timeout_s;    /* --timeout SECONDS for the whole job; 0 = none */
     char **extra;        /* arguments after "--", passed to every worker */
     int num_extra;
-    int transport_ipc;          /* --transport: 1 ipc (default), 0 tcp */
+    long transport_ipc;         /* --transport: 1 ipc (default), 0 tcp */
     long max_restarts;          /* --max-restarts N per process (default 3; 0: no restarts) */
     const char *checkpoint_dir; /* --checkpoint-dir DIR (shard i gets DIR/ps-<i>), or NULL */
     long checkpoint_every;      /* passed to every psd when >= 0 (-1: not given), and so */
@@ -41,7 +42,7 @@ typedef struct {
 
 /* Parses `psctl local` arguments; argv[0] is "local". Returns 0 when opts is filled
  * in, 1 when --help was printed to stdout, 2 after printing a message naming the bad
- * flag to stderr. Uses getopt_long (resets optind). */
+ * flag to stderr. Uses the option table machinery (common/options.h). */
 int psctl_local_parse(int argc, char **argv, psctl_local_opts *opts);
 
 /* Checks what needs the final worker count (after psctl_local_resolve_gpus):

@@ -1,0 +1,91 @@
+/* The shared flag definitions (see shared_flags.h): one place for their bounds. */
+#include "shared_flags.h"
+
+const ps_option ps_flag_workers = {
+    .name = "workers",
+    .type = PS_OPTION_LONG,
+    .min = 1,
+    .max = PS_MAX_WORKERS,
+    .def = "1",
+    .metavar = "N",
+    .help = "workers in the job (TF_CONFIG: chief + workers); the sync barrier waits for all"};
+
+const ps_option ps_flag_mode = {
+    .name = "mode",
+    .type = PS_OPTION_CHOICE,
+    .def = "sync",
+    .choices = "sync|async",
+    .help = "sync: average all workers' pushes per step; async: apply each push"};
+
+const ps_option ps_flag_transport = {
+    .name = "transport",
+    .type = PS_OPTION_CHOICE,
+    .def = "tcp",
+    .choices = "tcp|ipc",
+    .help = "tcp: listen on --bind:--port; ipc: on the Unix socket --ipc-path (this machine "
+            "only; TF_CONFIG gives it as ipc://PATH)"};
+
+const ps_option ps_flag_worker_timeout = {
+    .name = "worker-timeout",
+    .type = PS_OPTION_LONG,
+    .min = 100,
+    .max = 86400000,
+    .def = "30000",
+    .metavar = "MS",
+    .help = "a worker silent this long (no request, no heartbeat) leaves the expected set "
+            "until its next Hello; workers heartbeat every MS/4"};
+
+const ps_option ps_flag_replicas = {
+    .name = "replicas-to-aggregate",
+    .type = PS_OPTION_LONG,
+    .min = 0,
+    .max = PS_MAX_WORKERS,
+    .def = "0",
+    .metavar = "R",
+    .help = "sync: a step applies once R pushes for it arrived (later ones are dropped and "
+            "counted); 0: all live workers"};
+
+const ps_option ps_flag_staleness = {
+    .name = "staleness",
+    .type = PS_OPTION_LONG,
+    .min = -1,
+    .max = 1000000,
+    .def = "-1",
+    .metavar = "S",
+    .help = "async: a worker more than S steps ahead of the slowest live worker waits at its "
+            "pull; -1: plain async"};
+
+const ps_option ps_flag_checkpoint_every = {
+    .name = "checkpoint-every",
+    .type = PS_OPTION_LONG,
+    .min = 0,
+    .max = 31536000,
+    .def = "60",
+    .metavar = "SECONDS",
+    .help = "periodic checkpoints when the version moved (0: only on request and at "
+            "SIGTERM/SIGINT)"};
+
+const ps_option ps_flag_epochs = {.name = "epochs",
+                                  .type = PS_OPTION_LONG,
+                                  .min = 1,
+                                  .max = 1000000,
+                                  .def = "2",
+                                  .metavar = "N",
+                                  .help = "epochs to train"};
+
+const ps_option ps_flag_batch = {
+    .name = "batch",
+    .type = PS_OPTION_LONG,
+    .min = 0,
+    .max = 1 << 20,
+    .def = "0",
+    .metavar = "N",
+    .help = "per-worker batch, global batch = N x workers (0: the model's batch_size)"};
+
+const ps_option ps_flag_seed = {.name = "seed",
+                                .type = PS_OPTION_LONG,
+                                .min = 0,
+                                .max = 1L << 62,
+                                .def = "1",
+                                .metavar = "N",
+                                .help = "initialisation and shuffling seed"};

@@ -1,0 +1,220 @@
+/* Option parsing for `psctl local`: its table (common/options.h, the shared flags'
+ * bounds from common/shared_flags.h) drives parsing, validation and --help. */
+#include "local.h"
+
+#include "options.h"
+#include "ps_error.h"
+#include "shared_flags.h"
+#include "wire.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#define F(field) PS_OPTION_FIELD(psctl_local_opts, field)
+#define AT(field) PS_OPTION_AT(psctl_local_opts, field)
+
+static int parse_gpus(const ps_option *d, void *cfg, const char *arg, char *err, size_t errlen);
+
+/* The psd and psworker flags come from common/shared_flags.c with their bounds; those
+ * passed to psd only when given (worker-timeout ...) take no default here. */
+static const ps_option table[] = {
+    {"ps", PS_OPTION_LONG, F(num_ps), 1, PS_MAX_SHARDS, NULL, NULL, "N",
+     "number of psd shards (required)"},
+    {.like = &ps_flag_workers,
+     AT(num_workers),
+     .flags = PS_OPTION_NO_DEFAULT,
+     .metavar = "M",
+     .help = "number of workers (required unless --gpus)"},
+    {.like = &ps_flag_mode,
+     AT(mode_index),
+     .flags = PS_OPTION_NO_DEFAULT,
+     .help = "training mode (required); sync: average all workers' pushes per step, async: "
+             "apply each push"},
+    {.like = &ps_flag_epochs, AT(epochs)},
+    {"model", PS_OPTION_ARG, F(model), 1, 0, NULL, NULL, "FILE",
+     "model spec JSON (default: the worker's)"},
+    {"data", PS_OPTION_ARG, F(data), 1, 0, NULL, NULL, "DIR",
+     "dataset directory (default: the worker's)"},
+    {"summary", PS_OPTION_ARG, F(summary), 1, 0, NULL, NULL, "FILE",
+     "the chief writes its JSON summary here"},
+    {.like = &ps_flag_batch, AT(batch)},
+    {.like = &ps_flag_seed,
+     AT(seed),
+     .flags = PS_OPTION_NO_DEFAULT,
+     .help = "initialisation and shuffling seed (default: the worker's)"},
+    {"timeout", PS_OPTION_SECONDS, F(timeout_s), 0, 10000000, "0", NULL, "SECONDS",
+     "stop everything and fail after this long (0: never)"},
+    {"max-restarts", PS_OPTION_LONG, F(max_restarts), 0, 1000, "3", NULL, "N",
+     "restart a failed process up to N times (0: never)"},
+    {"checkpoint-dir", PS_OPTION_ARG, F(checkpoint_dir), 1, 0, NULL, NULL, "DIR",
+     "psd shard i checkpoints to and restores from DIR/ps-<i>"},
+    {.like = &ps_flag_checkpoint_every, AT(checkpoint_every), .flags = PS_OPTION_NO_DEFAULT},
+    {.like = &ps_flag_worker_timeout, AT(worker_timeout_ms), .flags = PS_OPTION_NO_DEFAULT},
+    {.like = &ps_flag_replicas, AT(replicas), .flags = PS_OPTION_NO_DEFAULT},
+    {.like = &ps_flag_staleness, AT(staleness), .flags = PS_OPTION_NO_DEFAULT},
+    {.name = "gpus",
+     .type = PS_OPTION_CUSTOM,
+     .max = PSCTL_MAX_GPUS - 1,
+     .metavar = "all|0,1,...",
+     .help = "one worker per GPU, each seeing only its own (see below)",
+     .parse = parse_gpus},
+    {.like = &ps_flag_transport,
+     AT(transport_ipc),
+     .def = "ipc",
+     .help = "how workers reach the shards: Unix sockets or 127.0.0.1 TCP"},
+    {"job-id", PS_OPTION_ARG, F(job_id), 1, 0, NULL, NULL, "ID",
+     "every worker's --job-id (default: the workers' own, \"default\")"},
+    {"recreate-lost-variables", PS_OPTION_FLAG, F(recreate_lost), 0, 0, NULL, NULL, NULL,
+     "a shard that lost the job's variables gets them again with INITIAL values (see below)"},
+};
+#define N_OPTIONS (sizeof table / sizeof table[0])
+
+void psctl_local_usage(FILE *f) {
+    fprintf(f, "usage: psctl local --ps N --workers M --mode sync|async [options] "
+               "[-- EXTRA WORKER ARGS...]\n"
+               "       psctl local --ps N --gpus all|0,1,... --mode sync|async [options] "
+               "[-- ...]\n"
+               "Runs N psd shards and M workers on this machine until training ends.\n\n"
+               "options:\n");
+    ps_options_usage(table, N_OPTIONS, f);
+    fprintf(f, "\nDevices: without --gpus every worker gets --device cpu (so several workers\n"
+               "never pile onto GPU 0). With --gpus, worker j runs on the j-th listed GPU with\n"
+               "CUDA_VISIBLE_DEVICES=<that id> and --device cuda:0. --gpus all with no CUDA GPU\n"
+               "(or a psctl built without CUDA) says so and runs CPU workers instead: --workers M\n"
+               "of them, else one per CPU core; listed ids must exist.\n"
+               "\nRestarts: a process killed by a signal or exiting non-zero is started again\n"
+               "with the same arguments and environment, up to --max-restarts times each,\n"
+               "after 0.2 s (doubling with each restart of that process, at most 5 s). A psd\n"
+               "comes back on the port it first got (--port P), or with ipc on the same\n"
+               "socket path, so the workers' --ps list stays valid. Exit status 2 (bad "
+               "configuration) is never restarted; a psd\n"
+               "exiting 0 (Shutdown request, SIGTERM) stops the job. A worker exiting 0 is\n"
+               "done; when all are, the psd shards get SIGTERM and the job ends.\n"
+               "\nThe psd flags (--checkpoint-*, --worker-timeout, --replicas-to-aggregate,\n"
+               "--staleness) are passed to every shard only when given; psctl makes the\n"
+               "DIR/ps-<i> directories. --checkpoint-every needs --checkpoint-dir.\n"
+               "\nTransport: with ipc (the default) psctl makes a private directory\n"
+               "($XDG_RUNTIME_DIR/psctl-ipc.XXXXXX, else under /tmp), shard i listens on\n"
+               "DIR/psd-<i>.sock (psd --transport ipc --ipc-path) and the workers get\n"
+               "--ps ipc://DIR/psd-0.sock,...; the directory is removed at the end. With tcp\n"
+               "every shard listens on 127.0.0.1 on a free port.\n"
+               "\nLost variables: a psd restarted without a checkpoint to restore (no\n"
+               "--checkpoint-dir, or none written yet) has lost its part of the model. The\n"
+               "workers then exit with status 4 naming the shard, and the job fails: they are\n"
+               "not restarted into the same failure. With --recreate-lost-variables they are\n"
+               "restarted and the chief creates that shard's variables again with their\n"
+               "initial values (logged, and listed in the summary's recreated_lost_variables).\n"
+               "\nBinaries: $PSD and $PSWORKER, else next to psctl, else on PATH.\n"
+               "Exit status: 0 done, 1 a process failed (beyond its restarts), a shard lost\n"
+               "the job's variables, or --timeout,\n"
+               "2 bad usage, 130/143 interrupted by SIGINT/SIGTERM.\n");
+}
+
+/* Parses --gpus: "all", or distinct ids from 0 to d->max separated by single commas.
+ * Returns PS_OK, or PS_EINVAL with a reason naming the problem. */
+static int parse_gpus(const ps_option *d, void *cfg, const char *arg, char *err, size_t errlen) {
+    psctl_local_opts *o = cfg;
+    o->gpus = arg;
+    o->gpus_all = strcmp(arg, "all") == 0;
+    o->num_gpu_ids = 0;
+    if (o->gpus_all) return PS_OK;
+    const char *why = NULL;
+    const char *p = arg;
+    for (;;) {
+        if (*p < '0' || *p > '9') {
+            why = *p == ',' || *p == '\0' ? "an empty id" : "an id that is not a number";
+            break;
+        }
+        long id = 0;
+        while (*p >= '0' && *p <= '9' && id <= d->max)
+            id = id * 10 + (*p++ - '0');
+        if (id > d->max) {
+            why = "an id that is too large";
+            break;
+        }
+        if (*p != ',' && *p != '\0') {
+            why = "an id that is not a number";
+            break;
+        }
+        for (int i = 0; i < o->num_gpu_ids && !why; i++)
+            if (o->gpu_ids[i] == id) why = "a GPU listed twice";
+        if (why) break;
+        o->gpu_ids[o->num_gpu_ids++] = (int)id; /* distinct ids <= max: always fits */
+        if (*p == '\0') return PS_OK;
+        p++;
+    }
+    snprintf(err, errlen, "--gpus needs 'all' or distinct GPU ids 0..%ld like 0,1; '%s' has %s",
+             d->max, arg, why);
+    return PS_EINVAL;
+}
+
+int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->seed = -1;
+    o->checkpoint_every = o->worker_timeout_ms = o->replicas = o->staleness = -1;
+    unsigned char given[N_OPTIONS] = {0};
+    char err[512];
+    int rest = argc;
+    /* In order: stop at the first non-option, so worker arguments are never permuted;
+     * they go after a "--". */
+    int rc = ps_options_defaults(table, N_OPTIONS, o, err, sizeof err);
+    if (rc == PS_OK)
+        rc =
+            ps_options_parse_args(table, N_OPTIONS, argc, argv, o, given, "psctl local",
+                                  PS_OPTIONS_IN_ORDER | PS_OPTIONS_ARGS | PS_OPTIONS_AFTER_DASHDASH,
+                                  &rest, err, sizeof err);
+    if (rc == 1) {
+        psctl_local_usage(stdout);
+        return 1;
+    }
+    if (rc != PS_OK) {
+        fprintf(stderr, "psctl local: %s\n", err);
+        return 2;
+    }
+    o->extra = argv + rest;
+    o->num_extra = argc - rest;
+    if (given[ps_options_find(table, N_OPTIONS, "mode") - table])
+        o->mode = o->mode_index ? "async" : "sync";
+
+    if (o->num_ps == 0 || (o->num_workers == 0 && !o->gpus) || !o->mode) {
+        fprintf(stderr, "psctl local: %s is required\n",
+                o->num_ps == 0                    ? "--ps"
+                : o->num_workers == 0 && !o->gpus ? "--workers (or --gpus)"
+                                                  : "--mode");
+        goto usage_hint;
+    }
+    if (o->gpus && !o->gpus_all && o->num_workers > 0 && o->num_workers != o->num_gpu_ids) {
+        fprintf(stderr,
+                "psctl local: --workers %ld disagrees with --gpus %s: one worker per listed GPU "
+                "makes %d\n",
+                o->num_workers, o->gpus, o->num_gpu_ids);
+        goto usage_hint;
+    }
+    const char *conflict = NULL;
+    if (o->checkpoint_every >= 0 && !o->checkpoint_dir)
+        conflict = "--checkpoint-every needs --checkpoint-dir";
+    else if (o->replicas >= 0 && strcmp(o->mode, "sync") != 0)
+        conflict = "--replicas-to-aggregate applies to --mode sync only";
+    else if (o->staleness >= 0 && strcmp(o->mode, "async") != 0)
+        conflict = "--staleness applies to --mode async only";
+    else if (o->job_id && !ps_job_id_valid(o->job_id))
+        conflict = "--job-id needs 1 to 64 of A-Z a-z 0-9 . _ -";
+    if (conflict) {
+        fprintf(stderr, "psctl local: %s\n", conflict);
+        goto usage_hint;
+    }
+    return 0;
+
+usage_hint:
+    fprintf(stderr, "Try 'psctl local --help'.\n");
+    return 2;
+}
+
+int psctl_local_check(const psctl_local_opts *o) {
+    if (o->replicas > o->num_workers) {
+        fprintf(stderr, "psctl local: --replicas-to-aggregate %ld is more than the %ld workers\n",
+                o->replicas, o->num_workers);
+        return 2;
+    }
+    return 0;
+}
