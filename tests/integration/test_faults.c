@@ -20,24 +20,12 @@
 #include "proc.h"
 #include "ps.h"
 #include "ps_error.h"
+#include "stats.h"
 #include "testutil.h"
-
-/* Stats of shard `ps` (a client that never says Hello, so it joins nothing). */
-static ps_stats *stats(const ps_test_psd *ps, ps_stats *hold) {
-    ps_client *c;
-    char err[256];
-    const char *eps[1] = {ps->endpoint};
-    ck_assert_int_eq(ps_client_open(&c, eps, 1, 0, 1, err, sizeof err), PS_OK);
-    ps_client_set_timeout(c, 10000);
-    int rc = ps_client_stats(c, 0, hold);
-    ck_assert_msg(rc == PS_OK, "stats: %s", ps_client_error(c));
-    ps_client_close(c);
-    return hold;
-}
 
 static uint64_t version_of(const ps_test_psd *ps) {
     ps_stats h;
-    uint64_t v = stats(ps, &h)->version;
+    uint64_t v = ps_test_shard_stats(ps->endpoint, &h)->version;
     ps_stats_free(&h);
     return v;
 }
@@ -128,7 +116,7 @@ START_TEST(worker_killed_sync_job_finishes) {
     ck_assert_msg(acc >= 0.84, "test accuracy %.4f < 0.84", acc);
     for (int i = 0; i < 2; i++) {
         ps_stats h;
-        ps_stats *st = stats(&psd[i], &h);
+        ps_stats *st = ps_test_shard_stats(psd[i].endpoint, &h);
         ck_assert_uint_eq(st->workers_removed, 1);
         ps_stats_free(&h);
         ck_assert_msg(ps_test_file_has(psd[i].log, "worker 2 removed"),
@@ -205,7 +193,7 @@ START_TEST(psd_killed_restarts_from_checkpoint) {
     long long deadline = ps_test_now_ms() + 60000;
     for (;;) {
         ps_stats h;
-        ps_stats *st = stats(&psd[0], &h);
+        ps_stats *st = ps_test_shard_stats(psd[0].endpoint, &h);
         /* a checkpoint with the variables in it: the first one may be of the
          * empty shard at version 0, written before the chief created them */
         int ready = st->checkpoint_version >= 100 && st->version >= 150;
@@ -262,7 +250,7 @@ START_TEST(backup_workers_do_not_wait_for_the_slow_one) {
     ck_assert_int_eq(finish_worker(&j, 2, 60000), 0);
     long long all_ms = ps_test_now_ms() - t0;
     ps_stats h;
-    ps_stats *st = stats(&psd, &h);
+    ps_stats *st = ps_test_shard_stats(psd.endpoint, &h);
     printf("backup workers: chief %lld ms, slow worker done at %lld ms; version %llu, dropped "
            "%llu\n",
            chief_ms, all_ms, (unsigned long long)st->version,
@@ -295,7 +283,7 @@ static uint64_t async_staleness(const char *staleness, uint64_t *waits) {
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(finish_worker(&j, i, 60000), 0);
     ps_stats h;
-    ps_stats *st = stats(&psd, &h);
+    ps_stats *st = ps_test_shard_stats(psd.endpoint, &h);
     uint64_t worst = st->max_staleness;
     *waits = st->staleness_waits;
     ck_assert_uint_eq(st->pushes_applied, 90);
