@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "job_id.h"
 #include "kernels.h"
 #include "lifetime.h"
 #include "log.h"
@@ -15,7 +16,6 @@
 #include "shared_flags.h"
 #include "tfconfig.h"
 #include "train.h"
-#include "wire.h"
 
 #define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
 #define DEFAULT_JOB_ID "default"
