@@ -89,17 +89,9 @@ static pid_t spawn_psd(int k, const char *const *args) {
 /* Waits for slot k's ready file; returns its line without the newline. */
 static const char *wait_ready(int k) {
     static char line[256];
-    long long until = ps_test_now_ms() + READY_MS;
-    while (ps_test_now_ms() < until) {
-        const char *s = ps_test_text(readies[k]);
-        if (strchr(s, '\n')) {
-            snprintf(line, sizeof line, "%.*s", (int)strcspn(s, "\n"), s);
-            return line;
-        }
-        ck_assert_msg(ps_test_alive(running[k]), "psd exited before it was ready:\n%s",
-                      ps_test_text(logs[k]));
-        ps_test_nap_ms(20); /* pacing between polls */
-    }
+    if (ps_test_wait_first_line(readies[k], running[k], line, sizeof line, READY_MS)) return line;
+    ck_assert_msg(ps_test_alive(running[k]), "psd exited before it was ready:\n%s",
+                  ps_test_text(logs[k]));
     ck_abort_msg("psd not ready within %d ms:\n%s", READY_MS, ps_test_text(logs[k]));
     return NULL;
 }
