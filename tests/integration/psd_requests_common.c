@@ -103,6 +103,32 @@ void push_req_init(push_req *q, uint64_t request_id, Ps__TensorMeta **metas, siz
     q->h.push = &q->push;
 }
 
+void expect_bad_pushes(const bad_push *cases, size_t n) {
+    static const float ones[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    for (size_t i = 0; i < n; i++) {
+        const bad_push *c = &cases[i];
+        ck_assert_uint_le(c->n_metas, 2);
+        ck_assert_uint_le(c->n_frames, 3);
+        Ps__TensorMeta m[2], *mp[2] = {&m[0], &m[1]};
+        uint64_t sb[2][PS_WIRE_MAX_RANK];
+        for (size_t k = 0; k < c->n_metas; k++)
+            ps_tensor_meta_f32(&m[k], c->meta[k].name, c->meta[k].shape, c->meta[k].rank, sb[k]);
+        if (c->has_dtype) m[0].dtype = (Ps__DType)c->dtype;
+        if (c->nbytes) m[0].nbytes = c->nbytes;
+        const void *pl[3] = {ones, ones, ones};
+        for (size_t k = 0; k < c->n_frames; k++)
+            ck_assert_uint_le(c->frame_len[k], sizeof ones);
+        push_req q;
+        push_req_init(&q, c->id, mp, c->n_metas, 0, c->worker);
+        raw_send_hdr(&r, &q.h, pl, c->frame_len, c->n_frames);
+        raw_expect_error_text(&r, c->id, c->code, c->text, REPLY_MS);
+    }
+    raw_close(&r);
+    expect_unchanged();
+}
+
 /* Sends a Pull of the given names. */
 void raw_pull(raw_conn *r, uint64_t request_id, char **names, size_t n, uint64_t min_version,
               const void *const *pl, const size_t *pl_lens, size_t n_pl) {

@@ -9,8 +9,8 @@
 
 #include <check.h>
 
-#include "ps.h"
 #include "proc.h"
+#include "ps.h"
 #include "raw.h"
 #include "wire.h"
 
@@ -53,6 +53,30 @@ typedef struct {
 } push_req;
 void push_req_init(push_req *q, uint64_t request_id, Ps__TensorMeta **metas, size_t n,
                    uint64_t step, uint32_t worker);
+/* One tensor of a hand-built Push: its name and shape. */
+typedef struct {
+    const char *name;
+    size_t rank, shape[2];
+} bad_meta;
+
+/* A Push built by hand and the Error psd must answer it with. */
+typedef struct {
+    uint64_t id;      /* request id (echoed in the Error) */
+    size_t n_metas;   /* 0..2 tensors in the header */
+    bad_meta meta[2]; /* float32 unless dtype says otherwise */
+    int has_dtype;    /* 1: meta[0]'s dtype is dtype (a Ps__DType value) */
+    int dtype;
+    uint64_t nbytes;     /* when non-zero: meta[0]'s nbytes */
+    uint32_t worker;     /* the push's worker_index */
+    size_t n_frames;     /* 0..3 payload frames, each frame_len[i] bytes of 1.0f values */
+    size_t frame_len[3]; /* at most 64 bytes each */
+    int code;            /* the Error's code */
+    const char *text;    /* a part of the Error's message */
+} bad_push;
+
+/* Sends each push on one raw DEALER, expects its Error (code and text), and then that the
+ * shard still serves the good client unchanged. */
+void expect_bad_pushes(const bad_push *cases, size_t n);
 /* Sends a Pull of the given names. */
 void raw_pull(raw_conn *r, uint64_t request_id, char **names, size_t n, uint64_t min_version,
               const void *const *pl, const size_t *pl_lens, size_t n_pl);

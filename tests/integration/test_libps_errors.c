@@ -358,7 +358,7 @@ typedef struct {
         long long t0_ = ps_test_now_ms();                                                          \
         (out).rc = (expr);                                                                         \
         (out).ms = ps_test_now_ms() - t0_;                                                         \
-        snprintf((out).msg, sizeof (out).msg, "%s", ps_client_error(c));                          \
+        snprintf((out).msg, sizeof(out).msg, "%s", ps_client_error(c));                            \
     } while (0)
 
 /* Without a checkpoint the restarted psd holds nothing: every request after it is
@@ -446,7 +446,8 @@ START_TEST(psd_restarted_from_checkpoint_mid_loop_is_erestarted) {
     ck_assert_msg(push.ms < 10000, "push took %lld ms", push.ms);
     ck_assert_msg(pull.rc == PS_OK, "pull: %s (%s)", ps_errname(pull.rc), pull.msg);
     ck_assert_uint_eq(v_after, 3);
-    ck_assert_msg(memcmp(after, at_ckpt, sizeof after) == 0, "pulled values are not the checkpoint's");
+    ck_assert_msg(memcmp(after, at_ckpt, sizeof after) == 0,
+                  "pulled values are not the checkpoint's");
     ck_assert_int_ge(logged.lines, 1);
     ck_assert_contains(logged.last, "restarted");
     ck_assert_int_eq(ps_test_psd_stop(&psd, 10000), 0);

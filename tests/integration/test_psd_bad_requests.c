@@ -30,136 +30,112 @@ START_TEST(pull_unknown_variable) {
 }
 END_TEST
 
+/* "w" [2, 3] and "b" [4] as the shard holds them, and the frames a good push sends. */
+#define W_23                                                                                       \
+    {                                                                                              \
+        "w", 2, {                                                                                  \
+            2, 3                                                                                   \
+        }                                                                                          \
+    }
+#define B_4                                                                                        \
+    {                                                                                              \
+        "b", 1, {                                                                                  \
+            NB                                                                                     \
+        }                                                                                          \
+    }
+#define GW (NW * sizeof(float))
+#define GB (NB * sizeof(float))
+
+/* The tables below are laid out by hand: one case, one or two lines. */
+/* clang-format off */
 START_TEST(push_unknown_variable) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
-    Ps__TensorMeta m;
-    uint64_t sb[PS_WIRE_MAX_RANK];
-    ps_tensor_meta_f32(&m, "nope", (const size_t[]){2, 3}, 2, sb);
-    Ps__TensorMeta *mp[1] = {&m};
-    push_req q;
-    push_req_init(&q, 103, mp, 1, 0, 0);
-    float g[NW] = {1, 1, 1, 1, 1, 1};
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 103, PS_ENOENT, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    static const bad_push cases[] = {
+        {.id = 103, .n_metas = 1, .meta = {{"nope", 2, {2, 3}}}, .n_frames = 1, .frame_len = {GW},
+         .code = PS_ENOENT, .text = "no variable named 'nope' on shard 0"},
+    };
+    expect_bad_pushes(cases, sizeof cases / sizeof cases[0]);
 }
 END_TEST
 
 START_TEST(push_wrong_shape) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
-    float g[NW] = {1, 1, 1, 1, 1, 1};
-    Ps__TensorMeta m;
-    uint64_t sb[PS_WIRE_MAX_RANK];
-    Ps__TensorMeta *mp[1] = {&m};
-    push_req q;
-    /* same number of elements, transposed */
-    ps_tensor_meta_f32(&m, "w", (const size_t[]){3, 2}, 2, sb);
-    push_req_init(&q, 104, mp, 1, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 104, PS_ESHAPE, REPLY_MS);
-    /* flattened */
-    ps_tensor_meta_f32(&m, "w", (const size_t[]){6}, 1, sb);
-    push_req_init(&q, 105, mp, 1, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 105, PS_ESHAPE, REPLY_MS);
-    /* fewer elements */
-    ps_tensor_meta_f32(&m, "w", (const size_t[]){2, 2}, 2, sb);
-    push_req_init(&q, 106, mp, 1, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){16}, 1);
-    raw_expect_error(&r, 106, PS_ESHAPE, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    static const bad_push cases[] = {
+        /* same number of elements, transposed */
+        {.id = 104, .n_metas = 1, .meta = {{"w", 2, {3, 2}}}, .n_frames = 1, .frame_len = {GW},
+         .code = PS_ESHAPE, .text = "gradient for 'w' has the wrong shape"},
+        /* flattened */
+        {.id = 105, .n_metas = 1, .meta = {{"w", 1, {NW}}}, .n_frames = 1, .frame_len = {GW},
+         .code = PS_ESHAPE, .text = "gradient for 'w' has the wrong shape"},
+        /* fewer elements */
+        {.id = 106, .n_metas = 1, .meta = {{"w", 2, {2, 2}}}, .n_frames = 1, .frame_len = {16},
+         .code = PS_ESHAPE, .text = "gradient for 'w' has the wrong shape"},
+    };
+    expect_bad_pushes(cases, sizeof cases / sizeof cases[0]);
 }
 END_TEST
 
 START_TEST(push_wrong_dtype) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
-    float g[NW] = {1, 1, 1, 1, 1, 1};
-    Ps__TensorMeta m;
-    uint64_t sb[PS_WIRE_MAX_RANK];
-    ps_tensor_meta_f32(&m, "w", (const size_t[]){2, 3}, 2, sb);
-    m.dtype = PS__DTYPE__DT_INVALID;
-    Ps__TensorMeta *mp[1] = {&m};
-    push_req q;
-    push_req_init(&q, 107, mp, 1, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 107, PS_ESHAPE, REPLY_MS);
-    m.dtype = (Ps__DType)2; /* not a dtype psd knows */
-    push_req_init(&q, 108, mp, 1, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 108, PS_ESHAPE, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    static const bad_push cases[] = {
+        {.id = 107, .n_metas = 1, .meta = {W_23}, .has_dtype = 1, .dtype = PS__DTYPE__DT_INVALID,
+         .n_frames = 1, .frame_len = {GW},
+         .code = PS_ESHAPE, .text = "tensor 'w': dtype 0 not supported (only float32)"},
+        /* not a dtype psd knows */
+        {.id = 108, .n_metas = 1, .meta = {W_23}, .has_dtype = 1, .dtype = 2,
+         .n_frames = 1, .frame_len = {GW},
+         .code = PS_ESHAPE, .text = "tensor 'w': dtype 2 not supported"},
+    };
+    expect_bad_pushes(cases, sizeof cases / sizeof cases[0]);
 }
 END_TEST
 
 START_TEST(push_frame_count_mismatch) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
-    float g[NW] = {1, 1, 1, 1, 1, 1}, gb[NB] = {1, 1, 1, 1};
-    Ps__TensorMeta m[2];
-    uint64_t sb[2][PS_WIRE_MAX_RANK];
-    ps_tensor_meta_f32(&m[0], "w", (const size_t[]){2, 3}, 2, sb[0]);
-    ps_tensor_meta_f32(&m[1], "b", (const size_t[]){NB}, 1, sb[1]);
-    Ps__TensorMeta *mp[2] = {&m[0], &m[1]};
-    push_req q;
-    /* two metas, three frames */
-    push_req_init(&q, 109, mp, 2, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g, gb, gb},
-                 (const size_t[]){sizeof g, sizeof gb, sizeof gb}, 3);
-    raw_expect_error(&r, 109, PS_EPROTO, REPLY_MS);
-    /* two metas, one frame */
-    push_req_init(&q, 110, mp, 2, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 110, PS_EPROTO, REPLY_MS);
-    /* two metas, no frames at all */
-    push_req_init(&q, 111, mp, 2, 0, 0);
-    raw_send_hdr(&r, &q.h, NULL, NULL, 0);
-    raw_expect_error(&r, 111, PS_EPROTO, REPLY_MS);
-    /* no metas, one frame */
-    push_req_init(&q, 136, mp, 0, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 136, PS_EPROTO, REPLY_MS);
-    /* an empty push: nothing to apply */
-    push_req_init(&q, 137, mp, 0, 0, 0);
-    raw_send_hdr(&r, &q.h, NULL, NULL, 0);
-    raw_expect_error(&r, 137, PS_EPROTO, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    static const bad_push cases[] = {
+        /* two metas, three frames */
+        {.id = 109, .n_metas = 2, .meta = {W_23, B_4}, .n_frames = 3, .frame_len = {GW, GB, GB},
+         .code = PS_EPROTO, .text = "header lists 2 tensors but 3 payload frames followed"},
+        /* two metas, one frame */
+        {.id = 110, .n_metas = 2, .meta = {W_23, B_4}, .n_frames = 1, .frame_len = {GW},
+         .code = PS_EPROTO, .text = "header lists 2 tensors but 1 payload frames followed"},
+        /* two metas, no frames at all */
+        {.id = 111, .n_metas = 2, .meta = {W_23, B_4},
+         .code = PS_EPROTO, .text = "header lists 2 tensors but 0 payload frames followed"},
+        /* no metas, one frame */
+        {.id = 136, .n_frames = 1, .frame_len = {GW},
+         .code = PS_EPROTO, .text = "header lists 0 tensors but 1 payload frames followed"},
+        /* an empty push: nothing to apply */
+        {.id = 137, .code = PS_EPROTO, .text = "push carries no gradients"},
+    };
+    expect_bad_pushes(cases, sizeof cases / sizeof cases[0]);
 }
 END_TEST
 
 START_TEST(push_nbytes_mismatch) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
-    float g[NW] = {1, 1, 1, 1, 1, 1};
-    Ps__TensorMeta m;
-    uint64_t sb[PS_WIRE_MAX_RANK];
-    ps_tensor_meta_f32(&m, "w", (const size_t[]){2, 3}, 2, sb);
-    Ps__TensorMeta *mp[1] = {&m};
-    push_req q;
-    /* nbytes disagrees with the shape (the frame agrees with nbytes) */
-    m.nbytes = 20;
-    push_req_init(&q, 112, mp, 1, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){20}, 1);
-    raw_expect_error(&r, 112, PS_EPROTO, REPLY_MS);
-    /* nbytes disagrees with the shape and the frame (which agree) */
-    push_req_init(&q, 135, mp, 1, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 135, PS_EPROTO, REPLY_MS);
-    /* nbytes right, the frame is short */
-    m.nbytes = sizeof g;
-    push_req_init(&q, 113, mp, 1, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g - 1}, 1);
-    raw_expect_error(&r, 113, PS_EPROTO, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    static const bad_push cases[] = {
+        /* nbytes disagrees with the shape (the frame agrees with nbytes) */
+        {.id = 112, .n_metas = 1, .meta = {W_23}, .nbytes = 20, .n_frames = 1, .frame_len = {20},
+         .code = PS_EPROTO, .text = "tensor 'w': shape gives 24 bytes but nbytes says 20"},
+        /* nbytes disagrees with the shape and the frame (which agree) */
+        {.id = 135, .n_metas = 1, .meta = {W_23}, .nbytes = 20, .n_frames = 1, .frame_len = {GW},
+         .code = PS_EPROTO, .text = "tensor 'w': shape gives 24 bytes but nbytes says 20"},
+        /* nbytes right, the frame is short */
+        {.id = 113, .n_metas = 1, .meta = {W_23}, .n_frames = 1, .frame_len = {GW - 1},
+         .code = PS_EPROTO, .text = "tensor 'w': frame has 23 bytes, header says 24"},
+    };
+    expect_bad_pushes(cases, sizeof cases / sizeof cases[0]);
 }
 END_TEST
+
+START_TEST(push_worker_index_out_of_range) {
+    static const bad_push cases[] = {
+        /* the job has one worker: index 0 */
+        {.id = 122, .n_metas = 1, .meta = {W_23}, .worker = 1, .n_frames = 1, .frame_len = {GW},
+         .code = PS_EINVAL, .text = "worker index 1 out of range (job has 1 workers)"},
+        {.id = 123, .n_metas = 1, .meta = {W_23}, .worker = UINT32_MAX, .n_frames = 1,
+         .frame_len = {GW}, .code = PS_EINVAL, .text = "worker index 4294967295 out of range"},
+    };
+    expect_bad_pushes(cases, sizeof cases / sizeof cases[0]);
+}
+END_TEST
+/* clang-format on */
 
 START_TEST(wrong_protocol_version) {
     raw_conn r;
@@ -365,28 +341,6 @@ START_TEST(nan_gradient_rejected) {
     ck_assert_uint_eq(expect_values(&good, want_w, want_b), 1);
 }
 END_TEST
-
-START_TEST(push_worker_index_out_of_range) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
-    float g[NW] = {1, 1, 1, 1, 1, 1};
-    Ps__TensorMeta m;
-    uint64_t sb[PS_WIRE_MAX_RANK];
-    ps_tensor_meta_f32(&m, "w", (const size_t[]){2, 3}, 2, sb);
-    Ps__TensorMeta *mp[1] = {&m};
-    push_req q;
-    push_req_init(&q, 122, mp, 1, 0, 1); /* the job has one worker: index 0 */
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 122, PS_EINVAL, REPLY_MS);
-    push_req_init(&q, 123, mp, 1, 0, UINT32_MAX);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 123, PS_EINVAL, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
-}
-END_TEST
-
-/* Sends CreateVars for one var with SGD and the given initial values. */
 
 static Suite *requests_suite(void) {
     Suite *s = suite_create("psd_requests");

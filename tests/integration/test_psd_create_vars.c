@@ -125,21 +125,6 @@ END_TEST
 
 /* ---- names are valid UTF-8 without NUL; values are finite; one optimizer per variable ---- */
 
-/* Waits for an Error reply with code and a message containing want; asserts. */
-static void expect_error_text(raw_conn *r, uint64_t request_id, int code, const char *want) {
-    Ps__Header *h = raw_recv(r, REPLY_MS, NULL);
-    ck_assert_msg(h != NULL, "no reply to %llu", (unsigned long long)request_id);
-    ck_assert_msg(h->body_case == PS__HEADER__BODY_ERROR, "request %llu: body %d, want %s",
-                  (unsigned long long)request_id, (int)h->body_case, ps_errname(code));
-    ck_assert_uint_eq(h->request_id, request_id);
-    ck_assert_msg(h->error->code == code, "request %llu: %s (%s), want %s",
-                  (unsigned long long)request_id, h->error->code_name, h->error->message,
-                  ps_errname(code));
-    ck_assert_msg(strstr(h->error->message, want) != NULL, "no '%s' in: %s", want,
-                  h->error->message);
-    ps__header__free_unpacked(h, NULL);
-}
-
 /* CreateVars of one [2] variable named name[0..len), SGD lr LR. */
 static void create_named(raw_conn *r, uint64_t id, const char *name, size_t len) {
     raw_pb meta = raw_pb_meta2(name, len), opt = {.n = 0}, body = {.n = 0};
@@ -177,16 +162,16 @@ START_TEST(names_must_be_utf8_without_nul) {
         const char *name = BAD_NAMES[i].bytes;
         size_t len = BAD_NAMES[i].len;
         create_named(&r, ++id, name, len);
-        expect_error_text(&r, id, PS_EPROTO, "create_vars.vars[0].name");
+        raw_expect_error_text(&r, id, PS_EPROTO, "create_vars.vars[0].name", REPLY_MS);
         raw_pb pull = {.n = 0};
         raw_pb_bytes(&pull, 1, "w", 1);
         raw_pb_bytes(&pull, 1, name, len);
         raw_send_body(&r, ++id, 14, &pull, 0, NULL);
-        expect_error_text(&r, id, PS_EPROTO, "pull.names[1]");
+        raw_expect_error_text(&r, id, PS_EPROTO, "pull.names[1]", REPLY_MS);
         raw_pb meta = raw_pb_meta2(name, len), push = {.n = 0};
         raw_pb_bytes(&push, 1, meta.b, meta.n);
         raw_send_body(&r, ++id, 16, &push, 1, g);
-        expect_error_text(&r, id, PS_EPROTO, "push.grads[0].name");
+        raw_expect_error_text(&r, id, PS_EPROTO, "push.grads[0].name", REPLY_MS);
     }
     /* valid multibyte UTF-8 is a name like any other */
     const char *wide = "w\xc3\xa9ight/\xe6\x9d\x83\xf0\x9f\x98\x80";
@@ -231,10 +216,11 @@ START_TEST(create_vars_non_finite_init) {
     ps_tensor_meta_f32(&m[1], "fresh", (const size_t[]){2}, 1, sb[1]);
     Ps__TensorMeta *mp[2] = {&m[0], &m[1]};
     raw_create(&r, 320, mp, 2, (const void *[]){ok, bad}, (const size_t[]){sizeof ok, sizeof bad});
-    expect_error_text(&r, 320, PS_EINVAL, "variable 'fresh': initial value 1 is NaN");
+    raw_expect_error_text(&r, 320, PS_EINVAL, "variable 'fresh': initial value 1 is NaN", REPLY_MS);
     bad[0] = -INFINITY;
     raw_create(&r, 321, mp, 2, (const void *[]){ok, bad}, (const size_t[]){sizeof ok, sizeof bad});
-    expect_error_text(&r, 321, PS_EINVAL, "variable 'fresh': initial value 0 is infinite");
+    raw_expect_error_text(&r, 321, PS_EINVAL, "variable 'fresh': initial value 0 is infinite",
+                          REPLY_MS);
     raw_pull(&r, 322, (char *[]){"fine"}, 1, 0, NULL, NULL, 0);
     raw_expect_error(&r, 322, PS_ENOENT, REPLY_MS);
     raw_close(&r);
@@ -266,9 +252,10 @@ START_TEST(create_vars_other_optimizer) {
     o.kind = PS__OPT_KIND__OPT_SGD;
     o.lr = 0.25f;
     raw_send_hdr(&r, &h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
-    expect_error_text(&r, 330, PS_EEXIST,
-                      "variable 'w' exists with optimizer sgd lr=0.1, the request says sgd "
-                      "lr=0.25");
+    raw_expect_error_text(&r, 330, PS_EEXIST,
+                          "variable 'w' exists with optimizer sgd lr=0.1, the request says sgd "
+                          "lr=0.25",
+                          REPLY_MS);
     o.kind = PS__OPT_KIND__OPT_ADAM;
     o.lr = LR;
     o.beta1 = 0.9f;
@@ -276,9 +263,11 @@ START_TEST(create_vars_other_optimizer) {
     o.epsilon = 1e-7f;
     h.request_id = 331;
     raw_send_hdr(&r, &h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
-    expect_error_text(&r, 331, PS_EEXIST,
-                      "exists with optimizer sgd lr=0.1, the request says adam lr=0.1 beta1=0.9 "
-                      "beta2=0.999 epsilon=1e-07");
+    raw_expect_error_text(
+        &r, 331, PS_EEXIST,
+        "exists with optimizer sgd lr=0.1, the request says adam lr=0.1 beta1=0.9 "
+        "beta2=0.999 epsilon=1e-07",
+        REPLY_MS);
     /* fields SGD does not use do not count: the same optimizer, idempotent */
     o.kind = PS__OPT_KIND__OPT_SGD;
     h.request_id = 332;

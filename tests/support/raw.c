@@ -72,15 +72,25 @@ Ps__Header *raw_recv(raw_conn *r, int timeout_ms, ps_frames *f) {
 }
 
 void raw_expect_error(raw_conn *r, uint64_t request_id, int code, int timeout_ms) {
+    raw_expect_error_text(r, request_id, code, NULL, timeout_ms);
+}
+
+void raw_expect_error_text(raw_conn *r, uint64_t request_id, int code, const char *want,
+                           int timeout_ms) {
     ps_frames f;
     Ps__Header *h = raw_recv(r, timeout_ms, &f);
-    ck_assert_msg(h != NULL, "no reply within %d ms (want %s)", timeout_ms, ps_errname(code));
-    ck_assert_msg(h->body_case == PS__HEADER__BODY_ERROR, "reply body %d, want Error %s",
-                  (int)h->body_case, ps_errname(code));
-    ck_assert_msg(h->error->code == code, "error %s (%s), want %s", h->error->code_name,
-                  h->error->message, ps_errname(code));
+    unsigned long long id = (unsigned long long)request_id;
+    ck_assert_msg(h != NULL, "request %llu: no reply within %d ms (want %s)", id, timeout_ms,
+                  ps_errname(code));
+    ck_assert_msg(h->body_case == PS__HEADER__BODY_ERROR, "request %llu: reply body %d, want %s",
+                  id, (int)h->body_case, ps_errname(code));
+    ck_assert_msg(h->error->code == code, "request %llu: error %s (%s), want %s", id,
+                  h->error->code_name, h->error->message, ps_errname(code));
     ck_assert_str_eq(h->error->code_name, ps_errname(code));
-    ck_assert_msg(h->error->message && h->error->message[0], "empty error message");
+    ck_assert_msg(h->error->message && h->error->message[0], "request %llu: empty error message",
+                  id);
+    ck_assert_msg(!want || strstr(h->error->message, want), "request %llu: no '%s' in: %s", id,
+                  want, h->error->message);
     ck_assert_uint_eq(h->request_id, request_id);
     ck_assert_uint_eq(f.n, 1); /* an error carries no payload frames */
     ps_frames_close(&f);

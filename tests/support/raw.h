@@ -26,6 +26,9 @@ Ps__Header *raw_recv(raw_conn *r, int timeout_ms, ps_frames *f);
 /* Waits up to timeout_ms for an Error reply and checks its code, name, message and echoed
  * request id. */
 void raw_expect_error(raw_conn *r, uint64_t request_id, int code, int timeout_ms);
+/* As raw_expect_error, and the message must contain want (NULL: any non-empty one). */
+void raw_expect_error_text(raw_conn *r, uint64_t request_id, int code, const char *want,
+                           int timeout_ms);
 
 /* A message encoded by hand, for bytes protobuf-c would not send (its pack stops a
  * string at its first NUL). */
