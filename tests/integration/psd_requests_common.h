@@ -77,6 +77,35 @@ typedef struct {
 /* Sends each push on one raw DEALER, expects its Error (code and text), and then that the
  * shard still serves the good client unchanged. */
 void expect_bad_pushes(const bad_push *cases, size_t n);
+/* Sends h and its n payload frames on a fresh raw DEALER, expects the Error (code, a message
+ * containing text, h's request id echoed), then that the shard still serves the good client
+ * unchanged. */
+void expect_bad_request(const Ps__Header *h, const void *const *pl, const size_t *lens, size_t n,
+                        int code, const char *text);
+/* The same for n frames sent as they are (the first is not a header): the Error echoes
+ * request id 0. */
+void expect_bad_frames(const void *const *data, const size_t *lens, size_t n, int code,
+                       const char *text);
+
+/* A Pull request of the given names (borrowed). */
+typedef struct {
+    Ps__Header h;
+    Ps__Pull pull;
+} pull_req;
+void pull_req_init(pull_req *q, uint64_t request_id, char **names, size_t n, uint64_t min_version);
+
+/* A CreateVars request of one float32 variable `name` [shape] with an SGD optimizer at LR
+ * (q->o may be changed before sending; q must not be copied once initialised). */
+typedef struct {
+    Ps__Header h;
+    Ps__CreateVars cv;
+    Ps__TensorMeta m, *mp[1];
+    uint64_t sb[PS_WIRE_MAX_RANK];
+    Ps__Optimizer o, *op[1];
+} create_req;
+void create_req_init(create_req *q, uint64_t request_id, const char *name, const size_t *shape,
+                     size_t rank);
+
 /* Sends a Pull of the given names. */
 void raw_pull(raw_conn *r, uint64_t request_id, char **names, size_t n, uint64_t min_version,
               const void *const *pl, const size_t *pl_lens, size_t n_pl);

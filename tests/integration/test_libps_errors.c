@@ -361,39 +361,56 @@ typedef struct {
         snprintf((out).msg, sizeof(out).msg, "%s", ps_client_error(c));                            \
     } while (0)
 
+/* A restart scenario: psd started with args, the library's log going to `logged`, stdout
+ * and stderr captured, and a training loop client that made 3 steps. */
+typedef struct {
+    ps_test_psd psd;
+    log_sink logged;
+    capture k;
+    loop_client l;
+} restart_run;
+
+static void restart_run_begin(restart_run *r, const char *const *args) {
+    memset(r, 0, sizeof *r);
+    ck_assert_int_eq(ps_test_psd_start(&r->psd, args, 10000), 0);
+    ps_lib_set_log(sink, &r->logged, PS_LIB_LOG_DEBUG);
+    capture_begin(&r->k);
+    loop_open(&r->l, &r->psd);
+    loop_steps(&r->l, 3);
+}
+
+/* Closes the client, checks nothing was printed, and stops the log (psd keeps running). */
+static void restart_run_end(restart_run *r) {
+    ps_client_close(r->l.c);
+    capture_end_expect_silence(&r->k);
+    ps_lib_set_log(NULL, NULL, PS_LIB_LOG_INFO);
+}
+
 /* Without a checkpoint the restarted psd holds nothing: every request after it is
  * PS_ELOST naming the shard (never a hang, never PS_ENOENT). */
 START_TEST(psd_restarted_empty_mid_loop_is_elost) {
     const char *args[] = {"--workers", "1", "--mode", "sync", NULL};
-    ps_test_psd psd;
-    ck_assert_int_eq(ps_test_psd_start(&psd, args, 10000), 0);
-    log_sink logged = {0};
-    ps_lib_set_log(sink, &logged, PS_LIB_LOG_DEBUG);
-    capture k;
-    capture_begin(&k);
-    loop_client l = {0};
-    loop_open(&l, &psd);
-    loop_steps(&l, 3);
-    ps_test_psd_kill(&psd);
-    int restarted = ps_test_psd_restart(&psd, args, 10000);
+    restart_run r;
+    restart_run_begin(&r, args);
+    ps_client *c = r.l.c;
+    ps_test_psd_kill(&r.psd);
+    int restarted = ps_test_psd_restart(&r.psd, args, 10000);
     outcome push, pull;
-    CALL(push, l.c, ps_client_push_next(l.c, l.clock, NULL));
-    CALL(pull, l.c, ps_client_pull_next(l.c, 0, l.clock, NULL));
-    ps_client_close(l.c);
-    capture_end_expect_silence(&k);
-    ps_lib_set_log(NULL, NULL, PS_LIB_LOG_INFO);
+    CALL(push, c, ps_client_push_next(c, r.l.clock, NULL));
+    CALL(pull, c, ps_client_pull_next(c, 0, r.l.clock, NULL));
+    restart_run_end(&r);
     ck_assert_int_eq(restarted, 0);
     outcome *both[2] = {&push, &pull};
     for (int i = 0; i < 2; i++) {
         ck_assert_msg(both[i]->rc == PS_ELOST, "%s: %s (%s)", i ? "pull" : "push",
                       ps_errname(both[i]->rc), both[i]->msg);
         ck_assert_contains(both[i]->msg, "psd 0");
-        ck_assert_contains(both[i]->msg, psd.endpoint);
+        ck_assert_contains(both[i]->msg, r.psd.endpoint);
         ck_assert_contains(both[i]->msg, "lost the job's variables");
         /* well before the 20 s request deadline: the restart is seen, not waited out */
         ck_assert_msg(both[i]->ms < 10000, "%s took %lld ms", i ? "pull" : "push", both[i]->ms);
     }
-    ck_assert_int_eq(ps_test_psd_stop(&psd, 10000), 0);
+    ck_assert_int_eq(ps_test_psd_stop(&r.psd, 10000), 0);
 }
 END_TEST
 
@@ -407,40 +424,32 @@ START_TEST(psd_restarted_from_checkpoint_mid_loop_is_erestarted) {
     char ck[700];
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     const char *args[] = {"--workers", "1", "--mode", "sync", "--checkpoint-dir", ck, NULL};
-    ps_test_psd psd;
-    ck_assert_int_eq(ps_test_psd_start(&psd, args, 10000), 0);
-    log_sink logged = {0};
-    ps_lib_set_log(sink, &logged, PS_LIB_LOG_DEBUG);
-    capture k;
-    capture_begin(&k);
-    loop_client l = {0};
-    loop_open(&l, &psd);
-    loop_steps(&l, 3);
+    restart_run r;
+    restart_run_begin(&r, args);
+    ps_client *c = r.l.c;
     ps_checkpoint_info info = {0};
-    int ckpt = ps_client_checkpoint(l.c, 0, &info);
+    int ckpt = ps_client_checkpoint(c, 0, &info);
     float at_ckpt[4];
     uint64_t v_ckpt = 0;
-    int pulled = ps_client_pull(l.c, info.version, &v_ckpt);
-    memcpy(at_ckpt, l.w, sizeof at_ckpt);
-    loop_steps(&l, 2); /* the shard moves past the checkpoint, then dies */
-    ps_test_psd_kill(&psd);
-    int restarted = ps_test_psd_restart(&psd, args, 10000);
+    int pulled = ps_client_pull(c, info.version, &v_ckpt);
+    memcpy(at_ckpt, r.l.w, sizeof at_ckpt);
+    loop_steps(&r.l, 2); /* the shard moves past the checkpoint, then dies */
+    ps_test_psd_kill(&r.psd);
+    int restarted = ps_test_psd_restart(&r.psd, args, 10000);
     outcome push, pull;
-    CALL(push, l.c, ps_client_push_next(l.c, l.clock, NULL));
+    CALL(push, c, ps_client_push_next(c, r.l.clock, NULL));
     uint64_t v_after = 0;
-    CALL(pull, l.c, ps_client_pull_next(l.c, 0, l.clock, &v_after));
+    CALL(pull, c, ps_client_pull_next(c, 0, r.l.clock, &v_after));
     float after[4];
-    memcpy(after, l.w, sizeof after);
-    loop_steps(&l, 2); /* and the loop goes on */
-    ps_client_close(l.c);
-    capture_end_expect_silence(&k);
-    ps_lib_set_log(NULL, NULL, PS_LIB_LOG_INFO);
+    memcpy(after, r.l.w, sizeof after);
+    loop_steps(&r.l, 2); /* and the loop goes on */
+    restart_run_end(&r);
     ck_assert_int_eq(ckpt, PS_OK);
     ck_assert_uint_eq(info.version, 3);
     ck_assert_int_eq(pulled, PS_OK);
     ck_assert_uint_eq(v_ckpt, 3);
     ck_assert_int_eq(restarted, 0);
-    ck_assert_msg(ps_test_file_has(psd.log, "restored checkpoint"), "psd did not restore");
+    ck_assert_msg(ps_test_file_has(r.psd.log, "restored checkpoint"), "psd did not restore");
     ck_assert_msg(push.rc == PS_ERESTARTED, "push: %s (%s)", ps_errname(push.rc), push.msg);
     ck_assert_contains(push.msg, "psd 0 restarted from a checkpoint");
     ck_assert_msg(push.ms < 10000, "push took %lld ms", push.ms);
@@ -448,9 +457,9 @@ START_TEST(psd_restarted_from_checkpoint_mid_loop_is_erestarted) {
     ck_assert_uint_eq(v_after, 3);
     ck_assert_msg(memcmp(after, at_ckpt, sizeof after) == 0,
                   "pulled values are not the checkpoint's");
-    ck_assert_int_ge(logged.lines, 1);
-    ck_assert_contains(logged.last, "restarted");
-    ck_assert_int_eq(ps_test_psd_stop(&psd, 10000), 0);
+    ck_assert_int_ge(r.logged.lines, 1);
+    ck_assert_contains(r.logged.last, "restarted");
+    ck_assert_int_eq(ps_test_psd_stop(&r.psd, 10000), 0);
     ps_test_rmdir(dir);
     free(dir);
 }

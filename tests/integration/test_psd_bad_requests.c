@@ -18,15 +18,11 @@
 /* ---- bad requests: each gets an Error reply, and the shard keeps serving ---- */
 
 START_TEST(pull_unknown_variable) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
-    char *names[2] = {"nope", "w"};
-    raw_pull(&r, 101, names, 1, 0, NULL, NULL, 0);
-    raw_expect_error(&r, 101, PS_ENOENT, REPLY_MS);
-    raw_pull(&r, 102, (char *[]){"w", "nope"}, 2, 0, NULL, NULL, 0); /* known, then unknown */
-    raw_expect_error(&r, 102, PS_ENOENT, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    pull_req q;
+    pull_req_init(&q, 101, (char *[]){"nope", "w"}, 1, 0);
+    expect_bad_request(&q.h, NULL, NULL, 0, PS_ENOENT, "no variable named 'nope' on shard 0");
+    pull_req_init(&q, 102, (char *[]){"w", "nope"}, 2, 0); /* known, then unknown */
+    expect_bad_request(&q.h, NULL, NULL, 0, PS_ENOENT, "no variable named 'nope' on shard 0");
 }
 END_TEST
 
@@ -138,92 +134,65 @@ END_TEST
 /* clang-format on */
 
 START_TEST(wrong_protocol_version) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
     Ps__Header h = req_header(114);
     h.protocol_version = PS_PROTOCOL_VERSION + 1;
     Ps__Hello hello = PS__HELLO__INIT;
     hello.num_workers = 1;
     h.body_case = PS__HEADER__BODY_HELLO;
     h.hello = &hello;
-    raw_send_hdr(&r, &h, NULL, NULL, 0);
-    raw_expect_error(&r, 114, PS_EVERSION, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    expect_bad_request(&h, NULL, NULL, 0, PS_EVERSION, "not supported (this side speaks");
 }
 END_TEST
 
 START_TEST(garbage_header) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
     const unsigned char junk[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
                                     0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-    raw_send(&r, (const void *[]){junk}, (const size_t[]){sizeof junk}, 1);
-    raw_expect_error(&r, 0, PS_EPROTO, REPLY_MS); /* nothing decoded: request id 0 */
+    /* nothing decoded: request id 0 */
+    expect_bad_frames((const void *[]){junk}, (const size_t[]){sizeof junk}, 1, PS_EPROTO,
+                      "header frame is not a valid protobuf Header");
     const char http[] = "GET / HTTP/1.1\r\nHost: psd\r\n\r\n";
-    raw_send(&r, (const void *[]){http, "trailing"}, (const size_t[]){sizeof http - 1, 8}, 2);
-    raw_expect_error(&r, 0, PS_EPROTO, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    expect_bad_frames((const void *[]){http, "trailing"}, (const size_t[]){sizeof http - 1, 8}, 2,
+                      PS_EPROTO, "header frame is not a valid protobuf Header");
 }
 END_TEST
 
 START_TEST(empty_header_frame) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
-    raw_send(&r, (const void *[]){""}, (const size_t[]){0}, 1);
-    raw_expect_error(&r, 0, PS_EPROTO, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    expect_bad_frames((const void *[]){""}, (const size_t[]){0}, 1, PS_EPROTO,
+                      "header frame of 0 bytes");
 }
 END_TEST
 
 START_TEST(header_without_body) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
-    Ps__Header h = req_header(115);
-    raw_send_hdr(&r, &h, NULL, NULL, 0);
-    raw_expect_error(&r, 115, PS_EPROTO, REPLY_MS); /* the header decoded: its id is echoed */
-    raw_close(&r);
-    expect_unchanged();
+    Ps__Header h = req_header(115); /* the header decodes: its id is echoed */
+    expect_bad_request(&h, NULL, NULL, 0, PS_EPROTO, "header has no body");
 }
 END_TEST
 
 START_TEST(reply_type_as_request) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
     Ps__Header h = req_header(116);
     Ps__Welcome w = PS__WELCOME__INIT;
     h.body_case = PS__HEADER__BODY_WELCOME;
     h.welcome = &w;
-    raw_send_hdr(&r, &h, NULL, NULL, 0);
-    raw_expect_error(&r, 116, PS_EPROTO, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    expect_bad_request(&h, NULL, NULL, 0, PS_EPROTO, "is not something psd serves");
 }
 END_TEST
 
 START_TEST(pull_with_payload_frames) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
     float junk[NW] = {0};
-    raw_pull(&r, 117, (char *[]){"w"}, 1, 0, (const void *[]){junk}, (const size_t[]){sizeof junk},
-             1);
-    raw_expect_error(&r, 117, PS_EPROTO, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    pull_req q;
+    pull_req_init(&q, 117, (char *[]){"w"}, 1, 0);
+    expect_bad_request(&q.h, (const void *[]){junk}, (const size_t[]){sizeof junk}, 1, PS_EPROTO,
+                       "Pull takes no payload frames but 1 followed");
 }
 END_TEST
 
 START_TEST(pull_future_version) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
     /* sync defers only the next version; two ahead can never be answered in
      * order: ESTALE tells the client its idea of the shard is out of date */
-    raw_pull(&r, 118, (char *[]){"w"}, 1, 2, NULL, NULL, 0);
-    raw_expect_error(&r, 118, PS_ESTALE, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    pull_req q;
+    pull_req_init(&q, 118, (char *[]){"w"}, 1, 2);
+    expect_bad_request(&q.h, NULL, NULL, 0, PS_ESTALE,
+                       "pull asks for version 2 but the shard is at 0");
 }
 END_TEST
 
@@ -287,17 +256,14 @@ START_TEST(too_many_frames) {
 END_TEST
 
 START_TEST(pull_too_many_names) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
     char *names[PS_WIRE_MAX_FRAMES + 1];
     for (size_t i = 0; i <= PS_WIRE_MAX_FRAMES; i++)
         names[i] = "w";
-    raw_pull(&r, 133, names, PS_WIRE_MAX_FRAMES + 1, 0, NULL, NULL, 0);
-    raw_expect_error(&r, 133, PS_EPROTO, REPLY_MS);
-    raw_pull(&r, 134, names, 0, 0, NULL, NULL, 0); /* and none at all */
-    raw_expect_error(&r, 134, PS_EPROTO, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    pull_req q;
+    pull_req_init(&q, 133, names, PS_WIRE_MAX_FRAMES + 1, 0);
+    expect_bad_request(&q.h, NULL, NULL, 0, PS_EPROTO, "pull of 1025 names (allowed 1..1024)");
+    pull_req_init(&q, 134, names, 0, 0); /* and none at all */
+    expect_bad_request(&q.h, NULL, NULL, 0, PS_EPROTO, "pull of 0 names (allowed 1..1024)");
 }
 END_TEST
 

@@ -91,35 +91,17 @@ START_TEST(create_vars_different_shape) {
 END_TEST
 
 START_TEST(create_vars_bad_optimizer) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
     float init[2] = {7, 8};
-    Ps__TensorMeta m;
-    uint64_t sb[PS_WIRE_MAX_RANK];
-    ps_tensor_meta_f32(&m, "fresh", (const size_t[]){2}, 1, sb);
-    Ps__TensorMeta *mp[1] = {&m};
-    Ps__Optimizer o;
-    ps__optimizer__init(&o);
-    o.kind = (Ps__OptKind)99;
-    o.lr = LR;
-    Ps__Optimizer *op[1] = {&o};
-    Ps__CreateVars cv = PS__CREATE_VARS__INIT;
-    cv.vars = mp;
-    cv.n_vars = 1;
-    cv.optimizers = op;
-    cv.n_optimizers = 1;
-    Ps__Header h = req_header(128);
-    h.body_case = PS__HEADER__BODY_CREATE_VARS;
-    h.create_vars = &cv;
-    raw_send_hdr(&r, &h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
-    raw_expect_error(&r, 128, PS_EINVAL, REPLY_MS);
+    create_req q;
+    create_req_init(&q, 128, "fresh", (const size_t[]){2}, 1);
+    q.o.kind = (Ps__OptKind)99;
+    expect_bad_request(&q.h, (const void *[]){init}, (const size_t[]){sizeof init}, 1, PS_EINVAL,
+                       "variable 'fresh': unknown optimizer");
     /* optimizers missing */
-    cv.n_optimizers = 0;
-    h.request_id = 129;
-    raw_send_hdr(&r, &h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
-    raw_expect_error(&r, 129, PS_EPROTO, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    q.cv.n_optimizers = 0;
+    q.h.request_id = 129;
+    expect_bad_request(&q.h, (const void *[]){init}, (const size_t[]){sizeof init}, 1, PS_EPROTO,
+                       "1 variables but 0 optimizers");
 }
 END_TEST
 
@@ -234,44 +216,32 @@ START_TEST(create_vars_other_optimizer) {
     raw_conn r;
     raw_open(&r, psd.endpoint);
     float init[NW] = {0};
-    Ps__TensorMeta m;
-    uint64_t sb[PS_WIRE_MAX_RANK];
-    ps_tensor_meta_f32(&m, "w", (const size_t[]){2, 3}, 2, sb);
-    Ps__TensorMeta *mp[1] = {&m};
-    Ps__Optimizer o;
-    Ps__Optimizer *op[1] = {&o};
-    Ps__CreateVars cv = PS__CREATE_VARS__INIT;
-    cv.vars = mp;
-    cv.n_vars = 1;
-    cv.optimizers = op;
-    cv.n_optimizers = 1;
-    Ps__Header h = req_header(330);
-    h.body_case = PS__HEADER__BODY_CREATE_VARS;
-    h.create_vars = &cv;
-    ps__optimizer__init(&o);
-    o.kind = PS__OPT_KIND__OPT_SGD;
-    o.lr = 0.25f;
-    raw_send_hdr(&r, &h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
+    create_req q;
+    create_req_init(&q, 330, "w", (const size_t[]){2, 3}, 2);
+    Ps__Header *h = &q.h;
+    Ps__Optimizer *o = &q.o;
+    o->lr = 0.25f;
+    raw_send_hdr(&r, h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
     raw_expect_error_text(&r, 330, PS_EEXIST,
                           "variable 'w' exists with optimizer sgd lr=0.1, the request says sgd "
                           "lr=0.25",
                           REPLY_MS);
-    o.kind = PS__OPT_KIND__OPT_ADAM;
-    o.lr = LR;
-    o.beta1 = 0.9f;
-    o.beta2 = 0.999f;
-    o.epsilon = 1e-7f;
-    h.request_id = 331;
-    raw_send_hdr(&r, &h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
+    o->kind = PS__OPT_KIND__OPT_ADAM;
+    o->lr = LR;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.999f;
+    o->epsilon = 1e-7f;
+    h->request_id = 331;
+    raw_send_hdr(&r, h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
     raw_expect_error_text(
         &r, 331, PS_EEXIST,
         "exists with optimizer sgd lr=0.1, the request says adam lr=0.1 beta1=0.9 "
         "beta2=0.999 epsilon=1e-07",
         REPLY_MS);
     /* fields SGD does not use do not count: the same optimizer, idempotent */
-    o.kind = PS__OPT_KIND__OPT_SGD;
-    h.request_id = 332;
-    raw_send_hdr(&r, &h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
+    o->kind = PS__OPT_KIND__OPT_SGD;
+    h->request_id = 332;
+    raw_send_hdr(&r, h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
     Ps__Header *rep = raw_recv(&r, REPLY_MS, NULL);
     ck_assert_ptr_nonnull(rep);
     ck_assert_msg(rep->body_case == PS__HEADER__BODY_CREATE_VARS_REPLY, "body %d: %s",
