@@ -228,3 +228,11 @@ void teardown_psd(void) {
         ps_test_psd_stop(&psd, 0);
     }
 }
+
+TCase *requests_tcase(Suite *s, const char *name, void (*setup)(void)) {
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, 30);
+    tcase_add_checked_fixture(tc, setup, teardown_psd);
+    suite_add_tcase(s, tc);
+    return tc;
+}

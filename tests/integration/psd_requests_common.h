@@ -117,5 +117,8 @@ void setup_sync1(void);
 void setup_sync2(void);
 void setup_async2(void);
 void teardown_psd(void);
+/* A TCase of s named name, 30 s per test, with the fixture setup (one of the above) and
+ * teardown_psd. */
+TCase *requests_tcase(Suite *s, const char *name, void (*setup)(void));
 
 #endif

@@ -310,10 +310,7 @@ END_TEST
 
 static Suite *requests_suite(void) {
     Suite *s = suite_create("psd_requests");
-    TCase *tc;
-    tc = tcase_create("bad_requests");
-    tcase_set_timeout(tc, 30);
-    tcase_add_checked_fixture(tc, setup_sync1, teardown_psd);
+    TCase *tc = requests_tcase(s, "bad_requests", setup_sync1);
     tcase_add_test(tc, pull_unknown_variable);
     tcase_add_test(tc, push_unknown_variable);
     tcase_add_test(tc, push_wrong_shape);
@@ -331,7 +328,6 @@ static Suite *requests_suite(void) {
     tcase_add_test(tc, pull_too_many_names);
     tcase_add_test(tc, nan_gradient_rejected);
     tcase_add_test(tc, push_worker_index_out_of_range);
-    suite_add_tcase(s, tc);
     return s;
 }
 

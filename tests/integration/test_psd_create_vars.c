@@ -331,10 +331,7 @@ END_TEST
 
 static Suite *requests_suite(void) {
     Suite *s = suite_create("psd_requests");
-    TCase *tc;
-    tc = tcase_create("bad_requests");
-    tcase_set_timeout(tc, 30);
-    tcase_add_checked_fixture(tc, setup_sync1, teardown_psd);
+    TCase *tc = requests_tcase(s, "bad_requests", setup_sync1);
     tcase_add_test(tc, create_vars_same_shape_idempotent);
     tcase_add_test(tc, create_vars_different_shape);
     tcase_add_test(tc, create_vars_bad_optimizer);
@@ -343,7 +340,6 @@ static Suite *requests_suite(void) {
     tcase_add_test(tc, names_must_be_utf8_without_nul);
     tcase_add_test(tc, create_vars_non_finite_init);
     tcase_add_test(tc, create_vars_other_optimizer);
-    suite_add_tcase(s, tc);
     return s;
 }
 
