@@ -97,23 +97,6 @@ static void expect_refused(const char *const *args, const char *want) {
     ck_assert_msg(out[0] == 0, "stdout should be empty, got '%s'", out);
 }
 
-/* Waits until path has a line (psd's ready file) or pid exits; copies the line to buf. */
-static int wait_ready(const char *path, pid_t pid, char *buf, size_t buflen, int timeout_ms) {
-    long long deadline = ps_test_now_ms() + timeout_ms;
-    while (ps_test_now_ms() < deadline) {
-        FILE *f = fopen(path, "r");
-        if (f) {
-            int ok = fgets(buf, (int)buflen, f) != NULL;
-            fclose(f);
-            buf[strcspn(buf, "\n")] = 0;
-            if (ok && buf[0]) return 0;
-        }
-        if (!ps_test_alive(pid)) return -1;
-        ps_test_nap_ms(5); /* pacing between polls */
-    }
-    return -1;
-}
-
 START_TEST(help_exits_0) {
     ck_assert_int_eq(run_psd((const char *[]){"--help", NULL}), 0);
     const char *out = ps_test_text(out_path);
@@ -225,7 +208,7 @@ START_TEST(tf_config_ps_task) {
     snprintf(ready, sizeof ready, "%s/ready", dir);
     pid_t pid = spawn_psd((const char *[]){"--ready-file", ready, NULL});
     char line[128] = "";
-    if (wait_ready(ready, pid, line, sizeof line, 10000) != 0) {
+    if (!ps_test_wait_first_line(ready, pid, line, sizeof line, 10000)) {
         ps_test_dump(err_path);
         ck_abort_msg("psd did not listen on port %d", port);
     }
@@ -272,7 +255,7 @@ START_TEST(flags_override_tf_config) {
     pid_t pid = spawn_psd((const char *[]){"--bind", "127.0.0.1", "--port", "0", "--workers", "3",
                                            "--ready-file", ready, NULL});
     char line[128] = "";
-    if (wait_ready(ready, pid, line, sizeof line, 10000) != 0) {
+    if (!ps_test_wait_first_line(ready, pid, line, sizeof line, 10000)) {
         ps_test_dump(err_path);
         ck_abort_msg("psd did not listen");
     }
