@@ -162,6 +162,41 @@ START_TEST(positional_argument) {
 }
 END_TEST
 
+/* The ready file means "serving": a SIGTERM sent the moment it appears must
+ * already find psd's handlers (a clean stop, status 0), never the default
+ * action (143). The window after the rename was microseconds wide, so the
+ * test widens it: strace holds psd for 300 ms right after the rename
+ * (fault injection, bootstrap installs strace), and the SIGTERM arrives then. */
+START_TEST(sigterm_right_after_ready) {
+    if (system("command -v strace >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "SKIP: no strace on PATH (deploy/bootstrap.sh installs it)\n");
+        return;
+    }
+    char ready[700];
+    snprintf(ready, sizeof ready, "%s/ready", dir);
+    const char *psd = getenv("PSD");
+    ck_assert_ptr_nonnull(psd);
+    /* PS_PARENT_PID unset: psd's parent is strace here, not this test (teardown kills it) */
+    const char *argv[] = {"/bin/sh", "-c", "e=$0; unset PS_PARENT_PID; exec \"$@\" 2>\"$e\"",
+                          err_path, "strace", "-f",
+                          "-o", "/dev/null", "-e",
+                          "inject=rename,renameat,renameat2:delay_exit=300000", psd, "--bind",
+                          "127.0.0.1", "--port", "0", "--ready-file", ready, NULL};
+    pid_t pid = ps_test_spawn(argv, out_path);
+    ck_assert_int_gt(pid, 0);
+    running = pid;
+    char line[256];
+    int rc = ps_test_wait_first_line(ready, pid, line, sizeof line, 20000);
+    ck_assert_msg(rc == 1, "no ready file within 20 s (%s)", ps_test_text(err_path));
+    pid_t psd_pid = ps_test_find_child(pid, "--ready-file", ready);
+    ck_assert_msg(psd_pid > 0, "psd under strace (pid %d) not found; ready: %s; %s", (int)pid, line,
+                  ps_test_text(err_path));
+    ck_assert_int_eq(kill(psd_pid, SIGTERM), 0);
+    int st = wait_psd(pid, 20000); /* strace exits with psd's status (128+signal if killed) */
+    ck_assert_msg(st == 0, "psd stopped with status %d, want 0 (%s)", st, ps_test_text(err_path));
+}
+END_TEST
+
 START_TEST(port_in_use) {
     ck_assert_int_eq(ps_test_psd_start(&first, NULL, 10000), 0);
     const char *colon = strrchr(first.endpoint, ':');
@@ -289,6 +324,7 @@ static Suite *config_suite(void) {
     tcase_add_test(tc, shard_out_of_range);
     tcase_add_test(tc, positional_argument);
     tcase_add_test(tc, port_in_use);
+    tcase_add_test(tc, sigterm_right_after_ready);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("tf_config");
