@@ -274,8 +274,9 @@ START_TEST(backup_workers_do_not_wait_for_the_slow_one) {
            "%llu\n",
            chief_ms, all_ms, (unsigned long long)st->version,
            (unsigned long long)st->dropped_pushes);
-    /* waiting for the slow worker would take >= STEPS * SLOW_MS = 10 s */
-    ck_assert_msg(chief_ms < STEPS * SLOW_MS / 2, "the chief took %lld ms", chief_ms);
+    /* waiting for the slow worker would take >= STEPS * SLOW_MS = 10 s; the
+     * chief alone takes ~1 s here, ~6 s under ASan on a loaded machine */
+    ck_assert_msg(chief_ms < STEPS * SLOW_MS * 3 / 4, "the chief took %lld ms", chief_ms);
     ck_assert_uint_ge(all_ms, STEPS * SLOW_MS);
     ck_assert_uint_ge(st->version, STEPS);
     ck_assert_uint_gt(st->dropped_pushes, 0); /* the slow worker's late pushes */

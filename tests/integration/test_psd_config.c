@@ -176,8 +176,10 @@ START_TEST(sigterm_right_after_ready) {
     snprintf(ready, sizeof ready, "%s/ready", dir);
     const char *psd = getenv("PSD");
     ck_assert_ptr_nonnull(psd);
-    /* PS_PARENT_PID unset: psd's parent is strace here, not this test (teardown kills it) */
-    const char *argv[] = {"/bin/sh", "-c", "e=$0; unset PS_PARENT_PID; exec \"$@\" 2>\"$e\"",
+    /* PS_PARENT_PID unset: psd's parent is strace here, not this test (teardown kills it);
+     * no leak check (LeakSanitizer does not run under ptrace) */
+    const char *argv[] = {"/bin/sh", "-c", "e=$0; unset PS_PARENT_PID; ASAN_OPTIONS=$ASAN_OPTIONS:detect_leaks=0 "
+                          "exec \"$@\" 2>\"$e\"",
                           err_path, "strace", "-f",
                           "-o", "/dev/null", "-e",
                           "inject=rename,renameat,renameat2:delay_exit=300000", psd, "--bind",
