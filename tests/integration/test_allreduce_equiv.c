@@ -5,7 +5,7 @@
  * non-chief workers start from other seeds, so the chief's broadcast is proved
  * too. And, through real psworker processes on the same data shards: 2 and 3
  * workers mirrored end with the parameters (--save) of as many workers
- * through psd in sync mode. */
+ * through psd in sync mode (SGD with momentum: a wrong mean would show). */
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
@@ -29,11 +29,20 @@
 
 static ps_dataset data;
 
+/* Plain SGD: the update is proportional to the gradient, so a wrong mean (a
+ * sum, a wrong divisor) shows; Adam would hide most of it (m / sqrt(v)). */
+static const char *const sgd_spec =
+    "{\"input_shape\": [784], \"layers\": [{\"type\": \"Dense\", \"units\": 128, "
+    "\"activation\": \"relu\"}, {\"type\": \"Dense\", \"units\": 10}], \"loss\": "
+    "\"sparse_categorical_crossentropy\", \"from_logits\": true, \"optimizer\": {\"name\": "
+    "\"sgd\", \"learning_rate\": 0.1}}";
+
 typedef struct {
     unsigned index, workers;
-    size_t batch;
+    size_t batch, stride; /* samples per worker and per step (all workers) */
     const char *const *peers;
     int local; /* 1: the in-process optimizer alone (no ring) */
+    const char *spec; /* the model */
     float *final;
     size_t nparams;
     int rc;
@@ -62,7 +71,7 @@ static void *run_worker(void *p) {
         .bucket_bytes = 64 * 1024, /* several buckets for the MLP */
         .check_every = 5,
     };
-    a->rc = ps_model_from_json(ps_model_default_spec(), &m, a->err, sizeof a->err);
+    a->rc = ps_model_from_json(a->spec, &m, a->err, sizeof a->err);
     if (a->rc != PS_OK) return NULL;
     /* only the chief's initial values count: the broadcast replaces the others' */
     ps_model_init_params(m, a->index == 0 ? 7 : 1000 + a->index);
@@ -73,7 +82,7 @@ static void *run_worker(void *p) {
         ps_model_set_grad_hook(m, hook, &ex);
         a->rc = ps_exchange_join(&ex, &job, a->err, sizeof a->err);
     }
-    size_t total_batch = B * (size_t)a->workers;
+    size_t total_batch = a->stride;
     for (uint64_t t = 0; a->rc == PS_OK && t < STEPS; t++) {
         size_t first = t * total_batch + a->index * a->batch;
         float loss;
@@ -97,7 +106,7 @@ static void *run_worker(void *p) {
 
 /* Runs W workers over a ring on free ports, or one local worker with batch W*B;
  * returns every worker's final parameters (out[w], malloc'd). */
-static void run_job(unsigned workers, int local, float **out, size_t *nparams) {
+static void run_job(unsigned workers, int local, const char *spec, float **out, size_t *nparams) {
     char eps[MAXW][32];
     const char *peers[MAXW];
     for (unsigned w = 0; w < workers; w++) {
@@ -111,8 +120,10 @@ static void run_job(unsigned workers, int local, float **out, size_t *nparams) {
         a[w] = (run_arg){.index = w,
                          .workers = local ? 1 : workers,
                          .batch = local ? B * (size_t)workers : B,
+                         .stride = B * (size_t)workers,
                          .peers = peers,
-                         .local = local};
+                         .local = local,
+                         .spec = spec};
         pthread_create(&th[w], NULL, run_worker, &a[w]);
     }
     for (unsigned w = 0; w < n; w++)
@@ -132,15 +143,15 @@ static double max_abs_diff(const float *x, const float *y, size_t n) {
     return d;
 }
 
-static void check_equivalent(unsigned workers) {
+static void check_equivalent(unsigned workers, const char *spec) {
     float *ring[MAXW] = {0}, *alone[1] = {0};
     size_t n_ring = 0, n_alone = 0;
-    run_job(workers, 1, alone, &n_alone);
-    run_job(workers, 0, ring, &n_ring);
+    run_job(workers, 1, spec, alone, &n_alone);
+    run_job(workers, 0, spec, ring, &n_ring);
     ck_assert_uint_eq(n_ring, n_alone);
     ps_model *m;
     char err[256];
-    ck_assert_int_eq(ps_model_from_json(ps_model_default_spec(), &m, err, sizeof err), PS_OK);
+    ck_assert_int_eq(ps_model_from_json(spec, &m, err, sizeof err), PS_OK);
     ps_model_init_params(m, 7);
     double moved = max_abs_diff(alone[0], ps_model_params(m), n_alone);
     ps_model_free(m);
@@ -159,12 +170,13 @@ static void check_equivalent(unsigned workers) {
 }
 
 START_TEST(two_workers_equal_one_double_batch) {
-    check_equivalent(2);
+    check_equivalent(2, sgd_spec);
+    check_equivalent(2, ps_model_default_spec()); /* adam: its slots broadcast and kept equal */
 }
 END_TEST
 
 START_TEST(three_workers_equal_one_triple_batch) {
-    check_equivalent(3);
+    check_equivalent(3, sgd_spec);
 }
 END_TEST
 
@@ -188,10 +200,12 @@ static float *run_processes(unsigned workers, int mirrored, const char *dir, siz
         snprintf(logs[w], sizeof logs[w], "%s/%s-%u-%u.log", dir, mirrored ? "m" : "p", workers,
                  w);
         snprintf(idx[w], sizeof idx[w], "%u", w);
-        const char *argv[40] = {getenv("PSWORKER"), "--epochs", "1", "--max-train", "3000",
+        char model[600];
+        snprintf(model, sizeof model, "%s/examples/mlp_momentum.json", ps_test_source_root());
+        const char *argv[40] = {getenv("PSWORKER"), "--model", model, "--epochs", "1", "--max-train", "3000",
                                 "--max-test", "500", "--max-steps", "20", "--batch", "16",
                                 "--progress", "none", "--timeout", "60", NULL};
-        int k = 15;
+        int k = 17;
         if (w == 0) argv[k++] = "--save", argv[k++] = save;
         if (mirrored) {
             int len = snprintf(tf[w], sizeof tf[w], "{\"cluster\": {\"worker\": [");
@@ -255,6 +269,10 @@ START_TEST(mirrored_processes_equal_psd_sync) {
 }
 END_TEST
 
+static void setup(void) {
+    ps_test_children_die_with_me(); /* in the test's own process (Check forks) */
+}
+
 int main(void) {
     char err[256];
     if (ps_dataset_load_dir(ps_test_data_dir(), 1, STEPS * MAXW * B, &data, err, sizeof err) !=
@@ -262,10 +280,10 @@ int main(void) {
         fprintf(stderr, "cannot load Fashion-MNIST (install dataset-fashion-mnist): %s\n", err);
         return 1;
     }
-    ps_test_children_die_with_me();
     Suite *s = suite_create("allreduce_equiv");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 600);
+    tcase_add_checked_fixture(tc, setup, NULL);
     tcase_add_test(tc, two_workers_equal_one_double_batch);
     tcase_add_test(tc, three_workers_equal_one_triple_batch);
     if (getenv("PSWORKER") && getenv("PSD")) tcase_add_test(tc, mirrored_processes_equal_psd_sync);
