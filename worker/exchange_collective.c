@@ -45,9 +45,11 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* A ring call failed: the ring is broken (its reason names the rank at fault). */
+/* A ring call failed: the ring is broken (its reason names the rank at fault),
+ * unless this worker's own configuration or memory is the cause. */
 static int ring_failed(coll_ex *x, int rc) {
-    if (rc != PS_OK && rc != PS_ENOMEM && rc != PS_EINVAL) x->failed_peer = 1;
+    if (rc != PS_OK && rc != PS_ENOMEM && rc != PS_EINVAL && rc != PS_EADDRINUSE)
+        x->failed_peer = 1;
     return rc;
 }
 

@@ -440,6 +440,12 @@ int main(int argc, char **argv) {
         ps_cluster_free(&cl);
         return 2;
     }
+    if (!allreduce && cfg.checkpoint_dir) {
+        fprintf(stderr, "psworker: --checkpoint-dir is for the all-reduce strategies (through "
+                        "psd, each psd checkpoints its shard: psd --checkpoint-dir)\n");
+        ps_cluster_free(&cl);
+        return 2;
+    }
     cfg.ps = (const char *const *)ps_list;
     cfg.n_ps = n_ps;
     cfg.strategy = allreduce ? strategy : PS_STRATEGY_PARAMETER_SERVER;

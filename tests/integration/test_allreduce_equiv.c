@@ -186,7 +186,7 @@ END_TEST
  * one epoch on 3000 samples; returns the chief's saved parameters. */
 static float *run_processes(unsigned workers, int mirrored, const char *dir, size_t *n) {
     ps_test_psd psd;
-    char wn[8], save[700], logs[MAXW][700], eps[MAXW][32], tf[MAXW][512], idx[MAXW][8];
+    char wn[16], save[700], logs[MAXW][700], eps[MAXW][32], tf[MAXW][512], idx[MAXW][16];
     snprintf(wn, sizeof wn, "%u", workers);
     snprintf(save, sizeof save, "%s/%s-%u.pstf", dir, mirrored ? "mirrored" : "psd", workers);
     if (!mirrored) {

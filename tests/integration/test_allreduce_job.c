@@ -333,6 +333,9 @@ START_TEST(bad_configurations) {
         {"{\"cluster\": {\"worker\": [\"localhost:1\"], \"ps\": [\"localhost:3\"]}, \"task\": "
          "{\"type\": \"worker\", \"index\": 0}}",
          "--strategy", "mirrored", "trains without psd"},
+        {"{\"cluster\": {\"worker\": [\"localhost:1\"], \"ps\": [\"localhost:3\"]}, \"task\": "
+         "{\"type\": \"worker\", \"index\": 0}}",
+         "--checkpoint-dir", "/tmp", "--checkpoint-dir is for the all-reduce"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         unlink(log);
