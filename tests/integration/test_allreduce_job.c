@@ -127,6 +127,8 @@ static int port_free(int port) {
     int s = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int one = 1; /* as a server binds: a closed connection in TIME_WAIT does not count */
+    if (s >= 0) setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     int ok = s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0;
     if (s >= 0) close(s);
     return ok;
@@ -298,6 +300,17 @@ START_TEST(checkpoint_resume_equals_uninterrupted) {
     ck_assert_msg(d <= 1e-5, "max |resumed - uninterrupted| = %g", d);
     free(x);
     free(y);
+
+    /* --init-from: the chief's file reaches every worker (checked equal after step 1) */
+    job g = {0};
+    const char *run_init[] = {"--model", model, "--epochs", "1", "--max-train", "3000",
+                              "--max-test", "500", "--batch", "16", "--max-steps", "1",
+                              "--check-every", "1", "--init-from", whole, NULL};
+    job_start(&g, 2, dir, "init", run_init, NULL);
+    job_wait(&g, st, ok, 180000);
+    ck_assert(st[0] == 0 && st[1] == 0);
+    ck_assert_msg(strstr(ps_test_text(g.log[0]), "initial values from"),
+                  "the chief did not load --init-from:\n%s", ps_test_text(g.log[0]));
 
     job e = {0};
     const char *run_other[] = {"--model", model, "--epochs", "2", "--max-train", "3000",
