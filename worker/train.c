@@ -170,10 +170,8 @@ static void grads_final(void *ex, const float *begin, const float *end) {
 static int open_exchange(const ps_train_config *cfg, ps_model *m, ps_exchange *ex, char *err,
                          size_t errlen) {
     if (cfg->no_ps) return ps_exchange_local_open(m, ex, err, errlen);
-    if (cfg->strategy != PS_STRATEGY_PARAMETER_SERVER) {
-        snprintf(err, errlen, "the all-reduce strategies are not linked in yet");
-        return PS_EINVAL;
-    }
+    if (cfg->strategy != PS_STRATEGY_PARAMETER_SERVER)
+        return ps_exchange_collective_open(cfg, m, ex, err, errlen);
     return ps_exchange_ps_open(cfg, m, ex, err, errlen);
 }
 
