@@ -328,7 +328,11 @@ static void maybe_checkpoint(coll_ex *x, uint64_t steps) {
 static int coll_step_end(void *self, char *err, size_t errlen) {
     coll_ex *x = self;
     if (!x->step_failed) start_rest(x);
-    int rc = ring_failed(x, ps_ring_wait(x->ring, err, errlen));
+    char why[400] = "";
+    int rc = ring_failed(x, ps_ring_wait(x->ring, why, sizeof why));
+    if (rc != PS_OK)
+        snprintf(err, errlen, "step %llu: the all-reduce ring broke: %s",
+                 (unsigned long long)x->clock + 1, why);
     if (rc == PS_OK && x->step_failed) {
         rc = x->step_failed;
         snprintf(err, errlen, "starting an all-reduce: %s", ps_strerror(rc));
