@@ -383,7 +383,9 @@ static int tx_pump(int fd, tx_state *tx, char *msg, size_t msglen) {
         if (k < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
-            snprintf(msg, msglen, "%s", errno == EPIPE ? "closed the connection" : strerror(errno));
+            snprintf(msg, msglen, "%s",
+                     errno == EPIPE || errno == ECONNRESET ? "closed the connection"
+                                                           : strerror(errno));
             return PS_EIO;
         }
         moved = 1;
@@ -605,6 +607,17 @@ static void op_finish(ps_ring *r) {
     pthread_mutex_unlock(&r->mu);
 }
 
+/* A send to a neighbour failed: it closed, perhaps after an abort frame that
+ * names the real culprit, so read what it sent before blaming it. */
+static void send_failed(ps_ring *r, int to_next, const char *msg) {
+    char who[PS_RING_NAME_MAX];
+    rx_state *rx = to_next ? &r->rx_next : &r->rx_prev;
+    if (!rx->held && !rx->left && rx_pump(r, !to_next) != PS_OK) return; /* failed there */
+    if (r->err != PS_OK) return;
+    fail(r, PS_EIO, 0, "%s %s", rank_name(r, to_next ? next_rank(r) : prev_rank(r), who, sizeof who),
+         msg);
+}
+
 static void *progress(void *arg) {
     ps_ring *r = arg;
     char who[PS_RING_NAME_MAX], msg[256];
@@ -631,7 +644,7 @@ static void *progress(void *arg) {
             tx_next_start(r, now);
             int sent = tx_pump(r->next_fd, &r->tx_next, msg, sizeof msg);
             if (sent < 0) {
-                fail(r, PS_EIO, 0, "%s %s", rank_name(r, next_rank(r), who, sizeof who), msg);
+                send_failed(r, 1, msg);
                 break;
             }
             if (!r->tx_next.active) tx_next_start(r, now);
@@ -656,12 +669,12 @@ static void *progress(void *arg) {
         if (!r->tx_prev.active && now - r->tx_prev.last_ms >= r->ka_ms && !prev_quiet)
             tx_control(&r->tx_prev, PS_FRAME_KEEPALIVE, 0, NULL);
         if (!prev_quiet && tx_pump(r->prev_fd, &r->tx_prev, msg, sizeof msg) < 0) {
-            fail(r, PS_EIO, 0, "%s %s", rank_name(r, prev_rank(r), who, sizeof who), msg);
+            send_failed(r, 0, msg);
             continue;
         }
         tx_next_start(r, now);
         if (tx_pump(r->next_fd, &r->tx_next, msg, sizeof msg) < 0) {
-            fail(r, PS_EIO, 0, "%s %s", rank_name(r, next_rank(r), who, sizeof who), msg);
+            send_failed(r, 1, msg);
             continue;
         }
         tx_next_start(r, now); /* a ready piece: poll for room (POLLOUT) rather than sleep */
