@@ -400,8 +400,20 @@ static int tx_pump(int fd, tx_state *tx, char *msg, size_t msglen) {
     return moved;
 }
 
+/* dst[i] += src[i]: 16 floats a step with vector adds (GCC's -O2 leaves the
+ * plain loop scalar), the same bits as the scalar loop (no reassociation). */
+typedef float v4f __attribute__((vector_size(16)));
 static void sum_into(float *restrict dst, const float *restrict src, size_t n) {
-    for (size_t i = 0; i < n; i++)
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v4f a[4], b[4];
+        memcpy(a, dst + i, sizeof a);
+        memcpy(b, src + i, sizeof b);
+        for (int k = 0; k < 4; k++)
+            a[k] += b[k];
+        memcpy(dst + i, a, sizeof a);
+    }
+    for (; i < n; i++)
         dst[i] += src[i];
 }
 
