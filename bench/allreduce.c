@@ -10,6 +10,8 @@
  * (a) PyTorch's gloo all_reduce of the same sizes and ranks (--gloo SCRIPT:
  *     bench/gloo_allreduce.py run with --python, torch.distributed over
  *     tcp://127.0.0.1).
+ * --nccl GPUS times ncclAllReduce of device buffers instead (collective/ps_nccl.h;
+ * compiled with the CUDA backend, never run here: no GPU).
  *
  * Figures as nccl-tests defines them: algbw = bytes / time, busbw = algbw *
  * 2(n-1)/n. Each figure is the median of --reps rounds; a round runs, for each transport,
@@ -38,6 +40,7 @@
 #include "benchutil.h"
 #include "link.h"
 #include "ps_error.h"
+#include "ps_nccl.h"
 #include "ring.h"
 
 #define MAX_SIZES 32
@@ -50,6 +53,7 @@ typedef struct {
     int reps;
     long chunk;
     const char *gloo, *python;
+    int nccl_gpus; /* --nccl GPUS: time ncclAllReduce instead (rank r on device r % GPUS) */
 } options;
 
 static size_t sizes[MAX_SIZES];
@@ -253,6 +257,59 @@ static bool measure_p2p(int is_unix, double *out, double *cpu) {
     return ok;
 }
 
+/* ---- NCCL (compiled only here: no GPU) ---- */
+
+/* --nccl: each rank opens a ring (for the unique id) and a communicator, and
+ * times ncclAllReduce of device buffers; prints one line per size. */
+static bool run_nccl(const options *o, int n) {
+    char eps[4][32];
+    const char *ep[4];
+    for (int i = 0; i < n; i++) {
+        snprintf(eps[i], sizeof eps[i], "127.0.0.1:%d", free_port());
+        ep[i] = eps[i];
+    }
+    pid_t pid[4];
+    for (int q = 0; q < n; q++) {
+        if ((pid[q] = spawn()) > 0) continue;
+        ps_ring_config c = {.rank = (unsigned)q, .size = (unsigned)n, .endpoints = ep,
+                            .job_id = "bench-nccl"};
+        ps_ring *r = NULL;
+        ps_nccl *nc = NULL;
+        float *dev = NULL;
+        char err[600];
+        if (ps_ring_open(&c, &r, err, sizeof err) != PS_OK ||
+            ps_nccl_open(r, q % o->nccl_gpus, &nc, err, sizeof err) != PS_OK ||
+            ps_nccl_alloc_floats(nc, sizes[n_sizes - 1] / 4, &dev, err, sizeof err) != PS_OK) {
+            fprintf(stderr, "nccl rank %d: %s\n", q, err);
+            _exit(1);
+        }
+        for (int s = 0; s < n_sizes; s++) {
+            double reps[MAX_REPS];
+            for (int k = 0; k < o->reps + 1; k++) {
+                double t0 = ps_bench_now_s();
+                if (ps_nccl_allreduce(nc, dev, sizes[s] / 4, err, sizeof err) != PS_OK) {
+                    fprintf(stderr, "nccl rank %d: %s\n", q, err);
+                    _exit(1);
+                }
+                if (k > 0) reps[k - 1] = ps_bench_now_s() - t0;
+            }
+            double tm = ps_bench_median(reps, o->reps), alg = sizes[s] / tm / 1e9;
+            if (q == 0)
+                printf("nccl  %-2d %9zu B %9.1f us algbw %7.3f busbw %7.3f\n", n, sizes[s],
+                       tm * 1e6, alg, alg * 2.0 * (n - 1) / n);
+        }
+        fflush(stdout);
+        ps_nccl_free_floats(dev);
+        ps_nccl_close(nc);
+        ps_ring_close(r);
+        _exit(0);
+    }
+    bool ok = true;
+    for (int q = 0; q < n; q++)
+        ok = wait_ok(pid[q]) && ok;
+    return ok;
+}
+
 /* ---- gloo ---- */
 
 /* Runs the gloo script for n ranks: seconds per all-reduce into out[] (0 when
@@ -286,7 +343,7 @@ static bool measure_gloo(const options *o, int n, double *out) {
 
 static void usage(void) {
     fprintf(stderr, "usage: allreduce [--ranks 2,3] [--transports tcp,unix] [--min BYTES] "
-                    "[--max BYTES] [--reps N] [--chunk BYTES] [--gloo SCRIPT [--python PY]]\n");
+                    "[--max BYTES] [--reps N] [--chunk BYTES] [--gloo SCRIPT [--python PY]] [--nccl GPUS]\n");
     exit(2);
 }
 
@@ -317,6 +374,10 @@ static void parse(int argc, char **argv, options *o) {
             if (!ps_bench_parse_long(v, 0, 64L << 20, &o->chunk)) usage();
         } else if (strcmp(a, "--gloo") == 0) {
             o->gloo = v;
+        } else if (strcmp(a, "--nccl") == 0) {
+            long g;
+            if (!ps_bench_parse_long(v, 1, 64, &g)) usage();
+            o->nccl_gpus = (int)g;
         } else if (strcmp(a, "--python") == 0) {
             o->python = v;
         } else {
@@ -338,6 +399,12 @@ static void human(size_t b, char *out, size_t n) {
 int main(int argc, char **argv) {
     options o;
     parse(argc, argv, &o);
+    if (o.nccl_gpus) {
+        bool ok = true;
+        for (int i = 0; i < o.n_ranks; i++)
+            ok = run_nccl(&o, o.ranks[i]) && ok;
+        return ok ? 0 : 1;
+    }
     /* rounds: p2p, then each ring, once per size; medians over rounds, so
      * that the ring and its bound see the same load (this machine is shared) */
     static double ring_r[2][4][MAX_REPS][MAX_SIZES], ringc_r[2][4][MAX_REPS][MAX_SIZES];

@@ -87,6 +87,25 @@ int ps_nccl_allreduce(ps_nccl *c, float *dev_buf, size_t n, char *err, size_t er
     return PS_OK;
 }
 
+int ps_nccl_alloc_floats(ps_nccl *c, size_t n, float **dev, char *err, size_t errlen) {
+    *dev = NULL;
+    if (!c) return PS_EINVAL;
+    cudaError_t ce = cudaSetDevice(c->device);
+    if (ce == cudaSuccess) ce = cudaMalloc((void **)dev, (n ? n : 1) * sizeof(float));
+    if (ce == cudaSuccess) ce = cudaMemset(*dev, 0, (n ? n : 1) * sizeof(float));
+    if (ce != cudaSuccess) {
+        set_err(err, errlen, "cudaMalloc of %zu floats: %s", n, cudaGetErrorString(ce));
+        if (*dev) cudaFree(*dev);
+        *dev = NULL;
+        return ce == cudaErrorMemoryAllocation ? PS_ENOMEM : PS_EIO;
+    }
+    return PS_OK;
+}
+
+void ps_nccl_free_floats(float *dev) {
+    if (dev) cudaFree(dev);
+}
+
 void ps_nccl_close(ps_nccl *c) {
     if (!c) return;
     ncclCommDestroy(c->comm);
@@ -110,6 +129,18 @@ int ps_nccl_allreduce(ps_nccl *c, float *dev_buf, size_t n, char *err, size_t er
     (void)n;
     set_err(err, errlen, "this build has no NCCL (built without the CUDA backend)");
     return PS_EIO;
+}
+
+int ps_nccl_alloc_floats(ps_nccl *c, size_t n, float **dev, char *err, size_t errlen) {
+    (void)c;
+    (void)n;
+    *dev = NULL;
+    set_err(err, errlen, "this build has no NCCL (built without the CUDA backend)");
+    return PS_EIO;
+}
+
+void ps_nccl_free_floats(float *dev) {
+    (void)dev;
 }
 
 void ps_nccl_close(ps_nccl *c) {

@@ -25,6 +25,11 @@ int ps_nccl_open(ps_ring *r, int device, ps_nccl **out, char *err, size_t errlen
  * Returns PS_OK or PS_EIO with the NCCL/CUDA reason in err. */
 int ps_nccl_allreduce(ps_nccl *c, float *dev_buf, size_t n, char *err, size_t errlen);
 
+/* Device memory for n floats on c's device, zeroed (bench/allreduce --nccl);
+ * PS_OK with *dev set, or PS_EIO/PS_ENOMEM. ps_nccl_free_floats frees it. */
+int ps_nccl_alloc_floats(ps_nccl *c, size_t n, float **dev, char *err, size_t errlen);
+void ps_nccl_free_floats(float *dev);
+
 /* Destroys the communicator and its stream. NULL is safe. */
 void ps_nccl_close(ps_nccl *c);
 
