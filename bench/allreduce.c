@@ -20,7 +20,10 @@
  * its bound see the same load. cpu: CPU time (user + system) per all-reduce
  * summed over the ranks, and per p2p message summed over both ends.
  * Built by meson, never run by the tests. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,9 +35,6 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include "benchutil.h"
@@ -125,8 +125,12 @@ static bool measure_ring(const options *o, int n, ps_ring_transport t, double *o
     pid_t pid[4];
     for (int q = 0; q < n; q++) {
         if ((pid[q] = spawn()) > 0) continue;
-        ps_ring_config c = {.rank = (unsigned)q, .size = (unsigned)n, .endpoints = ep,
-                            .job_id = "bench", .transport = t, .chunk_bytes = (size_t)o->chunk};
+        ps_ring_config c = {.rank = (unsigned)q,
+                            .size = (unsigned)n,
+                            .endpoints = ep,
+                            .job_id = "bench",
+                            .transport = t,
+                            .chunk_bytes = (size_t)o->chunk};
         ps_ring *r;
         char err[600];
         if (ps_ring_open(&c, &r, err, sizeof err) != PS_OK) {
@@ -138,7 +142,7 @@ static bool measure_ring(const options *o, int n, ps_ring_transport t, double *o
         for (int s = 0; s < n_sizes; s++) {
             size_t nf = sizes[s] / 4;
             int iters = iters_for(sizes[s]);
-            if (ps_ring_allreduce(r, x, nf, err, sizeof err) != PS_OK) goto fail; /* warm-up */
+            if (ps_ring_allreduce(r, x, nf, err, sizeof err) != PS_OK) goto fail;   /* warm-up */
             if (ps_ring_allreduce(r, &one, 1, err, sizeof err) != PS_OK) goto fail; /* barrier */
             double t0 = ps_bench_now_s(), c0 = cpu_s();
             for (int i = 0; i < iters; i++)
@@ -271,8 +275,8 @@ static bool run_nccl(const options *o, int n) {
     pid_t pid[4];
     for (int q = 0; q < n; q++) {
         if ((pid[q] = spawn()) > 0) continue;
-        ps_ring_config c = {.rank = (unsigned)q, .size = (unsigned)n, .endpoints = ep,
-                            .job_id = "bench-nccl"};
+        ps_ring_config c = {
+            .rank = (unsigned)q, .size = (unsigned)n, .endpoints = ep, .job_id = "bench-nccl"};
         ps_ring *r = NULL;
         ps_nccl *nc = NULL;
         float *dev = NULL;
@@ -342,14 +346,22 @@ static bool measure_gloo(const options *o, int n, double *out) {
 /* ---- main ---- */
 
 static void usage(void) {
-    fprintf(stderr, "usage: allreduce [--ranks 2,3] [--transports tcp,unix] [--min BYTES] "
-                    "[--max BYTES] [--reps N] [--chunk BYTES] [--gloo SCRIPT [--python PY]] [--nccl GPUS]\n");
+    fprintf(
+        stderr,
+        "usage: allreduce [--ranks 2,3] [--transports tcp,unix] [--min BYTES] "
+        "[--max BYTES] [--reps N] [--chunk BYTES] [--gloo SCRIPT [--python PY]] [--nccl GPUS]\n");
     exit(2);
 }
 
 static void parse(int argc, char **argv, options *o) {
-    *o = (options){.ranks = {2, 3}, .n_ranks = 2, .tcp = 1, .unix_ = 1, .min = 4096,
-                   .max = 64L << 20, .reps = 5, .python = "python3"};
+    *o = (options){.ranks = {2, 3},
+                   .n_ranks = 2,
+                   .tcp = 1,
+                   .unix_ = 1,
+                   .min = 4096,
+                   .max = 64L << 20,
+                   .reps = 5,
+                   .python = "python3"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) usage();
@@ -454,8 +466,7 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "allreduce: gloo with %d ranks did not run (%s %s)\n", o.ranks[i],
                         o.python, o.gloo);
         }
-    printf("ring all-reduce, median of %d; GB/s = 1e9 bytes/s; bound = p2p * n/(2(n-1))\n",
-           o.reps);
+    printf("ring all-reduce, median of %d; GB/s = 1e9 bytes/s; bound = p2p * n/(2(n-1))\n", o.reps);
     printf("cpu: CPU time per all-reduce (all ranks) / per p2p message (both ends), us\n");
     printf("%-5s %-2s %-7s %9s %7s %7s %7s %7s %8s %7s %7s %9s %8s\n", "trans", "n", "size",
            "time_us", "algbw", "busbw", "p2p", "bound", "vs_bound", "gloo", "vs_gloo", "cpu_ring",

@@ -152,8 +152,7 @@ static int allreduce_body(void *vctx, unsigned rank) {
     } else {
         char again[700];
         int rc2 = ps_ring_allreduce(r, x, n, again, sizeof again);
-        if (rc2 != rc || strcmp(again, err) != 0)
-            rk_fail(rep, rc2, "sticky error", again);
+        if (rc2 != rc || strcmp(again, err) != 0) rk_fail(rep, rc2, "sticky error", again);
     }
     free(x);
     ps_ring_close(r);
@@ -305,8 +304,7 @@ START_TEST(ranks_disagree_on_size) {
     for (int q = 0; q < 2; q++) {
         ck_assert_msg(c->rep[q].rc == PS_EPROTO, "rank %d rc %d: %s", q, c->rep[q].rc,
                       c->rep[q].err);
-        ck_assert_msg(strstr(c->rep[q].err, "same sizes") != NULL, "rank %d: %s", q,
-                      c->rep[q].err);
+        ck_assert_msg(strstr(c->rep[q].err, "same sizes") != NULL, "rank %d: %s", q, c->rep[q].err);
     }
     ctx_free(c);
 }
