@@ -81,10 +81,14 @@ int ps__frame_decode(const unsigned char in[PS_RING_HDR], ps__frame *f, char *er
 
 const char *ps__op_name(int op) {
     switch (op) {
-    case PS_OP_ALLREDUCE: return "all-reduce";
-    case PS_OP_BROADCAST: return "broadcast";
-    case PS_OP_ALLGATHER: return "allgather";
-    default: return "no operation";
+    case PS_OP_ALLREDUCE:
+        return "all-reduce";
+    case PS_OP_BROADCAST:
+        return "broadcast";
+    case PS_OP_ALLGATHER:
+        return "allgather";
+    default:
+        return "no operation";
     }
 }
 
@@ -584,13 +588,16 @@ int ps__links_form(const ps_ring_config *cfg, ps__links *out, char *err, size_t 
         struct pollfd pf[4];
         int np = 0, i_l0 = -1, i_l1 = -1, i_o = -1, i_i = -1;
         if (fm.istate == 0) {
-            if (fm.lfd[0] >= 0) pf[i_l0 = np++] = (struct pollfd){.fd = fm.lfd[0], .events = POLLIN};
-            if (fm.lfd[1] >= 0) pf[i_l1 = np++] = (struct pollfd){.fd = fm.lfd[1], .events = POLLIN};
+            if (fm.lfd[0] >= 0)
+                pf[i_l0 = np++] = (struct pollfd){.fd = fm.lfd[0], .events = POLLIN};
+            if (fm.lfd[1] >= 0)
+                pf[i_l1 = np++] = (struct pollfd){.fd = fm.lfd[1], .events = POLLIN};
         } else if (fm.istate == 1) {
             pf[i_i = np++] = (struct pollfd){.fd = fm.ifd, .events = POLLIN};
         }
         if (fm.ostate == 1 || fm.ostate == 2)
-            pf[i_o = np++] = (struct pollfd){.fd = fm.ofd, .events = fm.ostate == 1 ? POLLOUT : POLLIN};
+            pf[i_o = np++] =
+                (struct pollfd){.fd = fm.ofd, .events = fm.ostate == 1 ? POLLOUT : POLLIN};
         long long until = deadline;
         if (fm.ostate == 0 && fm.retry_at < until) until = fm.retry_at;
         int wait = (int)(until - now);

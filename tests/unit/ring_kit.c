@@ -3,6 +3,7 @@
 
 #include "testutil.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,7 +11,6 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <fcntl.h>
 
 void rk_ring_init(rk_ring *k, unsigned size, ps_ring_transport t) {
     memset(k, 0, sizeof *k);
@@ -37,8 +37,8 @@ int rk_open(const rk_ring *k, unsigned rank, ps_ring **out, char *err, size_t er
 }
 
 void *rk_share(size_t bytes) {
-    void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
-                   0);
+    void *p =
+        mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     ck_assert_ptr_ne(p, MAP_FAILED);
     return p;
 }

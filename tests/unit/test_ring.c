@@ -25,9 +25,9 @@ static float exact_in(size_t i, unsigned rank, unsigned salt) {
 
 typedef struct {
     rk_ring k;
-    rk_report *rep;   /* one per rank */
-    float *results;   /* [rank][BIG_N]: the random all-reduce's result */
-    float *odd;       /* [rank][ODD_N] */
+    rk_report *rep; /* one per rank */
+    float *results; /* [rank][BIG_N]: the random all-reduce's result */
+    float *odd;     /* [rank][ODD_N] */
 } ring_ctx;
 
 static int check_exact(ps_ring *r, unsigned rank, unsigned size, size_t n, unsigned salt,
