@@ -95,6 +95,9 @@ int ps_exchange_local_open(ps_model *m, ps_exchange *out, char *err, size_t errl
 int ps_exchange_collective_open(const ps_train_config *cfg, ps_model *m, ps_exchange *out,
                                 char *err, size_t errlen);
 
+/* 1 when this build can sum with NCCL (--communication nccl), else 0. */
+int ps_exchange_nccl_built(void);
+
 /* The loop's calls: each forwards to the strategy (see ps_exchange_ops). */
 static inline int ps_exchange_join(ps_exchange *ex, ps_exchange_job *job, char *err,
                                    size_t errlen) {

@@ -3,7 +3,9 @@
  * (local_opt.c, the same formulas as psd and --no-ps); a step's gradients are
  * summed over a ring between the workers (collective/ring.h), in buckets
  * started from the backward pass as soon as they are complete, divided by the
- * number of workers (psd's sync mean) and applied by every worker alike. */
+ * number of workers (psd's sync mean) and applied by every worker alike.
+ * --communication nccl sums them with NCCL on the CUDA device instead
+ * (collective/ps_nccl.h; compiled, never run here: no GPU). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,10 +13,12 @@
 
 #include "crc32c.h"
 #include "exchange.h"
+#include "kernels.h"
 #include "local_opt.h"
 #include "log.h"
 #include "model_ckpt.h"
 #include "optim.h"
+#include "ps_nccl.h"
 #include "ring.h"
 
 /* A gradient range reported final but not yet handed to the ring. */
@@ -27,6 +31,8 @@ typedef struct {
     ps_model *model;            /* borrowed */
     ps_local_opt *opt;          /* owned */
     ps_ring *ring;              /* owned, from join on */
+    ps_nccl *nccl;              /* owned, --communication nccl: the sums go through it */
+    float *d_sum;               /* owned (on the model's device): the NCCL all-reduce's buffer */
     unsigned rank, size;
     uint64_t clock;   /* the current step's: steps done before it */
     uint64_t done;    /* steps done after the last step_end (or the join) */
@@ -81,7 +87,7 @@ static void start_span(coll_ex *x, span s) {
 static void coll_grads_ready(void *self, const float *begin, const float *end) {
     coll_ex *x = self;
     float *b = (float *)begin, *e = (float *)end; /* the model's own gradient buffer */
-    if (b == e || x->step_failed) return;
+    if (b == e || x->step_failed || x->nccl) return; /* NCCL: all at step_end */
     span *p = &x->pending;
     if (p->lo && e == p->lo)
         p->lo = b;
@@ -206,6 +212,44 @@ static int broadcast_state(coll_ex *x, uint64_t *clock, char *err, size_t errlen
     return PS_OK;
 }
 
+/* --communication nccl (COMPILED ONLY: no GPU where this was written): a
+ * communicator over the ring's ranks on the model's CUDA device, its unique id
+ * handed out by the chief over the ring, and a device buffer for the sums. */
+static int open_nccl(coll_ex *x, char *err, size_t errlen) {
+    ps_k_dev *dev = ps_model_device(x->model);
+    const char *name = ps_k_dev_name(dev);
+    if (ps_k_dev_kind(dev) != PS_K_CUDA || strncmp(name, "cuda:", 5) != 0) {
+        snprintf(err, errlen, "--communication nccl needs a CUDA device, not %s", name);
+        return PS_EINVAL;
+    }
+    int rc = ring_failed(x, ps_nccl_open(x->ring, atoi(name + 5), &x->nccl, err, errlen));
+    if (rc != PS_OK) return rc;
+    void *buf = NULL;
+    if (ps_k_malloc(dev, ps_model_num_params(x->model) * sizeof(float), &buf) != PS_OK) {
+        snprintf(err, errlen, "no device memory for the NCCL all-reduce buffer");
+        return PS_ENOMEM;
+    }
+    x->d_sum = buf;
+    PS_INFO("communication nccl on %s", name);
+    return PS_OK;
+}
+
+/* NCCL: the step's gradients (on the host at the end of a CUDA step) are
+ * summed on the device and brought back. */
+static int nccl_sum(coll_ex *x, char *err, size_t errlen) {
+    ps_k_dev *dev = ps_model_device(x->model);
+    size_t n = ps_model_num_params(x->model);
+    float *g = ps_model_grads(x->model);
+    int rc = ps_k_copy_to_dev(dev, x->d_sum, g, n * sizeof(float));
+    if (rc == PS_OK) rc = ps_nccl_allreduce(x->nccl, x->d_sum, n, err, errlen);
+    else snprintf(err, errlen, "copying the gradients to the device failed");
+    if (rc == PS_OK && ps_k_copy_to_host(dev, g, x->d_sum, n * sizeof(float)) != PS_OK) {
+        snprintf(err, errlen, "copying the summed gradients from the device failed");
+        rc = PS_EIO;
+    }
+    return rc;
+}
+
 static int coll_join(void *self, ps_exchange_job *job, char *err, size_t errlen) {
     coll_ex *x = self;
     const ps_train_config *cfg = x->cfg;
@@ -221,8 +265,9 @@ static int coll_join(void *self, ps_exchange_job *job, char *err, size_t errlen)
         .connect_timeout_ms = cfg->ring_connect_timeout_ms,
         .timeout_ms = cfg->worker_timeout_ms,
     };
-    PS_INFO("%s: worker %u of %u, listening on %s, communication ring", ps_strategy_name(cfg->strategy),
-            cfg->index, cfg->workers, cfg->peers[cfg->index]);
+    PS_INFO("%s: worker %u of %u, listening on %s, communication %s",
+            ps_strategy_name(cfg->strategy), cfg->index, cfg->workers, cfg->peers[cfg->index],
+            cfg->communication == PS_COMM_NCCL ? "nccl" : "ring");
     int rc = ring_failed(x, ps_ring_open(&rc_cfg, &x->ring, err, errlen));
     if (rc != PS_OK) return rc;
     x->rank = ps_ring_rank(x->ring);
@@ -246,6 +291,7 @@ static int coll_join(void *self, ps_exchange_job *job, char *err, size_t errlen)
         return load_rc;
     }
     if (rc == PS_OK) rc = broadcast_state(x, &clock, err, errlen);
+    if (rc == PS_OK && cfg->communication == PS_COMM_NCCL) rc = open_nccl(x, err, errlen);
     if (rc != PS_OK) return rc;
     x->last_ckpt = now_s();
     job->clock = x->done = clock;
@@ -327,7 +373,12 @@ static void maybe_checkpoint(coll_ex *x, uint64_t steps) {
 
 static int coll_step_end(void *self, char *err, size_t errlen) {
     coll_ex *x = self;
-    if (!x->step_failed) start_rest(x);
+    if (x->nccl) {
+        int nrc = nccl_sum(x, err, errlen);
+        if (nrc != PS_OK) return nrc;
+    } else if (!x->step_failed) {
+        start_rest(x);
+    }
     char why[400] = "";
     int rc = ring_failed(x, ps_ring_wait(x->ring, why, sizeof why));
     if (rc != PS_OK)
@@ -382,6 +433,8 @@ static int coll_peer_failed(void *self) {
 static void coll_free(void *self) {
     coll_ex *x = self;
     if (!x) return;
+    if (x->d_sum) ps_k_free(ps_model_device(x->model), x->d_sum);
+    ps_nccl_close(x->nccl);
     ps_ring_close(x->ring);
     ps_local_opt_free(x->opt);
     free(x->started);
@@ -399,10 +452,18 @@ static const ps_exchange_ops coll_ops = {
     .free = coll_free,
 };
 
+int ps_exchange_nccl_built(void) {
+#ifdef PS_HAVE_NCCL
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 int ps_exchange_collective_open(const ps_train_config *cfg, ps_model *m, ps_exchange *out,
                                 char *err, size_t errlen) {
     *out = (ps_exchange){0};
-    if (cfg->communication == PS_COMM_NCCL) {
+    if (cfg->communication == PS_COMM_NCCL && !ps_exchange_nccl_built()) {
         snprintf(err, errlen,
                  "--communication nccl: this psworker was built without NCCL (use ring)");
         return PS_EINVAL;

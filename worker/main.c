@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "exchange.h"
 #include "kernels.h"
 #include "lifetime.h"
 #include "log.h"
@@ -248,28 +249,34 @@ static int allreduce_peers(const worker_opts *o, const ps_cluster *cl, const cha
     return PS_OK;
 }
 
-/* --communication: auto is the ring here; nccl needs a CUDA device and NCCL. */
+/* --communication: nccl needs a CUDA device and NCCL built in; auto picks
+ * nccl when both hold, else the ring. */
 static int check_communication(const worker_opts *o, ps_train_config *cfg, char *err,
                                size_t errlen) {
     cfg->communication = (int)o->communication;
-    if (cfg->communication != PS_COMM_NCCL) {
-        cfg->communication = PS_COMM_RING; /* auto: no NCCL in this build */
-        return PS_OK;
-    }
+    if (cfg->communication == PS_COMM_RING) return PS_OK;
     ps_k_dev *dev;
     if (ps_k_dev_open(o->device, &dev, err, errlen) != PS_OK) return PS_EINVAL;
-    int cuda = ps_k_dev_kind(dev) != PS_K_CPU;
-    const char *dname = ps_k_dev_name(dev);
+    int cuda = ps_k_dev_kind(dev) == PS_K_CUDA;
+    char dname[64];
+    snprintf(dname, sizeof dname, "%s", ps_k_dev_name(dev));
+    ps_k_dev_close(dev);
+    int nccl_built = ps_exchange_nccl_built();
+    if (cfg->communication == PS_COMM_AUTO) {
+        cfg->communication = cuda && nccl_built ? PS_COMM_NCCL : PS_COMM_RING;
+        return PS_OK;
+    }
     if (!cuda) {
         snprintf(err, errlen, "--communication nccl needs a CUDA device, and this worker "
                  "computes on %s (--device %s): use ring", dname, o->device);
-        ps_k_dev_close(dev);
         return PS_EINVAL;
     }
-    ps_k_dev_close(dev);
-    snprintf(err, errlen, "--communication nccl: this psworker was built without NCCL "
-             "(use ring)");
-    return PS_EINVAL;
+    if (!nccl_built) {
+        snprintf(err, errlen, "--communication nccl: this psworker was built without NCCL "
+                 "(use ring)");
+        return PS_EINVAL;
+    }
+    return PS_OK;
 }
 
 int main(int argc, char **argv) {
