@@ -328,6 +328,33 @@ START_TEST(checkpoint_resume_equals_uninterrupted) {
 }
 END_TEST
 
+/* Workers with different models: the chief's description is compared at
+ * join, and every worker stops, naming the one that differs (status 2). */
+START_TEST(different_models_are_named) {
+    char *dir = ps_test_mkdtemp();
+    char small[700];
+    snprintf(small, sizeof small, "%s/small.json", dir);
+    const char *spec = "{\"input_shape\": [784], \"layers\": [{\"type\": \"Dense\", \"units\": "
+                       "16, \"activation\": \"relu\"}, {\"type\": \"Dense\", \"units\": 10}], "
+                       "\"loss\": \"sparse_categorical_crossentropy\", \"from_logits\": true}";
+    ck_assert_int_eq(ps_test_write_file(small, spec, strlen(spec)), 0);
+    job j = {0};
+    const char *common[] = {"--epochs", "1", "--max-train", "3000", "--max-steps", "2", NULL};
+    const char *w1[] = {"--model", small, NULL};
+    const char *const *per[] = {NULL, w1};
+    job_start(&j, 2, dir, "models", common, per);
+    int st[2], want[2] = {2, 2};
+    job_wait(&j, st, want, 120000);
+    ck_assert_int_eq(st[0], 2);
+    ck_assert_int_eq(st[1], 2);
+    for (unsigned w = 0; w < 2; w++)
+        ck_assert_msg(strstr(ps_test_text(j.log[w]), "worker 1's model differs from the chief's"),
+                      "worker %u:\n%s", w, ps_test_text(j.log[w]));
+    ps_test_rmdir(dir);
+    free(dir);
+}
+END_TEST
+
 /* Configuration errors are named, exit status 2, before any network use. */
 START_TEST(bad_configurations) {
     char *dir = ps_test_mkdtemp();
@@ -375,6 +402,7 @@ static Suite *make_suite(void) {
     tcase_set_timeout(tc, 900);
     tcase_add_checked_fixture(tc, setup, NULL);
     tcase_add_test(tc, bad_configurations);
+    tcase_add_test(tc, different_models_are_named);
     tcase_add_test(tc, divergence_is_named);
     tcase_add_test(tc, dead_worker_is_named);
     tcase_add_test(tc, checkpoint_resume_equals_uninterrupted);
