@@ -4,6 +4,9 @@
  * success, 1 on a training failure, 2 on bad config, 3 when another worker
  * failed (all-reduce: a broken ring, diverged replicas; EXIT_PEER), 4 when a
  * shard lost the job's variables (EXIT_LOST). */
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,13 +190,31 @@ static size_t split_list(char *s, char **out, size_t cap) {
 
 #define PS_MAX_PEERS 1024 /* workers in an all-reduce ring */
 
-/* True when host names this machine: a loopback name or address, or its hostname. */
+/* True when host names this machine: a loopback name or address, its
+ * hostname, or an address of one of its interfaces. */
 static int host_is_local(const char *host) {
     char me[256] = "";
     if (strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 ||
         strcmp(host, "::1") == 0)
         return 1;
-    return gethostname(me, sizeof me - 1) == 0 && strcmp(host, me) == 0;
+    if (gethostname(me, sizeof me - 1) == 0 && strcmp(host, me) == 0) return 1;
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) != 0) return 0;
+    int local = 0;
+    for (struct ifaddrs *i = ifs; i && !local; i = i->ifa_next) {
+        if (!i->ifa_addr) continue;
+        char addr[INET6_ADDRSTRLEN] = "";
+        int fam = i->ifa_addr->sa_family;
+        if (fam == AF_INET)
+            inet_ntop(fam, &((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr, addr,
+                      sizeof addr);
+        else if (fam == AF_INET6)
+            inet_ntop(fam, &((struct sockaddr_in6 *)(void *)i->ifa_addr)->sin6_addr, addr,
+                      sizeof addr);
+        local = addr[0] && strcmp(addr, host) == 0;
+    }
+    freeifaddrs(ifs);
+    return local;
 }
 
 /* The all-reduce strategies: every worker's address, in TensorFlow's global
