@@ -11,13 +11,12 @@
 #include <zmq.h>
 
 #include "job_id.h"
+#include "var_limits.h"
 #include "ps.pb-c.h"
 
 #define PS_PROTOCOL_VERSION 1u
 #define PS_WIRE_MAX_FRAMES 1024u      /* payload frames per message */
 #define PS_WIRE_MAX_HEADER (4u << 20) /* bytes in the header frame */
-#define PS_WIRE_MAX_NAME 255u         /* bytes in a tensor name */
-#define PS_WIRE_MAX_RANK 8u
 
 /* All frames of one received message. For a ROUTER socket frame 0 is the peer
  * identity. `truncated` is set when the message had more frames than fit
