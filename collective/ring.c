@@ -460,7 +460,7 @@ static int rx_pump(ps_ring *r, int is_prev) {
     unsigned peer = is_prev ? prev_rank(r) : next_rank(r);
     char who[PS_RING_NAME_MAX], msg[ERR_MAX];
     rank_name(r, peer, who, sizeof who);
-    for (int rounds = 0; rounds < 64; rounds++) {
+    for (int rounds = 0; rounds < 16; rounds++) {
         if (rx->held) {
             if (!r->cur || r->r_step >= recv_steps(r, r->cur)) return PS_OK;
             rx->held = 0;
@@ -651,8 +651,11 @@ static void *progress(void *arg) {
         if (!r->cur) op_begin(r);
         if (check_left(r) != PS_OK) continue;
         /* move bytes until neither side makes progress */
+        /* (bounded in time too, so keep-alives and silence checks stay on time) */
+        long long spin_end = now_ms() + (r->ka_ms + 3) / 4;
         for (int spins = 0; spins < 16; spins++) {
             long long now = now_ms();
+            if (spins > 0 && now > spin_end) break;
             tx_next_start(r, now);
             int sent = tx_pump(r->next_fd, &r->tx_next, msg, sizeof msg);
             if (sent < 0) {
