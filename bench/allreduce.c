@@ -318,7 +318,7 @@ static bool run_nccl(const options *o, int n) {
 
 /* Runs the gloo script for n ranks: seconds per all-reduce into out[] (0 when
  * missing). */
-static bool measure_gloo(const options *o, int n, double *out) {
+static bool measure_gloo(const options *o, int n, double *out, double *cpu) {
     char cmd[2048];
     int k = snprintf(cmd, sizeof cmd, "%s %s --ranks %d --reps %d --sizes", o->python, o->gloo, n,
                      o->reps);
@@ -331,11 +331,14 @@ static bool measure_gloo(const options *o, int n, double *out) {
     while (fgets(line, sizeof line, p)) {
         int ranks;
         size_t bytes;
-        double t;
-        if (sscanf(line, "gloo ranks=%d bytes=%zu time_s=%lf", &ranks, &bytes, &t) != 3) continue;
+        double t, c;
+        if (sscanf(line, "gloo ranks=%d bytes=%zu time_s=%lf cpu_s=%lf", &ranks, &bytes, &t, &c) !=
+            4)
+            continue;
         for (int s = 0; s < n_sizes; s++)
             if (sizes[s] == bytes && ranks == n) {
                 out[s] = t;
+                cpu[s] = c;
                 got++;
             }
     }
@@ -422,7 +425,7 @@ int main(int argc, char **argv) {
     static double ring_r[2][4][MAX_REPS][MAX_SIZES], ringc_r[2][4][MAX_REPS][MAX_SIZES];
     static double p2p_r[2][MAX_REPS][MAX_SIZES], p2pc_r[2][MAX_REPS][MAX_SIZES];
     static double ring[2][4][MAX_SIZES], ringc[2][4][MAX_SIZES], p2p[2][MAX_SIZES],
-        p2pc[2][MAX_SIZES], gloo[4][MAX_SIZES];
+        p2pc[2][MAX_SIZES], gloo[4][MAX_SIZES], glooc[4][MAX_SIZES];
     bool have_gloo[4] = {false};
     const char *tname[2] = {"tcp", "unix"};
     for (int k = 0; k < o.reps; k++)
@@ -461,16 +464,18 @@ int main(int argc, char **argv) {
         }
     if (o.gloo)
         for (int i = 0; i < o.n_ranks; i++) {
-            have_gloo[o.ranks[i] - 1] = measure_gloo(&o, o.ranks[i], gloo[o.ranks[i] - 1]);
+            have_gloo[o.ranks[i] - 1] =
+                measure_gloo(&o, o.ranks[i], gloo[o.ranks[i] - 1], glooc[o.ranks[i] - 1]);
             if (!have_gloo[o.ranks[i] - 1])
                 fprintf(stderr, "allreduce: gloo with %d ranks did not run (%s %s)\n", o.ranks[i],
                         o.python, o.gloo);
         }
     printf("ring all-reduce, median of %d; GB/s = 1e9 bytes/s; bound = p2p * n/(2(n-1))\n", o.reps);
-    printf("cpu: CPU time per all-reduce (all ranks) / per p2p message (both ends), us\n");
-    printf("%-5s %-2s %-7s %9s %7s %7s %7s %7s %8s %7s %7s %9s %8s\n", "trans", "n", "size",
+    printf("cpu: CPU time per all-reduce (all ranks; ring, gloo) / per p2p message (both ends), "
+           "us\n");
+    printf("%-5s %-2s %-7s %9s %7s %7s %7s %7s %8s %7s %7s %9s %8s %9s\n", "trans", "n", "size",
            "time_us", "algbw", "busbw", "p2p", "bound", "vs_bound", "gloo", "vs_gloo", "cpu_ring",
-           "cpu_p2p");
+           "cpu_p2p", "cpu_gloo");
     for (int t = 0; t < 2; t++) {
         if (!(t == 0 ? o.tcp : o.unix_)) continue;
         for (int i = 0; i < o.n_ranks; i++) {
@@ -479,16 +484,18 @@ int main(int argc, char **argv) {
                 double tm = ring[t][n - 1][s], alg = sizes[s] / tm / 1e9;
                 double bus = alg * 2.0 * (n - 1) / n, pb = sizes[s] / p2p[t][s] / 1e9;
                 double bound = pb * n / (2.0 * (n - 1));
-                char sz[32], gl[16] = "-", gr[16] = "-";
+                char sz[32], gl[16] = "-", gr[16] = "-", gc[24] = "-";
                 human(sizes[s], sz, sizeof sz);
                 if (have_gloo[n - 1]) {
                     double ga = sizes[s] / gloo[n - 1][s] / 1e9;
                     snprintf(gl, sizeof gl, "%.3f", ga);
                     snprintf(gr, sizeof gr, "%.2fx", alg / ga);
+                    snprintf(gc, sizeof gc, "%.1f", glooc[n - 1][s] * 1e6);
                 }
-                printf("%-5s %-2d %-7s %9.1f %7.3f %7.3f %7.3f %7.3f %7.2fx %7s %7s %9.1f %8.1f\n",
+                printf("%-5s %-2d %-7s %9.1f %7.3f %7.3f %7.3f %7.3f %7.2fx %7s %7s %9.1f %8.1f "
+                       "%9s\n",
                        tname[t], n, sz, tm * 1e6, alg, bus, pb, bound, alg / bound, gl, gr,
-                       ringc[t][n - 1][s] * 1e6, p2pc[t][s] * 1e6);
+                       ringc[t][n - 1][s] * 1e6, p2pc[t][s] * 1e6, gc);
             }
         }
     }

@@ -31,6 +31,7 @@ typedef struct ring_op {
     struct ring_op *next;
     int kind;
     uint32_t seq;
+    int sent;            /* the send thread sent all its pieces (under mu) */
     unsigned char *data; /* all-reduce: the floats; broadcast: the buffer; allgather: all */
     size_t bytes;        /* total bytes of data */
     size_t unit;         /* bytes per block (allgather) */
@@ -82,14 +83,33 @@ struct ps_ring {
     char errmsg[ERR_MAX];
     int failed_since_wait; /* an operation started since the last wait failed */
 
+    /* the send thread: writes every frame to next while it runs (so sends
+     * overlap receives and sums); the progress thread owns the rest */
+    pthread_t tx_thread;
+    int have_tx;
+    pthread_cond_t tx_cv;
+    int tx_stop_fd;      /* eventfd: stop waiting for room */
+    int tx_stop;         /* under mu */
+    ring_op *tx_op;      /* under mu: the running operation, whose pieces may go */
+    unsigned pub_r_step; /* under mu: its receive progress, (step, chunk) */
+    size_t pub_r_chunk;
+    int next_left; /* under mu: next sent BYE (no keep-alives to it) */
+    int tx_err;    /* under mu: a send failed, tx_msg says why */
+    char tx_msg[256];
+    unsigned s_step; /* send thread: next piece to send, (step, chunk) */
+    size_t s_chunk;
+    tx_state tx_next; /* send thread (progress thread once it stopped) */
+
     /* progress thread only */
     ring_op *cur;
-    unsigned s_step, r_step; /* next piece to send / to receive: (step, chunk) */
-    size_t s_chunk, r_chunk;
-    tx_state tx_next, tx_prev;
+    unsigned r_step; /* next piece to receive: (step, chunk) */
+    size_t r_chunk;
+    tx_state tx_prev;
     rx_state rx_prev, rx_next;
     unsigned char *tmp; /* one chunk: a received piece before it is summed */
 };
+
+static void wake(ps_ring *r);
 
 static long long now_ms(void) {
     struct timespec ts;
@@ -163,9 +183,9 @@ static span piece(const ps_ring *r, span s, size_t j) {
 }
 
 /* Moves (step, chunk) past finished and empty steps. */
-static void skip_send(ps_ring *r) {
-    unsigned n = send_steps(r, r->cur);
-    while (r->s_step < n && r->s_chunk >= nchunks(r, send_span(r, r->cur, r->s_step).bytes)) {
+static void skip_send(ps_ring *r, const ring_op *op) {
+    unsigned n = send_steps(r, op);
+    while (r->s_step < n && r->s_chunk >= nchunks(r, send_span(r, op, r->s_step).bytes)) {
         r->s_step++;
         r->s_chunk = 0;
     }
@@ -179,14 +199,14 @@ static void skip_recv(ps_ring *r) {
     }
 }
 
-/* 1 when send piece (s_step, s_chunk) has its data: received (and summed). */
-static int send_ready(const ps_ring *r) {
-    const ring_op *op = r->cur;
+/* 1 when send piece (s_step, s_chunk) of op has its data: received (and
+ * summed) by the published receive progress. Under mu. */
+static int send_ready(const ps_ring *r, const ring_op *op) {
     if (recv_steps(r, op) == 0) return 1;
     unsigned lag = op->kind == PS_OP_BROADCAST ? 0 : 1;
     if (r->s_step < lag) return 1;
     unsigned need = r->s_step - lag;
-    return r->r_step > need || (r->r_step == need && r->r_chunk > r->s_chunk);
+    return r->pub_r_step > need || (r->pub_r_step == need && r->pub_r_chunk > r->s_chunk);
 }
 
 /* ---- errors ---- */
@@ -255,7 +275,10 @@ static void tx_control(tx_state *tx, int type, int code, const char *text) {
 /* Sends `type` (ABORT with code and text, or BYE) to both neighbours after
  * the frames in flight, then closes both sockets, reading what is left so
  * that the close does not reset the connection under our last frame. */
+static void tx_thread_stop(ps_ring *r);
+
 static void say_goodbye(ps_ring *r, int type, int code, const char *text) {
+    tx_thread_stop(r); /* the link to next is ours again, a frame maybe half sent */
     long long deadline = now_ms() + 1000;
     int fds[2] = {r->next_fd, r->prev_fd};
     tx_state *txs[2] = {&r->tx_next, &r->tx_prev};
@@ -329,36 +352,26 @@ __attribute__((format(printf, 4, 5))) static void fail(ps_ring *r, int code, int
 
 /* ---- the data path ---- */
 
-/* Starts the next frame on the link to next: a ready data piece, or a
- * keep-alive when nothing went out for ka_ms. */
-static void tx_next_start(ps_ring *r, long long now) {
+/* Starts the frame of data piece (s_step, s_chunk) of op on the link to next. */
+static void tx_start_piece(ps_ring *r, const ring_op *op, long long now) {
     tx_state *tx = &r->tx_next;
-    if (tx->active) return;
-    if (r->cur) {
-        skip_send(r);
-        if (r->s_step < send_steps(r, r->cur) && send_ready(r)) {
-            span s = piece(r, send_span(r, r->cur, r->s_step), r->s_chunk);
-            ps__frame f = {.type = PS_FRAME_DATA,
-                           .op = (uint8_t)r->cur->kind,
-                           .step = (uint16_t)r->s_step,
-                           .seq = r->cur->seq,
-                           .chunk = (uint32_t)r->s_chunk,
-                           .len = (uint32_t)s.bytes,
-                           .total = r->cur->bytes};
-            ps__frame_encode(&f, tx->hdr);
-            tx->hdr_len = PS_RING_HDR;
-            tx->hdr_off = 0;
-            tx->pay = s.p;
-            tx->pay_len = s.bytes;
-            tx->pay_off = 0;
-            tx->active = 1;
-            tx->last_ms = now;
-            r->s_chunk++;
-            return;
-        }
-    }
-    if (now - tx->last_ms >= r->ka_ms && !r->rx_next.left)
-        tx_control(tx, PS_FRAME_KEEPALIVE, 0, NULL);
+    span s = piece(r, send_span(r, op, r->s_step), r->s_chunk);
+    ps__frame f = {.type = PS_FRAME_DATA,
+                   .op = (uint8_t)op->kind,
+                   .step = (uint16_t)r->s_step,
+                   .seq = op->seq,
+                   .chunk = (uint32_t)r->s_chunk,
+                   .len = (uint32_t)s.bytes,
+                   .total = op->bytes};
+    ps__frame_encode(&f, tx->hdr);
+    tx->hdr_len = PS_RING_HDR;
+    tx->hdr_off = 0;
+    tx->pay = s.p;
+    tx->pay_len = s.bytes;
+    tx->pay_off = 0;
+    tx->active = 1;
+    tx->last_ms = now;
+    r->s_chunk++;
 }
 
 /* Writes as much of the frame in flight as the socket takes. Returns 1 when
@@ -397,6 +410,120 @@ static int tx_pump(int fd, tx_state *tx, char *msg, size_t msglen) {
         }
     }
     return moved;
+}
+
+/* Writes the frame in flight whole, waiting for room; returns PS_OK, 1 when
+ * told to stop (the frame stays half sent), or PS_EIO (reason in msg). */
+static int tx_send_frame(ps_ring *r, char *msg, size_t msglen) {
+    while (r->tx_next.active) {
+        int rc = tx_pump(r->next_fd, &r->tx_next, msg, msglen);
+        if (rc < 0) return rc;
+        if (!r->tx_next.active) break;
+        struct pollfd pf[2] = {{.fd = r->next_fd, .events = POLLOUT},
+                               {.fd = r->tx_stop_fd, .events = POLLIN}};
+        if (poll(pf, 2, -1) < 0 && errno != EINTR) return PS_EIO;
+        if (pf[1].revents) return 1;
+    }
+    return PS_OK;
+}
+
+/* The send thread: the pieces of the running operation as soon as they have
+ * their data, keep-alives when nothing went out for ka_ms. */
+static void *tx_main(void *arg) {
+    ps_ring *r = arg;
+    char msg[256];
+    ring_op *op = NULL;
+    uint32_t op_seq = 0;
+    pthread_mutex_lock(&r->mu);
+    while (!r->tx_stop) {
+        /* (by sequence number too: the next operation may reuse the address) */
+        if (r->tx_op != op || (op && op->seq != op_seq)) {
+            op = r->tx_op;
+            op_seq = op ? op->seq : 0;
+            r->s_step = 0;
+            r->s_chunk = 0;
+        }
+        int go = 0;
+        long long now = now_ms();
+        if (op && !op->sent && r->next_left) {
+            /* next left the ring: nobody takes the rest (our result only
+             * needs what comes from prev, which check_left watches) */
+            op->sent = 1;
+            wake(r);
+            continue;
+        }
+        if (op && !op->sent) {
+            skip_send(r, op);
+            if (r->s_step >= send_steps(r, op)) {
+                op->sent = 1;
+                wake(r);
+                continue;
+            }
+            if (send_ready(r, op)) {
+                tx_start_piece(r, op, now);
+                go = 1;
+            }
+        }
+        if (!go && now - r->tx_next.last_ms >= r->ka_ms && !r->next_left) {
+            tx_control(&r->tx_next, PS_FRAME_KEEPALIVE, 0, NULL);
+            go = 1;
+        }
+        if (!go) {
+            long long until = r->tx_next.last_ms + r->ka_ms;
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            long long ms = until - now < 1 ? 1 : until - now;
+            ts.tv_sec += ms / 1000;
+            ts.tv_nsec += (ms % 1000) * 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&r->tx_cv, &r->mu, &ts);
+            continue;
+        }
+        pthread_mutex_unlock(&r->mu);
+        int rc = tx_send_frame(r, msg, sizeof msg);
+        pthread_mutex_lock(&r->mu);
+        if (rc == 1) break;
+        if (rc < 0 && r->next_left) { /* it closed after its BYE: see above */
+            r->tx_next.active = 0;
+            continue;
+        }
+        if (rc < 0) {
+            r->tx_err = rc;
+            snprintf(r->tx_msg, sizeof r->tx_msg, "%s", msg);
+            wake(r);
+            while (!r->tx_stop)
+                pthread_cond_wait(&r->tx_cv, &r->mu);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* Stops and joins the send thread (progress thread; idempotent). */
+static void tx_thread_stop(ps_ring *r) {
+    if (!r->have_tx) return;
+    pthread_mutex_lock(&r->mu);
+    r->tx_stop = 1;
+    pthread_cond_broadcast(&r->tx_cv);
+    pthread_mutex_unlock(&r->mu);
+    uint64_t one = 1;
+    if (write(r->tx_stop_fd, &one, sizeof one) < 0) { /* counter full: it wakes anyway */
+    }
+    pthread_join(r->tx_thread, NULL);
+    r->have_tx = 0;
+}
+
+/* Publishes the running operation's receive progress to the send thread. */
+static void publish(ps_ring *r) {
+    pthread_mutex_lock(&r->mu);
+    r->tx_op = r->cur;
+    r->pub_r_step = r->r_step;
+    r->pub_r_chunk = r->r_chunk;
+    pthread_cond_signal(&r->tx_cv);
+    pthread_mutex_unlock(&r->mu);
 }
 
 /* dst[i] += src[i]: 16 floats a step with vector adds (GCC's -O2 leaves the
@@ -460,7 +587,7 @@ static int rx_pump(ps_ring *r, int is_prev) {
     unsigned peer = is_prev ? prev_rank(r) : next_rank(r);
     char who[PS_RING_NAME_MAX], msg[ERR_MAX];
     rank_name(r, peer, who, sizeof who);
-    for (int rounds = 0; rounds < 64; rounds++) {
+    for (int rounds = 0; rounds < 16; rounds++) {
         if (rx->held) {
             if (!r->cur || r->r_step >= recv_steps(r, r->cur)) return PS_OK;
             rx->held = 0;
@@ -510,6 +637,11 @@ static int rx_pump(ps_ring *r, int is_prev) {
                 if (rx->f.type == PS_FRAME_BYE) {
                     PS_INFO("ring rank %u/%u: %s left the ring", r->rank, r->size, who);
                     rx->left = 1; /* an error only if an operation still needs it */
+                    if (!is_prev) {
+                        pthread_mutex_lock(&r->mu);
+                        r->next_left = 1;
+                        pthread_mutex_unlock(&r->mu);
+                    }
                     return PS_OK;
                 }
                 continue;
@@ -562,26 +694,21 @@ static int rx_pump(ps_ring *r, int is_prev) {
             sum_into((float *)(void *)rx->sum_into, (const float *)(void *)r->tmp, rx->f.len / 4);
         r->r_chunk++;
         skip_recv(r);
+        publish(r);
     }
     return PS_OK;
 }
 
-/* Fails the ring when the running operation still needs a neighbour that
- * left (sent BYE). Returns PS_OK or the error. */
+/* Fails the ring when the running operation still needs data from a
+ * previous rank that left (sent BYE); a next rank that left only stops our
+ * sends (tx_main). Returns PS_OK or the error. */
 static int check_left(ps_ring *r) {
     if (!r->cur) return PS_OK;
     char who[PS_RING_NAME_MAX];
-    skip_send(r);
     skip_recv(r);
     if (r->rx_prev.left && r->r_step < recv_steps(r, r->cur)) {
         fail(r, PS_ESHUTDOWN, 0, "%s left the ring during %s #%u",
              rank_name(r, prev_rank(r), who, sizeof who), ps__op_name(r->cur->kind),
-             (unsigned)r->cur->seq);
-        return PS_ESHUTDOWN;
-    }
-    if (r->rx_next.left && (r->s_step < send_steps(r, r->cur) || r->tx_next.active)) {
-        fail(r, PS_ESHUTDOWN, 0, "%s left the ring during %s #%u",
-             rank_name(r, next_rank(r), who, sizeof who), ps__op_name(r->cur->kind),
              (unsigned)r->cur->seq);
         return PS_ESHUTDOWN;
     }
@@ -594,18 +721,20 @@ static void op_begin(ps_ring *r) {
     r->cur = r->head;
     pthread_mutex_unlock(&r->mu);
     if (!r->cur) return;
-    r->s_step = r->r_step = 0;
-    r->s_chunk = r->r_chunk = 0;
-    skip_send(r);
+    r->r_step = 0;
+    r->r_chunk = 0;
     skip_recv(r);
+    publish(r);
     r->rx_prev.last_ms = now_ms(); /* silence counts from the start of the operation */
 }
 
 static int op_done(ps_ring *r) {
-    skip_send(r);
     skip_recv(r);
-    return r->s_step >= send_steps(r, r->cur) && r->r_step >= recv_steps(r, r->cur) &&
-           !r->tx_next.active;
+    if (r->r_step < recv_steps(r, r->cur)) return 0;
+    pthread_mutex_lock(&r->mu);
+    int sent = r->cur->sent;
+    pthread_mutex_unlock(&r->mu);
+    return sent;
 }
 
 static void op_finish(ps_ring *r) {
@@ -615,6 +744,7 @@ static void op_finish(ps_ring *r) {
     if (!r->head) r->tail = NULL;
     free(op);
     r->cur = NULL;
+    r->tx_op = NULL;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
 }
@@ -634,7 +764,7 @@ static void *progress(void *arg) {
     ps_ring *r = arg;
     char who[PS_RING_NAME_MAX], msg[256];
     long long t0 = now_ms();
-    r->tx_next.last_ms = r->tx_prev.last_ms = 0;
+    r->tx_prev.last_ms = 0;
     r->rx_prev.last_ms = r->rx_next.last_ms = t0;
     for (;;) {
         pthread_mutex_lock(&r->mu);
@@ -650,16 +780,11 @@ static void *progress(void *arg) {
         }
         if (!r->cur) op_begin(r);
         if (check_left(r) != PS_OK) continue;
-        /* move bytes until neither side makes progress */
+        /* receive and sum until nothing more comes (bounded in time, so that
+         * keep-alives and silence checks stay on time); the send thread sends */
+        long long spin_end = now_ms() + (r->ka_ms + 3) / 4;
         for (int spins = 0; spins < 16; spins++) {
-            long long now = now_ms();
-            tx_next_start(r, now);
-            int sent = tx_pump(r->next_fd, &r->tx_next, msg, sizeof msg);
-            if (sent < 0) {
-                send_failed(r, 1, msg);
-                break;
-            }
-            if (!r->tx_next.active) tx_next_start(r, now);
+            if (spins > 0 && now_ms() > spin_end) break;
             size_t before = r->r_chunk + ((size_t)r->r_step << 32) + r->rx_prev.got;
             if (!r->rx_prev.left && rx_pump(r, 1) != PS_OK) break;
             if (check_left(r) != PS_OK) break;
@@ -670,11 +795,19 @@ static void *progress(void *arg) {
                 if (check_left(r) != PS_OK) break;
                 continue;
             }
-            if (!sent && before == after) break;
+            if (before == after) break;
         }
         if (r->err != PS_OK || r->next_fd < 0) continue;
         if (!r->rx_next.left && rx_pump(r, 0) != PS_OK) continue;
         if (check_left(r) != PS_OK) continue;
+        pthread_mutex_lock(&r->mu);
+        int tx_err = r->tx_err;
+        snprintf(msg, sizeof msg, "%s", r->tx_msg);
+        pthread_mutex_unlock(&r->mu);
+        if (tx_err) {
+            send_failed(r, 1, msg);
+            continue;
+        }
         long long now = now_ms();
         int prev_quiet = r->rx_prev.left || r->rx_prev.hup;
         /* keep-alives backward: the previous rank watches us too */
@@ -684,12 +817,6 @@ static void *progress(void *arg) {
             send_failed(r, 0, msg);
             continue;
         }
-        tx_next_start(r, now);
-        if (tx_pump(r->next_fd, &r->tx_next, msg, sizeof msg) < 0) {
-            send_failed(r, 1, msg);
-            continue;
-        }
-        tx_next_start(r, now); /* a ready piece: poll for room (POLLOUT) rather than sleep */
         /* silence */
         if (!prev_quiet && !r->rx_prev.held && now - r->rx_prev.last_ms > r->timeout_ms) {
             fail(r, PS_ETIMEDOUT, 0, "%s sent nothing for %u ms",
@@ -706,14 +833,11 @@ static void *progress(void *arg) {
             {.fd = prev_quiet ? -1 : r->prev_fd,
              .events = (short)((r->rx_prev.held ? POLLRDHUP : POLLIN) |
                                (r->tx_prev.active ? POLLOUT : 0))},
-            {.fd = r->rx_next.left && !r->tx_next.active ? -1 : r->next_fd,
-             .events = (short)(POLLIN | (r->tx_next.active ? POLLOUT : 0))},
+            {.fd = r->rx_next.left ? -1 : r->next_fd, .events = POLLIN},
         };
         long long wait = r->ka_ms;
-        long long ka1 = r->tx_prev.last_ms + r->ka_ms - now,
-                  ka2 = r->tx_next.last_ms + r->ka_ms - now;
+        long long ka1 = r->tx_prev.last_ms + r->ka_ms - now;
         if (ka1 < wait && !prev_quiet) wait = ka1;
-        if (ka2 < wait && !r->rx_next.left) wait = ka2;
         if (wait < 1) wait = 1;
         if (poll(pf, 3, (int)wait) > 0 && pf[0].revents) {
             uint64_t v;
@@ -726,6 +850,7 @@ static void *progress(void *arg) {
             r->rx_prev.hup = 1;
     }
     if (r->err == PS_OK && r->next_fd >= 0) say_goodbye(r, PS_FRAME_BYE, 0, "");
+    tx_thread_stop(r);
     return NULL;
 }
 
@@ -752,6 +877,8 @@ static void ring_free(ps_ring *r) {
     free(r->endpoints);
     free(r->tmp);
     if (r->wake_fd >= 0) close(r->wake_fd);
+    if (r->tx_stop_fd >= 0) close(r->tx_stop_fd);
+    pthread_cond_destroy(&r->tx_cv);
     if (r->next_fd >= 0) close(r->next_fd);
     if (r->prev_fd >= 0) close(r->prev_fd);
     pthread_mutex_destroy(&r->mu);
@@ -778,6 +905,12 @@ int ps_ring_open(const ps_ring_config *cfg, ps_ring **out, char *err, size_t err
     if (!r) return PS_ENOMEM;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->tx_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    r->tx_stop_fd = -1;
     r->rank = cfg->rank;
     r->size = cfg->size;
     r->next_fd = r->prev_fd = r->wake_fd = -1;
@@ -815,7 +948,16 @@ int ps_ring_open(const ps_ring_config *cfg, ps_ring **out, char *err, size_t err
     r->next_fd = links.next_fd;
     r->prev_fd = links.prev_fd;
     r->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (r->wake_fd < 0 || pthread_create(&r->thread, NULL, progress, r) != 0) {
+    r->tx_stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (r->wake_fd < 0 || r->tx_stop_fd < 0 ||
+        pthread_create(&r->tx_thread, NULL, tx_main, r) != 0) {
+        set_err(err, errlen, "ring rank %u/%u: cannot start the send thread", r->rank, r->size);
+        ring_free(r);
+        return PS_ENOMEM;
+    }
+    r->have_tx = 1;
+    if (pthread_create(&r->thread, NULL, progress, r) != 0) {
+        tx_thread_stop(r);
         set_err(err, errlen, "ring rank %u/%u: cannot start the progress thread", r->rank, r->size);
         ring_free(r);
         return PS_ENOMEM;

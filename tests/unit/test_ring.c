@@ -159,10 +159,18 @@ out:
 /* Runs size ranks over transport t with chunk bytes; checks every rank's
  * report, the random all-reduces against the sums, bit-identical across ranks.
  * Returns the log directory's first rank log path in logs (for log checks). */
+/* Endpoints named "localhost" rather than 127.0.0.1 in the next run_ring. */
+static int by_name;
+
 static void run_ring(unsigned size, ps_ring_transport t, size_t chunk, const char *logdir) {
     ring_ctx c;
     rk_ring_init(&c.k, size, t);
     c.k.cfg.chunk_bytes = chunk;
+    if (by_name) /* "localhost:PORT", as in TF_CONFIG examples */
+        for (unsigned q = 0; q < size; q++) {
+            int port = atoi(strrchr(c.k.eps[q], ':') + 1);
+            snprintf(c.k.eps[q], sizeof c.k.eps[q], "localhost:%d", port);
+        }
     c.rep = rk_share(RK_MAX_RANKS * sizeof(rk_report));
     c.results = rk_share(size * BIG_N * sizeof(float));
     c.odd = rk_share(size * ODD_N * sizeof(float));
@@ -280,6 +288,14 @@ START_TEST(two_ranks_tcp_log_says_tcp) {
 }
 END_TEST
 
+/* Endpoints by host name, as TF_CONFIG's examples write them. */
+START_TEST(three_ranks_localhost_tcp) {
+    by_name = 1;
+    run_and_clean(3, PS_RING_TCP, 0);
+    by_name = 0;
+}
+END_TEST
+
 /* Bad arguments: EINVAL, nothing opened. */
 START_TEST(bad_config) {
     rk_ring k;
@@ -313,6 +329,7 @@ static Suite *ring_suite(void) {
     tcase_add_test(tc, three_ranks_unix);
     tcase_add_test(tc, three_ranks_auto_logs);
     tcase_add_test(tc, two_ranks_tcp_log_says_tcp);
+    tcase_add_test(tc, three_ranks_localhost_tcp);
     tcase_add_test(tc, bad_config);
     suite_add_tcase(s, tc);
     return s;
