@@ -101,7 +101,8 @@ int ps_ring_open(const ps_ring_config *cfg, ps_ring **out, char *err, size_t err
     ps__links links;
     int rc = ps__links_form(cfg, &links, why, sizeof why);
     if (rc != PS_OK) {
-        PS_ERROR("ring rank %u/%u: %s", cfg->rank, cfg->size, why);
+        /* the caller reports the error (err): at info here, one error line */
+        PS_INFO("ring rank %u/%u: could not form the ring: %s", cfg->rank, cfg->size, why);
         set_err(err, errlen, "ring rank %u/%u: %s", cfg->rank, cfg->size, why);
         ring_free(r);
         return rc;

@@ -19,7 +19,9 @@
  * every later call returns that error. Nothing hangs.
  *
  * The library never prints except through common/log.h (connections, ring
- * complete, ranks; failures at error level); it never exits.
+ * complete, ranks; failures at info level, "ring rank R/N: broken: <reason>":
+ * the reason comes back in err, and reporting it as an error is the
+ * caller's job); it never exits.
  * Thread-safety: one thread calls a ring's functions (the progress thread is
  * internal). Different rings are independent. */
 #ifndef PS_RING_H

@@ -81,7 +81,9 @@ static void drop_ops_locked(ps_ring *r) {
 
 /* Breaks the ring for good: sticky error, abort frames to both neighbours
  * (relaying `relay` unchanged when the reason came from one), sockets closed.
- * quiet: log at info (a neighbour that closed while we were idle). */
+ * The reason goes back to the caller (ps_ring_wait's err), which reports the
+ * error: logged here at info only, so that a broken ring makes one error
+ * line. quiet: at debug (a neighbour that closed while we were idle). */
 __attribute__((format(printf, 4, 5))) static void fail(ps_ring *r, int code, int quiet,
                                                        const char *fmt, ...) {
     char msg[ERR_MAX];
@@ -90,9 +92,9 @@ __attribute__((format(printf, 4, 5))) static void fail(ps_ring *r, int code, int
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (quiet)
-        PS_INFO("ring rank %u/%u: %s", r->rank, r->size, msg);
+        PS_DEBUG("ring rank %u/%u: broken: %s", r->rank, r->size, msg);
     else
-        PS_ERROR("ring rank %u/%u: %s", r->rank, r->size, msg);
+        PS_INFO("ring rank %u/%u: broken: %s", r->rank, r->size, msg);
     pthread_mutex_lock(&r->mu);
     if (r->err == PS_OK) {
         r->err = code;

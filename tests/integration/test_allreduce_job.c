@@ -198,6 +198,14 @@ START_TEST(dead_worker_is_named) {
     ck_assert_int_eq(st, 3);
     const char *port = strrchr(j.eps[1], ':') + 1;
     ck_assert_msg(strstr(out, port), "the chief's error does not name %s:\n%s", j.eps[1], out);
+    /* one error line, psworker's, with the ring's reason (the ring logs it at info) */
+    int errors = 0;
+    const char *e = strstr(out, " error: ");
+    for (const char *p = e; p; p = strstr(p + 1, " error: "))
+        errors++;
+    const char *eol = e ? strchr(e, '\n') : NULL, *broke = e ? strstr(e, "ring broke") : NULL;
+    ck_assert_msg(errors == 1 && broke && (!eol || broke < eol),
+                  "want one error line, the all-reduce's:\n%s", out);
     printf("dead worker: the chief stopped %lld ms after the kill\n", took);
     ck_assert_msg(took < 30000, "the chief took %lld ms to notice", took);
     ps_test_rmdir(dir);
