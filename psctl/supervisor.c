@@ -7,6 +7,7 @@
 #include "lifetime.h"
 #include "log.h"
 #include "relay.h"
+#include "ring_job.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +31,7 @@ extern char **environ;
 #define RESTART_DELAY_MAX_MS 5000
 #define EXIT_BAD_CONFIG 2 /* our programs' "bad configuration": restarting cannot help */
 #define EXIT_LOST 4       /* psworker: a shard lost the job's variables (PS_ELOST) */
+#define EXIT_RING 3       /* psworker, all-reduce: the ring broke (a symptom, not a cause) */
 
 typedef enum { CHILD_PSD, CHILD_WORKER } child_kind;
 
@@ -39,6 +41,7 @@ typedef enum { CHILD_PSD, CHILD_WORKER } child_kind;
 typedef enum {
     PHASE_STARTING,  /* shards started, waiting for their ready files */
     PHASE_RUNNING,   /* workers started */
+    PHASE_REGROUPING, /* all-reduce: a worker failed; stopping the others to restart all */
     PHASE_FINISHING, /* every worker succeeded: stopping the shards */
     PHASE_ABORTING,  /* failure, signal or deadline: stopping everything */
     PHASE_DONE       /* no child left running */
@@ -60,6 +63,7 @@ typedef struct {
     int pipe_state[2];
     int proc_open; /* proc initialised and its close callback not run yet */
     int running;   /* spawned and not yet exited (or given up on) */
+    int stop_sent; /* psctl signalled it (a signal death is then ours, not a fault) */
     int pid;
     int restarts;             /* restarts so far */
     int restart_pending;      /* restart_timer is armed */
@@ -89,6 +93,14 @@ typedef struct sup {
     int stop_grace_ms; /* the SIGTERM grace of the current stop */
     int open_handles;  /* initialised handles whose close callback has not run */
     char *endpoints;   /* the workers' --ps list once every shard was ready (owned) */
+    /* all-reduce: */
+    int *ports;             /* num_workers ring ports on 127.0.0.1, fresh for every start */
+    int regroups;           /* restarts of the whole set of workers so far */
+    int regroup_pending;    /* regroup_timer is armed (or will be once all have stopped) */
+    uv_timer_t regroup_timer;
+    int culprit;            /* the worker whose failure started the regroup */
+    char culprit_how[96];   /* "was killed by signal 9", "exited with status 1" */
+    int culprit_ring;       /* the culprit exited EXIT_RING (another may be the cause) */
     uv_timer_t ready_timer, stop_timer, timeout_timer, drain_timer;
     uv_signal_t sigint, sigterm;
     psctl_screen screen;
@@ -190,6 +202,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
  * that helpers it started go too. */
 static void signal_child(child *c, int sig) {
     if (!c->running) return;
+    c->stop_sent = 1;
     if (uv_kill(-c->pid, sig) < 0) uv_kill(c->pid, sig);
 }
 
@@ -198,6 +211,11 @@ static void signal_child(child *c, int sig) {
 /* Sends SIGTERM to every running child; arm_stop then arms the SIGKILL deadline. */
 static void stop_all(sup *sv, int grace_ms) {
     uv_timer_stop(&sv->ready_timer);
+    if (sv->regroup_pending) {
+        PS_DEBUG("restart of the workers cancelled");
+        uv_timer_stop(&sv->regroup_timer);
+        sv->regroup_pending = 0;
+    }
     for (int i = 0; i < sv->nchildren; i++) {
         child *c = &sv->children[i];
         if (c->restart_pending) {
@@ -238,11 +256,17 @@ static void give_up(sup *sv) {
     check_done(sv);
 }
 
+static void abort_job(sup *sv, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 static void on_stop_timer(uv_timer_t *t) {
     sup *sv = t->data;
     if (sv->kill_stage == 0) {
         kill_stragglers(sv);
         uv_timer_start(&sv->stop_timer, on_stop_timer, KILL_GRACE_MS, 0);
+    } else if (sv->phase == PHASE_REGROUPING) {
+        abort_job(sv, 1, "cannot restart the workers: one is still running after SIGKILL");
+        give_up(sv);
     } else {
         give_up(sv);
     }
@@ -256,9 +280,6 @@ static void arm_stop(sup *sv, int grace_ms) {
 
 /* Stops the job because of a failure: prints why, stops every child, exits with code
  * (unless a signal already chose the code). Later failures are only logged. */
-static void abort_job(sup *sv, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
 static void abort_job(sup *sv, int code, const char *fmt, ...) {
     char msg[768];
     va_list ap;
@@ -292,6 +313,7 @@ static void check_done(sup *sv) {
     if (sv->phase == PHASE_DONE) return;
     for (int i = 0; i < sv->nchildren; i++)
         if (sv->children[i].running || sv->children[i].restart_pending) return;
+    if (sv->regroup_pending) return;
     sv->end_phase = sv->phase;
     sv->phase = PHASE_DONE;
     uv_timer_stop(&sv->ready_timer);
@@ -378,13 +400,19 @@ static int start_worker(sup *sv, child *c) {
     const psctl_local_opts *o = sv->job->opts;
     psctl_argv a = {0};
     int r = psctl_worker_argv(&a, o, sv->job->worker_path, c->index, sv->endpoints,
-                              c->index == 0 && sv->stdout_tty);
-    char **env = o->worker_cuda_visible ? psctl_env_set(sv->env, "CUDA_VISIBLE_DEVICES",
+                              sv->job->ckpt_dir, c->index == 0 && sv->stdout_tty);
+    /* all-reduce: TF_CONFIG names the ring (replacing any psctl inherited) */
+    char *tf = o->allreduce ? psctl_tf_config(sv->ports, (int)o->num_workers, c->index) : NULL;
+    char **tf_env = tf ? psctl_env_set(sv->env, "TF_CONFIG", tf) : NULL;
+    char **base = tf_env ? tf_env : sv->env;
+    char **env = o->worker_cuda_visible ? psctl_env_set(base, "CUDA_VISIBLE_DEVICES",
                                                         o->worker_cuda_visible[c->index])
                                         : NULL;
-    int oom = r < 0 || (o->worker_cuda_visible && !env);
-    r = oom ? UV_ENOMEM : spawn_child(sv, c, a.v, env);
+    int oom = r < 0 || (o->allreduce && !tf_env) || (o->worker_cuda_visible && !env);
+    r = oom ? UV_ENOMEM : spawn_child(sv, c, a.v, env ? env : tf_env);
     psctl_env_free(env);
+    psctl_env_free(tf_env);
+    free(tf);
     psctl_argv_free(&a);
     return r;
 }
@@ -405,7 +433,27 @@ static void start_psds(sup *sv) {
 static void start_workers(sup *sv) {
     const psctl_local_opts *o = sv->job->opts;
     sv->phase = PHASE_RUNNING;
+    sv->workers_ok = 0;
+    if (o->allreduce) {
+        char err[256];
+        if (psctl_free_ports(sv->ports, (int)o->num_workers, err, sizeof err) != 0) {
+            abort_job(sv, 1, "cannot find free ports for the workers' ring: %s", err);
+            return;
+        }
+    }
+    if (o->allreduce) {
+        char list[256] = "";
+        size_t used = 0;
+        for (int j = 0; j < o->num_workers && used < sizeof list - 16; j++)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%d", j ? "," : "",
+                                     sv->ports[j]);
+        say(sv, "strategy %s: starting %ld worker%s, ring on 127.0.0.1 ports %s%s, checkpoints "
+                "in %s",
+            o->strategy_name, o->num_workers, o->num_workers == 1 ? "" : "s", list,
+            used >= sizeof list - 16 ? ",..." : "", sv->job->ckpt_dir);
+    }
     for (int j = 0; j < o->num_workers; j++) {
+        sv->children[o->num_ps + j].stop_sent = 0;
         if (start_worker(sv, &sv->children[o->num_ps + j]) < 0) {
             abort_job(sv, 1, "worker %d could not be started; stopping", j);
             return;
@@ -490,6 +538,122 @@ static void child_failed(sup *sv, child *c, int64_t status, int sig) {
     abort_job(sv, 1, "%s", msg);
 }
 
+/* ---- all-reduce: the workers restart as one ------------------------------------ */
+
+/* "was killed by signal 9" or "exited with status 3". */
+static void describe_how(char *buf, size_t n, int64_t status, int sig) {
+    if (sig)
+        snprintf(buf, n, "was killed by signal %d", sig);
+    else
+        snprintf(buf, n, "exited with status %lld", (long long)status);
+}
+
+static void on_regroup_timer(uv_timer_t *t) {
+    sup *sv = t->data;
+    if (sv->phase != PHASE_REGROUPING) {
+        sv->regroup_pending = 0;
+        check_done(sv);
+        return;
+    }
+    /* every old worker must be gone, with its output read to the end, before any starts */
+    int closing = 0;
+    for (int i = 0; i < sv->nchildren; i++) {
+        child *c = &sv->children[i];
+        for (int k = 0; k < 2; k++)
+            close_pipe(c, k);
+        closing |= c->pipe_state[0] == PIPE_CLOSING || c->pipe_state[1] == PIPE_CLOSING ||
+                   c->proc_open;
+    }
+    if (closing) {
+        uv_timer_start(&sv->regroup_timer, on_regroup_timer, 10, 0);
+        return;
+    }
+    sv->regroup_pending = 0;
+    char from[160];
+    long step = psctl_latest_checkpoint_step(sv->job->ckpt_dir);
+    if (step >= 0)
+        snprintf(from, sizeof from, "from the checkpoint at step %ld", step);
+    else
+        snprintf(from, sizeof from, "from the start (no checkpoint in %s yet)", sv->job->ckpt_dir);
+    say(sv, "restarting all %ld workers %s (restart %d/%ld)", sv->job->opts->num_workers, from,
+        sv->regroups, sv->job->opts->max_restarts);
+    start_workers(sv);
+}
+
+/* Every worker has stopped after a failure: the restart waits the backoff delay. */
+static void regroup_when_stopped(sup *sv) {
+    for (int i = 0; i < sv->nchildren; i++)
+        if (sv->children[i].running) return;
+    uv_timer_stop(&sv->stop_timer);
+    uint64_t delay = RESTART_DELAY_MS;
+    for (int i = 1; i < sv->regroups && delay < RESTART_DELAY_MAX_MS; i++)
+        delay *= 2;
+    if (delay > RESTART_DELAY_MAX_MS) delay = RESTART_DELAY_MAX_MS;
+    say(sv, "all workers stopped (worker %d %s)", sv->culprit, sv->culprit_how);
+    uv_timer_start(&sv->regroup_timer, on_regroup_timer, delay, 0);
+}
+
+/* A worker of an all-reduce job failed: the ring is all or nothing, so the others are
+ * stopped and the whole set restarts (from the chief's checkpoint), counted against
+ * --max-restarts; exit status 2 (bad configuration) or no restarts left stop the job. */
+static void ring_worker_failed(sup *sv, child *c, int64_t status, int sig) {
+    long max = sv->job->opts->max_restarts;
+    char how[96];
+    describe_how(how, sizeof how, status, sig);
+    if (sig == 0 && status == EXIT_BAD_CONFIG) {
+        abort_job(sv, 1,
+                  "%s failed (exit status %d); exit status %d means bad configuration: not "
+                  "restarted",
+                  c->label, EXIT_BAD_CONFIG, EXIT_BAD_CONFIG);
+        return;
+    }
+    if (sv->regroups >= max) {
+        char msg[256];
+        describe_exit(msg, sizeof msg, c, "failed", status, sig);
+        if (max > 0)
+            abort_job(sv, 1, "%s; gave up after %d restart%s of all workers (--max-restarts %ld)",
+                      msg, sv->regroups, sv->regroups == 1 ? "" : "s", max);
+        else
+            abort_job(sv, 1, "%s", msg);
+        return;
+    }
+    sv->regroups++;
+    sv->culprit = c->index;
+    sv->culprit_ring = sig == 0 && status == EXIT_RING;
+    snprintf(sv->culprit_how, sizeof sv->culprit_how, "%s", how);
+    say(sv, "%s %s; stopping the other workers to restart all of them (the ring needs every "
+            "worker)",
+        c->label, how);
+    sv->phase = PHASE_REGROUPING;
+    sv->regroup_pending = 1;
+    for (int i = 0; i < sv->nchildren; i++)
+        signal_child(&sv->children[i], SIGTERM);
+    sv->kill_stage = 0;
+    sv->stop_grace_ms = ABORT_GRACE_MS;
+    uv_timer_start(&sv->stop_timer, on_stop_timer, ABORT_GRACE_MS, 0);
+    regroup_when_stopped(sv);
+}
+
+/* A worker exited while the others are being stopped for a restart. One that failed on
+ * its own (not by psctl's signal, not the ring breaking under it) names the cause better
+ * than a culprit that only saw the ring break. */
+static void ring_worker_stopped(sup *sv, child *c, int64_t status, int sig) {
+    char how[96];
+    describe_how(how, sizeof how, status, sig);
+    int ours = sig != 0 && c->stop_sent;
+    int ring = sig == 0 && status == EXIT_RING;
+    if (status == 0 && sig == 0)
+        PS_DEBUG("%s finished while the workers restart", c->label);
+    else if (!ours)
+        say(sv, "%s %s", c->label, how);
+    if (sv->culprit_ring && !ours && !ring && !(status == 0 && sig == 0)) {
+        sv->culprit = c->index;
+        sv->culprit_ring = 0;
+        snprintf(sv->culprit_how, sizeof sv->culprit_how, "%s", how);
+    }
+    regroup_when_stopped(sv);
+}
+
 /* ---- events ------------------------------------------------------------------- */
 
 static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
@@ -507,7 +671,9 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
     switch (sv->phase) {
     case PHASE_STARTING:
     case PHASE_RUNNING:
-        if (!ok) {
+        if (!ok && sv->job->opts->allreduce) {
+            ring_worker_failed(sv, c, status, sig);
+        } else if (!ok) {
             child_failed(sv, c, status, sig);
         } else if (c->kind == CHILD_PSD) { /* Shutdown request or someone's SIGTERM */
             if (!c->endpoint[0]) {
@@ -522,6 +688,9 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
             sv->phase = PHASE_FINISHING;
             arm_stop(sv, FINISH_GRACE_MS);
         }
+        break;
+    case PHASE_REGROUPING:
+        ring_worker_stopped(sv, c, status, sig);
         break;
     case PHASE_FINISHING:
         if (!ok && sig != SIGTERM) {
@@ -690,7 +859,8 @@ static int setup(sup *sv, const psctl_job *job) {
     int n = (int)(o->num_ps + o->num_workers);
     sv->children = calloc((size_t)n, sizeof *sv->children);
     sv->env = build_env();
-    if (!sv->children || !sv->env) return UV_ENOMEM;
+    sv->ports = calloc((size_t)o->num_workers, sizeof *sv->ports);
+    if (!sv->children || !sv->env || !sv->ports) return UV_ENOMEM;
     sv->nchildren = n;
     for (int i = 0; i < sv->nchildren; i++) {
         child *c = &sv->children[i];
@@ -716,7 +886,7 @@ static int setup(sup *sv, const psctl_job *job) {
         sv->open_handles++;
     }
     uv_timer_t *timers[] = {&sv->ready_timer, &sv->stop_timer, &sv->timeout_timer,
-                            &sv->drain_timer};
+                            &sv->drain_timer, &sv->regroup_timer};
     for (size_t i = 0; i < sizeof timers / sizeof timers[0]; i++) {
         uv_timer_init(&sv->loop, timers[i]);
         timers[i]->data = sv;
@@ -753,6 +923,7 @@ static void close_all(sup *sv) {
     close_handle((uv_handle_t *)&sv->stop_timer);
     close_handle((uv_handle_t *)&sv->timeout_timer);
     close_handle((uv_handle_t *)&sv->drain_timer);
+    close_handle((uv_handle_t *)&sv->regroup_timer);
     close_handle((uv_handle_t *)&sv->sigint);
     close_handle((uv_handle_t *)&sv->sigterm);
 }
@@ -766,6 +937,7 @@ static void free_all(sup *sv) {
     }
     free(sv->children);
     free(sv->endpoints);
+    free(sv->ports);
     psctl_env_free(sv->env);
     free(sv);
 }
@@ -793,7 +965,10 @@ int psctl_supervise(const psctl_job *job) {
             uv_timer_start(&sv->timeout_timer, on_timeout,
                            (uint64_t)(job->opts->timeout_s * 1000.0 + 0.5), 0);
         sv->phase = PHASE_STARTING;
-        start_psds(sv);
+        if (job->opts->allreduce)
+            start_workers(sv);
+        else
+            start_psds(sv);
         uv_run(&sv->loop, UV_RUN_DEFAULT);
     }
 
@@ -808,6 +983,10 @@ int psctl_supervise(const psctl_job *job) {
         if (sv->unclean) {
             say(sv, "job finished, but not every psd stopped cleanly");
             code = 1;
+        } else if (o->allreduce) {
+            say(sv, "job finished: %ld workers, strategy %s%s", o->num_workers, o->strategy_name,
+                sv->regroups ? " (after restarting the workers)" : "");
+            code = 0;
         } else {
             say(sv, "job finished: %ld ps, %ld workers, mode %s", o->num_ps, o->num_workers,
                 o->mode);
