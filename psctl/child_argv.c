@@ -99,7 +99,8 @@ int psctl_psd_argv(psctl_argv *a, const psctl_local_opts *o, const char *psd_pat
 static void add_allreduce_flags(psctl_argv *a, const psctl_local_opts *o, const char *ckpt_dir) {
     psctl_argv_add(a, "--strategy");
     psctl_argv_add(a, "%s", o->strategy_name);
-    if (o->communication) psctl_argv_add(a, "--communication"), psctl_argv_add(a, "%s", o->communication);
+    if (o->communication)
+        psctl_argv_add(a, "--communication"), psctl_argv_add(a, "%s", o->communication);
     psctl_argv_add(a, "--checkpoint-dir");
     psctl_argv_add(a, "%s", ckpt_dir);
     add_if_given(a, "--" PSCTL_CKPT_STEPS_FLAG, o->checkpoint_steps);
@@ -143,8 +144,8 @@ char *psctl_tf_config(const int *ports, int n, int j) {
     if (!s) return NULL;
     size_t used = (size_t)snprintf(s, cap, "{\"cluster\": {\"worker\": [");
     for (int i = 0; i < n; i++)
-        used += (size_t)snprintf(s + used, cap - used, "%s\"127.0.0.1:%d\"", i ? ", " : "",
-                                 ports[i]);
+        used +=
+            (size_t)snprintf(s + used, cap - used, "%s\"127.0.0.1:%d\"", i ? ", " : "", ports[i]);
     snprintf(s + used, cap - used, "]}, \"task\": {\"type\": \"worker\", \"index\": %d}}", j);
     return s;
 }

@@ -24,19 +24,19 @@ typedef struct {
     int allreduce;             /* strategy != PSCTL_PARAMETER_SERVER: no psd, a ring */
     const char *communication; /* --communication auto|ring|nccl when given, else NULL */
     long communication_index;  /* as parsed */
-    long num_ps;         /* --ps N (required with parameter_server, >= 1; 0 otherwise) */
-    long num_workers;    /* --workers M (>= 1; 0 when not given, allowed only with --gpus) */
-    const char *mode;    /* --mode: "sync" or "async" (required with parameter_server;
-                            the all-reduce strategies are "sync") */
-    long mode_index;     /* --mode as parsed: 0 sync, 1 async */
-    long epochs;         /* --epochs E (default 1) */
-    const char *model;   /* --model FILE, or NULL for the worker's default */
-    const char *data;    /* --data DIR, or NULL */
-    const char *summary; /* --summary FILE (chief only), or NULL */
-    long batch;          /* --batch B, or 0 when not given */
-    long seed;           /* --seed S, or -1 when not given */
-    double timeout_s;    /* --timeout SECONDS for the whole job; 0 = none */
-    char **extra;        /* arguments after "--", passed to every worker */
+    long num_ps;               /* --ps N (required with parameter_server, >= 1; 0 otherwise) */
+    long num_workers;          /* --workers M (>= 1; 0 when not given, allowed only with --gpus) */
+    const char *mode;          /* --mode: "sync" or "async" (required with parameter_server;
+                                  the all-reduce strategies are "sync") */
+    long mode_index;           /* --mode as parsed: 0 sync, 1 async */
+    long epochs;               /* --epochs E (default 1) */
+    const char *model;         /* --model FILE, or NULL for the worker's default */
+    const char *data;          /* --data DIR, or NULL */
+    const char *summary;       /* --summary FILE (chief only), or NULL */
+    long batch;                /* --batch B, or 0 when not given */
+    long seed;                 /* --seed S, or -1 when not given */
+    double timeout_s;          /* --timeout SECONDS for the whole job; 0 = none */
+    char **extra;              /* arguments after "--", passed to every worker */
     int num_extra;
     long transport_ipc;         /* --transport: 1 ipc (default), 0 tcp */
     long max_restarts;          /* --max-restarts N per process (default 3; 0: no restarts) */
@@ -47,11 +47,11 @@ typedef struct {
     long replicas;
     long staleness;
     long checkpoint_steps; /* all-reduce: the chief's checkpoint period in steps (-1: not given) */
-    const char *job_id; /* --job-id ID passed to every worker, or NULL (their default) */
-    int recreate_lost;  /* --recreate-lost-variables: passed on; a worker exiting 4 restarts */
-    const char *gpus;   /* --gpus as given, or NULL */
-    int gpus_all;       /* --gpus all */
-    int num_gpu_ids;    /* --gpus ID,...: the distinct ids, in order */
+    const char *job_id;    /* --job-id ID passed to every worker, or NULL (their default) */
+    int recreate_lost;     /* --recreate-lost-variables: passed on; a worker exiting 4 restarts */
+    const char *gpus;      /* --gpus as given, or NULL */
+    int gpus_all;          /* --gpus all */
+    int num_gpu_ids;       /* --gpus ID,...: the distinct ids, in order */
     int gpu_ids[PSCTL_MAX_GPUS];
     /* Set by psctl_local_resolve_gpus, not by the parser: */
     const char *worker_device;  /* --device for every worker: "cpu" or "cuda:0" */

@@ -174,8 +174,9 @@ static int parse_gpus(const ps_option *d, void *cfg, const char *arg, char *err,
 /* With an all-reduce strategy: the flags that only make sense with psd. Returns 0, or -1
  * after a message naming the flag. */
 static int allreduce_conflict(const psctl_local_opts *o, const unsigned char *given) {
-    static const char *const psd_only[] = {"ps",        "transport",        "replicas-to-aggregate",
-                                           "staleness", "checkpoint-every", "recreate-lost-variables"};
+    static const char *const psd_only[] = {
+        "ps",        "transport",        "replicas-to-aggregate",
+        "staleness", "checkpoint-every", "recreate-lost-variables"};
     for (size_t i = 0; i < sizeof psd_only / sizeof psd_only[0]; i++) {
         if (!given[ps_options_find(table, N_OPTIONS, psd_only[i]) - table]) continue;
         fprintf(stderr,
@@ -188,8 +189,10 @@ static int allreduce_conflict(const psctl_local_opts *o, const unsigned char *gi
         return -1;
     }
     if (o->mode && strcmp(o->mode, "sync") != 0) {
-        fprintf(stderr, "psctl local: --mode %s: --strategy %s is synchronous (every step "
-                        "all-reduces all workers' gradients)\n", o->mode, o->strategy_name);
+        fprintf(stderr,
+                "psctl local: --mode %s: --strategy %s is synchronous (every step "
+                "all-reduces all workers' gradients)\n",
+                o->mode, o->strategy_name);
         return -1;
     }
     return 0;

@@ -39,12 +39,12 @@ typedef enum { CHILD_PSD, CHILD_WORKER } child_kind;
 #define PSCTL_ENDPOINT_MAX 128
 
 typedef enum {
-    PHASE_STARTING,  /* shards started, waiting for their ready files */
-    PHASE_RUNNING,   /* workers started */
+    PHASE_STARTING,   /* shards started, waiting for their ready files */
+    PHASE_RUNNING,    /* workers started */
     PHASE_REGROUPING, /* all-reduce: a worker failed; stopping the others to restart all */
-    PHASE_FINISHING, /* every worker succeeded: stopping the shards */
-    PHASE_ABORTING,  /* failure, signal or deadline: stopping everything */
-    PHASE_DONE       /* no child left running */
+    PHASE_FINISHING,  /* every worker succeeded: stopping the shards */
+    PHASE_ABORTING,   /* failure, signal or deadline: stopping everything */
+    PHASE_DONE        /* no child left running */
 } phase;
 
 /* A pipe (or process handle) must be fully closed before a restart initialises it again. */
@@ -94,13 +94,13 @@ typedef struct sup {
     int open_handles;  /* initialised handles whose close callback has not run */
     char *endpoints;   /* the workers' --ps list once every shard was ready (owned) */
     /* all-reduce: */
-    int *ports;             /* num_workers ring ports on 127.0.0.1, fresh for every start */
-    int regroups;           /* restarts of the whole set of workers so far */
-    int regroup_pending;    /* regroup_timer is armed (or will be once all have stopped) */
+    int *ports;          /* num_workers ring ports on 127.0.0.1, fresh for every start */
+    int regroups;        /* restarts of the whole set of workers so far */
+    int regroup_pending; /* regroup_timer is armed (or will be once all have stopped) */
     uv_timer_t regroup_timer;
-    int culprit;            /* the worker whose failure started the regroup */
-    char culprit_how[96];   /* "was killed by signal 9", "exited with status 1" */
-    int culprit_ring;       /* the culprit exited EXIT_RING (another may be the cause) */
+    int culprit;          /* the worker whose failure started the regroup */
+    char culprit_how[96]; /* "was killed by signal 9", "exited with status 1" */
+    int culprit_ring;     /* the culprit exited EXIT_RING (another may be the cause) */
     uv_timer_t ready_timer, stop_timer, timeout_timer, drain_timer;
     uv_signal_t sigint, sigterm;
     psctl_screen screen;
@@ -405,9 +405,9 @@ static int start_worker(sup *sv, child *c) {
     char *tf = o->allreduce ? psctl_tf_config(sv->ports, (int)o->num_workers, c->index) : NULL;
     char **tf_env = tf ? psctl_env_set(sv->env, "TF_CONFIG", tf) : NULL;
     char **base = tf_env ? tf_env : sv->env;
-    char **env = o->worker_cuda_visible ? psctl_env_set(base, "CUDA_VISIBLE_DEVICES",
-                                                        o->worker_cuda_visible[c->index])
-                                        : NULL;
+    char **env = o->worker_cuda_visible
+                     ? psctl_env_set(base, "CUDA_VISIBLE_DEVICES", o->worker_cuda_visible[c->index])
+                     : NULL;
     int oom = r < 0 || (o->allreduce && !tf_env) || (o->worker_cuda_visible && !env);
     r = oom ? UV_ENOMEM : spawn_child(sv, c, a.v, env ? env : tf_env);
     psctl_env_free(env);
@@ -447,8 +447,9 @@ static void start_workers(sup *sv) {
         for (int j = 0; j < o->num_workers && used < sizeof list - 16; j++)
             used += (size_t)snprintf(list + used, sizeof list - used, "%s%d", j ? "," : "",
                                      sv->ports[j]);
-        say(sv, "strategy %s: starting %ld worker%s, ring on 127.0.0.1 ports %s%s, checkpoints "
-                "in %s",
+        say(sv,
+            "strategy %s: starting %ld worker%s, ring on 127.0.0.1 ports %s%s, checkpoints "
+            "in %s",
             o->strategy_name, o->num_workers, o->num_workers == 1 ? "" : "s", list,
             used >= sizeof list - 16 ? ",..." : "", sv->job->ckpt_dir);
     }
@@ -561,8 +562,8 @@ static void on_regroup_timer(uv_timer_t *t) {
         child *c = &sv->children[i];
         for (int k = 0; k < 2; k++)
             close_pipe(c, k);
-        closing |= c->pipe_state[0] == PIPE_CLOSING || c->pipe_state[1] == PIPE_CLOSING ||
-                   c->proc_open;
+        closing |=
+            c->pipe_state[0] == PIPE_CLOSING || c->pipe_state[1] == PIPE_CLOSING || c->proc_open;
     }
     if (closing) {
         uv_timer_start(&sv->regroup_timer, on_regroup_timer, 10, 0);
@@ -621,8 +622,9 @@ static void ring_worker_failed(sup *sv, child *c, int64_t status, int sig) {
     sv->culprit = c->index;
     sv->culprit_ring = sig == 0 && status == EXIT_RING;
     snprintf(sv->culprit_how, sizeof sv->culprit_how, "%s", how);
-    say(sv, "%s %s; stopping the other workers to restart all of them (the ring needs every "
-            "worker)",
+    say(sv,
+        "%s %s; stopping the other workers to restart all of them (the ring needs every "
+        "worker)",
         c->label, how);
     sv->phase = PHASE_REGROUPING;
     sv->regroup_pending = 1;
@@ -885,8 +887,8 @@ static int setup(sup *sv, const psctl_job *job) {
         c->restart_timer.data = c;
         sv->open_handles++;
     }
-    uv_timer_t *timers[] = {&sv->ready_timer, &sv->stop_timer, &sv->timeout_timer,
-                            &sv->drain_timer, &sv->regroup_timer};
+    uv_timer_t *timers[] = {&sv->ready_timer, &sv->stop_timer, &sv->timeout_timer, &sv->drain_timer,
+                            &sv->regroup_timer};
     for (size_t i = 0; i < sizeof timers / sizeof timers[0]; i++) {
         uv_timer_init(&sv->loop, timers[i]);
         timers[i]->data = sv;
