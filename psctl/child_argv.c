@@ -103,6 +103,11 @@ static void add_allreduce_flags(psctl_argv *a, const psctl_local_opts *o, const 
         psctl_argv_add(a, "--communication"), psctl_argv_add(a, "%s", o->communication);
     psctl_argv_add(a, "--checkpoint-dir");
     psctl_argv_add(a, "%s", ckpt_dir);
+    /* psd's default period, unless given: a restarted ring resumes from a recent step */
+    psctl_argv_add(a, "--checkpoint-every");
+    psctl_argv_add(a, "%ld",
+                   o->checkpoint_every >= 0 ? o->checkpoint_every
+                                            : PSCTL_ALLREDUCE_CHECKPOINT_EVERY_S);
     add_if_given(a, "--" PSCTL_CKPT_STEPS_FLAG, o->checkpoint_steps);
     add_if_given(a, "--worker-timeout", o->worker_timeout_ms);
 }

@@ -30,8 +30,9 @@ int psctl_psd_argv(psctl_argv *a, const psctl_local_opts *o, const char *psd_pat
 /* Fills a (zeroed) with the command line of worker j. parameter_server: the shards'
  * endpoints ("host:port,..." or "ipc://PATH,..."), its index and worker count; all-reduce
  * (o->allreduce; endpoints unused, the cluster is in TF_CONFIG, see psctl_tf_config):
- * --strategy, --communication when given, --checkpoint-dir ckpt_dir, the checkpoint period
- * and --worker-timeout when given. Then the training flags and the arguments after "--".
+ * --strategy, --communication when given, --checkpoint-dir ckpt_dir, --checkpoint-every
+ * (given or PSCTL_ALLREDUCE_CHECKPOINT_EVERY_S), --checkpoint-every-steps and
+ * --worker-timeout when given. Then the training flags and the arguments after "--".
  * progress_tty: the worker's progress redraws in place (worker 0 on a terminal). Returns 0,
  * or -1 when out of memory (a->oom). */
 int psctl_worker_argv(psctl_argv *a, const psctl_local_opts *o, const char *worker_path, int j,

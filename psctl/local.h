@@ -9,6 +9,8 @@
 
 /* psctl local's and psworker's flag for the chief's checkpoint period in steps (all-reduce). */
 #define PSCTL_CKPT_STEPS_FLAG "checkpoint-every-steps"
+/* All-reduce: the chief's --checkpoint-every SECONDS unless given (psd's default). */
+#define PSCTL_ALLREDUCE_CHECKPOINT_EVERY_S 60
 
 /* --strategy, in the order of its choices. */
 typedef enum {

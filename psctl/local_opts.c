@@ -57,7 +57,12 @@ static const ps_option table[] = {
      "checkpoints to DIR and a restarted job resumes from it (default: psctl's run dir)"},
     {PSCTL_CKPT_STEPS_FLAG, PS_OPTION_LONG, F(checkpoint_steps), 1, 1L << 40, NULL, NULL, "N",
      "all-reduce: the chief checkpoints every N steps (default: the workers')"},
-    {.like = &ps_flag_checkpoint_every, AT(checkpoint_every), .flags = PS_OPTION_NO_DEFAULT},
+    {.like = &ps_flag_checkpoint_every,
+     AT(checkpoint_every),
+     .flags = PS_OPTION_NO_DEFAULT,
+     .help = "psd: periodic checkpoints when the version moved (0: only on request and at "
+             "SIGTERM/SIGINT); all-reduce: the chief's checkpoint period (default there: 60; "
+             "0: only by steps and at the end)"},
     {.like = &ps_flag_worker_timeout, AT(worker_timeout_ms), .flags = PS_OPTION_NO_DEFAULT},
     {.like = &ps_flag_replicas, AT(replicas), .flags = PS_OPTION_NO_DEFAULT},
     {.like = &ps_flag_staleness, AT(staleness), .flags = PS_OPTION_NO_DEFAULT},
@@ -104,7 +109,7 @@ void psctl_local_usage(FILE *f) {
                "done; when all are, the psd shards get SIGTERM and the job ends.\n"
                "\nThe psd flags (--checkpoint-*, --worker-timeout, --replicas-to-aggregate,\n"
                "--staleness) are passed to every shard only when given; psctl makes the\n"
-               "DIR/ps-<i> directories. --checkpoint-every needs --checkpoint-dir.\n"
+               "DIR/ps-<i> directories. --checkpoint-every needs --checkpoint-dir there.\n"
                "\nTransport: with ipc (the default) psctl makes a private directory\n"
                "($XDG_RUNTIME_DIR/psctl-ipc.XXXXXX, else under /tmp), shard i listens on\n"
                "DIR/psd-<i>.sock (psd --transport ipc --ipc-path) and the workers get\n"
@@ -120,9 +125,10 @@ void psctl_local_usage(FILE *f) {
                "started; every worker holds the variables and the workers sum their gradients\n"
                "in a ring. Worker j gets TF_CONFIG={\"cluster\": {\"worker\": [\"127.0.0.1:P0\",\n"
                "...]}, \"task\": {\"type\": \"worker\", \"index\": j}} with ports free at the\n"
-               "start, --strategy, --checkpoint-dir (psctl's own run dir unless given) and the\n"
-               "training flags; --ps, --transport, --replicas-to-aggregate, --staleness,\n"
-               "--checkpoint-every, --recreate-lost-variables and --mode async are refused.\n"
+               "start, --strategy, --checkpoint-dir (psctl's own run dir unless given),\n"
+               "--checkpoint-every (60 s unless given) and the training flags; --ps, --transport,\n"
+               "--replicas-to-aggregate, --staleness, --recreate-lost-variables and --mode async\n"
+               "are refused.\n"
                "The ring is all or nothing: when a worker fails, psctl stops the others\n"
                "(SIGTERM, SIGKILL after 5 s) and restarts all of them on fresh ports, resuming\n"
                "from the chief's last checkpoint; each such restart counts against\n"
@@ -174,18 +180,14 @@ static int parse_gpus(const ps_option *d, void *cfg, const char *arg, char *err,
 /* With an all-reduce strategy: the flags that only make sense with psd. Returns 0, or -1
  * after a message naming the flag. */
 static int allreduce_conflict(const psctl_local_opts *o, const unsigned char *given) {
-    static const char *const psd_only[] = {
-        "ps",        "transport",        "replicas-to-aggregate",
-        "staleness", "checkpoint-every", "recreate-lost-variables"};
+    static const char *const psd_only[] = {"ps", "transport", "replicas-to-aggregate", "staleness",
+                                           "recreate-lost-variables"};
     for (size_t i = 0; i < sizeof psd_only / sizeof psd_only[0]; i++) {
         if (!given[ps_options_find(table, N_OPTIONS, psd_only[i]) - table]) continue;
         fprintf(stderr,
                 "psctl local: --%s applies to --strategy parameter_server only; --strategy %s "
-                "runs no psd%s\n",
-                psd_only[i], o->strategy_name,
-                strcmp(psd_only[i], "checkpoint-every") == 0
-                    ? " (the chief checkpoints every --" PSCTL_CKPT_STEPS_FLAG " N steps)"
-                    : "");
+                "runs no psd\n",
+                psd_only[i], o->strategy_name);
         return -1;
     }
     if (o->mode && strcmp(o->mode, "sync") != 0) {
@@ -264,7 +266,7 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
         goto usage_hint;
     }
     const char *conflict = NULL;
-    if (o->checkpoint_every >= 0 && !o->checkpoint_dir)
+    if (o->checkpoint_every >= 0 && !o->checkpoint_dir && !o->allreduce)
         conflict = "--checkpoint-every needs --checkpoint-dir";
     else if (o->replicas >= 0 && strcmp(o->mode, "sync") != 0)
         conflict = "--replicas-to-aggregate applies to --mode sync only";

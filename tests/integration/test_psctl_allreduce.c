@@ -99,7 +99,8 @@ START_TEST(test_killed_worker_restarts_all_from_the_checkpoint) {
     ck_assert_int_eq(count_lines("worker-1.starts"), 2);
     /* every start: the strategy, the checkpoint dir, the training flags; no --ps/--index */
     char *lines[16], want[4400];
-    snprintf(want, sizeof want, "--strategy mirrored --checkpoint-dir %s --epochs 3 --seed 5 ",
+    snprintf(want, sizeof want,
+             "--strategy mirrored --checkpoint-dir %s --checkpoint-every 60 --epochs 3 --seed 5 ",
              ckpt);
     for (int j = 0; j < 2; j++) {
         char name[32];
@@ -220,6 +221,8 @@ START_TEST(test_allreduce_flags_passed_on) {
                           ckpt,
                           "--" PSCTL_CKPT_STEPS_FLAG_TEST,
                           "50",
+                          "--checkpoint-every",
+                          "0",
                           "--worker-timeout",
                           "3000",
                           "--job-id",
@@ -234,7 +237,7 @@ START_TEST(test_allreduce_flags_passed_on) {
     int n = read_lines("worker-0.starts", lines);
     ck_assert_int_eq(n, 1);
     snprintf(want, sizeof want,
-             "--strategy mirrored --communication nccl --checkpoint-dir %s "
+             "--strategy mirrored --communication nccl --checkpoint-dir %s --checkpoint-every 0 "
              "--" PSCTL_CKPT_STEPS_FLAG_TEST " 50 --worker-timeout 3000 --epochs ",
              ckpt);
     ck_assert_contains(lines[0], want);
@@ -262,9 +265,6 @@ static const bad_case bad_cases[] = {
      "--transport applies to --strategy parameter_server only"},
     {{"psctl", "local", "--strategy", "mirrored", "--workers", "2", "--staleness", "1", NULL},
      "--staleness applies to --strategy parameter_server only"},
-    {{"psctl", "local", "--strategy", "mirrored", "--workers", "2", "--checkpoint-every", "5",
-      NULL},
-     "--checkpoint-every applies to --strategy parameter_server only"},
     {{"psctl", "local", "--strategy", "mirrored", "--workers", "2", "--recreate-lost-variables",
       NULL},
      "--recreate-lost-variables applies to --strategy parameter_server only"},
