@@ -540,9 +540,17 @@ START_TEST(multi_worker_mirrored_across_three_hosts) {
            steps, acc, t_train);
     CHECK(j, steps == STEPS, "summary steps %.0f != %d", steps, STEPS);
     CHECK(j, acc > 0.7, "test accuracy %.4f <= 0.7", acc);
-    /* what proves the hosts were in one ring: every worker trained every step (a
-     * worker left out would have failed above), and none ran a psd */
-    CHECK(j, !ps_test_file_has(log[0], "hello from worker"), "a psd answered the chief");
+    /* the ring crossed the bridge: each worker connected to the next one's address
+     * over TCP (a Unix socket cannot reach another namespace's), and the ring closed */
+    for (int i = 0; i < RING_WORKERS; i++) {
+        char want[128];
+        int next = (i + 1) % RING_WORKERS;
+        snprintf(want, sizeof want, "connected to rank %d (next) at " SUBNET "%d:%d over tcp", next,
+                 HOST_A + next, RING_PORT);
+        CHECK(j, ps_test_file_has(log[i], want), "ring worker %d: no \"%s\" in its log", i, want);
+        CHECK(j, ps_test_file_has(log[i], "ring complete: 3 ranks"),
+              "ring worker %d: the ring never closed", i);
+    }
 
 done:;
     for (int i = 0; i < RING_WORKERS; i++) {
