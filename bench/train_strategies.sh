@@ -13,6 +13,7 @@
 #   BUILD_DIR  the meson build with psctl, psworker, psd (default: build)
 #   REPS       runs per setup (default 5)
 #   EPOCHS     epochs per run (default 1)
+# $PSWORKER / $PSD, when set, replace the build's.
 # python3-torch is installed with apt-get when missing (never pip).
 set -euo pipefail
 
@@ -21,7 +22,7 @@ build=${1:-build}
 reps=${2:-5}
 epochs=${3:-1}
 psctl="$build/psctl/psctl"
-export PSWORKER="$build/worker/psworker" PSD="$build/ps-server/psd"
+export PSWORKER="${PSWORKER:-$build/worker/psworker}" PSD="${PSD:-$build/ps-server/psd}"
 py=/usr/bin/python3
 for b in "$psctl" "$PSWORKER" "$PSD"; do
   [ -x "$b" ] || { echo "train_strategies: $b is not built (ninja -C $build)" >&2; exit 2; }
@@ -46,15 +47,16 @@ for ((r = 1; r <= reps; r++)); do
   s="$work/m$r.json"
   "$psctl" local --strategy mirrored --workers 2 --epochs "$epochs" --summary "$s" \
     -- --progress none >"$work/m$r.log" 2>&1 || { echo "(m) run $r failed: $work/m$r.log" >&2; exit 1; }
-  runs[m]+="$(rate "$s") "
+  m=$(rate "$s")
   s="$work/p$r.json"
   "$psctl" local --ps 2 --workers 2 --mode sync --epochs "$epochs" --summary "$s" \
     -- --progress none >"$work/p$r.log" 2>&1 || { echo "(p) run $r failed: $work/p$r.log" >&2; exit 1; }
-  runs[p]+="$(rate "$s") "
+  p=$(rate "$s")
   "$py" "$here/ddp_mlp.py" --procs 2 --epochs "$epochs" --batch 64 >"$work/t$r.json" 2>"$work/t$r.log" ||
     { echo "(t) run $r failed: $work/t$r.log" >&2; exit 1; }
-  runs[t]+="$(rate "$work/t$r.json") "
-  echo "run $r: m ${runs[m]##* } p ${runs[p]##* } t ${runs[t]##* }" | tr -s ' ' >&2
+  t=$(rate "$work/t$r.json")
+  runs[m]+="$m " runs[p]+="$p " runs[t]+="$t "
+  printf 'run %d: m %.0f  p %.0f  t %.0f samples/s\n' "$r" "$m" "$p" "$t" >&2
 done
 
 "$py" - "${runs[m]}" "${runs[p]}" "${runs[t]}" "$reps" <<'EOF'
