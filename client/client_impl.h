@@ -8,7 +8,7 @@
 
 #include "curve_keys.h"
 #include "heartbeat.h"
-#include "proto/ps.pb-c.h"
+#include "ps.pb-c.h"
 #include "ps.h"
 #include "wire.h"
 

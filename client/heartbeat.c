@@ -11,7 +11,7 @@
 #include <time.h>
 #include <zmq.h>
 
-#include "proto/ps.pb-c.h"
+#include "ps.pb-c.h"
 #include "ps_error.h"
 #include "wire.h"
 

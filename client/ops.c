@@ -7,6 +7,8 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "optim_spec_proto.h"
+
 int ps__expect_body(ps_client *c, size_t shard, const Ps__Header *h, Ps__Header__BodyCase want,
                     const char *what) {
     if (h->body_case == want) return PS_OK;

@@ -7,7 +7,8 @@
  * all-reduce is a reduce-scatter then an all-gather over the ring, in chunks,
  * pipelined (sends and receives overlap).
  *
- * One progress thread per ring owns both sockets and runs the operations in
+ * One progress thread per ring (and a send thread writing to the next rank,
+ * so that sends overlap receives) owns both sockets and runs the operations in
  * the order they were started (every rank must start the same operations in
  * the same order, with the same sizes). While idle it sends keep-alives, so a
  * neighbour silent for timeout_ms is dead. The first failure (a dead or

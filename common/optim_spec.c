@@ -1,6 +1,7 @@
 /* The optimizer spec's codec: one table of its fields drives the defaults,
  * validation, comparison and description, and the conversions to and from
- * ps.proto's Optimizer, the checkpoint attribute and the JSON model spec. */
+ * the checkpoint attribute and the JSON model spec (and, through
+ * optim_spec_fields.h, ps.proto's Optimizer: wire/optim_spec_proto.c). */
 #include "optim_spec.h"
 
 #include <cjson/cJSON.h>
@@ -12,17 +13,12 @@
 #include <string.h>
 #include <strings.h>
 
-#include "ps.pb-c.h"
+#include "optim_spec_fields.h"
 #include "ps_error.h"
 
 #define NAME_(k, name, slots) name,
 static const char *names[PS_OPT_COUNT] = {PS_OPT_KINDS(NAME_)};
 #undef NAME_
-#define WIRE_(k, name, slots)                                                                      \
-    _Static_assert((int)PS_OPT_##k == (int)PS__OPT_KIND__OPT_##k,                                  \
-                   "ps_opt_kind is ps.proto's OptKind");
-PS_OPT_KINDS(WIRE_)
-#undef WIRE_
 
 /* ---- the field table ------------------------------------------------------ */
 
@@ -33,7 +29,6 @@ typedef struct {
     const char *key;  /* in the JSON model spec (Keras's argument name) */
     ftype type;       /* float, or bool (protobuf_c_boolean on the wire, u32 0/1 in a checkpoint) */
     size_t off;       /* in ps_opt_spec */
-    size_t pb_off;    /* in Ps__Optimizer */
     unsigned attr_off;       /* in the checkpoint attribute's optimizer part (after the u32 kind) */
     unsigned kinds;          /* bit mask of the kinds whose update reads it */
     float def[PS_OPT_COUNT]; /* default per kind (Keras's) */
@@ -45,7 +40,7 @@ typedef struct {
 #define ALL(v)                                                                                     \
     { v, v, v, v, v, v }
 _Static_assert(PS_OPT_COUNT == 6, "ALL() lists one default per kind");
-#define F(n, pn) offsetof(ps_opt_spec, n), offsetof(Ps__Optimizer, pn)
+#define F(n) offsetof(ps_opt_spec, n)
 #define POSITIVE 0, INFINITY, true, false /* (0, inf) */
 #define UNIT 0, 1, false, true            /* [0, 1) */
 #define NONNEG 0, INFINITY, false, false  /* [0, inf) */
@@ -55,23 +50,23 @@ _Static_assert(PS_OPT_COUNT == 6, "ALL() lists one default per kind");
 /* The order is validation's and ps_opt_spec_describe's. */
 // clang-format off
 static const field fields[] = {
-    /* name, JSON key, type, offsets (spec, proto), attribute offset, kinds, defaults, bounds */
-    {"lr", "learning_rate", F_FLOAT, F(lr, lr), 4, ~0u,
+    /* name, JSON key, type, offset in the spec, attribute offset, kinds, defaults, bounds */
+    {"lr", "learning_rate", F_FLOAT, F(lr), 4, ~0u,
      {[PS_OPT_SGD] = 0.01f, [PS_OPT_MOMENTUM] = 0.01f, [PS_OPT_ADAGRAD] = 1e-3f,
       [PS_OPT_RMSPROP] = 1e-3f, [PS_OPT_ADAM] = 1e-3f, [PS_OPT_ADAMW] = 1e-3f}, POSITIVE},
-    {"momentum", "momentum", F_FLOAT, F(momentum, momentum), 8, K(PS_OPT_MOMENTUM),
+    {"momentum", "momentum", F_FLOAT, F(momentum), 8, K(PS_OPT_MOMENTUM),
      {[PS_OPT_MOMENTUM] = 0.9f}, UNIT},
-    {"nesterov", "nesterov", F_BOOL, F(nesterov, nesterov), 12, K(PS_OPT_MOMENTUM),
+    {"nesterov", "nesterov", F_BOOL, F(nesterov), 12, K(PS_OPT_MOMENTUM),
      ALL(0), NOBOUNDS},
-    {"beta1", "beta_1", F_FLOAT, F(beta1, beta1), 16, ADAMS, ALL(0.9f), UNIT},
-    {"beta2", "beta_2", F_FLOAT, F(beta2, beta2), 20, ADAMS, ALL(0.999f), UNIT},
-    {"epsilon", "epsilon", F_FLOAT, F(epsilon, epsilon), 24,
+    {"beta1", "beta_1", F_FLOAT, F(beta1), 16, ADAMS, ALL(0.9f), UNIT},
+    {"beta2", "beta_2", F_FLOAT, F(beta2), 20, ADAMS, ALL(0.999f), UNIT},
+    {"epsilon", "epsilon", F_FLOAT, F(epsilon), 24,
      K(PS_OPT_ADAGRAD) | K(PS_OPT_RMSPROP) | ADAMS, ALL(1e-7f), NONNEG},
-    {"rho", "rho", F_FLOAT, F(rho, rho), 28, K(PS_OPT_RMSPROP), ALL(0.9f), UNIT},
-    {"weight_decay", "weight_decay", F_FLOAT, F(weight_decay, weight_decay), 32, K(PS_OPT_ADAMW),
+    {"rho", "rho", F_FLOAT, F(rho), 28, K(PS_OPT_RMSPROP), ALL(0.9f), UNIT},
+    {"weight_decay", "weight_decay", F_FLOAT, F(weight_decay), 32, K(PS_OPT_ADAMW),
      {[PS_OPT_ADAMW] = 0.004f}, NONNEG},
     {"initial_accumulator", "initial_accumulator_value", F_FLOAT,
-     F(initial_accumulator, initial_accumulator), 36, K(PS_OPT_ADAGRAD), ALL(0.1f), NONNEG},
+     F(initial_accumulator), 36, K(PS_OPT_ADAGRAD), ALL(0.1f), NONNEG},
 };
 // clang-format on
 #define NFIELDS (sizeof fields / sizeof fields[0])
@@ -198,32 +193,12 @@ char *ps_opt_spec_describe(const ps_opt_spec *s, char *buf, size_t len) {
     return buf;
 }
 
-/* ---- ps.proto's Optimizer -------------------------------------------------- */
+/* ---- the table for the codecs outside this file (optim_spec_fields.h) ----------- */
 
-void ps_opt_spec_to_proto(const ps_opt_spec *s, Ps__Optimizer *out) {
-    ps__optimizer__init(out);
-    out->kind = (Ps__OptKind)s->kind;
-    for (size_t i = 0; i < NFIELDS; i++) {
-        const field *f = &fields[i];
-        char *p = (char *)out + f->pb_off;
-        if (f->type == F_BOOL)
-            *(protobuf_c_boolean *)p = bget(s, f);
-        else
-            *(float *)p = fget(s, f);
-    }
-}
-
-ps_opt_spec ps_opt_spec_from_proto(const Ps__Optimizer *o) {
-    ps_opt_spec s = {.kind = (ps_opt_kind)o->kind};
-    for (size_t i = 0; i < NFIELDS; i++) {
-        const field *f = &fields[i];
-        const char *p = (const char *)o + f->pb_off;
-        if (f->type == F_BOOL)
-            *bp(&s, f) = *(const protobuf_c_boolean *)p != 0;
-        else
-            *fp(&s, f) = *(const float *)p;
-    }
-    return s;
+int ps__opt_spec_field(size_t i, ps_opt_field_info *out) {
+    if (i >= NFIELDS) return 0;
+    *out = (ps_opt_field_info){fields[i].name, fields[i].type == F_BOOL, fields[i].off};
+    return 1;
 }
 
 /* ---- the checkpoint attribute ----------------------------------------------- */

@@ -7,8 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct Ps__Optimizer; /* ps.pb-c.h */
-struct cJSON;         /* cjson/cJSON.h */
+struct cJSON; /* cjson/cJSON.h */
 
 /* The optimizer kinds, one row each: enum suffix, name, number of slot arrays
  * (each numel floats of optimizer state). The one place a kind's slot count is
@@ -64,14 +63,8 @@ int ps_opt_spec_same(const ps_opt_spec *a, const ps_opt_spec *b);
  * "adam lr=0.001 beta1=0.9 beta2=0.999 epsilon=1e-07". Returns buf. */
 char *ps_opt_spec_describe(const ps_opt_spec *s, char *buf, size_t len);
 
-/* ---- the codec (optim_spec.c): one table of the fields above drives all of these */
-
-/* Fills *out (initialized here; it points into nothing) from s, field for field:
- * the CreateVars request's Optimizer. */
-void ps_opt_spec_to_proto(const ps_opt_spec *s, struct Ps__Optimizer *out);
-/* Returns the spec in o, unchecked (the kind may be out of range): callers
- * run ps_opt_spec_validate. Borrows o. */
-ps_opt_spec ps_opt_spec_from_proto(const struct Ps__Optimizer *o);
+/* ---- the codec (optim_spec.c): one table of the fields above drives all of these,
+ * and ps.proto's Optimizer too (wire/optim_spec_proto.h) */
 
 /* Bytes of a spec in a checkpoint's variable attribute (docs/FORMATS.md, at
  * offset 4): u32 kind, then lr, momentum, nesterov (u32 0/1), beta1, beta2,

@@ -7,25 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ckpt_file.h" /* the file layout, ps_ckpt_meta */
 #include "store.h"
-#include "wire.h"
-
-#define PS_CKPT_LAYOUT_VERSION 1u /* header meta[7]: how variables map to tensors */
-#define PS_CKPT_LAYOUT_JOB 2u     /* the same, plus a last tensor "@job" naming the job */
-#define PS_CKPT_JOB_TENSOR "@job"
-
-/* Numbers saved with a checkpoint (header meta[0..6]); psd gives them meaning. */
-typedef struct {
-    uint64_t version;         /* the shard's version (completed steps or applies) */
-    uint64_t updates_applied; /* optimizer applies so far */
-    uint64_t shard, num_shards;
-    uint64_t mode;        /* sync/async, as psd encodes it */
-    uint64_t incarnation; /* which run of psd wrote it */
-    uint64_t unix_ms;     /* wall-clock time of the save; 0 = now */
-    /* the job the variables belong to, NUL-terminated ("": none; then the file has
-     * layout 1); sized so that the struct has no padding */
-    char job_id[PS_WIRE_MAX_JOB_ID + 8];
-} ps_ckpt_meta;
 
 /* Writes dir/ckpt-<version %020>-<unix_ms %013>.pstf atomically (creating dir
  * if it is missing, one level), then deletes all but `keep` (>= 1) checkpoint

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "optim_spec_proto.h"
 #include "ps_error.h"
 #include "server.h"
 

@@ -263,8 +263,6 @@ int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, c
         PS_WARN("serving in plaintext on %s without authentication; use "
                 "--curve-secret/--authorized-keys (psctl keygen) on untrusted networks",
                 s->endpoint);
-    if (cfg->ready_file[0] && write_ready_file(cfg->ready_file, s->endpoint, err, errlen) != PS_OK)
-        return PS_EIO;
     return PS_OK;
 }
 
@@ -389,12 +387,21 @@ int ps_server_run(ps_server *s) {
     }
     PS_INFO("shard %ld/%ld listening on %s, mode %s, %ld workers", s->cfg.shard, s->cfg.num_shards,
             s->endpoint, ps_mode_name(s->cfg.mode), s->cfg.workers);
-    char err[512];
+    char err[1400]; /* room for the ready file's path */
     if (ps__metrics_start(s, err, sizeof err) != PS_OK) {
         PS_ERROR("%s", err);
         ps_server_stop(s);
         uv_run(s->loop, UV_RUN_DEFAULT);
         return PS_EADDRINUSE;
+    }
+    /* The ready file is written only now: a SIGTERM sent as soon as it
+     * appears must find the handlers above installed (a clean stop, not the
+     * default action's status 143). */
+    if (s->cfg.ready_file[0] && write_ready_file(s->cfg.ready_file, s->endpoint, err, sizeof err) != PS_OK) {
+        PS_ERROR("%s", err);
+        ps_server_stop(s);
+        uv_run(s->loop, UV_RUN_DEFAULT);
+        return PS_EIO;
     }
     ps__notify_ready(s); /* bound, checkpoint restored, about to serve */
     drain(s);            /* messages may have arrived before the poll started */

@@ -1,5 +1,5 @@
 /* psctl keygen NAME [--dir DIR]: a new CurveZMQ key pair in DIR/NAME.key (secret, 0600)
- * and DIR/NAME.pub (public, 0644); the format is in common/curve_keys.h. */
+ * and DIR/NAME.pub (public, 0644); the format is in wire/curve_keys.h. */
 #include "keygen.h"
 
 #include <stdio.h>

@@ -2,10 +2,10 @@
  * bounds from common/shared_flags.h) drives parsing, validation and --help. */
 #include "local.h"
 
+#include "job_id.h"
 #include "options.h"
 #include "ps_error.h"
 #include "shared_flags.h"
-#include "wire.h"
 
 #include <stddef.h>
 #include <string.h>

@@ -2,8 +2,8 @@
  * step's parameters. The training loop (train.c) talks only to this interface;
  * each way of combining gradients is one implementation file: exchange_ps.c
  * (psd shards through the client), exchange_local.c (--no-ps: the optimizer in
- * this process). A new strategy (all-reduce) is a new file, not a branch in
- * the loop. */
+ * this process), exchange_collective.c (all-reduce between the workers). A new
+ * strategy is a new file, not a branch in the loop. */
 #ifndef PS_EXCHANGE_H
 #define PS_EXCHANGE_H
 
@@ -53,6 +53,9 @@ typedef struct {
     /* The job is done for this worker (goodbye); failures are only logged.
      * NULL: nothing to say. */
     void (*finish)(void *self);
+    /* After a failure: 1 when it was another worker's (a dead, silent or faulty
+     * peer, replicas that diverged), not this one's. NULL: never. */
+    int (*peer_failed)(void *self);
     /* Frees self and everything it owns. */
     void (*free)(void *self);
 } ps_exchange_ops;
@@ -78,6 +81,23 @@ int ps_exchange_ps_open(const ps_train_config *cfg, ps_model *m, ps_exchange *ou
  * (ps_exchange_free), or PS_ENOMEM with a reason in err. */
 int ps_exchange_local_open(ps_model *m, ps_exchange *out, char *err, size_t errlen);
 
+/* The all-reduce strategies (exchange_collective.c, --strategy mirrored |
+ * multi_worker_mirrored): every worker holds the variables and runs the
+ * optimizer (local_opt.c, as --no-ps) on the mean of all workers' gradients,
+ * summed over a ring (collective/ring.h) between the cfg->peers, in buckets of
+ * at least cfg->bucket_bytes started as the backward pass makes them final.
+ * The chief's initial variables (or its checkpoint in cfg->checkpoint_dir,
+ * with the clock) are broadcast at join; the variables' checksums are
+ * compared every cfg->check_every steps. cfg and m are borrowed and must
+ * outlive the exchange. Returns PS_OK with *out set (ps_exchange_free), or an
+ * error with a reason in err (PS_EINVAL: a configuration the strategy cannot
+ * run, e.g. --communication nccl without NCCL). */
+int ps_exchange_collective_open(const ps_train_config *cfg, ps_model *m, ps_exchange *out,
+                                char *err, size_t errlen);
+
+/* 1 when this build can sum with NCCL (--communication nccl), else 0. */
+int ps_exchange_nccl_built(void);
+
 /* The loop's calls: each forwards to the strategy (see ps_exchange_ops). */
 static inline int ps_exchange_join(ps_exchange *ex, ps_exchange_job *job, char *err,
                                    size_t errlen) {
@@ -100,6 +120,9 @@ static inline int ps_exchange_eval_sync(ps_exchange *ex, int newest, uint64_t cl
 }
 static inline void ps_exchange_finish(ps_exchange *ex) {
     if (ex->ops->finish) ex->ops->finish(ex->self);
+}
+static inline int ps_exchange_peer_failed(ps_exchange *ex) {
+    return ex->ops && ex->ops->peer_failed ? ex->ops->peer_failed(ex->self) : 0;
 }
 /* Frees the strategy's state; an exchange never made is left alone. */
 static inline void ps_exchange_free(ps_exchange *ex) {

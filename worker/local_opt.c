@@ -61,3 +61,16 @@ void ps_local_opt_step(ps_local_opt *o) {
                        v->numel, o->t);
     }
 }
+
+float *ps_local_opt_slot(ps_local_opt *o, size_t var, int k) {
+    if (var >= ps_model_num_vars(o->m) || k < 0 || k >= PS_OPT_MAX_SLOTS) return NULL;
+    return o->slots[PS_OPT_MAX_SLOTS * var + (size_t)k];
+}
+
+uint64_t ps_local_opt_updates(const ps_local_opt *o) {
+    return o->t;
+}
+
+void ps_local_opt_set_updates(ps_local_opt *o, uint64_t t) {
+    o->t = t;
+}

@@ -4,6 +4,9 @@
 #ifndef PS_LOCAL_OPT_H
 #define PS_LOCAL_OPT_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "model.h"
 
 typedef struct ps_local_opt ps_local_opt;
@@ -15,5 +18,13 @@ void ps_local_opt_free(ps_local_opt *o);
 /* Applies the model's gradients to its parameters (each variable with its
  * optimizer spec). */
 void ps_local_opt_step(ps_local_opt *o);
+
+/* The optimizer's state, for checkpoints and the all-reduce broadcast: slot k
+ * (0 .. ps_optim_num_slots - 1) of variable i, numel floats owned by o; NULL
+ * when the kind has no such slot. */
+float *ps_local_opt_slot(ps_local_opt *o, size_t var, int k);
+/* Updates applied so far (Adam's t), and setting it when resuming. */
+uint64_t ps_local_opt_updates(const ps_local_opt *o);
+void ps_local_opt_set_updates(ps_local_opt *o, uint64_t t);
 
 #endif

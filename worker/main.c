@@ -1,12 +1,19 @@
 /* psworker: one training worker (one per GPU, or per CPU when there is none).
- * Cluster from TF_CONFIG or flags; trains, and as chief evaluates and writes
- * the summary. Exit 0 on success, 1 on a training failure, 2 on bad config, 3 when a
+ * Cluster from TF_CONFIG or flags; trains through psd or with all-reduce
+ * (--strategy), and as chief evaluates and writes the summary. Exit 0 on
+ * success, 1 on a training failure, 2 on bad config, 3 when another worker
+ * failed (all-reduce: a broken ring, diverged replicas; EXIT_PEER), 4 when a
  * shard lost the job's variables (EXIT_LOST). */
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "exchange.h"
+#include "job_id.h"
 #include "kernels.h"
 #include "lifetime.h"
 #include "log.h"
@@ -15,10 +22,10 @@
 #include "shared_flags.h"
 #include "tfconfig.h"
 #include "train.h"
-#include "wire.h"
 
 #define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
 #define DEFAULT_JOB_ID "default"
+#define EXIT_PEER 3 /* all-reduce: a peer died, went silent or sent garbage; replicas diverged */
 #define EXIT_LOST 4 /* PS_ELOST: restarting this worker cannot bring the variables back */
 
 /* libps logs through common/log.c, which applies its own level (PS_LOG_LEVEL). */
@@ -36,6 +43,9 @@ typedef struct {
     long epochs, batch, seed, progress, dataset;
     long max_train, max_test, max_steps, timeout, blas_threads, retry_ms, slow_ms, no_ps, push_pull;
     long prefetch, recreate_lost;
+    long strategy, communication, worker_timeout, ring_connect_timeout, bucket_kb, check_every;
+    char checkpoint_dir[1024];
+    long checkpoint_every, checkpoint_every_steps, keep_checkpoints, perturb_at_step;
 } worker_opts;
 
 enum { PROGRESS_AUTO, PROGRESS_TTY, PROGRESS_PLAIN, PROGRESS_NONE };
@@ -107,26 +117,67 @@ static const ps_option table[] = {
      "chief, yes: a shard that lost the job's variables (restarted without a checkpoint) "
      "gets them again with their INITIAL values, logged and listed in the summary; no: "
      "the job fails naming the shard (exit status 4)"},
+    {"strategy", PS_OPTION_CHOICE, F(strategy), 0, 0, "parameter_server",
+     "parameter_server|mirrored|multi_worker_mirrored", NULL,
+     "how the workers combine gradients: through psd shards, or all-reduce between the "
+     "workers (mirrored: all on this host, Unix sockets; multi_worker_mirrored: any hosts). "
+     "Default: parameter_server with --ps or a TF_CONFIG naming cluster.ps, "
+     "multi_worker_mirrored with a TF_CONFIG of only worker (and chief) entries"},
+    {"communication", PS_OPTION_CHOICE, F(communication), 0, 0, "auto", "auto|ring|nccl", NULL,
+     "all-reduce implementation: ring (over the workers' sockets), nccl (CUDA devices, "
+     "when built with NCCL), auto = nccl on a CUDA device when built in, else ring"},
+    {.like = &ps_flag_worker_timeout,
+     PS_OPTION_AT(worker_opts, worker_timeout),
+     .help = "all-reduce: a worker silent this long (a ring neighbour) is dead: every worker "
+             "stops, naming it (exit status 3)"},
+    {"ring-connect-timeout-ms", PS_OPTION_LONG, F(ring_connect_timeout), 100, 86400000, "60000",
+     NULL, "MS", "all-reduce: wait this long for every worker to join the ring"},
+    {"bucket-kb", PS_OPTION_LONG, F(bucket_kb), 1, 1L << 20, "1024", NULL, "KB",
+     "all-reduce: gradients are fused into buckets of at least this many KiB, each summed "
+     "as soon as the backward pass completes it"},
+    {"check-every", PS_OPTION_LONG, F(check_every), 0, 1L << 40, "100", NULL, "N",
+     "all-reduce: compare a checksum of the variables across workers every N steps; a "
+     "worker that differs stops the job, named (exit status 3); 0: never"},
+    {"checkpoint-dir", PS_OPTION_STR, F(checkpoint_dir), 0, 0, "", NULL, "DIR",
+     "all-reduce: the chief writes checkpoints here (psd's file format), and at start "
+     "every worker resumes from the newest one of this --job-id"},
+    {.like = &ps_flag_checkpoint_every,
+     PS_OPTION_AT(worker_opts, checkpoint_every),
+     .def = "0",
+     .help = "all-reduce chief: a checkpoint once this many seconds passed since the last "
+             "(0: not by time); always one at the end"},
+    {"checkpoint-every-steps", PS_OPTION_LONG, F(checkpoint_every_steps), 0, 1L << 40, "0",
+     NULL, "N", "all-reduce chief: a checkpoint every N steps (0: not by steps)"},
+    {"keep-checkpoints", PS_OPTION_LONG, F(keep_checkpoints), 1, 1000, "3", NULL, "K",
+     "all-reduce chief: newest checkpoint files kept in --checkpoint-dir"},
     {"slow-ms", PS_OPTION_LONG, F(slow_ms), 0, 3600000, "0", NULL, "MS",
      "for tests: sleep MS every step, to play a slow worker"},
+    {"perturb-at-step", PS_OPTION_LONG, F(perturb_at_step), 0, 1L << 40, "0", NULL, "N",
+     "for tests (fault injection): after step N, change this worker's first variable a "
+     "little, so the --check-every comparison has a divergence to find"},
 };
 #define N_OPTIONS (sizeof table / sizeof table[0])
 
 static void usage(FILE *out) {
     fprintf(out,
             "usage: psworker [options]\n"
-            "Training worker: pulls parameters from the psd shards, computes gradients on its\n"
-            "shard of the data, pushes them. Worker 0 is the chief: it creates the variables,\n"
-            "evaluates on the test set after each epoch and writes the summary.\n"
+            "Training worker: computes gradients on its shard of the data and combines them\n"
+            "with the other workers', through psd shards (--strategy parameter_server: pulls\n"
+            "parameters, pushes gradients) or by all-reduce between the workers (mirrored,\n"
+            "multi_worker_mirrored: every worker holds the variables and runs the optimizer).\n"
+            "Worker 0 is the chief: it creates (or broadcasts) the variables, evaluates on the\n"
+            "test set after each epoch and writes the summary.\n"
             "The cluster comes from TF_CONFIG (cluster.ps, cluster.worker, optional\n"
             "cluster.chief; task.type worker|chief, task.index) or from the flags, which win.\n"
             "A TF_CONFIG without a task (and no --index) is refused, not taken as the chief.\n\n"
             "options:\n");
     ps_options_usage(table, N_OPTIONS, out);
     fprintf(out, "\nexit status: 0 on success, 1 when training fails, 2 on bad configuration "
-                 "(also: a shard holds\nanother job's variables), 4 when a shard lost the job's "
-                 "variables (restarted without\na checkpoint to restore; restarting the worker "
-                 "cannot help).\n");
+                 "(also: a shard or\nthe checkpoint directory holds another job's variables), "
+                 "3 when another worker failed\n(all-reduce: a worker died, went silent or sent "
+                 "garbage on the ring, or the replicas'\nvariables diverged; the error names it), "
+                 "4 when a shard lost the job's variables\n(restarted without a checkpoint to "
+                 "restore; restarting the worker cannot help).\n");
 }
 
 /* Splits a comma-separated list in place; returns the count (max cap). */
@@ -135,6 +186,118 @@ static size_t split_list(char *s, char **out, size_t cap) {
     for (char *tok = strtok(s, ","); tok && n < cap; tok = strtok(NULL, ","))
         out[n++] = tok;
     return n;
+}
+
+#define PS_MAX_PEERS 1024 /* workers in an all-reduce ring */
+
+/* True when host names this machine: a loopback name or address, its
+ * hostname, or an address of one of its interfaces. */
+static int host_is_local(const char *host) {
+    char me[256] = "";
+    if (strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 ||
+        strcmp(host, "::1") == 0)
+        return 1;
+    if (gethostname(me, sizeof me - 1) == 0 && strcmp(host, me) == 0) return 1;
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) != 0) return 0;
+    int local = 0;
+    for (struct ifaddrs *i = ifs; i && !local; i = i->ifa_next) {
+        if (!i->ifa_addr) continue;
+        char addr[INET6_ADDRSTRLEN] = "";
+        int fam = i->ifa_addr->sa_family;
+        if (fam == AF_INET)
+            inet_ntop(fam, &((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr, addr,
+                      sizeof addr);
+        else if (fam == AF_INET6)
+            inet_ntop(fam, &((struct sockaddr_in6 *)(void *)i->ifa_addr)->sin6_addr, addr,
+                      sizeof addr);
+        local = addr[0] && strcmp(addr, host) == 0;
+    }
+    freeifaddrs(ifs);
+    return local;
+}
+
+/* The all-reduce strategies: every worker's address, in TensorFlow's global
+ * order (chief, then workers), from TF_CONFIG (cl; NULL: none). mirrored: all
+ * on this machine. Returns PS_OK or PS_EINVAL with a reason in err. */
+static int allreduce_peers(const worker_opts *o, const ps_cluster *cl, const char *ps_flag,
+                           int strategy, long workers, const char **peers, size_t *n,
+                           char *err, size_t errlen) {
+    const char *name = ps_strategy_name(strategy);
+    *n = 0;
+    if (ps_flag || (cl && cl->n_ps)) {
+        snprintf(err, errlen, "--strategy %s trains without psd: give no --ps (or cluster.ps)",
+                 name);
+        return PS_EINVAL;
+    }
+    if (!cl || ps_cluster_num_workers(cl) == 0) {
+        snprintf(err, errlen,
+                 "--strategy %s needs every worker's address: a TF_CONFIG with cluster.worker "
+                 "(and cluster.chief), e.g. {\"cluster\": {\"worker\": [\"localhost:20000\", "
+                 "\"localhost:20001\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}",
+                 name);
+        return PS_EINVAL;
+    }
+    if (ps_cluster_num_workers(cl) > PS_MAX_PEERS) {
+        snprintf(err, errlen, "%u workers: at most %d in a ring", ps_cluster_num_workers(cl),
+                 PS_MAX_PEERS);
+        return PS_EINVAL;
+    }
+    for (size_t i = 0; i < cl->n_chief; i++)
+        peers[(*n)++] = cl->chief[i];
+    for (size_t i = 0; i < cl->n_worker; i++)
+        peers[(*n)++] = cl->worker[i];
+    if (workers >= 0 && (size_t)workers != *n) {
+        snprintf(err, errlen, "--workers %ld, but TF_CONFIG names %zu workers", workers, *n);
+        return PS_EINVAL;
+    }
+    for (size_t i = 0; i < *n; i++) {
+        char host[256];
+        int port = 0;
+        if (ps_parse_hostport(peers[i], host, sizeof host, &port) != PS_OK || port == 0) {
+            snprintf(err, errlen, "worker address '%s' is not host:port", peers[i]);
+            return PS_EINVAL;
+        }
+        if (strategy == PS_STRATEGY_MIRRORED && !host_is_local(host)) {
+            snprintf(err, errlen,
+                     "--strategy mirrored runs every worker on this host, but worker %zu is at "
+                     "'%s' (use multi_worker_mirrored across hosts)",
+                     i, peers[i]);
+            return PS_EINVAL;
+        }
+    }
+    (void)o;
+    return PS_OK;
+}
+
+/* --communication: nccl needs a CUDA device and NCCL built in; auto picks
+ * nccl when both hold, else the ring. */
+static int check_communication(const worker_opts *o, ps_train_config *cfg, char *err,
+                               size_t errlen) {
+    cfg->communication = (int)o->communication;
+    if (cfg->communication == PS_COMM_RING) return PS_OK;
+    ps_k_dev *dev;
+    if (ps_k_dev_open(o->device, &dev, err, errlen) != PS_OK) return PS_EINVAL;
+    int cuda = ps_k_dev_kind(dev) == PS_K_CUDA;
+    char dname[64];
+    snprintf(dname, sizeof dname, "%s", ps_k_dev_name(dev));
+    ps_k_dev_close(dev);
+    int nccl_built = ps_exchange_nccl_built();
+    if (cfg->communication == PS_COMM_AUTO) {
+        cfg->communication = cuda && nccl_built ? PS_COMM_NCCL : PS_COMM_RING;
+        return PS_OK;
+    }
+    if (!cuda) {
+        snprintf(err, errlen, "--communication nccl needs a CUDA device, and this worker "
+                 "computes on %s (--device %s): use ring", dname, o->device);
+        return PS_EINVAL;
+    }
+    if (!nccl_built) {
+        snprintf(err, errlen, "--communication nccl: this psworker was built without NCCL "
+                 "(use ring)");
+        return PS_EINVAL;
+    }
+    return PS_OK;
 }
 
 int main(int argc, char **argv) {
@@ -190,6 +353,15 @@ int main(int argc, char **argv) {
         .server_key = o.server_key[0] ? o.server_key : NULL,
         .job_id = o.job_id,
         .recreate_lost = o.recreate_lost == 1,
+        .worker_timeout_ms = (unsigned)o.worker_timeout,
+        .ring_connect_timeout_ms = (unsigned)o.ring_connect_timeout,
+        .bucket_bytes = (size_t)o.bucket_kb * 1024,
+        .check_every = (uint64_t)o.check_every,
+        .checkpoint_dir = o.checkpoint_dir[0] ? o.checkpoint_dir : NULL,
+        .checkpoint_every_s = (unsigned)o.checkpoint_every,
+        .checkpoint_every_steps = (uint64_t)o.checkpoint_every_steps,
+        .keep_checkpoints = (unsigned)o.keep_checkpoints,
+        .perturb_at_step = (uint64_t)o.perturb_at_step,
     };
     if (!ps_job_id_valid(o.job_id)) {
         fprintf(stderr, "psworker: --job-id '%s': want 1..%u of A-Z a-z 0-9 . _ -\n", o.job_id,
@@ -240,16 +412,36 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < cl.n_ps && i < 256; i++)
             ps_list[n_ps++] = cl.ps[i];
     }
+    /* The strategy: as given, else TensorFlow's default for the cluster. */
+    int strategy = (int)o.strategy;
+    if (!GIVEN("strategy") && !ps_flag && have_tf && cl.n_ps == 0 &&
+        ps_cluster_num_workers(&cl) > 0)
+        strategy = PS_STRATEGY_MULTI_WORKER_MIRRORED;
+    int allreduce = strategy != PS_STRATEGY_PARAMETER_SERVER;
+    const char *peers[PS_MAX_PEERS];
+    size_t n_peers = 0;
     if (cfg.no_ps) {
-        if (n_ps || (workers > 1)) {
-            fprintf(stderr,
-                    "psworker: --no-ps trains alone: give no --ps, TF_CONFIG or --workers\n");
+        if (n_ps || (workers > 1) || GIVEN("strategy")) {
+            fprintf(stderr, "psworker: --no-ps trains alone: give no --ps, TF_CONFIG, --workers "
+                            "or --strategy\n");
             ps_cluster_free(&cl);
             return 2;
         }
+        allreduce = 0;
+    } else if (allreduce) {
+        int prc2 = allreduce_peers(&o, have_tf ? &cl : NULL, ps_flag, strategy, workers, peers,
+                                   &n_peers, err, sizeof err);
+        if (prc2 != PS_OK) {
+            fprintf(stderr, "psworker: %s\n", err);
+            ps_cluster_free(&cl);
+            return 2;
+        }
+        n_ps = 0;
+        workers = (long)n_peers;
     } else if (n_ps == 0) {
         fprintf(stderr, "psworker: no parameter servers: give --ps HOST:PORT|ipc://PATH,... or a "
-                        "TF_CONFIG with cluster.ps (this system trains through psd shards)\n");
+                        "TF_CONFIG with cluster.ps, or train with all-reduce (--strategy "
+                        "mirrored|multi_worker_mirrored and a TF_CONFIG naming the workers)\n");
         ps_cluster_free(&cl);
         return 2;
     }
@@ -276,8 +468,22 @@ int main(int argc, char **argv) {
         ps_cluster_free(&cl);
         return 2;
     }
+    if (!allreduce && cfg.checkpoint_dir) {
+        fprintf(stderr, "psworker: --checkpoint-dir is for the all-reduce strategies (through "
+                        "psd, each psd checkpoints its shard: psd --checkpoint-dir)\n");
+        ps_cluster_free(&cl);
+        return 2;
+    }
     cfg.ps = (const char *const *)ps_list;
     cfg.n_ps = n_ps;
+    cfg.strategy = allreduce ? strategy : PS_STRATEGY_PARAMETER_SERVER;
+    cfg.peers = peers;
+    cfg.n_peers = n_peers;
+    if (allreduce && check_communication(&o, &cfg, err, sizeof err) != PS_OK) {
+        fprintf(stderr, "psworker: %s\n", err);
+        ps_cluster_free(&cl);
+        return 2;
+    }
 
     char tag[32];
     snprintf(tag, sizeof tag, cfg.index == 0 ? "chief" : "worker[%u]", cfg.index);
@@ -292,6 +498,7 @@ int main(int argc, char **argv) {
     if (rc != PS_OK) {
         PS_ERROR("%s", err);
         if (rc == PS_ELOST) return EXIT_LOST;
+        if (res.peer_failed) return EXIT_PEER;
         return rc == PS_EINVAL || rc == PS_EFORMAT || rc == PS_EEXIST ? 2 : 1;
     }
     return 0;

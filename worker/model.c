@@ -239,6 +239,10 @@ void ps_model_free(ps_model *m) {
 
 /* ---- accessors ------------------------------------------------------------- */
 
+ps_k_dev *ps_model_device(const ps_model *m) {
+    return m->dev;
+}
+
 size_t ps_model_input_dim(const ps_model *m) {
     return ps_shape_numel(m->input);
 }

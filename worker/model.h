@@ -35,6 +35,8 @@ int ps_model_load(const char *path, ps_model **out, char *err, size_t errlen);
  * be replaced); parameter values are kept. The CPU device is the default.
  * Returns PS_OK or PS_ENOMEM / a device error, with a reason in err. */
 int ps_model_set_device(ps_model *m, ps_k_dev *d, char *err, size_t errlen);
+/* The device the model computes on (borrowed; the CPU device by default). */
+ps_k_dev *ps_model_device(const ps_model *m);
 /* The built-in default: 784-128(relu)-10, sparse CE from logits, Adam 1e-3, batch 64. */
 const char *ps_model_default_spec(void);
 void ps_model_free(ps_model *m);

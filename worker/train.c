@@ -18,6 +18,11 @@
 #include "ps_error.h"
 #include "tensorfile.h"
 
+const char *ps_strategy_name(int strategy) {
+    static const char *const names[] = {"parameter_server", "mirrored", "multi_worker_mirrored"};
+    return strategy >= 0 && strategy <= PS_STRATEGY_MULTI_WORKER_MIRRORED ? names[strategy] : "?";
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -32,6 +37,7 @@ static int write_summary(const ps_train_config *cfg, const ps_train_result *res,
     cJSON_AddNumberToObject(o, "epochs", cfg->epochs);
     cJSON_AddNumberToObject(o, "steps", (double)res->steps);
     cJSON_AddStringToObject(o, "mode", res->async ? "async" : "sync");
+    cJSON_AddStringToObject(o, "strategy", cfg->no_ps ? "local" : ps_strategy_name(cfg->strategy));
     cJSON_AddNumberToObject(o, "workers", cfg->workers);
     cJSON_AddNumberToObject(o, "shards", (double)cfg->n_ps);
     cJSON_AddNumberToObject(o, "samples_per_sec", res->samples_per_sec);
@@ -164,6 +170,8 @@ static void grads_final(void *ex, const float *begin, const float *end) {
 static int open_exchange(const ps_train_config *cfg, ps_model *m, ps_exchange *ex, char *err,
                          size_t errlen) {
     if (cfg->no_ps) return ps_exchange_local_open(m, ex, err, errlen);
+    if (cfg->strategy != PS_STRATEGY_PARAMETER_SERVER)
+        return ps_exchange_collective_open(cfg, m, ex, err, errlen);
     return ps_exchange_ps_open(cfg, m, ex, err, errlen);
 }
 
@@ -328,13 +336,19 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     if (rc == PS_OK && cfg->index == 0 && cfg->save_path)
         rc = save_model(st.model, cfg->save_path, clock, err, errlen);
     if (rc == PS_OK) ps_exchange_finish(&st.ex);
+    if (rc != PS_OK) res->peer_failed = ps_exchange_peer_failed(&st.ex);
     res->samples_per_sec = train_secs > 0 ? (double)job_samples / train_secs : 0;
     res->wall_seconds = now_s() - t0;
     if (rc == PS_OK && cfg->index == 0) {
-        printf("test accuracy: %.4f  test loss: %.4f  (%u workers, %zu shards, %s, %.0f samples/s, "
+        char where[64];
+        if (cfg->no_ps || cfg->strategy == PS_STRATEGY_PARAMETER_SERVER)
+            snprintf(where, sizeof where, "%zu shards", cfg->n_ps);
+        else
+            snprintf(where, sizeof where, "%s", ps_strategy_name(cfg->strategy));
+        printf("test accuracy: %.4f  test loss: %.4f  (%u workers, %s, %s, %.0f samples/s, "
                "%.1f s)\n",
-               res->test_accuracy, res->test_loss, cfg->workers, cfg->n_ps,
-               async ? "async" : "sync", res->samples_per_sec, res->wall_seconds);
+               res->test_accuracy, res->test_loss, cfg->workers, where, async ? "async" : "sync",
+               res->samples_per_sec, res->wall_seconds);
         fflush(stdout);
         for (size_t i = 0; i < res->n_recreated; i++)
             PS_WARN("psd %u's variables were re-created with their initial values during this "

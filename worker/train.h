@@ -40,7 +40,34 @@ typedef struct {
     int no_prefetch;            /* copy each batch on this thread, not ahead on another */
     const char *job_id;         /* the job the variables belong to (CreateVars); NULL: none */
     int recreate_lost;          /* chief: re-create variables a shard lost (initial values) */
+    /* the all-reduce strategies (exchange_collective.c) */
+    int strategy;                     /* a ps_strategy */
+    int communication;                /* a ps_communication */
+    const char *const *peers;         /* every worker's "host:port" in global order, borrowed */
+    size_t n_peers;                   /* == workers */
+    unsigned worker_timeout_ms;       /* a ring neighbour silent this long is dead */
+    unsigned ring_connect_timeout_ms; /* waiting for the ring to form */
+    size_t bucket_bytes;              /* gradients fused into all-reduces of at least this */
+    uint64_t check_every;             /* compare the variables' checksums every N steps (0: no) */
+    const char *checkpoint_dir;       /* chief: checkpoints here, resumed from at start; NULL */
+    unsigned checkpoint_every_s;      /* chief: a checkpoint when this many seconds passed (0: no) */
+    uint64_t checkpoint_every_steps;  /* chief: a checkpoint every N steps (0: no) */
+    unsigned keep_checkpoints;        /* newest checkpoint files kept */
+    uint64_t perturb_at_step;         /* tests (fault injection): nudge a variable after step N */
 } ps_train_config;
+
+/* How the workers combine gradients (psworker --strategy). */
+typedef enum {
+    PS_STRATEGY_PARAMETER_SERVER = 0, /* through psd shards (exchange_ps.c) */
+    PS_STRATEGY_MIRRORED,             /* all-reduce, every worker on this host (Unix sockets) */
+    PS_STRATEGY_MULTI_WORKER_MIRRORED /* all-reduce, workers on any hosts */
+} ps_strategy;
+
+/* The all-reduce's implementation (psworker --communication, TensorFlow's names). */
+typedef enum { PS_COMM_AUTO = 0, PS_COMM_RING, PS_COMM_NCCL } ps_communication;
+
+/* Returns the strategy's name as --strategy takes it ("parameter_server", ...). */
+const char *ps_strategy_name(int strategy);
 
 #define PS_TRAIN_MAX_RECREATED 64 /* shards listed in ps_train_result.recreated */
 
@@ -53,6 +80,7 @@ typedef struct {
     /* chief, --recreate-lost-variables: shards whose lost variables it re-created */
     unsigned recreated[PS_TRAIN_MAX_RECREATED];
     size_t n_recreated;
+    int peer_failed; /* the failure was another worker's (a broken ring, diverged replicas) */
 } ps_train_result;
 
 /* Places the model's variables on n_shards shards (the same on every worker)

@@ -64,6 +64,13 @@ for bin in psd psworker psctl; do
     expect "installs $bin" "does not install $bin" has "/build/[a-z-]+/$bin\b" "$instructions"
 done
 
+# every folder the root meson.build enters (outside tests) is copied into the build stage
+for sub in $(grep -oE "^\s*subdir\('[^']+'\)" "$root/meson.build" | sed -E "s/.*\('([^']+)'\)/\1/" \
+        | grep -v '^tests'); do
+    expect "build stage copies $sub/" "build stage does not COPY $sub/ (meson.build enters it)" \
+        has "^\s*COPY\s+$sub/?\s" "$instructions"
+done
+
 # apt-get install lists of each stage
 stage_pkgs() { # $1: 1 (build) or 2 (runtime)
     awk -v want="$1" 'toupper($1) == "FROM" { stage++ } stage == want' <<<"$instructions" \
@@ -73,9 +80,9 @@ stage_pkgs() { # $1: 1 (build) or 2 (runtime)
 build_pkgs=$(stage_pkgs 1)
 runtime_pkgs=$(stage_pkgs 2)
 # deploy/bootstrap.sh's PKGS without the dataset, the deployment tools, the fuzzing compiler
-# and the man page viewers (tests only)
+# the man page viewers and strace (tests only)
 bootstrap_pkgs=$(sed -n '/^PKGS=(/,/)/p' "$root/deploy/bootstrap.sh" | tr -d '()' | sed 's/PKGS=//' \
-    | tr ' ' '\n' | grep -vE '^(dataset-.*|systemd|iproute2|curl|prometheus|docker-compose|clang|libclang-rt-.*|man-db|groff-base|)$' | sort -u)
+    | tr ' ' '\n' | grep -vE '^(dataset-.*|systemd|iproute2|curl|prometheus|docker-compose|clang|libclang-rt-.*|man-db|groff-base|strace|)$' | sort -u)
 if [ "$build_pkgs" = "$bootstrap_pkgs" ]; then
     ok "build stage installs bootstrap.sh's build packages"
 else

@@ -59,7 +59,7 @@ make -C "$tmp/custom_loop" CFLAGS="-O2 $extra_cflags" >"$tmp/make.log" 2>&1 ||
 libdir=$(dirname "$(find "$dest" -name 'libps.so*' | head -1)")
 export LD_LIBRARY_PATH=$libdir
 # the example must run on the installed libps, not the build tree's
-ldd "$tmp/custom_loop/custom_loop" | grep -q "$libdir/libps.so" || fail "custom_loop does not load the installed libps"
+ldd "$tmp/custom_loop/custom_loop" | grep "$libdir/libps.so" >/dev/null || fail "custom_loop does not load the installed libps"
 echo "ok: built custom_loop with $(pkg-config --cflags --libs ps)"
 
 # 3. two psd shards, sync, on free ports

@@ -197,8 +197,6 @@ static void shard_reply(fake_shard *s, const zmq_msg_t *id, const Ps__Header *re
     Ps__ShutdownReply sr = PS__SHUTDOWN_REPLY__INIT;
     Ps__Error er = PS__ERROR__INIT;
     char path[128];
-    h.protocol_version = PS_PROTOCOL_VERSION;
-    h.request_id = rid;
     int index = (int)(s - shards);
     if (s->behaviour == SHARD_ERROR) {
         er.code = PS_EINVAL;
@@ -217,60 +215,33 @@ static void shard_reply(fake_shard *s, const zmq_msg_t *id, const Ps__Header *re
         h.body_case = PS__HEADER__BODY_SHUTDOWN_REPLY;
         h.shutdown_reply = &sr;
     }
-    ps_wire_send(s->sock, zmq_msg_data((zmq_msg_t *)id), zmq_msg_size(id), &h, NULL, 0,
-                 ZMQ_DONTWAIT);
+    raw_router_reply(&s->router, id, rid, &h, NULL, 0);
 }
 
-static void *shard_main(void *arg) {
-    fake_shard *s = arg;
-    while (!atomic_load(&s->stop)) {
-        zmq_pollitem_t item = {s->sock, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&item, 1, 20) <= 0 || !(item.revents & ZMQ_POLLIN)) continue;
-        ps_frames f;
-        if (ps_frames_recv(s->sock, ZMQ_DONTWAIT, &f) != PS_OK) continue;
-        Ps__Header *h = NULL;
-        char err[256];
-        if (f.n >= 2 && ps_header_decode(zmq_msg_data(&f.frames[1]), zmq_msg_size(&f.frames[1]), &h,
-                                         err, sizeof err) == PS_OK) {
-            atomic_fetch_add(&s->requests, 1);
-            atomic_store(&s->last_body, (int)h->body_case);
-            atomic_store(&s->last_proto, h->protocol_version);
-            if (s->behaviour == SHARD_OLD_ID_FIRST)
-                shard_reply(s, &f.frames[0], h, h->request_id + 100);
-            if (s->behaviour != SHARD_SILENT) shard_reply(s, &f.frames[0], h, h->request_id);
-        }
-        if (h) ps__header__free_unpacked(h, NULL);
-        ps_frames_close(&f);
-    }
-    return NULL;
+/* The router's handler: counts and records the request, answers as s->behaviour says. */
+static int shard_answer(raw_router *r, const zmq_msg_t *id, Ps__Header *h, ps_frames *f,
+                        void *user) {
+    (void)r;
+    (void)f;
+    fake_shard *s = user;
+    atomic_fetch_add(&s->requests, 1);
+    atomic_store(&s->last_body, (int)h->body_case);
+    atomic_store(&s->last_proto, h->protocol_version);
+    if (s->behaviour == SHARD_OLD_ID_FIRST) shard_reply(s, id, h, h->request_id + 100);
+    if (s->behaviour != SHARD_SILENT) shard_reply(s, id, h, h->request_id);
+    return 0;
 }
 
 fake_shard *shard_start(int i, shard_behaviour b) {
     fake_shard *s = &shards[i];
     memset(s, 0, sizeof *s);
     s->behaviour = b;
-    s->zctx = zmq_ctx_new();
-    ck_assert_ptr_nonnull(s->zctx);
-    s->sock = zmq_socket(s->zctx, ZMQ_ROUTER);
-    int linger = 0;
-    zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof linger);
-    ck_assert_int_eq(zmq_bind(s->sock, "tcp://127.0.0.1:*"), 0);
-    char last[64];
-    size_t len = sizeof last;
-    ck_assert_int_eq(zmq_getsockopt(s->sock, ZMQ_LAST_ENDPOINT, last, &len), 0);
-    snprintf(s->endpoint, sizeof s->endpoint, "%.40s", last + strlen("tcp://"));
-    ck_assert_int_eq(pthread_create(&s->thread, NULL, shard_main, s), 0);
-    s->running = 1;
+    raw_router_start(&s->router, shard_answer, s);
     return s;
 }
 
 void shard_stop(fake_shard *s) {
-    if (!s->running) return;
-    atomic_store(&s->stop, 1);
-    pthread_join(s->thread, NULL);
-    zmq_close(s->sock);
-    zmq_ctx_term(s->zctx);
-    s->running = 0;
+    raw_router_stop(&s->router);
 }
 
 /* ---- fixture -------------------------------------------------------------------

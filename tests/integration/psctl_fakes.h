@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "raw.h"
 #include "run.h"
 
 extern char *tdir; /* this test's temp dir: scripts, pid files, argv records */
@@ -50,11 +51,7 @@ typedef enum {
 
 typedef struct {
     shard_behaviour behaviour;
-    void *zctx, *sock;
-    char endpoint[64]; /* "127.0.0.1:PORT" */
-    pthread_t thread;
-    int running;
-    atomic_int stop;
+    raw_router router;      /* the kit's ROUTER in a thread; router.endpoint: "127.0.0.1:PORT" */
     atomic_int requests;    /* requests received */
     atomic_int last_body;   /* body case of the last request */
     atomic_uint last_proto; /* its protocol_version */

@@ -103,17 +103,86 @@ void push_req_init(push_req *q, uint64_t request_id, Ps__TensorMeta **metas, siz
     q->h.push = &q->push;
 }
 
+void expect_bad_pushes(const bad_push *cases, size_t n) {
+    static const float ones[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    for (size_t i = 0; i < n; i++) {
+        const bad_push *c = &cases[i];
+        ck_assert_uint_le(c->n_metas, 2);
+        ck_assert_uint_le(c->n_frames, 3);
+        Ps__TensorMeta m[2], *mp[2] = {&m[0], &m[1]};
+        uint64_t sb[2][PS_WIRE_MAX_RANK];
+        for (size_t k = 0; k < c->n_metas; k++)
+            ps_tensor_meta_f32(&m[k], c->meta[k].name, c->meta[k].shape, c->meta[k].rank, sb[k]);
+        if (c->has_dtype) m[0].dtype = (Ps__DType)c->dtype;
+        if (c->nbytes) m[0].nbytes = c->nbytes;
+        const void *pl[3] = {ones, ones, ones};
+        for (size_t k = 0; k < c->n_frames; k++)
+            ck_assert_uint_le(c->frame_len[k], sizeof ones);
+        push_req q;
+        push_req_init(&q, c->id, mp, c->n_metas, 0, c->worker);
+        raw_send_hdr(&r, &q.h, pl, c->frame_len, c->n_frames);
+        raw_expect_error_text(&r, c->id, c->code, c->text, REPLY_MS);
+    }
+    raw_close(&r);
+    expect_unchanged();
+}
+
+void expect_bad_request(const Ps__Header *h, const void *const *pl, const size_t *lens, size_t n,
+                        int code, const char *text) {
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    raw_send_hdr(&r, h, pl, lens, n);
+    raw_expect_error_text(&r, h->request_id, code, text, REPLY_MS);
+    raw_close(&r);
+    expect_unchanged();
+}
+
+void expect_bad_frames(const void *const *data, const size_t *lens, size_t n, int code,
+                       const char *text) {
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    raw_send(&r, data, lens, n);
+    raw_expect_error_text(&r, 0, code, text, REPLY_MS);
+    raw_close(&r);
+    expect_unchanged();
+}
+
+void pull_req_init(pull_req *q, uint64_t request_id, char **names, size_t n, uint64_t min_version) {
+    q->h = req_header(request_id);
+    ps__pull__init(&q->pull);
+    q->pull.names = names;
+    q->pull.n_names = n;
+    q->pull.min_version = min_version;
+    q->h.body_case = PS__HEADER__BODY_PULL;
+    q->h.pull = &q->pull;
+}
+
+void create_req_init(create_req *q, uint64_t request_id, const char *name, const size_t *shape,
+                     size_t rank) {
+    ps_tensor_meta_f32(&q->m, name, shape, rank, q->sb);
+    q->mp[0] = &q->m;
+    ps__optimizer__init(&q->o);
+    q->o.kind = PS__OPT_KIND__OPT_SGD;
+    q->o.lr = LR;
+    q->op[0] = &q->o;
+    ps__create_vars__init(&q->cv);
+    q->cv.vars = q->mp;
+    q->cv.n_vars = 1;
+    q->cv.optimizers = q->op;
+    q->cv.n_optimizers = 1;
+    q->h = req_header(request_id);
+    q->h.body_case = PS__HEADER__BODY_CREATE_VARS;
+    q->h.create_vars = &q->cv;
+}
+
 /* Sends a Pull of the given names. */
 void raw_pull(raw_conn *r, uint64_t request_id, char **names, size_t n, uint64_t min_version,
               const void *const *pl, const size_t *pl_lens, size_t n_pl) {
-    Ps__Header h = req_header(request_id);
-    Ps__Pull p = PS__PULL__INIT;
-    p.names = names;
-    p.n_names = n;
-    p.min_version = min_version;
-    h.body_case = PS__HEADER__BODY_PULL;
-    h.pull = &p;
-    raw_send_hdr(r, &h, pl, pl_lens, n_pl);
+    pull_req q;
+    pull_req_init(&q, request_id, names, n, min_version);
+    raw_send_hdr(r, &q.h, pl, pl_lens, n_pl);
 }
 
 /* ---- fixtures ---- */
@@ -158,4 +227,12 @@ void teardown_psd(void) {
     } else {
         ps_test_psd_stop(&psd, 0);
     }
+}
+
+TCase *requests_tcase(Suite *s, const char *name, void (*setup)(void)) {
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, 30);
+    tcase_add_checked_fixture(tc, setup, teardown_psd);
+    suite_add_tcase(s, tc);
+    return tc;
 }

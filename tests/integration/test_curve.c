@@ -30,30 +30,6 @@ static void path_of(char *buf, size_t n, const char *name) {
     snprintf(buf, n, "%s/%s", keys, name);
 }
 
-/* A whole (small) file in a static buffer; "" when missing. */
-static const char *slurp(const char *path) {
-    static char buf[2][1 << 16];
-    static int which;
-    char *b = buf[which ^= 1];
-    b[0] = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return b;
-    size_t n = fread(b, 1, sizeof buf[0] - 1, f);
-    b[n] = 0;
-    fclose(f);
-    return b;
-}
-
-/* Waits until path contains needle; 1 if it did within timeout_ms. */
-static int wait_for_text(const char *path, const char *needle, int timeout_ms) {
-    long long deadline = ps_test_now_ms() + timeout_ms;
-    do {
-        if (strstr(slurp(path), needle)) return 1;
-        ps_test_nap_ms(20);
-    } while (ps_test_now_ms() < deadline);
-    return 0;
-}
-
 /* Runs argv (NULL-terminated) to completion with its output in out_path; returns its
  * exit status. */
 static int run(const char *const *argv, int timeout_ms) {
@@ -66,7 +42,7 @@ static int run(const char *const *argv, int timeout_ms) {
 }
 
 static void copy_file(const char *from, const char *to) {
-    const char *text = slurp(from);
+    const char *text = ps_test_text(from);
     ck_assert_msg(text[0], "%s is empty", from);
     ck_assert_int_eq(ps_test_write_file(to, text, strlen(text)), 0);
 }
@@ -137,7 +113,8 @@ static void stop_psd_cleanly(void) {
     psd.pid = 0;
     if (st != 0) ps_test_dump(psd.log);
     ck_assert_msg(st == 0, "psd exit %d", st);
-    ck_assert_msg(strstr(slurp(psd.log), "handles still open") == NULL, "psd: %s", slurp(psd.log));
+    ck_assert_msg(strstr(ps_test_text(psd.log), "handles still open") == NULL, "psd: %s",
+                  ps_test_text(psd.log));
 }
 
 /* A client of psd with one SGD tensor "w" [N]; keys NULL: plaintext. */
@@ -181,10 +158,10 @@ static void expect_no_answer(const char *key_name, const char *server_pub) {
 
 /* Waits for psd's log to report a refusal for `reason`. */
 static void expect_refusal_logged(const char *reason) {
-    int found = wait_for_text(psd.log, reason, 5000);
+    int found = ps_test_wait_file_has(psd.log, reason, 5000, 0);
     if (!found) ps_test_dump(psd.log);
     ck_assert_msg(found, "psd's log does not say '%s'", reason);
-    ck_assert_ptr_nonnull(strstr(slurp(psd.log), "refused in all"));
+    ck_assert_ptr_nonnull(strstr(ps_test_text(psd.log), "refused in all"));
 }
 
 /* (1) An authorized client: Hello, CreateVars, Push, Pull as usual; its heartbeat
@@ -192,7 +169,7 @@ static void expect_refusal_logged(const char *reason) {
  * with an authorized key reads the shard while one without keys gets no answer. */
 START_TEST(authorized_client_is_served) {
     start_curve_psd((const char *[]){"--worker-timeout", "1500", NULL});
-    ck_assert_ptr_nonnull(strstr(slurp(psd.log), "2 authorized client keys"));
+    ck_assert_ptr_nonnull(strstr(ps_test_text(psd.log), "2 authorized client keys"));
     client k;
     client_open(&k, "wa.key", "server.pub");
     const float w0[N] = {1.0f, -2.0f, 0.5f, 4.0f}, g[N] = {0.5f, 1.0f, -2.0f, 0.25f};
@@ -217,7 +194,8 @@ START_TEST(authorized_client_is_served) {
         float want = w0[i] - LR * g[i]; /* psd's SGD step, in float (common/optim.c) */
         ck_assert_msg(k.w[i] == want, "w[%d] = %.9g, want %.9g", i, k.w[i], want);
     }
-    /* idle for a few worker timeouts: only CURVE heartbeats keep the worker in */
+    /* idle for a few worker timeouts: only CURVE heartbeats keep the worker in (the
+     * idle time is the scenario; the worker must stay in all along) */
     long long until = ps_test_now_ms() + 4000;
     while (ps_test_now_ms() < until) {
         ps_stats h;
@@ -226,7 +204,7 @@ START_TEST(authorized_client_is_served) {
         uint64_t removed = h.workers_removed;
         ps_stats_free(&h);
         ck_assert_msg(removed == 0, "psd timed the worker out: its heartbeats did not get in");
-        ps_test_nap_ms(100);
+        ps_test_nap_ms(100); /* pacing between checks */
     }
     ps_client_close(k.c);
 
@@ -241,8 +219,8 @@ START_TEST(authorized_client_is_served) {
     ck_assert_int_eq(st, 0);
     const char *plain[] = {getenv("PSCTL"), "status", "--ps", psd.endpoint, "--timeout", "1", NULL};
     ck_assert_int_eq(run(plain, 20000), 1);
-    ck_assert_ptr_nonnull(strstr(slurp(out_path), "unreachable"));
-    const char *text = slurp(psd.log);
+    ck_assert_ptr_nonnull(strstr(ps_test_text(out_path), "unreachable"));
+    const char *text = ps_test_text(psd.log);
     ck_assert_msg(strstr(text, "its public key is not in") == NULL, "a key was refused:\n%s", text);
     stop_psd_cleanly();
 }
@@ -259,7 +237,8 @@ START_TEST(unknown_key_gets_no_answer) {
     path_of(pub_path, sizeof pub_path, "wb.pub");
     ck_assert_int_eq(ps_curve_public_read(pub_path, pub, NULL, err, sizeof err), PS_OK);
     ps_curve_z85(pub, z85);
-    ck_assert_msg(strstr(slurp(psd.log), z85) != NULL, "the log does not name the key %s", z85);
+    ck_assert_msg(strstr(ps_test_text(psd.log), z85) != NULL, "the log does not name the key %s",
+                  z85);
     client k;
     client_open(&k, "wa.key", "server.pub");
     int rc = ps_client_hello(k.c, NULL, NULL);
@@ -312,12 +291,12 @@ START_TEST(authorized_worker_trains) {
         ps_test_dump(psd.log);
     }
     ck_assert_int_eq(st, 0);
-    cJSON *j = cJSON_Parse(slurp(summary));
+    cJSON *j = cJSON_Parse(ps_test_text(summary));
     ck_assert_ptr_nonnull(j);
     double acc = cJSON_GetObjectItem(j, "test_accuracy")->valuedouble;
     cJSON_Delete(j);
     ck_assert_msg(acc > 0.3, "test accuracy %.4f after 30 steps", acc);
-    ck_assert_ptr_null(strstr(slurp(psd.log), "refused a connection"));
+    ck_assert_ptr_null(strstr(ps_test_text(psd.log), "refused a connection"));
 
     path_of(secret, sizeof secret, "wb.key");
     const char *bad[] = {getenv("PSWORKER"),
@@ -335,8 +314,8 @@ START_TEST(authorized_worker_trains) {
                          server_pub,
                          NULL};
     st = run(bad, 60000);
-    ck_assert_msg(st == 1 && strstr(slurp(out_path), "no answer from psd 0"),
-                  "unauthorized psworker: exit %d:\n%s", st, slurp(out_path));
+    ck_assert_msg(st == 1 && strstr(ps_test_text(out_path), "no answer from psd 0"),
+                  "unauthorized psworker: exit %d:\n%s", st, ps_test_text(out_path));
     expect_refusal_logged("its public key is not in --authorized-keys");
     stop_psd_cleanly();
 }
@@ -379,18 +358,18 @@ START_TEST(keygen_modes_and_no_overwrite) {
     char z85[PS_CURVE_Z85_LEN + 1], line[64];
     ps_curve_z85(pk, z85);
     snprintf(line, sizeof line, "public=%s\n", z85);
-    ck_assert_ptr_nonnull(strstr(slurp(pub), line));
-    ck_assert_ptr_null(strstr(slurp(pub), "secret="));
+    ck_assert_ptr_nonnull(strstr(ps_test_text(pub), line));
+    ck_assert_ptr_null(strstr(ps_test_text(pub), "secret="));
     /* .pub is not a key pair */
     ck_assert_int_eq(ps_curve_pair_read(pub, &kp, err, sizeof err), PS_EFORMAT);
 
     /* an existing pair is kept as it was */
     char before[2048];
-    snprintf(before, sizeof before, "%s", slurp(key));
+    snprintf(before, sizeof before, "%s", ps_test_text(key));
     const char *again[] = {psctl, "keygen", "wa", "--dir", keys, NULL};
     ck_assert_int_eq(run(again, 10000), 1);
-    ck_assert_ptr_nonnull(strstr(slurp(out_path), "never overwrites"));
-    ck_assert_str_eq(slurp(key), before);
+    ck_assert_ptr_nonnull(strstr(ps_test_text(out_path), "never overwrites"));
+    ck_assert_str_eq(ps_test_text(key), before);
     /* only NAME.pub exists: refused, and no NAME.key is left behind */
     char lone[700], lone_key[700];
     snprintf(lone, sizeof lone, "%s/lone.pub", keys);
@@ -399,12 +378,12 @@ START_TEST(keygen_modes_and_no_overwrite) {
     const char *half[] = {psctl, "keygen", "lone", "--dir", keys, NULL};
     ck_assert_int_eq(run(half, 10000), 1);
     ck_assert_int_ne(access(lone_key, F_OK), 0);
-    ck_assert_str_eq(slurp(lone), "x\n");
+    ck_assert_str_eq(ps_test_text(lone), "x\n");
 
     ck_assert_int_eq(run((const char *[]){psctl, "keygen", "--dir", keys, NULL}, 10000), 2);
     ck_assert_int_eq(run((const char *[]){psctl, "keygen", "a/b", "--dir", keys, NULL}, 10000), 2);
     ck_assert_int_eq(run((const char *[]){psctl, "keygen", "--help", NULL}, 10000), 0);
-    ck_assert_ptr_nonnull(strstr(slurp(out_path), "usage: psctl keygen"));
+    ck_assert_ptr_nonnull(strstr(ps_test_text(out_path), "usage: psctl keygen"));
 }
 END_TEST
 
@@ -414,19 +393,19 @@ START_TEST(plaintext_warning_off_loopback) {
     const char *want = "serving in plaintext on 0.0.0.0:";
     ck_assert_int_eq(ps_test_psd_start(&psd, (const char *[]){"--bind", "0.0.0.0", NULL}, 10000),
                      0);
-    int found = wait_for_text(psd.log, want, 5000);
+    int found = ps_test_wait_file_has(psd.log, want, 5000, 0);
     if (!found) ps_test_dump(psd.log);
     ck_assert_msg(found, "no plaintext warning for 0.0.0.0");
-    ck_assert_ptr_nonnull(strstr(slurp(psd.log), "--curve-secret/--authorized-keys"));
+    ck_assert_ptr_nonnull(strstr(ps_test_text(psd.log), "--curve-secret/--authorized-keys"));
     ck_assert_int_eq(ps_test_psd_stop(&psd, 5000), 0);
 
     ck_assert_int_eq(ps_test_psd_start(&psd, NULL, 10000), 0); /* --bind 127.0.0.1 */
-    ck_assert_ptr_null(strstr(slurp(psd.log), "serving in plaintext"));
+    ck_assert_ptr_null(strstr(ps_test_text(psd.log), "serving in plaintext"));
     ck_assert_int_eq(ps_test_psd_stop(&psd, 5000), 0);
 
     start_curve_psd((const char *[]){"--bind", "0.0.0.0", NULL});
-    ck_assert_ptr_null(strstr(slurp(psd.log), "serving in plaintext"));
-    ck_assert_ptr_nonnull(strstr(slurp(psd.log), "CurveZMQ on"));
+    ck_assert_ptr_null(strstr(ps_test_text(psd.log), "serving in plaintext"));
+    ck_assert_ptr_nonnull(strstr(ps_test_text(psd.log), "CurveZMQ on"));
 }
 END_TEST
 
@@ -445,7 +424,7 @@ static void expect_psd_refuses(const char *secret, const char *keys_dir, const c
     }
     argv[n] = NULL;
     int st = run(argv, 10000);
-    const char *out = slurp(out_path);
+    const char *out = ps_test_text(out_path);
     ck_assert_msg(st == 2, "psd exit %d, want 2:\n%s", st, out);
     ck_assert_msg(strstr(out, "psd: ") && strstr(out, why), "psd's message does not say '%s':\n%s",
                   why, out);
@@ -468,9 +447,9 @@ START_TEST(bad_key_files_exit_2) {
     char mixed[2048], wa_pub[700], wb_key[700];
     path_of(wa_pub, sizeof wa_pub, "wa.pub");
     path_of(wb_key, sizeof wb_key, "wb.key");
-    const char *sec = strstr(slurp(wb_key), "secret=");
+    const char *sec = strstr(ps_test_text(wb_key), "secret=");
     ck_assert_ptr_nonnull(sec);
-    snprintf(mixed, sizeof mixed, "%s%s", slurp(wa_pub), sec);
+    snprintf(mixed, sizeof mixed, "%s%s", ps_test_text(wa_pub), sec);
     ps_test_write_file(f, mixed, strlen(mixed));
     expect_psd_refuses(f, authorized, "does not belong to the public key");
     snprintf(d, sizeof d, "%s/no-such-dir", dir);
@@ -500,22 +479,22 @@ START_TEST(bad_key_files_exit_2) {
                        server_pub,
                        NULL};
     int st = run(w, 60000);
-    ck_assert_msg(st == 2 && strstr(slurp(out_path), "garbage.key"), "psworker exit %d:\n%s", st,
-                  slurp(out_path));
+    ck_assert_msg(st == 2 && strstr(ps_test_text(out_path), "garbage.key"), "psworker exit %d:\n%s",
+                  st, ps_test_text(out_path));
     char wa_key[700];
     path_of(wa_key, sizeof wa_key, "wa.key");
     w[10] = wa_key;
     w[12] = d; /* a directory, not a key file */
     st = run(w, 60000);
-    ck_assert_msg(st == 2 && strstr(slurp(out_path), "not a regular file"), "psworker exit %d:\n%s",
-                  st, slurp(out_path));
+    ck_assert_msg(st == 2 && strstr(ps_test_text(out_path), "not a regular file"),
+                  "psworker exit %d:\n%s", st, ps_test_text(out_path));
 
     const char *status[] = {getenv("PSCTL"), "status",         "--ps",
                             "127.0.0.1:9",   "--curve-secret", server_pub,
                             "--server-key",  server_pub,       NULL};
     st = run(status, 10000);
-    ck_assert_msg(st == 2 && strstr(slurp(out_path), "holds no secret key"), "psctl exit %d:\n%s",
-                  st, slurp(out_path));
+    ck_assert_msg(st == 2 && strstr(ps_test_text(out_path), "holds no secret key"),
+                  "psctl exit %d:\n%s", st, ps_test_text(out_path));
 }
 END_TEST
 

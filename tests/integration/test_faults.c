@@ -30,6 +30,42 @@ static uint64_t version_of(const ps_test_psd *ps) {
     return v;
 }
 
+/* A shard and the version it should reach (ps_test_wait_until's context). */
+typedef struct {
+    const ps_test_psd *psd;
+    uint64_t version;
+} version_goal;
+
+static int version_reached(void *ctx) {
+    const version_goal *g = ctx;
+    return version_of(g->psd) >= g->version;
+}
+
+/* Waits up to timeout_ms for psd to reach version; 1 if it did. */
+static int wait_version(const ps_test_psd *psd, uint64_t version, int timeout_ms) {
+    version_goal g = {psd, version};
+    return ps_test_wait_until(version_reached, &g, timeout_ms, 20);
+}
+
+/* The shard has a checkpoint with the variables in it (the first one may be of the
+ * empty shard at version 0, written before the chief created them), well into the job. */
+static int checkpointed_well_into_the_job(void *ctx) {
+    ps_stats h;
+    ps_stats *st = ps_test_shard_stats(((const ps_test_psd *)ctx)->endpoint, &h);
+    int ready = st->checkpoint_version >= 100 && st->version >= 150;
+    ps_stats_free(&h);
+    return ready;
+}
+
+/* A client's view of a shard's stats: some worker was removed. */
+static int a_worker_was_removed(void *ctx) {
+    ps_stats h;
+    ck_assert_int_eq(ps_client_stats(ctx, 0, &h), PS_OK);
+    uint64_t removed = h.workers_removed;
+    ps_stats_free(&h);
+    return removed > 0;
+}
+
 typedef struct {
     char dir[600], ps[300], summary[700], log[4][700];
     pid_t pid[4];
@@ -102,10 +138,7 @@ START_TEST(worker_killed_sync_job_finishes) {
     const char *extra[] = {"--epochs", "2", "--batch", "32", NULL};
     for (int i = 0; i < 3; i++)
         start_worker(&j, i, 3, extra);
-    long long deadline = ps_test_now_ms() + 60000;
-    while (version_of(&psd[0]) < 200 && ps_test_now_ms() < deadline)
-        ps_test_nap_ms(20);
-    ck_assert_msg(version_of(&psd[0]) >= 200, "training did not start");
+    ck_assert_msg(wait_version(&psd[0], 200, 60000), "training did not start");
     ck_assert_int_eq(kill(j.pid[2], SIGKILL), 0); /* mid-epoch 1 */
     ck_assert_int_eq(ps_test_wait(j.pid[2], 5000), 128 + SIGKILL);
     j.pid[2] = 0;
@@ -144,15 +177,10 @@ START_TEST(worker_restarted_rejoins_where_the_job_is) {
     const char *chief[] = {"--epochs", "2", "--slow-ms", "15", NULL};
     start_worker(&j, 0, 2, chief);
     start_worker(&j, 1, 2, extra);
-    long long deadline = ps_test_now_ms() + 60000;
-    while (version_of(&psd) < 520 && ps_test_now_ms() < deadline)
-        ps_test_nap_ms(10);
+    ck_assert_msg(wait_version(&psd, 520, 60000), "the job did not reach epoch 2");
     ck_assert_int_eq(kill(j.pid[1], SIGKILL), 0); /* in epoch 2 */
     ck_assert_int_eq(ps_test_wait(j.pid[1], 5000), 128 + SIGKILL);
-    deadline = ps_test_now_ms() + 30000;
-    while (!ps_test_file_has(psd.log, "worker 1 removed") && ps_test_now_ms() < deadline)
-        ps_test_nap_ms(20);
-    ck_assert_msg(ps_test_file_has(psd.log, "worker 1 removed"),
+    ck_assert_msg(ps_test_wait_file_has(psd.log, "worker 1 removed", 30000, psd.pid),
                   "the shard did not remove worker 1");
     char first[800];
     snprintf(first, sizeof first, "%s.first", j.log[1]);
@@ -190,21 +218,15 @@ START_TEST(psd_killed_restarts_from_checkpoint) {
     for (int i = 0; i < 2; i++)
         start_worker(&j, i, 2, extra);
     /* wait for a periodic checkpoint of shard 0, well into the job */
-    long long deadline = ps_test_now_ms() + 60000;
-    for (;;) {
-        ps_stats h;
-        ps_stats *st = ps_test_shard_stats(psd[0].endpoint, &h);
-        /* a checkpoint with the variables in it: the first one may be of the
-         * empty shard at version 0, written before the chief created them */
-        int ready = st->checkpoint_version >= 100 && st->version >= 150;
-        ps_stats_free(&h);
-        if (ready || ps_test_now_ms() > deadline) break;
-        ps_test_nap_ms(20);
-    }
+    ck_assert_msg(ps_test_wait_until(checkpointed_well_into_the_job, &psd[0], 60000, 20),
+                  "no checkpoint of shard 0 well into the job");
     uint64_t before = version_of(&psd[0]);
     ck_assert_uint_ge(before, 150);
     ps_test_psd_kill(&psd[0]);
-    ps_test_nap_ms(700); /* the workers notice: requests time out, reconnects back off */
+    /* psd stays down until a worker noticed: its requests time out, its probes go
+     * unanswered and it reconnects with backoff (libps logs that through psworker) */
+    ck_assert_msg(ps_test_wait_file_has(j.log[0], "does not answer", 30000, j.pid[0]),
+                  "the chief did not notice that psd 0 was gone");
     ck_assert_int_eq(ps_test_psd_restart(&psd[0], args[0], 10000), 0);
     ck_assert_msg(ps_test_file_has(psd[0].log, "restored checkpoint"), "psd 0 did not restore");
     ck_assert_int_eq(finish_worker(&j, 0, 180000), 0);
@@ -236,10 +258,7 @@ START_TEST(backup_workers_do_not_wait_for_the_slow_one) {
      * moved on starts at the job's current step (as a restarted one does),
      * and would then have fewer steps to do. */
     start_worker(&j, 2, 3, slow);
-    long long deadline = ps_test_now_ms() + 30000;
-    while (!ps_test_file_has(psd.log, "hello from worker 2") && ps_test_now_ms() < deadline)
-        ps_test_nap_ms(10);
-    ck_assert_msg(ps_test_file_has(psd.log, "hello from worker 2"),
+    ck_assert_msg(ps_test_wait_file_has(psd.log, "hello from worker 2", 30000, psd.pid),
                   "the slow worker did not say Hello");
     long long t0 = ps_test_now_ms();
     start_worker(&j, 0, 3, fast);
@@ -255,8 +274,9 @@ START_TEST(backup_workers_do_not_wait_for_the_slow_one) {
            "%llu\n",
            chief_ms, all_ms, (unsigned long long)st->version,
            (unsigned long long)st->dropped_pushes);
-    /* waiting for the slow worker would take >= STEPS * SLOW_MS = 10 s */
-    ck_assert_msg(chief_ms < STEPS * SLOW_MS / 2, "the chief took %lld ms", chief_ms);
+    /* waiting for the slow worker would take >= STEPS * SLOW_MS = 10 s; the
+     * chief alone takes ~1 s here, ~6 s under ASan on a loaded machine */
+    ck_assert_msg(chief_ms < STEPS * SLOW_MS * 3 / 4, "the chief took %lld ms", chief_ms);
     ck_assert_uint_ge(all_ms, STEPS * SLOW_MS);
     ck_assert_uint_ge(st->version, STEPS);
     ck_assert_uint_gt(st->dropped_pushes, 0); /* the slow worker's late pushes */
@@ -325,7 +345,8 @@ START_TEST(psd_stall_does_not_remove_live_workers) {
         ck_assert_int_eq(kill(psd.pid, SIGSTOP), 0);
         ps_test_nap_ms(3000); /* the stall itself, not a wait for a condition */
         ck_assert_int_eq(kill(psd.pid, SIGCONT), 0);
-        /* a few membership ticks after the stall */
+        /* a few membership ticks after the stall: the worker must stay in all along (a
+         * duration the scenario needs, not a wait for a condition) */
         long long until = ps_test_now_ms() + 1000;
         while (ps_test_now_ms() < until) {
             ps_stats h;
@@ -336,23 +357,20 @@ START_TEST(psd_stall_does_not_remove_live_workers) {
             if (removed) ps_test_dump(psd.log);
             ck_assert_msg(removed == 0, "round %d: psd removed a live worker after its own stall",
                           round);
-            ps_test_nap_ms(100);
+            ps_test_nap_ms(100); /* pacing between checks */
         }
     }
     ps_client_close(c); /* the heartbeats stop: now the worker is removed */
     ps_client *q;
     ck_assert_int_eq(ps_client_open(&q, eps, 1, 0, 1, err, sizeof err), PS_OK);
-    long long deadline = ps_test_now_ms() + 30000;
-    uint64_t removed = 0;
-    while (!removed && ps_test_now_ms() < deadline) {
-        ps_stats h;
-        ck_assert_int_eq(ps_client_stats(q, 0, &h), PS_OK);
-        removed = h.workers_removed;
-        ps_stats_free(&h);
-        if (!removed) ps_test_nap_ms(50);
-    }
+    int removed = ps_test_wait_until(a_worker_was_removed, q, 30000, 50);
+    ps_stats h;
+    ck_assert_int_eq(ps_client_stats(q, 0, &h), PS_OK);
+    uint64_t n_removed = h.workers_removed;
+    ps_stats_free(&h);
     ps_client_close(q);
-    ck_assert_msg(removed == 1, "a silent worker was not removed");
+    ck_assert_msg(removed && n_removed == 1, "a silent worker was not removed (%llu)",
+                  (unsigned long long)n_removed);
     ck_assert_int_eq(ps_test_psd_stop(&psd, 10000), 0);
 }
 END_TEST

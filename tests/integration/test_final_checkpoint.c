@@ -152,6 +152,22 @@ static long long metric(const char *text, const char *name) {
     return p ? atoll(p + strlen(want)) : -1;
 }
 
+/* A counter of /metrics and the value it should reach; last is what it was at the last
+ * look (ps_test_wait_until's context). */
+typedef struct {
+    int port;
+    const char *name;
+    long long want, last;
+} metric_goal;
+
+static int metric_reached(void *ctx) {
+    metric_goal *g = ctx;
+    char *text = http_get(g->port, "/metrics");
+    g->last = metric(text, g->name);
+    free(text);
+    return g->last >= g->want;
+}
+
 static int metrics_port(const ps_test_psd *p) {
     ck_assert(ps_test_wait_file_has(p->log, "metrics on http://", 10000, p->pid));
     FILE *f = fopen(p->log, "r");
@@ -234,14 +250,9 @@ START_TEST(unusable_checkpoint_dir_counted_and_sigterm_exits_1) {
                   "no failed checkpoint counted in /metrics (printed above)");
     free(text);
     /* the timer (every second) fails too, and is counted */
-    long long deadline = ps_test_now_ms() + 10000, failures = 0;
-    while (failures < 2 && ps_test_now_ms() < deadline) {
-        text = http_get(port, "/metrics");
-        failures = metric(text, "psd_checkpoint_failures_total");
-        free(text);
-        if (failures < 2) ps_test_nap_ms(50); /* pacing between polls */
-    }
-    ck_assert_msg(failures >= 2, "periodic checkpoint failures not counted (%lld)", failures);
+    metric_goal goal = {port, "psd_checkpoint_failures_total", 2, 0};
+    ps_test_wait_until(metric_reached, &goal, 10000, 50);
+    ck_assert_msg(goal.last >= 2, "periodic checkpoint failures not counted (%lld)", goal.last);
     ps_stats h;
     ck_assert_int_eq(ps_client_stats(c, 0, &h), PS_OK);
     ck_assert_uint_ge(h.checkpoint_failures, 2);

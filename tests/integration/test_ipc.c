@@ -89,17 +89,9 @@ static pid_t spawn_psd(int k, const char *const *args) {
 /* Waits for slot k's ready file; returns its line without the newline. */
 static const char *wait_ready(int k) {
     static char line[256];
-    long long until = ps_test_now_ms() + READY_MS;
-    while (ps_test_now_ms() < until) {
-        const char *s = ps_test_text(readies[k]);
-        if (strchr(s, '\n')) {
-            snprintf(line, sizeof line, "%.*s", (int)strcspn(s, "\n"), s);
-            return line;
-        }
-        ck_assert_msg(ps_test_alive(running[k]), "psd exited before it was ready:\n%s",
-                      ps_test_text(logs[k]));
-        ps_test_nap_ms(20); /* pacing between polls */
-    }
+    if (ps_test_wait_first_line(readies[k], running[k], line, sizeof line, READY_MS)) return line;
+    ck_assert_msg(ps_test_alive(running[k]), "psd exited before it was ready:\n%s",
+                  ps_test_text(logs[k]));
     ck_abort_msg("psd not ready within %d ms:\n%s", READY_MS, ps_test_text(logs[k]));
     return NULL;
 }
@@ -231,6 +223,24 @@ static int exited(int k) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* The two racing psd of slots 0 and 1: exit statuses (-1: running) and ready files seen. */
+typedef struct {
+    int status[2], ready[2];
+} race;
+
+/* 1 once one has exited and the other is ready (or both are ready: the bug, or both
+ * exited). */
+static int race_decided(void *ctx) {
+    race *r = ctx;
+    for (int k = 0; k < 2; k++) {
+        if (r->status[k] < 0) r->status[k] = exited(k);
+        if (!r->ready[k]) r->ready[k] = strchr(ps_test_text(readies[k]), '\n') != NULL;
+    }
+    int any_exited = r->status[0] >= 0 || r->status[1] >= 0;
+    return (r->ready[0] && r->ready[1]) || (r->status[0] >= 0 && r->status[1] >= 0) ||
+           (any_exited && (r->ready[0] || r->ready[1]));
+}
+
 /* Two psd started at the same instant on one --ipc-path, several rounds (half of them
  * over a stale socket): exactly one reports ready and serves, the other exits 2 because
  * the first holds PATH.lock; a clean stop removes the socket and the lock file. */
@@ -250,19 +260,9 @@ START_TEST(two_psd_racing_for_one_path) {
         }
         spawn_psd(0, args);
         spawn_psd(1, args);
-        int status[2] = {-1, -1}, ready[2] = {0, 0};
-        long long until = ps_test_now_ms() + READY_MS;
-        /* until one has exited and the other is ready (or both are: the bug) */
-        while (ps_test_now_ms() < until) {
-            for (int k = 0; k < 2; k++) {
-                if (status[k] < 0) status[k] = exited(k);
-                if (!ready[k]) ready[k] = strchr(ps_test_text(readies[k]), '\n') != NULL;
-            }
-            if ((ready[0] && ready[1]) || (status[0] >= 0 && status[1] >= 0) ||
-                ((status[0] >= 0 || status[1] >= 0) && (ready[0] || ready[1])))
-                break;
-            ps_test_nap_ms(5); /* pacing between polls */
-        }
+        race r = {{-1, -1}, {0, 0}};
+        ps_test_wait_until(race_decided, &r, READY_MS, 5);
+        int *status = r.status, *ready = r.ready;
         ck_assert_msg(!(ready[0] && ready[1]), "round %d: both psd reported ready on %s", round,
                       sock);
         int loser = status[0] >= 0 ? 0 : 1, winner = 1 - loser;

@@ -1,7 +1,7 @@
 /* libps's error paths through the public header only (ps.h): an unreachable shard, bad
- * endpoints, calls in the wrong order, bad placement input. Each is a return code and a
- * message, nothing is printed (stdout and stderr are captured), and nothing leaks (the
- * ASan build runs this file too). */
+ * endpoints, calls in the wrong order, bad placement input, psd restarted mid-loop (with
+ * and without a checkpoint). Each is a return code and a message, nothing is printed
+ * (stdout and stderr are captured), and nothing leaks (the ASan build runs this file too). */
 #include <arpa/inet.h>
 #include <check.h>
 #include <fcntl.h>
@@ -310,6 +310,161 @@ START_TEST(placement_is_public_and_checks_its_input) {
 }
 END_TEST
 
+/* ---- psd SIGKILLed between steps and started again on its port ---- */
+
+/* One sync training loop's worth of client against psd p: a 4-float variable, created,
+ * then `steps` rounds of pull_next / push_next. The client and the log sink stay open. */
+typedef struct {
+    ps_client *c;
+    float w[4], dw[4];
+    uint64_t clock;
+} loop_client;
+
+static void loop_open(loop_client *l, const ps_test_psd *p) {
+    const char *eps[1] = {p->endpoint};
+    char err[256];
+    ck_assert_int_eq(ps_client_open(&l->c, eps, 1, 0, 1, err, sizeof err), PS_OK);
+    ps_client_set_timeout(l->c, 20000);
+    ps_client_set_retry(l->c, 300);
+    ps_client_tensor t = tensor("w", l->w, l->dw, 4);
+    ck_assert_int_eq(ps_client_add(l->c, &t), PS_OK);
+    ck_assert_msg(ps_client_hello(l->c, NULL, NULL) == PS_OK, "%s", ps_client_error(l->c));
+    ck_assert_msg(ps_client_create_vars(l->c, NULL) == PS_OK, "%s", ps_client_error(l->c));
+}
+
+/* Runs steps rounds of the training loop's pull and push; each must succeed. */
+static void loop_steps(loop_client *l, int steps) {
+    for (int s = 0; s < steps; s++, l->clock++) {
+        ck_assert_msg(ps_client_pull_next(l->c, 0, l->clock, NULL) == PS_OK, "%s",
+                      ps_client_error(l->c));
+        for (int i = 0; i < 4; i++)
+            l->dw[i] = 0.5f * (float)(i + 1);
+        size_t dropped = 9;
+        ck_assert_msg(ps_client_push_next(l->c, l->clock, &dropped) == PS_OK, "%s",
+                      ps_client_error(l->c));
+        ck_assert_uint_eq(dropped, 0);
+    }
+}
+
+/* A call's outcome: its code, its message, how long it took. */
+typedef struct {
+    int rc;
+    long long ms;
+    char msg[512];
+} outcome;
+
+#define CALL(out, c, expr)                                                                         \
+    do {                                                                                           \
+        long long t0_ = ps_test_now_ms();                                                          \
+        (out).rc = (expr);                                                                         \
+        (out).ms = ps_test_now_ms() - t0_;                                                         \
+        snprintf((out).msg, sizeof(out).msg, "%s", ps_client_error(c));                            \
+    } while (0)
+
+/* A restart scenario: psd started with args, the library's log going to `logged`, stdout
+ * and stderr captured, and a training loop client that made 3 steps. */
+typedef struct {
+    ps_test_psd psd;
+    log_sink logged;
+    capture k;
+    loop_client l;
+} restart_run;
+
+static void restart_run_begin(restart_run *r, const char *const *args) {
+    memset(r, 0, sizeof *r);
+    ck_assert_int_eq(ps_test_psd_start(&r->psd, args, 10000), 0);
+    ps_lib_set_log(sink, &r->logged, PS_LIB_LOG_DEBUG);
+    capture_begin(&r->k);
+    loop_open(&r->l, &r->psd);
+    loop_steps(&r->l, 3);
+}
+
+/* Closes the client, checks nothing was printed, and stops the log (psd keeps running). */
+static void restart_run_end(restart_run *r) {
+    ps_client_close(r->l.c);
+    capture_end_expect_silence(&r->k);
+    ps_lib_set_log(NULL, NULL, PS_LIB_LOG_INFO);
+}
+
+/* Without a checkpoint the restarted psd holds nothing: every request after it is
+ * PS_ELOST naming the shard (never a hang, never PS_ENOENT). */
+START_TEST(psd_restarted_empty_mid_loop_is_elost) {
+    const char *args[] = {"--workers", "1", "--mode", "sync", NULL};
+    restart_run r;
+    restart_run_begin(&r, args);
+    ps_client *c = r.l.c;
+    ps_test_psd_kill(&r.psd);
+    int restarted = ps_test_psd_restart(&r.psd, args, 10000);
+    outcome push, pull;
+    CALL(push, c, ps_client_push_next(c, r.l.clock, NULL));
+    CALL(pull, c, ps_client_pull_next(c, 0, r.l.clock, NULL));
+    restart_run_end(&r);
+    ck_assert_int_eq(restarted, 0);
+    outcome *both[2] = {&push, &pull};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_msg(both[i]->rc == PS_ELOST, "%s: %s (%s)", i ? "pull" : "push",
+                      ps_errname(both[i]->rc), both[i]->msg);
+        ck_assert_contains(both[i]->msg, "psd 0");
+        ck_assert_contains(both[i]->msg, r.psd.endpoint);
+        ck_assert_contains(both[i]->msg, "lost the job's variables");
+        /* well before the 20 s request deadline: the restart is seen, not waited out */
+        ck_assert_msg(both[i]->ms < 10000, "%s took %lld ms", i ? "pull" : "push", both[i]->ms);
+    }
+    ck_assert_int_eq(ps_test_psd_stop(&r.psd, 10000), 0);
+}
+END_TEST
+
+/* Restored from a checkpoint, psd is at the checkpoint's version: the push in flight
+ * across the restart is PS_ERESTARTED (its gradients were for a version the shard no
+ * longer has), the restart is logged through the callback only, and a pull then goes on
+ * from the restored values. */
+START_TEST(psd_restarted_from_checkpoint_mid_loop_is_erestarted) {
+    char *dir = ps_test_mkdtemp();
+    ck_assert_ptr_nonnull(dir);
+    char ck[700];
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    const char *args[] = {"--workers", "1", "--mode", "sync", "--checkpoint-dir", ck, NULL};
+    restart_run r;
+    restart_run_begin(&r, args);
+    ps_client *c = r.l.c;
+    ps_checkpoint_info info = {0};
+    int ckpt = ps_client_checkpoint(c, 0, &info);
+    float at_ckpt[4];
+    uint64_t v_ckpt = 0;
+    int pulled = ps_client_pull(c, info.version, &v_ckpt);
+    memcpy(at_ckpt, r.l.w, sizeof at_ckpt);
+    loop_steps(&r.l, 2); /* the shard moves past the checkpoint, then dies */
+    ps_test_psd_kill(&r.psd);
+    int restarted = ps_test_psd_restart(&r.psd, args, 10000);
+    outcome push, pull;
+    CALL(push, c, ps_client_push_next(c, r.l.clock, NULL));
+    uint64_t v_after = 0;
+    CALL(pull, c, ps_client_pull_next(c, 0, r.l.clock, &v_after));
+    float after[4];
+    memcpy(after, r.l.w, sizeof after);
+    loop_steps(&r.l, 2); /* and the loop goes on */
+    restart_run_end(&r);
+    ck_assert_int_eq(ckpt, PS_OK);
+    ck_assert_uint_eq(info.version, 3);
+    ck_assert_int_eq(pulled, PS_OK);
+    ck_assert_uint_eq(v_ckpt, 3);
+    ck_assert_int_eq(restarted, 0);
+    ck_assert_msg(ps_test_file_has(r.psd.log, "restored checkpoint"), "psd did not restore");
+    ck_assert_msg(push.rc == PS_ERESTARTED, "push: %s (%s)", ps_errname(push.rc), push.msg);
+    ck_assert_contains(push.msg, "psd 0 restarted from a checkpoint");
+    ck_assert_msg(push.ms < 10000, "push took %lld ms", push.ms);
+    ck_assert_msg(pull.rc == PS_OK, "pull: %s (%s)", ps_errname(pull.rc), pull.msg);
+    ck_assert_uint_eq(v_after, 3);
+    ck_assert_msg(memcmp(after, at_ckpt, sizeof after) == 0,
+                  "pulled values are not the checkpoint's");
+    ck_assert_int_ge(r.logged.lines, 1);
+    ck_assert_contains(r.logged.last, "restarted");
+    ck_assert_int_eq(ps_test_psd_stop(&r.psd, 10000), 0);
+    ps_test_rmdir(dir);
+    free(dir);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("libps_errors");
     TCase *tc = tcase_create("errors");
@@ -320,5 +475,10 @@ int main(void) {
     tcase_add_test(tc, step_exchange_out_of_order_against_a_live_shard);
     tcase_add_test(tc, placement_is_public_and_checks_its_input);
     suite_add_tcase(s, tc);
+    TCase *restart = tcase_create("restart");
+    tcase_set_timeout(restart, 90);
+    tcase_add_test(restart, psd_restarted_empty_mid_loop_is_elost);
+    tcase_add_test(restart, psd_restarted_from_checkpoint_mid_loop_is_erestarted);
+    suite_add_tcase(s, restart);
     return ps_test_run_suite(s);
 }

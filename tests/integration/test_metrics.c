@@ -185,19 +185,23 @@ static void make_tmp(void) {
     free(d);
 }
 
-/* Waits for "metrics on http://HOST:PORT/metrics" in psd's log; returns the port. */
+/* The port in "metrics on http://HOST:PORT/metrics" once psd logged it into *(int *)ctx
+ * (1), or 0; fails the test when psd exited meanwhile. */
+static int metrics_port_logged(void *ctx) {
+    char *log = ps_test_slurp(psd.log, NULL);
+    const char *m = log ? strstr(log, "metrics on http://") : NULL;
+    const char *colon = m ? strchr(m + 18, ':') : NULL;
+    *(int *)ctx = colon ? atoi(colon + 1) : 0;
+    free(log);
+    if (*(int *)ctx > 0) return 1;
+    ck_assert_msg(ps_test_alive(psd.pid), "psd exited");
+    return 0;
+}
+
+/* Waits for psd to log its metrics address; returns the port. */
 static int wait_metrics_port(void) {
-    long long deadline = ps_test_now_ms() + 5000;
-    while (ps_test_now_ms() < deadline) {
-        char *log = ps_test_slurp(psd.log, NULL);
-        const char *m = log ? strstr(log, "metrics on http://") : NULL;
-        const char *colon = m ? strchr(m + 18, ':') : NULL;
-        int port = colon ? atoi(colon + 1) : 0;
-        free(log);
-        if (port > 0) return port;
-        ck_assert_msg(ps_test_alive(psd.pid), "psd exited");
-        ps_test_nap_ms(5); /* pacing between polls */
-    }
+    int port = 0;
+    if (ps_test_wait_until(metrics_port_logged, &port, 5000, 5)) return port;
     ps_test_dump(psd.log);
     ck_abort_msg("psd did not log its metrics address");
     return -1;

@@ -195,6 +195,18 @@ static int tcp_probe(const char *addr, int port, int greet, int timeout_ms) {
     return rc;
 }
 
+/* One tcp_probe and its outcome (ps_test_wait_until's context). */
+typedef struct {
+    const char *addr;
+    int port, greet, rc;
+} probe_try;
+
+static int probe_succeeds(void *ctx) {
+    probe_try *t = ctx;
+    t->rc = tcp_probe(t->addr, t->port, t->greet, 1000);
+    return t->rc == 0;
+}
+
 /* From inside namespace `ns` (a forked child that setns()es into it) runs
  * tcp_probe, retrying until timeout_ms (0: once). Returns 0 or an errno value. */
 static int probe_from_ns(const char *ns, const char *addr, int port, int greet, int timeout_ms) {
@@ -205,11 +217,12 @@ static int probe_from_ns(const char *ns, const char *addr, int port, int greet, 
         if (snprintf(path, sizeof path, "%s/%s", NETNS_DIR, ns) >= (int)sizeof path) _exit(1);
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) _exit(errno & 0xff);
-        long long deadline = ps_test_now_ms() + timeout_ms;
-        int rc;
-        while ((rc = tcp_probe(addr, port, greet, 1000)) != 0 && ps_test_now_ms() < deadline)
-            ps_test_nap_ms(50); /* pacing between probes */
-        _exit(rc & 0xff);
+        probe_try t = {addr, port, greet, 0};
+        if (timeout_ms > 0)
+            ps_test_wait_until(probe_succeeds, &t, timeout_ms, 50);
+        else
+            probe_succeeds(&t);
+        _exit(t.rc & 0xff);
     }
     return ps_test_wait(pid, timeout_ms + 3000);
 }
@@ -286,22 +299,18 @@ static int start_psd(netjob *j, int i) {
         snprintf(j->fail, sizeof j->fail, "cannot spawn psd %d", i);
         return -1;
     }
-    char want[64], got[64];
+    char want[64];
     snprintf(want, sizeof want, "%s:%d", bind, PORT);
-    long long deadline = ps_test_now_ms() + 10000;
-    while (ps_test_now_ms() < deadline) {
-        first_line(j->ready[i], got, sizeof got);
-        if (got[0]) {
-            if (strcmp(got, want) == 0) return 0;
-            snprintf(j->fail, sizeof j->fail, "psd %d listens on %s, not %s", i, got, want);
-            return -1;
-        }
-        if (!ps_test_alive(j->psd[i])) {
-            j->psd[i] = 0;
-            snprintf(j->fail, sizeof j->fail, "psd %d exited before listening", i);
-            return -1;
-        }
-        ps_test_nap_ms(10); /* pacing between polls */
+    char got[64];
+    if (ps_test_wait_first_line(j->ready[i], j->psd[i], got, sizeof got, 10000)) {
+        if (strcmp(got, want) == 0) return 0;
+        snprintf(j->fail, sizeof j->fail, "psd %d listens on %s, not %s", i, got, want);
+        return -1;
+    }
+    if (!ps_test_alive(j->psd[i])) {
+        j->psd[i] = 0;
+        snprintf(j->fail, sizeof j->fail, "psd %d exited before listening", i);
+        return -1;
     }
     snprintf(j->fail, sizeof j->fail, "psd %d did not listen within 10 s", i);
     return -1;

@@ -28,7 +28,7 @@ static void run_admin(const char *cmd, int nshards, const char *const *extra,
     char list[256] = "";
     for (int i = 0; i < nshards; i++) {
         if (i) strcat(list, ",");
-        strcat(list, shards[i].endpoint);
+        strcat(list, shards[i].router.endpoint);
     }
     const char *args[16] = {"psctl", cmd, "--ps", list};
     int n = 4;
@@ -50,7 +50,7 @@ START_TEST(test_checkpoint_every_shard_answers) {
     for (int i = 0; i < 2; i++) {
         snprintf(want, sizeof want,
                  "ps %d %s: checkpoint version %d \xe2\x86\x92 /ckpt/ps-%d/ckpt-%d.bin (5.2 MB)\n",
-                 i, shards[i].endpoint, 1234 + i, i, 1234 + i);
+                 i, shards[i].router.endpoint, 1234 + i, i, 1234 + i);
         ck_assert_contains(r.out, want);
         ck_assert_int_eq(atomic_load(&shards[i].requests), 1);
         ck_assert_int_eq(atomic_load(&shards[i].last_body), PS__HEADER__BODY_CHECKPOINT);
@@ -70,10 +70,10 @@ START_TEST(test_checkpoint_error_reply_exit_1) {
     ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
                   r.err);
     char want[256];
-    snprintf(want, sizeof want, "ps 0 %s: checkpoint version 1234 ", shards[0].endpoint);
+    snprintf(want, sizeof want, "ps 0 %s: checkpoint version 1234 ", shards[0].router.endpoint);
     ck_assert_contains(r.out, want);
     snprintf(want, sizeof want, "ps 1 %s: checkpoint failed: EINVAL: no --checkpoint-dir\n",
-             shards[1].endpoint);
+             shards[1].router.endpoint);
     ck_assert_contains(r.err, want);
     ck_assert_contains(r.err, "psctl checkpoint: 1 of 2 shards failed\n");
     ps_test_run_free(&r);
@@ -90,9 +90,9 @@ START_TEST(test_checkpoint_silent_shard_times_out) {
     ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
                   r.err);
     char want[256];
-    snprintf(want, sizeof want, "ps 0 %s: no answer within 0.5 s\n", shards[0].endpoint);
+    snprintf(want, sizeof want, "ps 0 %s: no answer within 0.5 s\n", shards[0].router.endpoint);
     ck_assert_contains(r.err, want);
-    snprintf(want, sizeof want, "ps 1 %s: checkpoint version 1235 ", shards[1].endpoint);
+    snprintf(want, sizeof want, "ps 1 %s: checkpoint version 1235 ", shards[1].router.endpoint);
     ck_assert_contains(r.out, want);
     ck_assert_int_eq(atomic_load(&shards[0].requests), 1);
     ck_assert_msg(r.secs >= 0.45 && r.secs < 5.0, "took %.2f s", r.secs);
@@ -123,7 +123,7 @@ START_TEST(test_shutdown_fake_shards_from_tfconfig) {
     snprintf(tf, sizeof tf,
              "TF_CONFIG={\"cluster\": {\"ps\": [\"%s\", \"%s\"], \"worker\": [\"w:1\"]}, "
              "\"task\": {\"type\": \"worker\", \"index\": 0}}",
-             shards[0].endpoint, shards[1].endpoint);
+             shards[0].router.endpoint, shards[1].router.endpoint);
     const char *args[] = {"psctl", "shutdown", NULL};
     const char *env[] = {tf, NULL};
     ps_test_run_result r;
@@ -133,7 +133,7 @@ START_TEST(test_shutdown_fake_shards_from_tfconfig) {
                   r.err);
     char want[256];
     for (int i = 0; i < 2; i++) {
-        snprintf(want, sizeof want, "ps %d %s: shutting down\n", i, shards[i].endpoint);
+        snprintf(want, sizeof want, "ps %d %s: shutting down\n", i, shards[i].router.endpoint);
         ck_assert_contains(r.out, want);
         ck_assert_int_eq(atomic_load(&shards[i].last_body), PS__HEADER__BODY_SHUTDOWN);
     }

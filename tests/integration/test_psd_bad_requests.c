@@ -18,236 +18,181 @@
 /* ---- bad requests: each gets an Error reply, and the shard keeps serving ---- */
 
 START_TEST(pull_unknown_variable) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
-    char *names[2] = {"nope", "w"};
-    raw_pull(&r, 101, names, 1, 0, NULL, NULL, 0);
-    raw_expect_error(&r, 101, PS_ENOENT, REPLY_MS);
-    raw_pull(&r, 102, (char *[]){"w", "nope"}, 2, 0, NULL, NULL, 0); /* known, then unknown */
-    raw_expect_error(&r, 102, PS_ENOENT, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    pull_req q;
+    pull_req_init(&q, 101, (char *[]){"nope", "w"}, 1, 0);
+    expect_bad_request(&q.h, NULL, NULL, 0, PS_ENOENT, "no variable named 'nope' on shard 0");
+    pull_req_init(&q, 102, (char *[]){"w", "nope"}, 2, 0); /* known, then unknown */
+    expect_bad_request(&q.h, NULL, NULL, 0, PS_ENOENT, "no variable named 'nope' on shard 0");
 }
 END_TEST
 
+/* "w" [2, 3] and "b" [4] as the shard holds them, and the frames a good push sends. */
+#define W_23                                                                                       \
+    {                                                                                              \
+        "w", 2, {                                                                                  \
+            2, 3                                                                                   \
+        }                                                                                          \
+    }
+#define B_4                                                                                        \
+    {                                                                                              \
+        "b", 1, {                                                                                  \
+            NB                                                                                     \
+        }                                                                                          \
+    }
+#define GW (NW * sizeof(float))
+#define GB (NB * sizeof(float))
+
+/* The tables below are laid out by hand: one case, one or two lines. */
+/* clang-format off */
 START_TEST(push_unknown_variable) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
-    Ps__TensorMeta m;
-    uint64_t sb[PS_WIRE_MAX_RANK];
-    ps_tensor_meta_f32(&m, "nope", (const size_t[]){2, 3}, 2, sb);
-    Ps__TensorMeta *mp[1] = {&m};
-    push_req q;
-    push_req_init(&q, 103, mp, 1, 0, 0);
-    float g[NW] = {1, 1, 1, 1, 1, 1};
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 103, PS_ENOENT, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    static const bad_push cases[] = {
+        {.id = 103, .n_metas = 1, .meta = {{"nope", 2, {2, 3}}}, .n_frames = 1, .frame_len = {GW},
+         .code = PS_ENOENT, .text = "no variable named 'nope' on shard 0"},
+    };
+    expect_bad_pushes(cases, sizeof cases / sizeof cases[0]);
 }
 END_TEST
 
 START_TEST(push_wrong_shape) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
-    float g[NW] = {1, 1, 1, 1, 1, 1};
-    Ps__TensorMeta m;
-    uint64_t sb[PS_WIRE_MAX_RANK];
-    Ps__TensorMeta *mp[1] = {&m};
-    push_req q;
-    /* same number of elements, transposed */
-    ps_tensor_meta_f32(&m, "w", (const size_t[]){3, 2}, 2, sb);
-    push_req_init(&q, 104, mp, 1, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 104, PS_ESHAPE, REPLY_MS);
-    /* flattened */
-    ps_tensor_meta_f32(&m, "w", (const size_t[]){6}, 1, sb);
-    push_req_init(&q, 105, mp, 1, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 105, PS_ESHAPE, REPLY_MS);
-    /* fewer elements */
-    ps_tensor_meta_f32(&m, "w", (const size_t[]){2, 2}, 2, sb);
-    push_req_init(&q, 106, mp, 1, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){16}, 1);
-    raw_expect_error(&r, 106, PS_ESHAPE, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    static const bad_push cases[] = {
+        /* same number of elements, transposed */
+        {.id = 104, .n_metas = 1, .meta = {{"w", 2, {3, 2}}}, .n_frames = 1, .frame_len = {GW},
+         .code = PS_ESHAPE, .text = "gradient for 'w' has the wrong shape"},
+        /* flattened */
+        {.id = 105, .n_metas = 1, .meta = {{"w", 1, {NW}}}, .n_frames = 1, .frame_len = {GW},
+         .code = PS_ESHAPE, .text = "gradient for 'w' has the wrong shape"},
+        /* fewer elements */
+        {.id = 106, .n_metas = 1, .meta = {{"w", 2, {2, 2}}}, .n_frames = 1, .frame_len = {16},
+         .code = PS_ESHAPE, .text = "gradient for 'w' has the wrong shape"},
+    };
+    expect_bad_pushes(cases, sizeof cases / sizeof cases[0]);
 }
 END_TEST
 
 START_TEST(push_wrong_dtype) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
-    float g[NW] = {1, 1, 1, 1, 1, 1};
-    Ps__TensorMeta m;
-    uint64_t sb[PS_WIRE_MAX_RANK];
-    ps_tensor_meta_f32(&m, "w", (const size_t[]){2, 3}, 2, sb);
-    m.dtype = PS__DTYPE__DT_INVALID;
-    Ps__TensorMeta *mp[1] = {&m};
-    push_req q;
-    push_req_init(&q, 107, mp, 1, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 107, PS_ESHAPE, REPLY_MS);
-    m.dtype = (Ps__DType)2; /* not a dtype psd knows */
-    push_req_init(&q, 108, mp, 1, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 108, PS_ESHAPE, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    static const bad_push cases[] = {
+        {.id = 107, .n_metas = 1, .meta = {W_23}, .has_dtype = 1, .dtype = PS__DTYPE__DT_INVALID,
+         .n_frames = 1, .frame_len = {GW},
+         .code = PS_ESHAPE, .text = "tensor 'w': dtype 0 not supported (only float32)"},
+        /* not a dtype psd knows */
+        {.id = 108, .n_metas = 1, .meta = {W_23}, .has_dtype = 1, .dtype = 2,
+         .n_frames = 1, .frame_len = {GW},
+         .code = PS_ESHAPE, .text = "tensor 'w': dtype 2 not supported"},
+    };
+    expect_bad_pushes(cases, sizeof cases / sizeof cases[0]);
 }
 END_TEST
 
 START_TEST(push_frame_count_mismatch) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
-    float g[NW] = {1, 1, 1, 1, 1, 1}, gb[NB] = {1, 1, 1, 1};
-    Ps__TensorMeta m[2];
-    uint64_t sb[2][PS_WIRE_MAX_RANK];
-    ps_tensor_meta_f32(&m[0], "w", (const size_t[]){2, 3}, 2, sb[0]);
-    ps_tensor_meta_f32(&m[1], "b", (const size_t[]){NB}, 1, sb[1]);
-    Ps__TensorMeta *mp[2] = {&m[0], &m[1]};
-    push_req q;
-    /* two metas, three frames */
-    push_req_init(&q, 109, mp, 2, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g, gb, gb},
-                 (const size_t[]){sizeof g, sizeof gb, sizeof gb}, 3);
-    raw_expect_error(&r, 109, PS_EPROTO, REPLY_MS);
-    /* two metas, one frame */
-    push_req_init(&q, 110, mp, 2, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 110, PS_EPROTO, REPLY_MS);
-    /* two metas, no frames at all */
-    push_req_init(&q, 111, mp, 2, 0, 0);
-    raw_send_hdr(&r, &q.h, NULL, NULL, 0);
-    raw_expect_error(&r, 111, PS_EPROTO, REPLY_MS);
-    /* no metas, one frame */
-    push_req_init(&q, 136, mp, 0, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 136, PS_EPROTO, REPLY_MS);
-    /* an empty push: nothing to apply */
-    push_req_init(&q, 137, mp, 0, 0, 0);
-    raw_send_hdr(&r, &q.h, NULL, NULL, 0);
-    raw_expect_error(&r, 137, PS_EPROTO, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    static const bad_push cases[] = {
+        /* two metas, three frames */
+        {.id = 109, .n_metas = 2, .meta = {W_23, B_4}, .n_frames = 3, .frame_len = {GW, GB, GB},
+         .code = PS_EPROTO, .text = "header lists 2 tensors but 3 payload frames followed"},
+        /* two metas, one frame */
+        {.id = 110, .n_metas = 2, .meta = {W_23, B_4}, .n_frames = 1, .frame_len = {GW},
+         .code = PS_EPROTO, .text = "header lists 2 tensors but 1 payload frames followed"},
+        /* two metas, no frames at all */
+        {.id = 111, .n_metas = 2, .meta = {W_23, B_4},
+         .code = PS_EPROTO, .text = "header lists 2 tensors but 0 payload frames followed"},
+        /* no metas, one frame */
+        {.id = 136, .n_frames = 1, .frame_len = {GW},
+         .code = PS_EPROTO, .text = "header lists 0 tensors but 1 payload frames followed"},
+        /* an empty push: nothing to apply */
+        {.id = 137, .code = PS_EPROTO, .text = "push carries no gradients"},
+    };
+    expect_bad_pushes(cases, sizeof cases / sizeof cases[0]);
 }
 END_TEST
 
 START_TEST(push_nbytes_mismatch) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
-    float g[NW] = {1, 1, 1, 1, 1, 1};
-    Ps__TensorMeta m;
-    uint64_t sb[PS_WIRE_MAX_RANK];
-    ps_tensor_meta_f32(&m, "w", (const size_t[]){2, 3}, 2, sb);
-    Ps__TensorMeta *mp[1] = {&m};
-    push_req q;
-    /* nbytes disagrees with the shape (the frame agrees with nbytes) */
-    m.nbytes = 20;
-    push_req_init(&q, 112, mp, 1, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){20}, 1);
-    raw_expect_error(&r, 112, PS_EPROTO, REPLY_MS);
-    /* nbytes disagrees with the shape and the frame (which agree) */
-    push_req_init(&q, 135, mp, 1, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 135, PS_EPROTO, REPLY_MS);
-    /* nbytes right, the frame is short */
-    m.nbytes = sizeof g;
-    push_req_init(&q, 113, mp, 1, 0, 0);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g - 1}, 1);
-    raw_expect_error(&r, 113, PS_EPROTO, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    static const bad_push cases[] = {
+        /* nbytes disagrees with the shape (the frame agrees with nbytes) */
+        {.id = 112, .n_metas = 1, .meta = {W_23}, .nbytes = 20, .n_frames = 1, .frame_len = {20},
+         .code = PS_EPROTO, .text = "tensor 'w': shape gives 24 bytes but nbytes says 20"},
+        /* nbytes disagrees with the shape and the frame (which agree) */
+        {.id = 135, .n_metas = 1, .meta = {W_23}, .nbytes = 20, .n_frames = 1, .frame_len = {GW},
+         .code = PS_EPROTO, .text = "tensor 'w': shape gives 24 bytes but nbytes says 20"},
+        /* nbytes right, the frame is short */
+        {.id = 113, .n_metas = 1, .meta = {W_23}, .n_frames = 1, .frame_len = {GW - 1},
+         .code = PS_EPROTO, .text = "tensor 'w': frame has 23 bytes, header says 24"},
+    };
+    expect_bad_pushes(cases, sizeof cases / sizeof cases[0]);
 }
 END_TEST
 
+START_TEST(push_worker_index_out_of_range) {
+    static const bad_push cases[] = {
+        /* the job has one worker: index 0 */
+        {.id = 122, .n_metas = 1, .meta = {W_23}, .worker = 1, .n_frames = 1, .frame_len = {GW},
+         .code = PS_EINVAL, .text = "worker index 1 out of range (job has 1 workers)"},
+        {.id = 123, .n_metas = 1, .meta = {W_23}, .worker = UINT32_MAX, .n_frames = 1,
+         .frame_len = {GW}, .code = PS_EINVAL, .text = "worker index 4294967295 out of range"},
+    };
+    expect_bad_pushes(cases, sizeof cases / sizeof cases[0]);
+}
+END_TEST
+/* clang-format on */
+
 START_TEST(wrong_protocol_version) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
     Ps__Header h = req_header(114);
     h.protocol_version = PS_PROTOCOL_VERSION + 1;
     Ps__Hello hello = PS__HELLO__INIT;
     hello.num_workers = 1;
     h.body_case = PS__HEADER__BODY_HELLO;
     h.hello = &hello;
-    raw_send_hdr(&r, &h, NULL, NULL, 0);
-    raw_expect_error(&r, 114, PS_EVERSION, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    expect_bad_request(&h, NULL, NULL, 0, PS_EVERSION, "not supported (this side speaks");
 }
 END_TEST
 
 START_TEST(garbage_header) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
     const unsigned char junk[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
                                     0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-    raw_send(&r, (const void *[]){junk}, (const size_t[]){sizeof junk}, 1);
-    raw_expect_error(&r, 0, PS_EPROTO, REPLY_MS); /* nothing decoded: request id 0 */
+    /* nothing decoded: request id 0 */
+    expect_bad_frames((const void *[]){junk}, (const size_t[]){sizeof junk}, 1, PS_EPROTO,
+                      "header frame is not a valid protobuf Header");
     const char http[] = "GET / HTTP/1.1\r\nHost: psd\r\n\r\n";
-    raw_send(&r, (const void *[]){http, "trailing"}, (const size_t[]){sizeof http - 1, 8}, 2);
-    raw_expect_error(&r, 0, PS_EPROTO, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    expect_bad_frames((const void *[]){http, "trailing"}, (const size_t[]){sizeof http - 1, 8}, 2,
+                      PS_EPROTO, "header frame is not a valid protobuf Header");
 }
 END_TEST
 
 START_TEST(empty_header_frame) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
-    raw_send(&r, (const void *[]){""}, (const size_t[]){0}, 1);
-    raw_expect_error(&r, 0, PS_EPROTO, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    expect_bad_frames((const void *[]){""}, (const size_t[]){0}, 1, PS_EPROTO,
+                      "header frame of 0 bytes");
 }
 END_TEST
 
 START_TEST(header_without_body) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
-    Ps__Header h = req_header(115);
-    raw_send_hdr(&r, &h, NULL, NULL, 0);
-    raw_expect_error(&r, 115, PS_EPROTO, REPLY_MS); /* the header decoded: its id is echoed */
-    raw_close(&r);
-    expect_unchanged();
+    Ps__Header h = req_header(115); /* the header decodes: its id is echoed */
+    expect_bad_request(&h, NULL, NULL, 0, PS_EPROTO, "header has no body");
 }
 END_TEST
 
 START_TEST(reply_type_as_request) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
     Ps__Header h = req_header(116);
     Ps__Welcome w = PS__WELCOME__INIT;
     h.body_case = PS__HEADER__BODY_WELCOME;
     h.welcome = &w;
-    raw_send_hdr(&r, &h, NULL, NULL, 0);
-    raw_expect_error(&r, 116, PS_EPROTO, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    expect_bad_request(&h, NULL, NULL, 0, PS_EPROTO, "is not something psd serves");
 }
 END_TEST
 
 START_TEST(pull_with_payload_frames) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
     float junk[NW] = {0};
-    raw_pull(&r, 117, (char *[]){"w"}, 1, 0, (const void *[]){junk}, (const size_t[]){sizeof junk},
-             1);
-    raw_expect_error(&r, 117, PS_EPROTO, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    pull_req q;
+    pull_req_init(&q, 117, (char *[]){"w"}, 1, 0);
+    expect_bad_request(&q.h, (const void *[]){junk}, (const size_t[]){sizeof junk}, 1, PS_EPROTO,
+                       "Pull takes no payload frames but 1 followed");
 }
 END_TEST
 
 START_TEST(pull_future_version) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
     /* sync defers only the next version; two ahead can never be answered in
      * order: ESTALE tells the client its idea of the shard is out of date */
-    raw_pull(&r, 118, (char *[]){"w"}, 1, 2, NULL, NULL, 0);
-    raw_expect_error(&r, 118, PS_ESTALE, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    pull_req q;
+    pull_req_init(&q, 118, (char *[]){"w"}, 1, 2);
+    expect_bad_request(&q.h, NULL, NULL, 0, PS_ESTALE,
+                       "pull asks for version 2 but the shard is at 0");
 }
 END_TEST
 
@@ -311,17 +256,14 @@ START_TEST(too_many_frames) {
 END_TEST
 
 START_TEST(pull_too_many_names) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
     char *names[PS_WIRE_MAX_FRAMES + 1];
     for (size_t i = 0; i <= PS_WIRE_MAX_FRAMES; i++)
         names[i] = "w";
-    raw_pull(&r, 133, names, PS_WIRE_MAX_FRAMES + 1, 0, NULL, NULL, 0);
-    raw_expect_error(&r, 133, PS_EPROTO, REPLY_MS);
-    raw_pull(&r, 134, names, 0, 0, NULL, NULL, 0); /* and none at all */
-    raw_expect_error(&r, 134, PS_EPROTO, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    pull_req q;
+    pull_req_init(&q, 133, names, PS_WIRE_MAX_FRAMES + 1, 0);
+    expect_bad_request(&q.h, NULL, NULL, 0, PS_EPROTO, "pull of 1025 names (allowed 1..1024)");
+    pull_req_init(&q, 134, names, 0, 0); /* and none at all */
+    expect_bad_request(&q.h, NULL, NULL, 0, PS_EPROTO, "pull of 0 names (allowed 1..1024)");
 }
 END_TEST
 
@@ -366,34 +308,9 @@ START_TEST(nan_gradient_rejected) {
 }
 END_TEST
 
-START_TEST(push_worker_index_out_of_range) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
-    float g[NW] = {1, 1, 1, 1, 1, 1};
-    Ps__TensorMeta m;
-    uint64_t sb[PS_WIRE_MAX_RANK];
-    ps_tensor_meta_f32(&m, "w", (const size_t[]){2, 3}, 2, sb);
-    Ps__TensorMeta *mp[1] = {&m};
-    push_req q;
-    push_req_init(&q, 122, mp, 1, 0, 1); /* the job has one worker: index 0 */
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 122, PS_EINVAL, REPLY_MS);
-    push_req_init(&q, 123, mp, 1, 0, UINT32_MAX);
-    raw_send_hdr(&r, &q.h, (const void *[]){g}, (const size_t[]){sizeof g}, 1);
-    raw_expect_error(&r, 123, PS_EINVAL, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
-}
-END_TEST
-
-/* Sends CreateVars for one var with SGD and the given initial values. */
-
 static Suite *requests_suite(void) {
     Suite *s = suite_create("psd_requests");
-    TCase *tc;
-    tc = tcase_create("bad_requests");
-    tcase_set_timeout(tc, 30);
-    tcase_add_checked_fixture(tc, setup_sync1, teardown_psd);
+    TCase *tc = requests_tcase(s, "bad_requests", setup_sync1);
     tcase_add_test(tc, pull_unknown_variable);
     tcase_add_test(tc, push_unknown_variable);
     tcase_add_test(tc, push_wrong_shape);
@@ -411,7 +328,6 @@ static Suite *requests_suite(void) {
     tcase_add_test(tc, pull_too_many_names);
     tcase_add_test(tc, nan_gradient_rejected);
     tcase_add_test(tc, push_worker_index_out_of_range);
-    suite_add_tcase(s, tc);
     return s;
 }
 

@@ -97,23 +97,6 @@ static void expect_refused(const char *const *args, const char *want) {
     ck_assert_msg(out[0] == 0, "stdout should be empty, got '%s'", out);
 }
 
-/* Waits until path has a line (psd's ready file) or pid exits; copies the line to buf. */
-static int wait_ready(const char *path, pid_t pid, char *buf, size_t buflen, int timeout_ms) {
-    long long deadline = ps_test_now_ms() + timeout_ms;
-    while (ps_test_now_ms() < deadline) {
-        FILE *f = fopen(path, "r");
-        if (f) {
-            int ok = fgets(buf, (int)buflen, f) != NULL;
-            fclose(f);
-            buf[strcspn(buf, "\n")] = 0;
-            if (ok && buf[0]) return 0;
-        }
-        if (!ps_test_alive(pid)) return -1;
-        ps_test_nap_ms(5); /* pacing between polls */
-    }
-    return -1;
-}
-
 START_TEST(help_exits_0) {
     ck_assert_int_eq(run_psd((const char *[]){"--help", NULL}), 0);
     const char *out = ps_test_text(out_path);
@@ -179,6 +162,43 @@ START_TEST(positional_argument) {
 }
 END_TEST
 
+/* The ready file means "serving": a SIGTERM sent the moment it appears must
+ * already find psd's handlers (a clean stop, status 0), never the default
+ * action (143). The window after the rename was microseconds wide, so the
+ * test widens it: strace holds psd for 300 ms right after the rename
+ * (fault injection, bootstrap installs strace), and the SIGTERM arrives then. */
+START_TEST(sigterm_right_after_ready) {
+    if (system("command -v strace >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "SKIP: no strace on PATH (deploy/bootstrap.sh installs it)\n");
+        return;
+    }
+    char ready[700];
+    snprintf(ready, sizeof ready, "%s/ready", dir);
+    const char *psd = getenv("PSD");
+    ck_assert_ptr_nonnull(psd);
+    /* PS_PARENT_PID unset: psd's parent is strace here, not this test (teardown kills it);
+     * no leak check (LeakSanitizer does not run under ptrace) */
+    const char *argv[] = {"/bin/sh", "-c", "e=$0; unset PS_PARENT_PID; ASAN_OPTIONS=$ASAN_OPTIONS:detect_leaks=0 "
+                          "exec \"$@\" 2>\"$e\"",
+                          err_path, "strace", "-f",
+                          "-o", "/dev/null", "-e",
+                          "inject=rename,renameat,renameat2:delay_exit=300000", psd, "--bind",
+                          "127.0.0.1", "--port", "0", "--ready-file", ready, NULL};
+    pid_t pid = ps_test_spawn(argv, out_path);
+    ck_assert_int_gt(pid, 0);
+    running = pid;
+    char line[256];
+    int rc = ps_test_wait_first_line(ready, pid, line, sizeof line, 20000);
+    ck_assert_msg(rc == 1, "no ready file within 20 s (%s)", ps_test_text(err_path));
+    pid_t psd_pid = ps_test_find_child(pid, "--ready-file", ready);
+    ck_assert_msg(psd_pid > 0, "psd under strace (pid %d) not found; ready: %s; %s", (int)pid, line,
+                  ps_test_text(err_path));
+    ck_assert_int_eq(kill(psd_pid, SIGTERM), 0);
+    int st = wait_psd(pid, 20000); /* strace exits with psd's status (128+signal if killed) */
+    ck_assert_msg(st == 0, "psd stopped with status %d, want 0 (%s)", st, ps_test_text(err_path));
+}
+END_TEST
+
 START_TEST(port_in_use) {
     ck_assert_int_eq(ps_test_psd_start(&first, NULL, 10000), 0);
     const char *colon = strrchr(first.endpoint, ':');
@@ -225,7 +245,7 @@ START_TEST(tf_config_ps_task) {
     snprintf(ready, sizeof ready, "%s/ready", dir);
     pid_t pid = spawn_psd((const char *[]){"--ready-file", ready, NULL});
     char line[128] = "";
-    if (wait_ready(ready, pid, line, sizeof line, 10000) != 0) {
+    if (!ps_test_wait_first_line(ready, pid, line, sizeof line, 10000)) {
         ps_test_dump(err_path);
         ck_abort_msg("psd did not listen on port %d", port);
     }
@@ -272,7 +292,7 @@ START_TEST(flags_override_tf_config) {
     pid_t pid = spawn_psd((const char *[]){"--bind", "127.0.0.1", "--port", "0", "--workers", "3",
                                            "--ready-file", ready, NULL});
     char line[128] = "";
-    if (wait_ready(ready, pid, line, sizeof line, 10000) != 0) {
+    if (!ps_test_wait_first_line(ready, pid, line, sizeof line, 10000)) {
         ps_test_dump(err_path);
         ck_abort_msg("psd did not listen");
     }
@@ -306,6 +326,7 @@ static Suite *config_suite(void) {
     tcase_add_test(tc, shard_out_of_range);
     tcase_add_test(tc, positional_argument);
     tcase_add_test(tc, port_in_use);
+    tcase_add_test(tc, sigterm_right_after_ready);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("tf_config");

@@ -91,54 +91,21 @@ START_TEST(create_vars_different_shape) {
 END_TEST
 
 START_TEST(create_vars_bad_optimizer) {
-    raw_conn r;
-    raw_open(&r, psd.endpoint);
     float init[2] = {7, 8};
-    Ps__TensorMeta m;
-    uint64_t sb[PS_WIRE_MAX_RANK];
-    ps_tensor_meta_f32(&m, "fresh", (const size_t[]){2}, 1, sb);
-    Ps__TensorMeta *mp[1] = {&m};
-    Ps__Optimizer o;
-    ps__optimizer__init(&o);
-    o.kind = (Ps__OptKind)99;
-    o.lr = LR;
-    Ps__Optimizer *op[1] = {&o};
-    Ps__CreateVars cv = PS__CREATE_VARS__INIT;
-    cv.vars = mp;
-    cv.n_vars = 1;
-    cv.optimizers = op;
-    cv.n_optimizers = 1;
-    Ps__Header h = req_header(128);
-    h.body_case = PS__HEADER__BODY_CREATE_VARS;
-    h.create_vars = &cv;
-    raw_send_hdr(&r, &h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
-    raw_expect_error(&r, 128, PS_EINVAL, REPLY_MS);
+    create_req q;
+    create_req_init(&q, 128, "fresh", (const size_t[]){2}, 1);
+    q.o.kind = (Ps__OptKind)99;
+    expect_bad_request(&q.h, (const void *[]){init}, (const size_t[]){sizeof init}, 1, PS_EINVAL,
+                       "variable 'fresh': unknown optimizer");
     /* optimizers missing */
-    cv.n_optimizers = 0;
-    h.request_id = 129;
-    raw_send_hdr(&r, &h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
-    raw_expect_error(&r, 129, PS_EPROTO, REPLY_MS);
-    raw_close(&r);
-    expect_unchanged();
+    q.cv.n_optimizers = 0;
+    q.h.request_id = 129;
+    expect_bad_request(&q.h, (const void *[]){init}, (const size_t[]){sizeof init}, 1, PS_EPROTO,
+                       "1 variables but 0 optimizers");
 }
 END_TEST
 
 /* ---- names are valid UTF-8 without NUL; values are finite; one optimizer per variable ---- */
-
-/* Waits for an Error reply with code and a message containing want; asserts. */
-static void expect_error_text(raw_conn *r, uint64_t request_id, int code, const char *want) {
-    Ps__Header *h = raw_recv(r, REPLY_MS, NULL);
-    ck_assert_msg(h != NULL, "no reply to %llu", (unsigned long long)request_id);
-    ck_assert_msg(h->body_case == PS__HEADER__BODY_ERROR, "request %llu: body %d, want %s",
-                  (unsigned long long)request_id, (int)h->body_case, ps_errname(code));
-    ck_assert_uint_eq(h->request_id, request_id);
-    ck_assert_msg(h->error->code == code, "request %llu: %s (%s), want %s",
-                  (unsigned long long)request_id, h->error->code_name, h->error->message,
-                  ps_errname(code));
-    ck_assert_msg(strstr(h->error->message, want) != NULL, "no '%s' in: %s", want,
-                  h->error->message);
-    ps__header__free_unpacked(h, NULL);
-}
 
 /* CreateVars of one [2] variable named name[0..len), SGD lr LR. */
 static void create_named(raw_conn *r, uint64_t id, const char *name, size_t len) {
@@ -177,16 +144,16 @@ START_TEST(names_must_be_utf8_without_nul) {
         const char *name = BAD_NAMES[i].bytes;
         size_t len = BAD_NAMES[i].len;
         create_named(&r, ++id, name, len);
-        expect_error_text(&r, id, PS_EPROTO, "create_vars.vars[0].name");
+        raw_expect_error_text(&r, id, PS_EPROTO, "create_vars.vars[0].name", REPLY_MS);
         raw_pb pull = {.n = 0};
         raw_pb_bytes(&pull, 1, "w", 1);
         raw_pb_bytes(&pull, 1, name, len);
         raw_send_body(&r, ++id, 14, &pull, 0, NULL);
-        expect_error_text(&r, id, PS_EPROTO, "pull.names[1]");
+        raw_expect_error_text(&r, id, PS_EPROTO, "pull.names[1]", REPLY_MS);
         raw_pb meta = raw_pb_meta2(name, len), push = {.n = 0};
         raw_pb_bytes(&push, 1, meta.b, meta.n);
         raw_send_body(&r, ++id, 16, &push, 1, g);
-        expect_error_text(&r, id, PS_EPROTO, "push.grads[0].name");
+        raw_expect_error_text(&r, id, PS_EPROTO, "push.grads[0].name", REPLY_MS);
     }
     /* valid multibyte UTF-8 is a name like any other */
     const char *wide = "w\xc3\xa9ight/\xe6\x9d\x83\xf0\x9f\x98\x80";
@@ -231,10 +198,11 @@ START_TEST(create_vars_non_finite_init) {
     ps_tensor_meta_f32(&m[1], "fresh", (const size_t[]){2}, 1, sb[1]);
     Ps__TensorMeta *mp[2] = {&m[0], &m[1]};
     raw_create(&r, 320, mp, 2, (const void *[]){ok, bad}, (const size_t[]){sizeof ok, sizeof bad});
-    expect_error_text(&r, 320, PS_EINVAL, "variable 'fresh': initial value 1 is NaN");
+    raw_expect_error_text(&r, 320, PS_EINVAL, "variable 'fresh': initial value 1 is NaN", REPLY_MS);
     bad[0] = -INFINITY;
     raw_create(&r, 321, mp, 2, (const void *[]){ok, bad}, (const size_t[]){sizeof ok, sizeof bad});
-    expect_error_text(&r, 321, PS_EINVAL, "variable 'fresh': initial value 0 is infinite");
+    raw_expect_error_text(&r, 321, PS_EINVAL, "variable 'fresh': initial value 0 is infinite",
+                          REPLY_MS);
     raw_pull(&r, 322, (char *[]){"fine"}, 1, 0, NULL, NULL, 0);
     raw_expect_error(&r, 322, PS_ENOENT, REPLY_MS);
     raw_close(&r);
@@ -248,41 +216,32 @@ START_TEST(create_vars_other_optimizer) {
     raw_conn r;
     raw_open(&r, psd.endpoint);
     float init[NW] = {0};
-    Ps__TensorMeta m;
-    uint64_t sb[PS_WIRE_MAX_RANK];
-    ps_tensor_meta_f32(&m, "w", (const size_t[]){2, 3}, 2, sb);
-    Ps__TensorMeta *mp[1] = {&m};
-    Ps__Optimizer o;
-    Ps__Optimizer *op[1] = {&o};
-    Ps__CreateVars cv = PS__CREATE_VARS__INIT;
-    cv.vars = mp;
-    cv.n_vars = 1;
-    cv.optimizers = op;
-    cv.n_optimizers = 1;
-    Ps__Header h = req_header(330);
-    h.body_case = PS__HEADER__BODY_CREATE_VARS;
-    h.create_vars = &cv;
-    ps__optimizer__init(&o);
-    o.kind = PS__OPT_KIND__OPT_SGD;
-    o.lr = 0.25f;
-    raw_send_hdr(&r, &h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
-    expect_error_text(&r, 330, PS_EEXIST,
-                      "variable 'w' exists with optimizer sgd lr=0.1, the request says sgd "
-                      "lr=0.25");
-    o.kind = PS__OPT_KIND__OPT_ADAM;
-    o.lr = LR;
-    o.beta1 = 0.9f;
-    o.beta2 = 0.999f;
-    o.epsilon = 1e-7f;
-    h.request_id = 331;
-    raw_send_hdr(&r, &h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
-    expect_error_text(&r, 331, PS_EEXIST,
-                      "exists with optimizer sgd lr=0.1, the request says adam lr=0.1 beta1=0.9 "
-                      "beta2=0.999 epsilon=1e-07");
+    create_req q;
+    create_req_init(&q, 330, "w", (const size_t[]){2, 3}, 2);
+    Ps__Header *h = &q.h;
+    Ps__Optimizer *o = &q.o;
+    o->lr = 0.25f;
+    raw_send_hdr(&r, h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
+    raw_expect_error_text(&r, 330, PS_EEXIST,
+                          "variable 'w' exists with optimizer sgd lr=0.1, the request says sgd "
+                          "lr=0.25",
+                          REPLY_MS);
+    o->kind = PS__OPT_KIND__OPT_ADAM;
+    o->lr = LR;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.999f;
+    o->epsilon = 1e-7f;
+    h->request_id = 331;
+    raw_send_hdr(&r, h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
+    raw_expect_error_text(
+        &r, 331, PS_EEXIST,
+        "exists with optimizer sgd lr=0.1, the request says adam lr=0.1 beta1=0.9 "
+        "beta2=0.999 epsilon=1e-07",
+        REPLY_MS);
     /* fields SGD does not use do not count: the same optimizer, idempotent */
-    o.kind = PS__OPT_KIND__OPT_SGD;
-    h.request_id = 332;
-    raw_send_hdr(&r, &h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
+    o->kind = PS__OPT_KIND__OPT_SGD;
+    h->request_id = 332;
+    raw_send_hdr(&r, h, (const void *[]){init}, (const size_t[]){sizeof init}, 1);
     Ps__Header *rep = raw_recv(&r, REPLY_MS, NULL);
     ck_assert_ptr_nonnull(rep);
     ck_assert_msg(rep->body_case == PS__HEADER__BODY_CREATE_VARS_REPLY, "body %d: %s",
@@ -372,10 +331,7 @@ END_TEST
 
 static Suite *requests_suite(void) {
     Suite *s = suite_create("psd_requests");
-    TCase *tc;
-    tc = tcase_create("bad_requests");
-    tcase_set_timeout(tc, 30);
-    tcase_add_checked_fixture(tc, setup_sync1, teardown_psd);
+    TCase *tc = requests_tcase(s, "bad_requests", setup_sync1);
     tcase_add_test(tc, create_vars_same_shape_idempotent);
     tcase_add_test(tc, create_vars_different_shape);
     tcase_add_test(tc, create_vars_bad_optimizer);
@@ -384,7 +340,6 @@ static Suite *requests_suite(void) {
     tcase_add_test(tc, names_must_be_utf8_without_nul);
     tcase_add_test(tc, create_vars_non_finite_init);
     tcase_add_test(tc, create_vars_other_optimizer);
-    suite_add_tcase(s, tc);
     return s;
 }
 

@@ -246,19 +246,12 @@ END_TEST
 
 static Suite *requests_suite(void) {
     Suite *s = suite_create("psd_requests");
-    TCase *tc;
-    tc = tcase_create("sync");
-    tcase_set_timeout(tc, 30);
-    tcase_add_checked_fixture(tc, setup_sync2, teardown_psd);
-    tcase_add_test(tc, sync_two_workers);
-    tcase_add_test(tc, sync_deferred_pull_raw);
-    tcase_add_test(tc, shutdown_request);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("async");
-    tcase_set_timeout(tc, 30);
-    tcase_add_checked_fixture(tc, setup_async2, teardown_psd);
-    tcase_add_test(tc, async_each_push_applies);
-    suite_add_tcase(s, tc);
+    TCase *sync = requests_tcase(s, "sync", setup_sync2);
+    tcase_add_test(sync, sync_two_workers);
+    tcase_add_test(sync, sync_deferred_pull_raw);
+    tcase_add_test(sync, shutdown_request);
+    TCase *async = requests_tcase(s, "async", setup_async2);
+    tcase_add_test(async, async_each_push_applies);
     return s;
 }
 

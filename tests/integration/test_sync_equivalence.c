@@ -32,6 +32,19 @@ typedef struct {
     char err[512];
 } run_arg;
 
+/* A client pulling until the chief has created the variables (ps_test_wait_until's
+ * context): rc is the last pull's outcome. */
+typedef struct {
+    ps_client *c;
+    int rc;
+} created_wait;
+
+static int variables_created(void *ctx) {
+    created_wait *w = ctx;
+    w->rc = ps_client_pull(w->c, 0, NULL);
+    return w->rc != PS_ENOENT;
+}
+
 /* One worker: step t uses samples [t*2B + index*batch, ... + batch). */
 static void *run_worker(void *p) {
     run_arg *a = p;
@@ -53,13 +66,10 @@ static void *run_worker(void *p) {
         snprintf(a->err, sizeof a->err, "psd is not in sync mode");
     }
     if (a->rc == PS_OK && a->index == 0) a->rc = ps_client_create_vars(c, NULL);
-    for (int tries = 0; a->rc == PS_OK && a->index != 0 && tries < 200; tries++) {
-        int rc = ps_client_pull(c, 0, NULL);
-        if (rc != PS_ENOENT) {
-            a->rc = rc;
-            break;
-        }
-        ps_test_nap_ms(20); /* pacing: pulls until the chief has created the variables */
+    if (a->rc == PS_OK && a->index != 0) { /* pulls until the chief has created them */
+        created_wait w = {c, PS_ENOENT};
+        ps_test_wait_until(variables_created, &w, 20000, 20);
+        a->rc = w.rc;
     }
     for (uint64_t t = 0; a->rc == PS_OK && t < STEPS; t++) {
         size_t first = t * 2 * B + a->index * a->batch;

@@ -3,9 +3,7 @@
  * reports an impossible version (a fake psd: a raw ROUTER in this process) makes the
  * worker fail naming the shard, while version == the job's steps still evaluates. */
 #include <check.h>
-#include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +13,7 @@
 
 #include "proc.h"
 #include "ps_error.h"
+#include "raw.h"
 #include "testutil.h"
 #include "wire.h"
 
@@ -100,10 +99,7 @@ END_TEST
  * serves it to pulls, answers Goodbye ---- */
 
 typedef struct {
-    void *zctx, *sock;
-    char endpoint[64];
-    pthread_t thread;
-    atomic_int stop;
+    raw_router router; /* the kit's ROUTER in a thread: its endpoint is the shard's */
     int async;
     uint64_t version, worker_clock; /* what the Welcome says */
     Ps__Header *create;             /* the CreateVars request, kept */
@@ -111,16 +107,10 @@ typedef struct {
     size_t n_values;
 } fake_shard;
 
-static void reply(fake_shard *s, const zmq_msg_t *id, uint64_t request_id, Ps__Header *h,
-                  const ps_payload *pl, size_t n) {
-    h->protocol_version = PS_PROTOCOL_VERSION;
-    h->request_id = request_id;
-    ps_wire_send(s->sock, zmq_msg_data((zmq_msg_t *)id), zmq_msg_size(id), h, pl, n, 0);
-}
-
-static void answer(fake_shard *s, ps_frames *f, Ps__Header *req) {
+/* The router's handler: answers req as the fake shard; keeps the CreateVars request. */
+static int answer(raw_router *r, const zmq_msg_t *id, Ps__Header *req, ps_frames *f, void *user) {
+    fake_shard *s = user;
     Ps__Header h = PS__HEADER__INIT;
-    const zmq_msg_t *id = &f->frames[0];
     if (req->body_case == PS__HEADER__BODY_HELLO) {
         Ps__Welcome w = PS__WELCOME__INIT;
         w.shard_index = 0;
@@ -132,7 +122,7 @@ static void answer(fake_shard *s, ps_frames *f, Ps__Header *req) {
         w.worker_clock = s->worker_clock;
         h.body_case = PS__HEADER__BODY_WELCOME;
         h.welcome = &w;
-        reply(s, id, req->request_id, &h, NULL, 0);
+        raw_router_reply(r, id, req->request_id, &h, NULL, 0);
     } else if (req->body_case == PS__HEADER__BODY_CREATE_VARS && !s->create &&
                f->n - 2 <= sizeof s->values / sizeof s->values[0]) {
         Ps__CreateVarsReply cr = PS__CREATE_VARS_REPLY__INIT;
@@ -148,8 +138,9 @@ static void answer(fake_shard *s, ps_frames *f, Ps__Header *req) {
         cr.version = s->version;
         h.body_case = PS__HEADER__BODY_CREATE_VARS_REPLY;
         h.create_vars_reply = &cr;
-        reply(s, id, req->request_id, &h, NULL, 0);
+        raw_router_reply(r, id, req->request_id, &h, NULL, 0);
         s->create = req; /* kept: its metas answer the pulls */
+        return 1;
     } else if (req->body_case == PS__HEADER__BODY_PULL && s->create) {
         const Ps__CreateVars *cv = s->create->create_vars;
         Ps__TensorMeta *metas[64];
@@ -170,12 +161,12 @@ static void answer(fake_shard *s, ps_frames *f, Ps__Header *req) {
         pr.version = s->version;
         h.body_case = PS__HEADER__BODY_PULL_REPLY;
         h.pull_reply = &pr;
-        reply(s, id, req->request_id, &h, pl, n);
+        raw_router_reply(r, id, req->request_id, &h, pl, n);
     } else if (req->body_case == PS__HEADER__BODY_GOODBYE) {
         Ps__GoodbyeReply gr = PS__GOODBYE_REPLY__INIT;
         h.body_case = PS__HEADER__BODY_GOODBYE_REPLY;
         h.goodbye_reply = &gr;
-        reply(s, id, req->request_id, &h, NULL, 0);
+        raw_router_reply(r, id, req->request_id, &h, NULL, 0);
     } else if (req->body_case != PS__HEADER__BODY_HEARTBEAT) {
         Ps__Error e = PS__ERROR__INIT;
         e.code = PS_EINVAL;
@@ -183,26 +174,9 @@ static void answer(fake_shard *s, ps_frames *f, Ps__Header *req) {
         e.message = "the fake shard does not serve this";
         h.body_case = PS__HEADER__BODY_ERROR;
         h.error = &e;
-        reply(s, id, req->request_id, &h, NULL, 0);
+        raw_router_reply(r, id, req->request_id, &h, NULL, 0);
     }
-}
-
-static void *shard_main(void *arg) {
-    fake_shard *s = arg;
-    while (!atomic_load(&s->stop)) {
-        zmq_pollitem_t item = {s->sock, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&item, 1, 20) <= 0) continue;
-        ps_frames f;
-        if (ps_frames_recv(s->sock, ZMQ_DONTWAIT, &f) != PS_OK) continue;
-        Ps__Header *h = NULL;
-        char err[256];
-        if (f.n >= 2 && ps_header_decode(zmq_msg_data(&f.frames[1]), zmq_msg_size(&f.frames[1]), &h,
-                                         err, sizeof err) == PS_OK)
-            answer(s, &f, h);
-        if (h && h != s->create) ps__header__free_unpacked(h, NULL);
-        ps_frames_close(&f);
-    }
-    return NULL;
+    return 0;
 }
 
 static void shard_start(fake_shard *s, int async, uint64_t version, uint64_t worker_clock) {
@@ -210,25 +184,11 @@ static void shard_start(fake_shard *s, int async, uint64_t version, uint64_t wor
     s->async = async;
     s->version = version;
     s->worker_clock = worker_clock;
-    s->zctx = zmq_ctx_new();
-    ck_assert_ptr_nonnull(s->zctx);
-    s->sock = zmq_socket(s->zctx, ZMQ_ROUTER);
-    ck_assert_ptr_nonnull(s->sock);
-    int linger = 0;
-    zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof linger);
-    ck_assert_int_eq(zmq_bind(s->sock, "tcp://127.0.0.1:*"), 0);
-    char last[64];
-    size_t len = sizeof last;
-    ck_assert_int_eq(zmq_getsockopt(s->sock, ZMQ_LAST_ENDPOINT, last, &len), 0);
-    snprintf(s->endpoint, sizeof s->endpoint, "%.40s", last + strlen("tcp://"));
-    ck_assert_int_eq(pthread_create(&s->thread, NULL, shard_main, s), 0);
+    raw_router_start(&s->router, answer, s);
 }
 
 static void shard_stop(fake_shard *s) {
-    atomic_store(&s->stop, 1);
-    pthread_join(s->thread, NULL);
-    zmq_close(s->sock);
-    zmq_ctx_term(s->zctx);
+    raw_router_stop(&s->router);
     for (size_t i = 0; i < s->n_values; i++)
         zmq_msg_close(&s->values[i]);
     if (s->create) ps__header__free_unpacked(s->create, NULL);
@@ -237,11 +197,16 @@ static void shard_stop(fake_shard *s) {
 /* The chief of a job of `workers` workers, one epoch of one step (so the job has 1 step
  * per worker), against a fake shard; returns the exit status, output in *out. */
 static int chief_against(fake_shard *s, const char *workers, const char **out) {
-    const char *args[] = {"--ps",        s->endpoint, "--index",     "0",
-                          "--workers",   workers,     "--epochs",    "1",
-                          "--max-steps", "1",         "--max-train", "128",
-                          "--max-test",  "64",        "--timeout",   "10",
-                          "--progress",  "none",      "--data",      ps_test_data_dir(),
+    const char *args[] = {"--ps",        s->router.endpoint,
+                          "--index",     "0",
+                          "--workers",   workers,
+                          "--epochs",    "1",
+                          "--max-steps", "1",
+                          "--max-train", "128",
+                          "--max-test",  "64",
+                          "--timeout",   "10",
+                          "--progress",  "none",
+                          "--data",      ps_test_data_dir(),
                           NULL};
     return run_worker(args, NULL, out);
 }
@@ -259,7 +224,7 @@ START_TEST(sync_version_beyond_the_job_fails) {
         ck_assert_msg(st == 1, "version %llu: exit %d, want 1:\n%s",
                       (unsigned long long)versions[i], st, out);
         char want[160];
-        snprintf(want, sizeof want, "psd 0 (%s) is at version %llu", s.endpoint,
+        snprintf(want, sizeof want, "psd 0 (%s) is at version %llu", s.router.endpoint,
                  (unsigned long long)versions[i]);
         ck_assert_msg(strstr(out, want) != NULL, "no '%s' in:\n%s", want, out);
     }

@@ -69,6 +69,32 @@ int ps_test_alive(pid_t pid) {
     return 0;
 }
 
+typedef struct {
+    const char *path;
+    pid_t pid;
+    char *buf;
+    size_t n;
+} first_line_wait;
+
+/* 1 once the file has a non-empty first line (in w->buf) or the process is gone. */
+static int first_line_or_gone(void *ctx) {
+    first_line_wait *w = ctx;
+    w->buf[0] = 0;
+    FILE *f = fopen(w->path, "r");
+    if (f) {
+        if (!fgets(w->buf, (int)w->n, f)) w->buf[0] = 0;
+        fclose(f);
+        w->buf[strcspn(w->buf, "\n")] = 0;
+        if (w->buf[0]) return 1;
+    }
+    return w->pid > 0 && !ps_test_alive(w->pid);
+}
+
+int ps_test_wait_first_line(const char *path, pid_t pid, char *buf, size_t n, int timeout_ms) {
+    first_line_wait w = {path, pid, buf, n};
+    return ps_test_wait_until(first_line_or_gone, &w, timeout_ms, 5) && buf[0];
+}
+
 void ps_test_dump(const char *path) {
     FILE *f = fopen(path, "r");
     if (!f) return;
@@ -97,22 +123,13 @@ static int psd_spawn(ps_test_psd *p, const char *port, const char *const *extra_
     }
     p->pid = ps_test_spawn(argv, p->log);
     if (p->pid < 0) return -1;
-    long long deadline = ps_test_now_ms() + timeout_ms;
-    while (ps_test_now_ms() < deadline) {
-        FILE *f = fopen(ready, "r");
-        if (f) {
-            int ok = fgets(p->endpoint, sizeof p->endpoint, f) != NULL;
-            fclose(f);
-            p->endpoint[strcspn(p->endpoint, "\n")] = 0;
-            if (ok && p->endpoint[0]) return 0;
-        }
-        if (!ps_test_alive(p->pid)) {
-            fprintf(stderr, "psd exited before listening\n");
-            ps_test_dump(p->log);
-            p->pid = 0;
-            return -1;
-        }
-        ps_test_nap_ms(5);
+    if (ps_test_wait_first_line(ready, p->pid, p->endpoint, sizeof p->endpoint, timeout_ms))
+        return 0;
+    if (!ps_test_alive(p->pid)) {
+        fprintf(stderr, "psd exited before listening\n");
+        ps_test_dump(p->log);
+        p->pid = 0;
+        return -1;
     }
     fprintf(stderr, "psd did not listen within %d ms\n", timeout_ms);
     ps_test_dump(p->log);

@@ -43,6 +43,10 @@ int ps_test_run_to(const char *const *argv, const char *out_path, int timeout_ms
 int ps_test_wait(pid_t pid, int timeout_ms);
 /* 1 when the process is still there (not yet reaped), 0 otherwise. */
 int ps_test_alive(pid_t pid);
+/* Waits up to timeout_ms for the file at path to have a first line (psd's ready file,
+ * written whole by a rename): copies it, without its newline, into buf[0..n) and returns
+ * 1. Returns 0 (buf "") when the time is up or pid (when > 0) is no longer alive first. */
+int ps_test_wait_first_line(const char *path, pid_t pid, char *buf, size_t n, int timeout_ms);
 /* Prints a file to stderr (for failure diagnostics). */
 void ps_test_dump(const char *path);
 /* The pid of a child of `parent` whose command line holds the argument arg followed

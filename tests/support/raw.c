@@ -72,15 +72,25 @@ Ps__Header *raw_recv(raw_conn *r, int timeout_ms, ps_frames *f) {
 }
 
 void raw_expect_error(raw_conn *r, uint64_t request_id, int code, int timeout_ms) {
+    raw_expect_error_text(r, request_id, code, NULL, timeout_ms);
+}
+
+void raw_expect_error_text(raw_conn *r, uint64_t request_id, int code, const char *want,
+                           int timeout_ms) {
     ps_frames f;
     Ps__Header *h = raw_recv(r, timeout_ms, &f);
-    ck_assert_msg(h != NULL, "no reply within %d ms (want %s)", timeout_ms, ps_errname(code));
-    ck_assert_msg(h->body_case == PS__HEADER__BODY_ERROR, "reply body %d, want Error %s",
-                  (int)h->body_case, ps_errname(code));
-    ck_assert_msg(h->error->code == code, "error %s (%s), want %s", h->error->code_name,
-                  h->error->message, ps_errname(code));
+    unsigned long long id = (unsigned long long)request_id;
+    ck_assert_msg(h != NULL, "request %llu: no reply within %d ms (want %s)", id, timeout_ms,
+                  ps_errname(code));
+    ck_assert_msg(h->body_case == PS__HEADER__BODY_ERROR, "request %llu: reply body %d, want %s",
+                  id, (int)h->body_case, ps_errname(code));
+    ck_assert_msg(h->error->code == code, "request %llu: error %s (%s), want %s", id,
+                  h->error->code_name, h->error->message, ps_errname(code));
     ck_assert_str_eq(h->error->code_name, ps_errname(code));
-    ck_assert_msg(h->error->message && h->error->message[0], "empty error message");
+    ck_assert_msg(h->error->message && h->error->message[0], "request %llu: empty error message",
+                  id);
+    ck_assert_msg(!want || strstr(h->error->message, want), "request %llu: no '%s' in: %s", id,
+                  want, h->error->message);
     ck_assert_uint_eq(h->request_id, request_id);
     ck_assert_uint_eq(f.n, 1); /* an error carries no payload frames */
     ps_frames_close(&f);
@@ -124,4 +134,61 @@ void raw_send_body(raw_conn *r, uint64_t request_id, unsigned field, const raw_p
     size_t lens[3] = {h.n, 2 * sizeof(float), 2 * sizeof(float)};
     ck_assert_uint_le(n_payloads, 2);
     raw_send(r, data, lens, 1 + n_payloads);
+}
+
+/* ---- a fake shard: a ROUTER in a thread ---- */
+
+static void *router_main(void *arg) {
+    raw_router *r = arg;
+    while (!atomic_load(&r->stop)) {
+        zmq_pollitem_t item = {r->sock, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&item, 1, 20) <= 0 || !(item.revents & ZMQ_POLLIN)) continue;
+        ps_frames f;
+        if (ps_frames_recv(r->sock, ZMQ_DONTWAIT, &f) != PS_OK) continue;
+        Ps__Header *h = NULL;
+        char err[256];
+        if (f.n >= 2 &&
+            ps_header_decode(zmq_msg_data(&f.frames[1]), zmq_msg_size(&f.frames[1]), &h, err,
+                             sizeof err) == PS_OK &&
+            r->fn(r, &f.frames[0], h, &f, r->user))
+            h = NULL; /* kept */
+        if (h) ps__header__free_unpacked(h, NULL);
+        ps_frames_close(&f);
+    }
+    return NULL;
+}
+
+void raw_router_start(raw_router *r, raw_router_fn fn, void *user) {
+    memset(r, 0, sizeof *r);
+    r->fn = fn;
+    r->user = user;
+    r->ctx = zmq_ctx_new();
+    ck_assert_ptr_nonnull(r->ctx);
+    r->sock = zmq_socket(r->ctx, ZMQ_ROUTER);
+    ck_assert_ptr_nonnull(r->sock);
+    int linger = 0;
+    zmq_setsockopt(r->sock, ZMQ_LINGER, &linger, sizeof linger);
+    ck_assert_int_eq(zmq_bind(r->sock, "tcp://127.0.0.1:*"), 0);
+    char last[64];
+    size_t len = sizeof last;
+    ck_assert_int_eq(zmq_getsockopt(r->sock, ZMQ_LAST_ENDPOINT, last, &len), 0);
+    snprintf(r->endpoint, sizeof r->endpoint, "%.40s", last + strlen("tcp://"));
+    ck_assert_int_eq(pthread_create(&r->thread, NULL, router_main, r), 0);
+    r->running = 1;
+}
+
+void raw_router_stop(raw_router *r) {
+    if (!r->running) return;
+    atomic_store(&r->stop, 1);
+    pthread_join(r->thread, NULL);
+    zmq_close(r->sock);
+    zmq_ctx_term(r->ctx);
+    r->running = 0;
+}
+
+void raw_router_reply(raw_router *r, const zmq_msg_t *id, uint64_t request_id, Ps__Header *h,
+                      const ps_payload *pl, size_t n) {
+    h->protocol_version = PS_PROTOCOL_VERSION;
+    h->request_id = request_id;
+    ps_wire_send(r->sock, zmq_msg_data((zmq_msg_t *)id), zmq_msg_size(id), h, pl, n, ZMQ_DONTWAIT);
 }

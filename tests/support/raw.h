@@ -3,8 +3,11 @@
 #ifndef PS_TEST_RAW_H
 #define PS_TEST_RAW_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <zmq.h>
 
 #include "wire.h"
 
@@ -26,6 +29,35 @@ Ps__Header *raw_recv(raw_conn *r, int timeout_ms, ps_frames *f);
 /* Waits up to timeout_ms for an Error reply and checks its code, name, message and echoed
  * request id. */
 void raw_expect_error(raw_conn *r, uint64_t request_id, int code, int timeout_ms);
+/* As raw_expect_error, and the message must contain want (NULL: any non-empty one). */
+void raw_expect_error_text(raw_conn *r, uint64_t request_id, int code, const char *want,
+                           int timeout_ms);
+
+/* A fake shard: a ROUTER bound to 127.0.0.1 (a port the system picks) whose thread decodes
+ * each request and hands it to fn (undecodable messages are dropped). */
+typedef struct raw_router raw_router;
+/* Called on the router's thread with the peer's routing id, the decoded header and all
+ * frames (frames[0] the id, frames[1] the header, then the payloads). Returns 1 when it
+ * keeps req (and frees it later with ps__header__free_unpacked), else 0 (the router frees
+ * it). The frames are closed after it returns. */
+typedef int (*raw_router_fn)(raw_router *r, const zmq_msg_t *id, Ps__Header *req, ps_frames *f,
+                             void *user);
+struct raw_router {
+    void *ctx, *sock;
+    char endpoint[64]; /* "127.0.0.1:PORT" */
+    pthread_t thread;
+    atomic_int stop;
+    int running;
+    raw_router_fn fn;
+    void *user;
+};
+/* Binds r and starts its thread; fails the test when it cannot. */
+void raw_router_start(raw_router *r, raw_router_fn fn, void *user);
+/* Stops the thread and closes the socket (no-op when not running). */
+void raw_router_stop(raw_router *r);
+/* Sends h (protocol version and request_id set here) and n payloads to the peer id. */
+void raw_router_reply(raw_router *r, const zmq_msg_t *id, uint64_t request_id, Ps__Header *h,
+                      const ps_payload *pl, size_t n);
 
 /* A message encoded by hand, for bytes protobuf-c would not send (its pack stops a
  * string at its first NUL). */

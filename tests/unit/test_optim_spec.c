@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "optim_spec.h"
+#include "optim_spec_proto.h"
 #include "ps.pb-c.h"
 #include "ps_error.h"
 #include "testutil.h"

@@ -210,14 +210,3 @@ const float *ps_frame_floats(const zmq_msg_t *frame, float **scratch, size_t *sc
     memcpy(*scratch, p, len); /* the one copy, only for a misaligned frame */
     return *scratch;
 }
-
-int ps_job_id_valid(const char *id) {
-    size_t n = 0;
-    for (; id && id[n]; n++) {
-        char c = id[n];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-'))
-            return 0;
-    }
-    return n >= 1 && n <= PS_WIRE_MAX_JOB_ID;
-}

@@ -10,14 +10,13 @@
 #include <stdint.h>
 #include <zmq.h>
 
-#include "proto/ps.pb-c.h"
+#include "job_id.h"
+#include "var_limits.h"
+#include "ps.pb-c.h"
 
 #define PS_PROTOCOL_VERSION 1u
 #define PS_WIRE_MAX_FRAMES 1024u      /* payload frames per message */
 #define PS_WIRE_MAX_HEADER (4u << 20) /* bytes in the header frame */
-#define PS_WIRE_MAX_NAME 255u         /* bytes in a tensor name */
-#define PS_WIRE_MAX_RANK 8u
-#define PS_WIRE_MAX_JOB_ID 64u /* bytes in a job id (CreateVars, Welcome, checkpoints) */
 
 /* All frames of one received message. For a ROUTER socket frame 0 is the peer
  * identity. `truncated` is set when the message had more frames than fit
@@ -34,9 +33,6 @@ typedef struct {
  * On PS_OK the caller owns f and must call ps_frames_close. */
 int ps_frames_recv(void *sock, int flags, ps_frames *f);
 void ps_frames_close(ps_frames *f);
-
-/* 1 when id is a valid job id: 1..PS_WIRE_MAX_JOB_ID bytes of [A-Za-z0-9._-]; else 0. */
-int ps_job_id_valid(const char *id);
 
 /* Decodes a header frame and checks that every string field in it is valid UTF-8
  * without NUL (ps_proto_check_strings), the protocol version and that a body is set.

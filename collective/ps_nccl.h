@@ -1,0 +1,36 @@
+/* NCCL all-reduce for CUDA workers (--communication nccl): a communicator
+ * over the ranks of a ring, its unique id handed out by rank 0 (the chief)
+ * with ps_ring_broadcast.
+ *
+ * COMPILED ONLY: built and linked when the CUDA backend is on (PS_HAVE_NCCL),
+ * never run here (no GPU on the build machine). */
+#ifndef PS_NCCL_H
+#define PS_NCCL_H
+
+#include <stddef.h>
+
+#include "ring.h"
+
+typedef struct ps_nccl ps_nccl;
+
+/* Creates the communicator of r's ranks on CUDA device `device`: rank 0 calls
+ * ncclGetUniqueId and broadcasts it over r, every rank calls ncclCommInitRank.
+ * Every rank of r must call it. Returns PS_OK with *out set (free with
+ * ps_nccl_close), PS_EIO (CUDA or NCCL failed, or no NCCL in this build), or
+ * r's error; the reason in err. */
+int ps_nccl_open(ps_ring *r, int device, ps_nccl **out, char *err, size_t errlen);
+
+/* Sums dev_buf[0..n) (device memory) across the ranks in place
+ * (ncclAllReduce, ncclSum, float), then waits for the communicator's stream.
+ * Returns PS_OK or PS_EIO with the NCCL/CUDA reason in err. */
+int ps_nccl_allreduce(ps_nccl *c, float *dev_buf, size_t n, char *err, size_t errlen);
+
+/* Device memory for n floats on c's device, zeroed (bench/allreduce --nccl);
+ * PS_OK with *dev set, or PS_EIO/PS_ENOMEM. ps_nccl_free_floats frees it. */
+int ps_nccl_alloc_floats(ps_nccl *c, size_t n, float **dev, char *err, size_t errlen);
+void ps_nccl_free_floats(float *dev);
+
+/* Destroys the communicator and its stream. NULL is safe. */
+void ps_nccl_close(ps_nccl *c);
+
+#endif

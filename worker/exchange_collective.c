@@ -1,0 +1,491 @@
+/* The all-reduce exchange (see exchange.h): --strategy mirrored and
+ * multi_worker_mirrored. Every worker holds the variables and the optimizer
+ * (local_opt.c, the same formulas as psd and --no-ps); a step's gradients are
+ * summed over a ring between the workers (collective/ring.h), in buckets
+ * started from the backward pass as soon as they are complete, divided by the
+ * number of workers (psd's sync mean) and applied by every worker alike.
+ * --communication nccl sums them with NCCL on the CUDA device instead
+ * (collective/ps_nccl.h; compiled, never run here: no GPU). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "crc32c.h"
+#include "exchange.h"
+#include "kernels.h"
+#include "local_opt.h"
+#include "log.h"
+#include "model_ckpt.h"
+#include "optim.h"
+#include "ps_nccl.h"
+#include "ring.h"
+
+/* A gradient range reported final but not yet handed to the ring. */
+typedef struct {
+    float *lo, *hi;
+} span;
+
+typedef struct {
+    const ps_train_config *cfg; /* borrowed */
+    ps_model *model;            /* borrowed */
+    ps_local_opt *opt;          /* owned */
+    ps_ring *ring;              /* owned, from join on */
+    ps_nccl *nccl;              /* owned, --communication nccl: the sums go through it */
+    float *d_sum;               /* owned (on the model's device): the NCCL all-reduce's buffer */
+    unsigned rank, size;
+    uint64_t clock;   /* the current step's: steps done before it */
+    uint64_t done;    /* steps done after the last step_end (or the join) */
+    span pending;     /* final gradients not started yet (contiguous), lo == NULL: none */
+    span *started;    /* ranges started this step (to find any the hook missed) */
+    size_t n_started, cap_started;
+    int failed_peer;  /* the failure was the ring's or another replica's */
+    int step_failed;  /* a bucket could not be started: step_end reports the ring's error */
+    double last_ckpt; /* monotonic seconds of the chief's last checkpoint */
+    uint64_t ckpt_clock; /* steps done at the last checkpoint (UINT64_MAX: none yet) */
+} coll_ex;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A ring call failed: the ring is broken (its reason names the rank at fault),
+ * unless this worker's own configuration or memory is the cause. */
+static int ring_failed(coll_ex *x, int rc) {
+    if (rc != PS_OK && rc != PS_ENOMEM && rc != PS_EINVAL && rc != PS_EADDRINUSE)
+        x->failed_peer = 1;
+    return rc;
+}
+
+/* ---- buckets ---- */
+
+/* Hands [lo, hi) to the ring (asynchronously). */
+static void start_span(coll_ex *x, span s) {
+    if (s.lo == s.hi) return;
+    if (x->n_started == x->cap_started) {
+        size_t cap = x->cap_started ? x->cap_started * 2 : 16;
+        span *n = realloc(x->started, cap * sizeof *n);
+        if (!n) {
+            x->step_failed = PS_ENOMEM;
+            return;
+        }
+        x->started = n;
+        x->cap_started = cap;
+    }
+    x->started[x->n_started++] = s;
+    int rc = ps_ring_allreduce_start(x->ring, s.lo, (size_t)(s.hi - s.lo));
+    if (rc != PS_OK && !x->step_failed) x->step_failed = rc;
+}
+
+/* The backward pass made [begin, end) final: it joins the pending bucket when
+ * adjacent (layers come last first, so usually just below it), else the
+ * pending bucket goes out and this one starts; a bucket of bucket_bytes or
+ * more goes out at once. Every rank runs the same model, so every rank starts
+ * the same buckets in the same order. */
+static void coll_grads_ready(void *self, const float *begin, const float *end) {
+    coll_ex *x = self;
+    float *b = (float *)begin, *e = (float *)end; /* the model's own gradient buffer */
+    if (b == e || x->step_failed || x->nccl) return; /* NCCL: all at step_end */
+    span *p = &x->pending;
+    if (p->lo && e == p->lo)
+        p->lo = b;
+    else if (p->lo && b == p->hi)
+        p->hi = e;
+    else {
+        if (p->lo) start_span(x, *p);
+        *p = (span){b, e};
+    }
+    if ((size_t)(p->hi - p->lo) * sizeof(float) >= x->cfg->bucket_bytes) {
+        start_span(x, *p);
+        *p = (span){NULL, NULL};
+    }
+}
+
+static int by_lo(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* The end of the backward pass: the pending bucket, then whatever the hook did
+ * not report (none on the CPU; on CUDA the one call covers everything). */
+static void start_rest(coll_ex *x) {
+    if (x->pending.lo) start_span(x, x->pending);
+    x->pending = (span){NULL, NULL};
+    float *g = ps_model_grads(x->model), *gend = g + ps_model_num_params(x->model);
+    size_t n = x->n_started;
+    qsort(x->started, n, sizeof *x->started, by_lo);
+    float *at = g;
+    for (size_t i = 0; i < n && !x->step_failed; i++) {
+        if (x->started[i].lo > at) start_span(x, (span){at, x->started[i].lo});
+        if (x->started[i].hi > at) at = x->started[i].hi;
+    }
+    if (at < gend && !x->step_failed) start_span(x, (span){at, gend});
+}
+
+/* ---- join ---- */
+
+/* What every rank must agree on before training: the model's variables. */
+typedef struct {
+    uint64_t n_vars, n_params;
+    uint32_t layout_crc; /* names and sizes of the variables, in order */
+    uint32_t opt_kind;
+} model_desc;
+
+static model_desc describe(ps_model *m) {
+    model_desc d = {.n_vars = ps_model_num_vars(m), .n_params = ps_model_num_params(m)};
+    for (size_t i = 0; i < d.n_vars; i++) {
+        const ps_model_var *v = ps_model_var_at(m, i);
+        d.layout_crc = ps_crc32c_extend(d.layout_crc, v->name, strlen(v->name) + 1);
+        uint64_t numel = v->numel;
+        d.layout_crc = ps_crc32c_extend(d.layout_crc, &numel, sizeof numel);
+    }
+    d.opt_kind = (uint32_t)ps_model_optimizer(m)->kind;
+    return d;
+}
+
+/* Every rank's model must be the chief's: allgather the descriptions. */
+static int check_models(coll_ex *x, char *err, size_t errlen) {
+    model_desc mine = describe(x->model);
+    model_desc *all = calloc(x->size, sizeof *all);
+    if (!all) return PS_ENOMEM;
+    int rc = ring_failed(x, ps_ring_allgather(x->ring, &mine, sizeof mine, all, err, errlen));
+    for (unsigned r = 1; rc == PS_OK && r < x->size; r++) {
+        if (memcmp(&all[r], &all[0], sizeof mine) == 0) continue;
+        snprintf(err, errlen,
+                 "worker %u's model differs from the chief's: %llu variables / %llu parameters "
+                 "(layout %08x, %s) against %llu / %llu (layout %08x, %s); every worker must "
+                 "train the same --model",
+                 r, (unsigned long long)all[r].n_vars, (unsigned long long)all[r].n_params,
+                 all[r].layout_crc, ps_opt_kind_name((ps_opt_kind)all[r].opt_kind),
+                 (unsigned long long)all[0].n_vars, (unsigned long long)all[0].n_params,
+                 all[0].layout_crc, ps_opt_kind_name((ps_opt_kind)all[0].opt_kind));
+        rc = PS_EINVAL;
+    }
+    free(all);
+    return rc;
+}
+
+/* Chief: the newest checkpoint of this job, if any. */
+static int load_checkpoint(coll_ex *x, uint64_t *clock, char *err, size_t errlen) {
+    const ps_train_config *cfg = x->cfg;
+    char path[1200];
+    int rc = ps_model_ckpt_load(cfg->checkpoint_dir, x->model, x->opt, cfg->job_id, clock, path,
+                                sizeof path, err, errlen);
+    if (rc == PS_ENOENT) {
+        PS_INFO("no checkpoint in %s: starting afresh", cfg->checkpoint_dir);
+        *err = '\0';
+        return PS_OK;
+    }
+    if (rc == PS_OK) {
+        PS_INFO("resuming from checkpoint %s: %llu steps done", path, (unsigned long long)*clock);
+        x->ckpt_clock = *clock;
+    }
+    return rc;
+}
+
+/* The chief's variables, optimizer state and clock go to every rank. */
+static int broadcast_state(coll_ex *x, uint64_t *clock, char *err, size_t errlen) {
+    uint64_t head[2] = {*clock, ps_local_opt_updates(x->opt)};
+    int rc = ring_failed(x, ps_ring_broadcast(x->ring, 0, head, sizeof head, err, errlen));
+    size_t n = ps_model_num_params(x->model);
+    if (rc == PS_OK)
+        rc = ring_failed(x, ps_ring_broadcast(x->ring, 0, ps_model_params(x->model),
+                                              n * sizeof(float), err, errlen));
+    int ns = ps_optim_num_slots(ps_model_optimizer(x->model)->kind);
+    for (size_t i = 0; rc == PS_OK && i < ps_model_num_vars(x->model); i++)
+        for (int k = 0; rc == PS_OK && k < ns; k++)
+            rc = ring_failed(x, ps_ring_broadcast(x->ring, 0, ps_local_opt_slot(x->opt, i, k),
+                                                  ps_model_var_at(x->model, i)->numel *
+                                                      sizeof(float),
+                                                  err, errlen));
+    if (rc != PS_OK) return rc;
+    *clock = head[0];
+    ps_local_opt_set_updates(x->opt, head[1]);
+    if (x->rank == 0)
+        PS_INFO("variables broadcast from the chief (%zu floats%s)", n,
+                ns ? ", with the optimizer's slots" : "");
+    else
+        PS_INFO("variables received from the chief (%zu floats), starting at step %llu", n,
+                (unsigned long long)*clock);
+    return PS_OK;
+}
+
+/* --communication nccl (COMPILED ONLY: no GPU where this was written): a
+ * communicator over the ring's ranks on the model's CUDA device, its unique id
+ * handed out by the chief over the ring, and a device buffer for the sums. */
+static int open_nccl(coll_ex *x, char *err, size_t errlen) {
+    ps_k_dev *dev = ps_model_device(x->model);
+    const char *name = ps_k_dev_name(dev);
+    if (ps_k_dev_kind(dev) != PS_K_CUDA || strncmp(name, "cuda:", 5) != 0) {
+        snprintf(err, errlen, "--communication nccl needs a CUDA device, not %s", name);
+        return PS_EINVAL;
+    }
+    int rc = ring_failed(x, ps_nccl_open(x->ring, atoi(name + 5), &x->nccl, err, errlen));
+    if (rc != PS_OK) return rc;
+    void *buf = NULL;
+    if (ps_k_malloc(dev, ps_model_num_params(x->model) * sizeof(float), &buf) != PS_OK) {
+        snprintf(err, errlen, "no device memory for the NCCL all-reduce buffer");
+        return PS_ENOMEM;
+    }
+    x->d_sum = buf;
+    PS_INFO("communication nccl on %s", name);
+    return PS_OK;
+}
+
+/* NCCL: the step's gradients (on the host at the end of a CUDA step) are
+ * summed on the device and brought back. */
+static int nccl_sum(coll_ex *x, char *err, size_t errlen) {
+    ps_k_dev *dev = ps_model_device(x->model);
+    size_t n = ps_model_num_params(x->model);
+    float *g = ps_model_grads(x->model);
+    int rc = ps_k_copy_to_dev(dev, x->d_sum, g, n * sizeof(float));
+    if (rc == PS_OK) rc = ps_nccl_allreduce(x->nccl, x->d_sum, n, err, errlen);
+    else snprintf(err, errlen, "copying the gradients to the device failed");
+    if (rc == PS_OK && ps_k_copy_to_host(dev, g, x->d_sum, n * sizeof(float)) != PS_OK) {
+        snprintf(err, errlen, "copying the summed gradients from the device failed");
+        rc = PS_EIO;
+    }
+    return rc;
+}
+
+static int coll_join(void *self, ps_exchange_job *job, char *err, size_t errlen) {
+    coll_ex *x = self;
+    const ps_train_config *cfg = x->cfg;
+    job->async = 0;
+    job->clock = 0;
+    job->n_recreated = 0;
+    ps_ring_config rc_cfg = {
+        .rank = cfg->index,
+        .size = cfg->workers,
+        .endpoints = cfg->peers,
+        .job_id = cfg->job_id,
+        .transport = cfg->strategy == PS_STRATEGY_MIRRORED ? PS_RING_UNIX : PS_RING_AUTO,
+        .connect_timeout_ms = cfg->ring_connect_timeout_ms,
+        .timeout_ms = cfg->worker_timeout_ms,
+    };
+    PS_INFO("%s: worker %u of %u, listening on %s, communication %s",
+            ps_strategy_name(cfg->strategy), cfg->index, cfg->workers, cfg->peers[cfg->index],
+            cfg->communication == PS_COMM_NCCL ? "nccl" : "ring");
+    int rc = ring_failed(x, ps_ring_open(&rc_cfg, &x->ring, err, errlen));
+    if (rc != PS_OK) return rc;
+    x->rank = ps_ring_rank(x->ring);
+    x->size = ps_ring_size(x->ring);
+    PS_INFO("ring complete: %u workers, this is rank %u", x->size, x->rank);
+    rc = check_models(x, err, errlen);
+    uint64_t clock = 0;
+    /* every rank learns whether the chief could load its checkpoint */
+    int32_t load_rc = PS_OK;
+    char load_err[400] = "";
+    if (rc == PS_OK && x->rank == 0 && cfg->checkpoint_dir)
+        load_rc = load_checkpoint(x, &clock, load_err, sizeof load_err);
+    if (rc == PS_OK)
+        rc = ring_failed(x, ps_ring_broadcast(x->ring, 0, &load_rc, sizeof load_rc, err, errlen));
+    if (rc == PS_OK && load_rc != PS_OK) {
+        if (x->rank == 0)
+            snprintf(err, errlen, "--checkpoint-dir %s: %s", cfg->checkpoint_dir, load_err);
+        else
+            snprintf(err, errlen, "the chief could not load its checkpoint (%s)",
+                     ps_strerror(load_rc));
+        return load_rc;
+    }
+    if (rc == PS_OK) rc = broadcast_state(x, &clock, err, errlen);
+    if (rc == PS_OK && cfg->communication == PS_COMM_NCCL) rc = open_nccl(x, err, errlen);
+    if (rc != PS_OK) return rc;
+    x->last_ckpt = now_s();
+    job->clock = x->done = clock;
+    return PS_OK;
+}
+
+/* ---- steps ---- */
+
+static int coll_step_begin(void *self, uint64_t clock, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    coll_ex *x = self;
+    x->clock = clock;
+    x->pending = (span){NULL, NULL};
+    x->n_started = 0;
+    x->step_failed = PS_OK;
+    return PS_OK;
+}
+
+/* Every rank's checksum of the variables; a rank that differs from the chief
+ * is named, loudly: replicas that drift apart train nonsense silently. */
+static int compare_checksums(coll_ex *x, uint64_t steps, char *err, size_t errlen) {
+    uint32_t mine = ps_crc32c(ps_model_params(x->model),
+                              ps_model_num_params(x->model) * sizeof(float));
+    uint32_t *all = calloc(x->size, sizeof *all);
+    if (!all) return PS_ENOMEM;
+    int rc = ring_failed(x, ps_ring_allgather(x->ring, &mine, sizeof mine, all, err, errlen));
+    if (rc == PS_OK) {
+        char ranks[256] = "";
+        size_t used = 0, bad = 0;
+        for (unsigned r = 1; r < x->size; r++) {
+            if (all[r] == all[0]) continue;
+            bad++;
+            if (used < sizeof ranks)
+                used += (size_t)snprintf(ranks + used, sizeof ranks - used, "%s%u (%08x)",
+                                         used ? ", " : "", r, all[r]);
+        }
+        if (bad) {
+            snprintf(err, errlen,
+                     "the replicas diverged after step %llu: worker%s %s differ%s from the "
+                     "chief's variables (checksum %08x)",
+                     (unsigned long long)steps, bad > 1 ? "s" : "", ranks, bad > 1 ? "" : "s",
+                     all[0]);
+            x->failed_peer = 1;
+            rc = PS_EPROTO;
+        } else {
+            PS_DEBUG("variables equal on all %u workers after step %llu (%08x)", x->size,
+                     (unsigned long long)steps, mine);
+        }
+    }
+    free(all);
+    return rc;
+}
+
+static int checkpoint_now(coll_ex *x, uint64_t steps, char *err, size_t errlen) {
+    const ps_train_config *cfg = x->cfg;
+    char path[1200];
+    double t0 = now_s();
+    int rc = ps_model_ckpt_save(cfg->checkpoint_dir, cfg->keep_checkpoints, x->model, x->opt,
+                                steps, cfg->job_id, path, sizeof path, err, errlen);
+    if (rc != PS_OK) return rc;
+    x->last_ckpt = now_s();
+    x->ckpt_clock = steps;
+    PS_INFO("checkpoint after step %llu written to %s (%.1f ms)", (unsigned long long)steps, path,
+            (x->last_ckpt - t0) * 1e3);
+    return PS_OK;
+}
+
+/* Chief: --checkpoint-every-steps or --checkpoint-every seconds elapsed. A
+ * failed periodic checkpoint is logged; training goes on. */
+static void maybe_checkpoint(coll_ex *x, uint64_t steps) {
+    const ps_train_config *cfg = x->cfg;
+    if (x->rank != 0 || !cfg->checkpoint_dir) return;
+    int due = (cfg->checkpoint_every_steps && steps % cfg->checkpoint_every_steps == 0) ||
+              (cfg->checkpoint_every_s && now_s() - x->last_ckpt >= cfg->checkpoint_every_s);
+    char err[512];
+    if (due && checkpoint_now(x, steps, err, sizeof err) != PS_OK)
+        PS_ERROR("checkpoint failed: %s", err);
+}
+
+static int coll_step_end(void *self, char *err, size_t errlen) {
+    coll_ex *x = self;
+    if (x->nccl) {
+        int nrc = nccl_sum(x, err, errlen);
+        if (nrc != PS_OK) return nrc;
+    } else if (!x->step_failed) {
+        start_rest(x);
+    }
+    char why[400] = "";
+    int rc = ring_failed(x, ps_ring_wait(x->ring, why, sizeof why));
+    if (rc != PS_OK)
+        snprintf(err, errlen, "step %llu: the all-reduce ring broke: %s",
+                 (unsigned long long)x->clock + 1, why);
+    if (rc == PS_OK && x->step_failed) {
+        rc = x->step_failed;
+        snprintf(err, errlen, "starting an all-reduce: %s", ps_strerror(rc));
+    }
+    if (rc != PS_OK) return rc;
+    /* the mean of the replicas' gradients, as psd's sync mode computes it */
+    if (x->size > 1) {
+        float scale = 1.0f / (float)x->size;
+        float *g = ps_model_grads(x->model);
+        size_t n = ps_model_num_params(x->model);
+        for (size_t i = 0; i < n; i++)
+            g[i] *= scale;
+    }
+    ps_local_opt_step(x->opt);
+    uint64_t steps = x->done = x->clock + 1;
+    if (x->cfg->perturb_at_step && steps == x->cfg->perturb_at_step) {
+        /* fault injection for tests (--perturb-at-step): this replica drifts */
+        ps_model_params(x->model)[0] += 1e-3f;
+        PS_WARN("--perturb-at-step %llu: nudged this worker's first variable (fault injection)",
+                (unsigned long long)steps);
+    }
+    if (x->cfg->check_every && steps % x->cfg->check_every == 0) {
+        rc = compare_checksums(x, steps, err, errlen);
+        if (rc != PS_OK) return rc;
+    }
+    maybe_checkpoint(x, steps);
+    return PS_OK;
+}
+
+/* The chief's last checkpoint, a last comparison, then a barrier: no rank
+ * closes its ring while another (the chief evaluating) still needs it. */
+static void coll_finish(void *self) {
+    coll_ex *x = self;
+    char err[512];
+    if (x->rank == 0 && x->cfg->checkpoint_dir && x->ckpt_clock != x->done &&
+        checkpoint_now(x, x->done, err, sizeof err) != PS_OK)
+        PS_ERROR("final checkpoint failed: %s", err);
+    float one = 1;
+    if (ring_failed(x, ps_ring_allreduce(x->ring, &one, 1, err, sizeof err)) != PS_OK)
+        PS_WARN("final barrier: %s", err);
+}
+
+static int coll_peer_failed(void *self) {
+    return ((coll_ex *)self)->failed_peer;
+}
+
+static void coll_free(void *self) {
+    coll_ex *x = self;
+    if (!x) return;
+    if (x->d_sum) ps_k_free(ps_model_device(x->model), x->d_sum);
+    ps_nccl_close(x->nccl);
+    ps_ring_close(x->ring);
+    ps_local_opt_free(x->opt);
+    free(x->started);
+    free(x);
+}
+
+static const ps_exchange_ops coll_ops = {
+    .name = "all-reduce (ring)",
+    .join = coll_join,
+    .step_begin = coll_step_begin,
+    .grads_ready = coll_grads_ready,
+    .step_end = coll_step_end,
+    .finish = coll_finish,
+    .peer_failed = coll_peer_failed,
+    .free = coll_free,
+};
+
+int ps_exchange_nccl_built(void) {
+#ifdef PS_HAVE_NCCL
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+int ps_exchange_collective_open(const ps_train_config *cfg, ps_model *m, ps_exchange *out,
+                                char *err, size_t errlen) {
+    *out = (ps_exchange){0};
+    if (cfg->communication == PS_COMM_NCCL && !ps_exchange_nccl_built()) {
+        snprintf(err, errlen,
+                 "--communication nccl: this psworker was built without NCCL (use ring)");
+        return PS_EINVAL;
+    }
+    if (!cfg->peers || cfg->n_peers != cfg->workers || cfg->index >= cfg->workers) {
+        snprintf(err, errlen, "%s needs every worker's address (TF_CONFIG cluster.worker)",
+                 ps_strategy_name(cfg->strategy));
+        return PS_EINVAL;
+    }
+    coll_ex *x = calloc(1, sizeof *x);
+    if (!x) {
+        snprintf(err, errlen, "out of memory");
+        return PS_ENOMEM;
+    }
+    x->cfg = cfg;
+    x->model = m;
+    x->ckpt_clock = UINT64_MAX;
+    if (ps_local_opt_new(m, &x->opt) != PS_OK) {
+        free(x);
+        snprintf(err, errlen, "cannot allocate the optimizer's slots: %s", ps_strerror(PS_ENOMEM));
+        return PS_ENOMEM;
+    }
+    *out = (ps_exchange){.ops = &coll_ops, .self = x};
+    return PS_OK;
+}

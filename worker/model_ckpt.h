@@ -1,0 +1,31 @@
+/* The all-reduce chief's checkpoints: the model's variables with the local
+ * optimizer's slots and update count, the steps done and the job id, in psd's
+ * checkpoint file format (common/ckpt_file.h, docs/FORMATS.md). */
+#ifndef PS_MODEL_CKPT_H
+#define PS_MODEL_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "local_opt.h"
+#include "model.h"
+
+/* Writes one checkpoint of m and o after `clock` steps of job job_id into dir
+ * (created if missing; temp file + rename), keeping the newest `keep` files.
+ * path_out (may be NULL) gets the file. Returns PS_OK or an error with a reason
+ * in err (PS_EIO, PS_EINVAL, PS_ENOMEM). */
+int ps_model_ckpt_save(const char *dir, unsigned keep, ps_model *m, ps_local_opt *o,
+                       uint64_t clock, const char *job_id, char *path_out, size_t path_len,
+                       char *err, size_t errlen);
+
+/* Loads the newest valid checkpoint of dir into m's parameters and o's slots and
+ * update count, and *clock (steps done). A file whose variables do not match
+ * the model (names, sizes, optimizer) is skipped as invalid. Returns PS_OK
+ * (path_out filled), PS_ENOENT (no dir or no valid checkpoint: start afresh),
+ * PS_EEXIST (the newest valid one belongs to another job: refused, naming both),
+ * PS_EIO (some could not be read), PS_ENOMEM; reason in err. */
+int ps_model_ckpt_load(const char *dir, ps_model *m, ps_local_opt *o, const char *job_id,
+                       uint64_t *clock, char *path_out, size_t path_len, char *err,
+                       size_t errlen);
+
+#endif
