@@ -18,12 +18,14 @@ static int parse_gpus(const ps_option *d, void *cfg, const char *arg, char *err,
 /* The psd and psworker flags come from common/shared_flags.c with their bounds; those
  * passed to psd only when given (worker-timeout ...) take no default here. */
 static const ps_option table[] = {
-    {"strategy", PS_OPTION_CHOICE, F(strategy), 0, 0, "parameter_server",
-     "parameter_server|mirrored|multi_worker_mirrored", NULL,
-     "parameter_server: psd shards hold the variables; mirrored, multi_worker_mirrored: no psd, "
-     "the workers all-reduce their gradients in a ring (see below)"},
-    {"communication", PS_OPTION_CHOICE, F(communication_index), 0, 0, NULL, "auto|ring|nccl", NULL,
-     "all-reduce strategies: how the workers all-reduce (passed on; default: the workers' auto)"},
+    {.like = &ps_flag_strategy,
+     AT(strategy),
+     .help = "parameter_server: psd shards hold the variables; mirrored, multi_worker_mirrored: "
+             "no psd, the workers all-reduce their gradients in a ring (see below)"},
+    {.like = &ps_flag_communication,
+     AT(communication_index),
+     .flags = PS_OPTION_NO_DEFAULT,
+     .help = "all-reduce strategies: passed to every worker (default: the workers' auto)"},
     {"ps", PS_OPTION_LONG, F(num_ps), 1, PS_MAX_SHARDS, NULL, NULL, "N",
      "number of psd shards (required with --strategy parameter_server, refused otherwise)"},
     {.like = &ps_flag_workers,
