@@ -89,3 +89,19 @@ const ps_option ps_flag_seed = {.name = "seed",
                                 .def = "1",
                                 .metavar = "N",
                                 .help = "initialisation and shuffling seed"};
+
+const ps_option ps_flag_strategy = {
+    .name = "strategy",
+    .type = PS_OPTION_CHOICE,
+    .def = "parameter_server",
+    .choices = "parameter_server|mirrored|multi_worker_mirrored",
+    .help = "how the workers combine gradients: through psd shards, or all-reduce between the "
+            "workers (mirrored: all on this host; multi_worker_mirrored: any hosts)"};
+
+const ps_option ps_flag_communication = {
+    .name = "communication",
+    .type = PS_OPTION_CHOICE,
+    .def = "auto",
+    .choices = "auto|ring|nccl",
+    .help = "all-reduce implementation: ring (over the workers' sockets), nccl (CUDA devices, "
+            "when built with NCCL), auto = nccl on a CUDA device when built in, else ring"};

@@ -21,5 +21,8 @@ extern const ps_option ps_flag_checkpoint_every; /* --checkpoint-every SECONDS (
 extern const ps_option ps_flag_epochs;           /* --epochs N (psworker) */
 extern const ps_option ps_flag_batch;            /* --batch N (psworker) */
 extern const ps_option ps_flag_seed;             /* --seed N (psworker) */
+extern const ps_option ps_flag_strategy;         /* --strategy parameter_server|mirrored|
+                                                    multi_worker_mirrored (index: 0 PS) */
+extern const ps_option ps_flag_communication;    /* --communication auto|ring|nccl (index) */
 
 #endif

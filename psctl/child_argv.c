@@ -95,15 +95,36 @@ int psctl_psd_argv(psctl_argv *a, const psctl_local_opts *o, const char *psd_pat
     return a->oom ? -1 : 0;
 }
 
+/* The all-reduce part of a worker's command line (see psctl_worker_argv). */
+static void add_allreduce_flags(psctl_argv *a, const psctl_local_opts *o, const char *ckpt_dir) {
+    psctl_argv_add(a, "--strategy");
+    psctl_argv_add(a, "%s", o->strategy_name);
+    if (o->communication)
+        psctl_argv_add(a, "--communication"), psctl_argv_add(a, "%s", o->communication);
+    psctl_argv_add(a, "--checkpoint-dir");
+    psctl_argv_add(a, "%s", ckpt_dir);
+    /* psd's default period, unless given: a restarted ring resumes from a recent step */
+    psctl_argv_add(a, "--checkpoint-every");
+    psctl_argv_add(a, "%ld",
+                   o->checkpoint_every >= 0 ? o->checkpoint_every
+                                            : PSCTL_ALLREDUCE_CHECKPOINT_EVERY_S);
+    add_if_given(a, "--" PSCTL_CKPT_STEPS_FLAG, o->checkpoint_steps);
+    add_if_given(a, "--worker-timeout", o->worker_timeout_ms);
+}
+
 int psctl_worker_argv(psctl_argv *a, const psctl_local_opts *o, const char *worker_path, int j,
-                      const char *endpoints, int progress_tty) {
+                      const char *endpoints, const char *ckpt_dir, int progress_tty) {
     psctl_argv_add(a, "%s", worker_path);
-    psctl_argv_add(a, "--ps");
-    psctl_argv_add(a, "%s", endpoints);
-    psctl_argv_add(a, "--index");
-    psctl_argv_add(a, "%d", j);
-    psctl_argv_add(a, "--workers");
-    psctl_argv_add(a, "%ld", o->num_workers);
+    if (o->allreduce) {
+        add_allreduce_flags(a, o, ckpt_dir);
+    } else {
+        psctl_argv_add(a, "--ps");
+        psctl_argv_add(a, "%s", endpoints);
+        psctl_argv_add(a, "--index");
+        psctl_argv_add(a, "%d", j);
+        psctl_argv_add(a, "--workers");
+        psctl_argv_add(a, "%ld", o->num_workers);
+    }
     psctl_argv_add(a, "--epochs");
     psctl_argv_add(a, "%ld", o->epochs);
     if (o->model) psctl_argv_add(a, "--model"), psctl_argv_add(a, "%s", o->model);
@@ -120,6 +141,18 @@ int psctl_worker_argv(psctl_argv *a, const psctl_local_opts *o, const char *work
     for (int e = 0; e < o->num_extra; e++)
         psctl_argv_add(a, "%s", o->extra[e]);
     return a->oom ? -1 : 0;
+}
+
+char *psctl_tf_config(const int *ports, int n, int j) {
+    size_t cap = 96 + (size_t)n * 20;
+    char *s = malloc(cap);
+    if (!s) return NULL;
+    size_t used = (size_t)snprintf(s, cap, "{\"cluster\": {\"worker\": [");
+    for (int i = 0; i < n; i++)
+        used +=
+            (size_t)snprintf(s + used, cap - used, "%s\"127.0.0.1:%d\"", i ? ", " : "", ports[i]);
+    snprintf(s + used, cap - used, "]}, \"task\": {\"type\": \"worker\", \"index\": %d}}", j);
+    return s;
 }
 
 char **psctl_env_set(char *const *base, const char *key, const char *value) {

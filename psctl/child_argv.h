@@ -27,12 +27,22 @@ char *psctl_checkpoint_subdir(const char *dir, int shard);
 int psctl_psd_argv(psctl_argv *a, const psctl_local_opts *o, const char *psd_path, int shard,
                    int port, const char *ipc_path, const char *ready_path);
 
-/* Fills a (zeroed) with the command line of worker j: the shards' endpoints
- * ("host:port,..." or "ipc://PATH,..."), its index, the training flags, and the arguments after
- * "--". progress_tty: the worker's progress redraws in place (worker 0 on a terminal). Returns 0,
+/* Fills a (zeroed) with the command line of worker j. parameter_server: the shards'
+ * endpoints ("host:port,..." or "ipc://PATH,..."), its index and worker count; all-reduce
+ * (o->allreduce; endpoints unused, the cluster is in TF_CONFIG, see psctl_tf_config):
+ * --strategy, --communication when given, --checkpoint-dir ckpt_dir, --checkpoint-every
+ * (given or PSCTL_ALLREDUCE_CHECKPOINT_EVERY_S), --checkpoint-every-steps and
+ * --worker-timeout when given. Then the training flags and the arguments after "--".
+ * progress_tty: the worker's progress redraws in place (worker 0 on a terminal). Returns 0,
  * or -1 when out of memory (a->oom). */
 int psctl_worker_argv(psctl_argv *a, const psctl_local_opts *o, const char *worker_path, int j,
-                      const char *endpoints, int progress_tty);
+                      const char *endpoints, const char *ckpt_dir, int progress_tty);
+
+/* The TF_CONFIG of worker j in an all-reduce job whose n workers listen on 127.0.0.1 at
+ * ports[0..n): {"cluster": {"worker": ["127.0.0.1:P0", ...]}, "task": {"type": "worker",
+ * "index": j}} (TensorFlow's multi-process runner does the same). Returns a malloc'd
+ * string, or NULL when out of memory. */
+char *psctl_tf_config(const int *ports, int n, int j);
 
 /* A copy of the environment `base` with KEY=value in place of any KEY=... it has.
  * The array and the new string (its last entry) are malloc'd, the other strings are

@@ -11,6 +11,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdio.h>
@@ -123,22 +124,19 @@ static char *make_sock_dir(long num_ps) {
     return NULL;
 }
 
-/* Removes a directory psctl made and the files in it (ready files and their temp
- * files; sockets). */
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)ftw;
+    if ((flag == FTW_DP ? rmdir(path) : unlink(path)) != 0)
+        PS_WARN("cannot remove %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Removes a directory psctl made and everything in it (ready files and their temp
+ * files; sockets; an all-reduce job's checkpoints), never following a symlink. */
 static void remove_run_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-            char *p;
-            if (asprintf(&p, "%s/%s", dir, e->d_name) < 0) continue;
-            if (unlink(p) != 0) PS_WARN("cannot remove %s: %s", p, strerror(errno));
-            free(p);
-        }
-        closedir(d);
-    }
-    if (rmdir(dir) != 0) PS_WARN("cannot remove run directory %s: %s", dir, strerror(errno));
+    if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        PS_WARN("cannot remove run directory %s: %s", dir, strerror(errno));
 }
 
 /* mkdir -p path (mode 0755 for what it makes). Returns 0, or -1 with errno set. */
@@ -163,8 +161,14 @@ static int make_dirs(const char *path) {
     return rc;
 }
 
-/* Makes --checkpoint-dir DIR/ps-<i> for every shard. Returns 0, or 2 after a message. */
+/* Makes --checkpoint-dir DIR/ps-<i> for every shard (all-reduce: DIR itself). Returns 0,
+ * or 2 after a message. */
 static int make_checkpoint_dirs(const psctl_local_opts *o) {
+    if (o->allreduce && o->checkpoint_dir && make_dirs(o->checkpoint_dir) != 0) {
+        fprintf(stderr, "psctl local: --checkpoint-dir: cannot make %s: %s\n", o->checkpoint_dir,
+                strerror(errno));
+        return 2;
+    }
     for (int i = 0; o->checkpoint_dir && i < o->num_ps; i++) {
         char *sub = psctl_checkpoint_subdir(o->checkpoint_dir, i);
         if (!sub || make_dirs(sub) != 0) {
@@ -311,17 +315,33 @@ int psctl_local_main(int argc, char **argv) {
 
     static const char *const psd_rel[] = {"psd", "../ps-server/psd", NULL};
     static const char *const worker_rel[] = {"../worker/psworker", "psworker", NULL};
-    char *psd = find_binary("psd", "PSD", psd_rel);
+    /* the all-reduce strategies start no psd: it need not exist */
+    char *psd = opts.allreduce ? strdup("-") : find_binary("psd", "PSD", psd_rel);
     char *worker = psd ? find_binary("psworker", "PSWORKER", worker_rel) : NULL;
     char *run_dir = worker ? make_run_dir() : NULL;
-    char *sock_dir = run_dir && opts.transport_ipc ? make_sock_dir(opts.num_ps) : NULL;
+    int want_socks = opts.transport_ipc && !opts.allreduce;
+    char *sock_dir = run_dir && want_socks ? make_sock_dir(opts.num_ps) : NULL;
+    /* all-reduce: the chief's checkpoints, in --checkpoint-dir or in the run dir */
+    char *ckpt_dir = NULL;
+    if (run_dir && opts.allreduce) {
+        if (opts.checkpoint_dir)
+            ckpt_dir = strdup(opts.checkpoint_dir);
+        else if (asprintf(&ckpt_dir, "%s/checkpoints", run_dir) < 0)
+            ckpt_dir = NULL;
+        else if (mkdir(ckpt_dir, 0700) != 0) {
+            fprintf(stderr, "psctl local: cannot make %s: %s\n", ckpt_dir, strerror(errno));
+            free(ckpt_dir);
+            ckpt_dir = NULL;
+        }
+    }
     int code = 2;
-    if (run_dir && (sock_dir || !opts.transport_ipc)) {
-        psctl_job job = {&opts, psd, worker, run_dir, sock_dir, ready_timeout_ms()};
+    if (run_dir && (sock_dir || !want_socks) && (ckpt_dir || !opts.allreduce)) {
+        psctl_job job = {&opts, psd, worker, run_dir, sock_dir, ready_timeout_ms(), ckpt_dir};
         PS_DEBUG("psd %s, worker %s, run dir %s, sockets in %s", psd, worker, run_dir,
                  sock_dir ? sock_dir : "- (tcp)");
         code = psctl_supervise(&job);
     }
+    free(ckpt_dir);
     if (sock_dir) remove_run_dir(sock_dir); /* also sockets of shards that were killed */
     if (run_dir) remove_run_dir(run_dir);
     free(sock_dir);

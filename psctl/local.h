@@ -7,33 +7,53 @@
 
 #define PSCTL_MAX_GPUS 256 /* GPU ids 0..255 in a --gpus list */
 
+/* psctl local's and psworker's flag for the chief's checkpoint period in steps (all-reduce). */
+#define PSCTL_CKPT_STEPS_FLAG "checkpoint-every-steps"
+/* All-reduce: the chief's --checkpoint-every SECONDS unless given (psd's default). */
+#define PSCTL_ALLREDUCE_CHECKPOINT_EVERY_S 60
+
+/* --strategy, in the order of its choices. */
+typedef enum {
+    PSCTL_PARAMETER_SERVER = 0, /* psd shards + workers (today's behaviour) */
+    PSCTL_MIRRORED,             /* all-reduce between the workers, all on this host */
+    PSCTL_MULTI_WORKER_MIRRORED /* all-reduce, workers on any hosts (here: this one) */
+} psctl_strategy;
+
 /* Parsed `psctl local` options; strings point into argv (not owned). */
 typedef struct {
-    long num_ps;         /* --ps N (required, >= 1) */
-    long num_workers;    /* --workers M (>= 1; 0 when not given, allowed only with --gpus) */
-    const char *mode;    /* --mode: "sync" or "async" (required) */
-    long mode_index;     /* --mode as parsed: 0 sync, 1 async */
-    long epochs;         /* --epochs E (default 1) */
-    const char *model;   /* --model FILE, or NULL for the worker's default */
-    const char *data;    /* --data DIR, or NULL */
-    const char *summary; /* --summary FILE (chief only), or NULL */
-    long batch;          /* --batch B, or 0 when not given */
-    long seed;           /* --seed S, or -1 when not given */
-    double timeout_s;    /* --timeout SECONDS for the whole job; 0 = none */
-    char **extra;        /* arguments after "--", passed to every worker */
+    long strategy;             /* --strategy: a psctl_strategy */
+    const char *strategy_name; /* its name, as psworker's --strategy takes it */
+    int allreduce;             /* strategy != PSCTL_PARAMETER_SERVER: no psd, a ring */
+    const char *communication; /* --communication auto|ring|nccl when given, else NULL */
+    long communication_index;  /* as parsed */
+    long num_ps;               /* --ps N (required with parameter_server, >= 1; 0 otherwise) */
+    long num_workers;          /* --workers M (>= 1; 0 when not given, allowed only with --gpus) */
+    const char *mode;          /* --mode: "sync" or "async" (required with parameter_server;
+                                  the all-reduce strategies are "sync") */
+    long mode_index;           /* --mode as parsed: 0 sync, 1 async */
+    long epochs;               /* --epochs E (default 1) */
+    const char *model;         /* --model FILE, or NULL for the worker's default */
+    const char *data;          /* --data DIR, or NULL */
+    const char *summary;       /* --summary FILE (chief only), or NULL */
+    long batch;                /* --batch B, or 0 when not given */
+    long seed;                 /* --seed S, or -1 when not given */
+    double timeout_s;          /* --timeout SECONDS for the whole job; 0 = none */
+    char **extra;              /* arguments after "--", passed to every worker */
     int num_extra;
     long transport_ipc;         /* --transport: 1 ipc (default), 0 tcp */
     long max_restarts;          /* --max-restarts N per process (default 3; 0: no restarts) */
-    const char *checkpoint_dir; /* --checkpoint-dir DIR (shard i gets DIR/ps-<i>), or NULL */
+    const char *checkpoint_dir; /* --checkpoint-dir DIR (shard i gets DIR/ps-<i>; all-reduce:
+                                   every worker gets DIR), or NULL */
     long checkpoint_every;      /* passed to every psd when >= 0 (-1: not given), and so */
     long worker_timeout_ms;     /* are these three */
     long replicas;
     long staleness;
-    const char *job_id; /* --job-id ID passed to every worker, or NULL (their default) */
-    int recreate_lost;  /* --recreate-lost-variables: passed on; a worker exiting 4 restarts */
-    const char *gpus;   /* --gpus as given, or NULL */
-    int gpus_all;       /* --gpus all */
-    int num_gpu_ids;    /* --gpus ID,...: the distinct ids, in order */
+    long checkpoint_steps; /* all-reduce: the chief's checkpoint period in steps (-1: not given) */
+    const char *job_id;    /* --job-id ID passed to every worker, or NULL (their default) */
+    int recreate_lost;     /* --recreate-lost-variables: passed on; a worker exiting 4 restarts */
+    const char *gpus;      /* --gpus as given, or NULL */
+    int gpus_all;          /* --gpus all */
+    int num_gpu_ids;       /* --gpus ID,...: the distinct ids, in order */
     int gpu_ids[PSCTL_MAX_GPUS];
     /* Set by psctl_local_resolve_gpus, not by the parser: */
     const char *worker_device;  /* --device for every worker: "cpu" or "cuda:0" */

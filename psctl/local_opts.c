@@ -18,8 +18,16 @@ static int parse_gpus(const ps_option *d, void *cfg, const char *arg, char *err,
 /* The psd and psworker flags come from common/shared_flags.c with their bounds; those
  * passed to psd only when given (worker-timeout ...) take no default here. */
 static const ps_option table[] = {
+    {.like = &ps_flag_strategy,
+     AT(strategy),
+     .help = "parameter_server: psd shards hold the variables; mirrored, multi_worker_mirrored: "
+             "no psd, the workers all-reduce their gradients in a ring (see below)"},
+    {.like = &ps_flag_communication,
+     AT(communication_index),
+     .flags = PS_OPTION_NO_DEFAULT,
+     .help = "all-reduce strategies: passed to every worker (default: the workers' auto)"},
     {"ps", PS_OPTION_LONG, F(num_ps), 1, PS_MAX_SHARDS, NULL, NULL, "N",
-     "number of psd shards (required)"},
+     "number of psd shards (required with --strategy parameter_server, refused otherwise)"},
     {.like = &ps_flag_workers,
      AT(num_workers),
      .flags = PS_OPTION_NO_DEFAULT,
@@ -28,8 +36,8 @@ static const ps_option table[] = {
     {.like = &ps_flag_mode,
      AT(mode_index),
      .flags = PS_OPTION_NO_DEFAULT,
-     .help = "training mode (required); sync: average all workers' pushes per step, async: "
-             "apply each push"},
+     .help = "training mode (required with parameter_server); sync: average all workers' "
+             "pushes per step, async: apply each push; the all-reduce strategies are sync"},
     {.like = &ps_flag_epochs, AT(epochs)},
     {"model", PS_OPTION_ARG, F(model), 1, 0, NULL, NULL, "FILE",
      "model spec JSON (default: the worker's)"},
@@ -47,8 +55,16 @@ static const ps_option table[] = {
     {"max-restarts", PS_OPTION_LONG, F(max_restarts), 0, 1000, "3", NULL, "N",
      "restart a failed process up to N times (0: never)"},
     {"checkpoint-dir", PS_OPTION_ARG, F(checkpoint_dir), 1, 0, NULL, NULL, "DIR",
-     "psd shard i checkpoints to and restores from DIR/ps-<i>"},
-    {.like = &ps_flag_checkpoint_every, AT(checkpoint_every), .flags = PS_OPTION_NO_DEFAULT},
+     "psd shard i checkpoints to and restores from DIR/ps-<i>; all-reduce: the chief "
+     "checkpoints to DIR and a restarted job resumes from it (default: psctl's run dir)"},
+    {PSCTL_CKPT_STEPS_FLAG, PS_OPTION_LONG, F(checkpoint_steps), 1, 1L << 40, NULL, NULL, "N",
+     "all-reduce: the chief checkpoints every N steps (default: the workers')"},
+    {.like = &ps_flag_checkpoint_every,
+     AT(checkpoint_every),
+     .flags = PS_OPTION_NO_DEFAULT,
+     .help = "psd: periodic checkpoints when the version moved (0: only on request and at "
+             "SIGTERM/SIGINT); all-reduce: the chief's checkpoint period (default there: 60; "
+             "0: only by steps and at the end)"},
     {.like = &ps_flag_worker_timeout, AT(worker_timeout_ms), .flags = PS_OPTION_NO_DEFAULT},
     {.like = &ps_flag_replicas, AT(replicas), .flags = PS_OPTION_NO_DEFAULT},
     {.like = &ps_flag_staleness, AT(staleness), .flags = PS_OPTION_NO_DEFAULT},
@@ -74,7 +90,10 @@ void psctl_local_usage(FILE *f) {
                "[-- EXTRA WORKER ARGS...]\n"
                "       psctl local --ps N --gpus all|0,1,... --mode sync|async [options] "
                "[-- ...]\n"
-               "Runs N psd shards and M workers on this machine until training ends.\n\n"
+               "       psctl local --strategy mirrored|multi_worker_mirrored --workers M "
+               "[options] [-- ...]\n"
+               "Runs N psd shards and M workers on this machine until training ends (with an\n"
+               "all-reduce strategy, only the M workers).\n\n"
                "options:\n");
     ps_options_usage(table, N_OPTIONS, f);
     fprintf(f, "\nDevices: without --gpus every worker gets --device cpu (so several workers\n"
@@ -92,7 +111,7 @@ void psctl_local_usage(FILE *f) {
                "done; when all are, the psd shards get SIGTERM and the job ends.\n"
                "\nThe psd flags (--checkpoint-*, --worker-timeout, --replicas-to-aggregate,\n"
                "--staleness) are passed to every shard only when given; psctl makes the\n"
-               "DIR/ps-<i> directories. --checkpoint-every needs --checkpoint-dir.\n"
+               "DIR/ps-<i> directories. --checkpoint-every needs --checkpoint-dir there.\n"
                "\nTransport: with ipc (the default) psctl makes a private directory\n"
                "($XDG_RUNTIME_DIR/psctl-ipc.XXXXXX, else under /tmp), shard i listens on\n"
                "DIR/psd-<i>.sock (psd --transport ipc --ipc-path) and the workers get\n"
@@ -104,6 +123,18 @@ void psctl_local_usage(FILE *f) {
                "not restarted into the same failure. With --recreate-lost-variables they are\n"
                "restarted and the chief creates that shard's variables again with their\n"
                "initial values (logged, and listed in the summary's recreated_lost_variables).\n"
+               "\nAll-reduce strategies (--strategy mirrored|multi_worker_mirrored): no psd is\n"
+               "started; every worker holds the variables and the workers sum their gradients\n"
+               "in a ring. Worker j gets TF_CONFIG={\"cluster\": {\"worker\": [\"127.0.0.1:P0\",\n"
+               "...]}, \"task\": {\"type\": \"worker\", \"index\": j}} with ports free at the\n"
+               "start, --strategy, --checkpoint-dir (psctl's own run dir unless given),\n"
+               "--checkpoint-every (60 s unless given) and the training flags; --ps, --transport,\n"
+               "--replicas-to-aggregate, --staleness, --recreate-lost-variables and --mode async\n"
+               "are refused.\n"
+               "The ring is all or nothing: when a worker fails, psctl stops the others\n"
+               "(SIGTERM, SIGKILL after 5 s) and restarts all of them on fresh ports, resuming\n"
+               "from the chief's last checkpoint; each such restart counts against\n"
+               "--max-restarts. A worker exiting 2 (bad configuration) fails the job at once.\n"
                "\nBinaries: $PSD and $PSWORKER, else next to psctl, else on PATH.\n"
                "Exit status: 0 done, 1 a process failed (beyond its restarts), a shard lost\n"
                "the job's variables, or --timeout,\n"
@@ -148,10 +179,34 @@ static int parse_gpus(const ps_option *d, void *cfg, const char *arg, char *err,
     return PS_EINVAL;
 }
 
+/* With an all-reduce strategy: the flags that only make sense with psd. Returns 0, or -1
+ * after a message naming the flag. */
+static int allreduce_conflict(const psctl_local_opts *o, const unsigned char *given) {
+    static const char *const psd_only[] = {"ps", "transport", "replicas-to-aggregate", "staleness",
+                                           "recreate-lost-variables"};
+    for (size_t i = 0; i < sizeof psd_only / sizeof psd_only[0]; i++) {
+        if (!given[ps_options_find(table, N_OPTIONS, psd_only[i]) - table]) continue;
+        fprintf(stderr,
+                "psctl local: --%s applies to --strategy parameter_server only; --strategy %s "
+                "runs no psd\n",
+                psd_only[i], o->strategy_name);
+        return -1;
+    }
+    if (o->mode && strcmp(o->mode, "sync") != 0) {
+        fprintf(stderr,
+                "psctl local: --mode %s: --strategy %s is synchronous (every step "
+                "all-reduces all workers' gradients)\n",
+                o->mode, o->strategy_name);
+        return -1;
+    }
+    return 0;
+}
+
 int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
     memset(o, 0, sizeof *o);
     o->seed = -1;
     o->checkpoint_every = o->worker_timeout_ms = o->replicas = o->staleness = -1;
+    o->checkpoint_steps = -1;
     unsigned char given[N_OPTIONS] = {0};
     char err[512];
     int rest = argc;
@@ -175,12 +230,34 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
     o->num_extra = argc - rest;
     if (given[ps_options_find(table, N_OPTIONS, "mode") - table])
         o->mode = o->mode_index ? "async" : "sync";
+    static const char *const strategies[] = {"parameter_server", "mirrored",
+                                             "multi_worker_mirrored"};
+    static const char *const communications[] = {"auto", "ring", "nccl"};
+    o->strategy_name = strategies[o->strategy];
+    o->allreduce = o->strategy != PSCTL_PARAMETER_SERVER;
+    if (given[ps_options_find(table, N_OPTIONS, "communication") - table])
+        o->communication = communications[o->communication_index];
+    if (o->allreduce && allreduce_conflict(o, given) != 0) goto usage_hint;
+    if (o->allreduce && !o->mode) o->mode = "sync";
+    if (!o->allreduce && o->communication) {
+        fprintf(stderr, "psctl local: --communication applies to the all-reduce strategies "
+                        "(--strategy mirrored|multi_worker_mirrored) only\n");
+        goto usage_hint;
+    }
 
-    if (o->num_ps == 0 || (o->num_workers == 0 && !o->gpus) || !o->mode) {
+    if (o->num_ps == 0 && !o->allreduce) {
+        fprintf(stderr, "psctl local: --ps is required (with --strategy parameter_server, the "
+                        "default)\n");
+        goto usage_hint;
+    }
+    if (!o->allreduce && o->checkpoint_steps >= 0) {
+        fprintf(stderr, "psctl local: --" PSCTL_CKPT_STEPS_FLAG " applies to the all-reduce "
+                        "strategies only (psd checkpoints with --checkpoint-every SECONDS)\n");
+        goto usage_hint;
+    }
+    if ((o->num_workers == 0 && !o->gpus) || !o->mode) {
         fprintf(stderr, "psctl local: %s is required\n",
-                o->num_ps == 0                    ? "--ps"
-                : o->num_workers == 0 && !o->gpus ? "--workers (or --gpus)"
-                                                  : "--mode");
+                o->num_workers == 0 && !o->gpus ? "--workers (or --gpus)" : "--mode");
         goto usage_hint;
     }
     if (o->gpus && !o->gpus_all && o->num_workers > 0 && o->num_workers != o->num_gpu_ids) {
@@ -191,7 +268,7 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
         goto usage_hint;
     }
     const char *conflict = NULL;
-    if (o->checkpoint_every >= 0 && !o->checkpoint_dir)
+    if (o->checkpoint_every >= 0 && !o->checkpoint_dir && !o->allreduce)
         conflict = "--checkpoint-every needs --checkpoint-dir";
     else if (o->replicas >= 0 && strcmp(o->mode, "sync") != 0)
         conflict = "--replicas-to-aggregate applies to --mode sync only";

@@ -1,12 +1,13 @@
 /* psctl local's supervisor: spawns the shards and workers with uv_spawn, relays their
  * output, restarts a process that fails (up to --max-restarts), and turns exits beyond
- * that, signals and deadlines into an orderly stop of everything. */
-#include "supervisor.h"
+ * that, signals and deadlines into an orderly stop of everything. An all-reduce job's
+ * workers restart as one: regroup.c. */
+#include "supervisor_impl.h"
 
 #include "child_argv.h"
 #include "lifetime.h"
 #include "log.h"
-#include "relay.h"
+#include "ring_job.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,89 +22,9 @@
 
 extern char **environ;
 
-#define READY_POLL_MS 50
-#define FINISH_GRACE_MS 10000 /* shards get this long to stop after the workers finished */
-#define ABORT_GRACE_MS 5000   /* everyone gets this long to stop after a failure */
-#define KILL_GRACE_MS 5000    /* after SIGKILL, before giving up on a process */
-#define DRAIN_MS 2000         /* output pipes may stay open this long after the last exit */
-#define RESTART_DELAY_MS 200  /* before the first restart of a process; doubles with each */
-#define RESTART_DELAY_MAX_MS 5000
-#define EXIT_BAD_CONFIG 2 /* our programs' "bad configuration": restarting cannot help */
-#define EXIT_LOST 4       /* psworker: a shard lost the job's variables (PS_ELOST) */
-
-typedef enum { CHILD_PSD, CHILD_WORKER } child_kind;
-
-/* Room for an endpoint from a ready file: "host:port" or "ipc://" + a socket path. */
-#define PSCTL_ENDPOINT_MAX 128
-
-typedef enum {
-    PHASE_STARTING,  /* shards started, waiting for their ready files */
-    PHASE_RUNNING,   /* workers started */
-    PHASE_FINISHING, /* every worker succeeded: stopping the shards */
-    PHASE_ABORTING,  /* failure, signal or deadline: stopping everything */
-    PHASE_DONE       /* no child left running */
-} phase;
-
-/* A pipe (or process handle) must be fully closed before a restart initialises it again. */
-enum { PIPE_NONE, PIPE_OPEN, PIPE_CLOSING, PIPE_CLOSED };
-
-struct sup;
-
-typedef struct {
-    struct sup *sv;
-    child_kind kind;
-    int index;
-    char label[32];        /* "psd 0", "worker 1" */
-    uv_process_t proc;     /* initialised by uv_spawn, even when it fails */
-    uv_pipe_t pipes[2];    /* read side of the child's stdout and stderr */
-    psctl_relay relays[2]; /* to psctl's stdout and stderr */
-    int pipe_state[2];
-    int proc_open; /* proc initialised and its close callback not run yet */
-    int running;   /* spawned and not yet exited (or given up on) */
-    int pid;
-    int restarts;             /* restarts so far */
-    int restart_pending;      /* restart_timer is armed */
-    uv_timer_t restart_timer; /* data: this child */
-    /* psd only: */
-    char *ready_path;
-    char *ipc_path;     /* --transport ipc: its socket, the same for every start; NULL: tcp */
-    int awaiting_ready; /* started; its ready file has not been read yet */
-    uint64_t ready_deadline;
-    int port; /* tcp: from the first ready file; restarts ask for it again */
-    /* "host:port" or "ipc://PATH" from the first ready file: what the workers use */
-    char endpoint[PSCTL_ENDPOINT_MAX];
-} child;
-
-typedef struct sup {
-    uv_loop_t loop; /* first member: a handle's loop pointer leads back here */
-    const psctl_job *job;
-    child *children; /* the num_ps shards, then the num_workers workers */
-    int nchildren;
-    int workers_ok; /* workers that exited 0 */
-    phase phase;
-    phase end_phase; /* the phase the job was in when the last child exited */
-    int exit_code;
-    int signals;       /* SIGINT/SIGTERM received */
-    int unclean;       /* a shard did not stop cleanly after the job finished */
-    int kill_stage;    /* 0: SIGTERM sent, 1: SIGKILL sent */
-    int stop_grace_ms; /* the SIGTERM grace of the current stop */
-    int open_handles;  /* initialised handles whose close callback has not run */
-    char *endpoints;   /* the workers' --ps list once every shard was ready (owned) */
-    uv_timer_t ready_timer, stop_timer, timeout_timer, drain_timer;
-    uv_signal_t sigint, sigterm;
-    psctl_screen screen;
-    char **env;
-    int stdout_tty;
-    char readbuf[65536];
-} sup;
-
-static void check_done(sup *sv);
-
 /* ---- messages ---------------------------------------------------------------- */
 
-static void say(sup *sv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void say(sup *sv, const char *fmt, ...) {
+void psctl__say(sup *sv, const char *fmt, ...) {
     char line[1024];
     int n = snprintf(line, sizeof line, "psctl: ");
     va_list ap;
@@ -125,7 +46,7 @@ static void describe_status(char *buf, size_t n, int64_t status, int sig) {
 }
 
 /* "<label> killed by signal 9" or "<label> <verb> (exit status 3)". */
-static void describe_exit(char *buf, size_t n, const child *c, const char *verb, int64_t status,
+void psctl__describe_exit(char *buf, size_t n, const child *c, const char *verb, int64_t status,
                           int sig) {
     if (sig)
         snprintf(buf, n, "%s killed by signal %d", c->label, sig);
@@ -151,7 +72,7 @@ static void on_pipe_closed(uv_handle_t *h) {
     c->sv->open_handles--;
 }
 
-static void close_pipe(child *c, int k) {
+void psctl__close_pipe(child *c, int k) {
     if (c->pipe_state[k] != PIPE_OPEN) return;
     psctl_relay_flush(&c->relays[k]);
     uv_close((uv_handle_t *)&c->pipes[k], on_pipe_closed);
@@ -182,14 +103,15 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
         psctl_relay_feed(&c->relays[k], buf->base, (size_t)n);
     } else if (n < 0) {
         if (n != UV_EOF) PS_DEBUG("reading from %s: %s", c->label, uv_strerror((int)n));
-        close_pipe(c, k);
+        psctl__close_pipe(c, k);
     }
 }
 
 /* Signals the child's whole process group (it leads one: UV_PROCESS_DETACHED), so
  * that helpers it started go too. */
-static void signal_child(child *c, int sig) {
+void psctl__signal_child(child *c, int sig) {
     if (!c->running) return;
+    c->stop_sent = 1;
     if (uv_kill(-c->pid, sig) < 0) uv_kill(c->pid, sig);
 }
 
@@ -198,6 +120,11 @@ static void signal_child(child *c, int sig) {
 /* Sends SIGTERM to every running child; arm_stop then arms the SIGKILL deadline. */
 static void stop_all(sup *sv, int grace_ms) {
     uv_timer_stop(&sv->ready_timer);
+    if (sv->regroup_pending) {
+        PS_DEBUG("restart of the workers cancelled");
+        uv_timer_stop(&sv->regroup_timer);
+        sv->regroup_pending = 0;
+    }
     for (int i = 0; i < sv->nchildren; i++) {
         child *c = &sv->children[i];
         if (c->restart_pending) {
@@ -205,21 +132,21 @@ static void stop_all(sup *sv, int grace_ms) {
             uv_timer_stop(&c->restart_timer);
             c->restart_pending = 0;
         }
-        signal_child(c, SIGTERM);
+        psctl__signal_child(c, SIGTERM);
     }
     sv->kill_stage = 0;
     sv->stop_grace_ms = grace_ms;
     uv_timer_stop(&sv->stop_timer);
-    check_done(sv);
+    psctl__check_done(sv);
 }
 
 static void kill_stragglers(sup *sv) {
     for (int i = 0; i < sv->nchildren; i++) {
         child *c = &sv->children[i];
         if (!c->running) continue;
-        say(sv, "%s did not stop within %.0f s of SIGTERM; sending SIGKILL", c->label,
-            sv->stop_grace_ms / 1000.0);
-        signal_child(c, SIGKILL);
+        psctl__say(sv, "%s did not stop within %.0f s of SIGTERM; sending SIGKILL", c->label,
+                   sv->stop_grace_ms / 1000.0);
+        psctl__signal_child(c, SIGKILL);
         if (sv->phase == PHASE_FINISHING) sv->unclean = 1;
     }
     sv->kill_stage = 1;
@@ -229,13 +156,14 @@ static void give_up(sup *sv) {
     for (int i = 0; i < sv->nchildren; i++) {
         child *c = &sv->children[i];
         if (!c->running) continue;
-        say(sv, "%s (pid %d) is still running after SIGKILL; giving up on it", c->label, c->pid);
+        psctl__say(sv, "%s (pid %d) is still running after SIGKILL; giving up on it", c->label,
+                   c->pid);
         c->running = 0;
         uv_unref((uv_handle_t *)&c->proc);
         sv->unclean = 1;
         if (sv->exit_code == 0) sv->exit_code = 1;
     }
-    check_done(sv);
+    psctl__check_done(sv);
 }
 
 static void on_stop_timer(uv_timer_t *t) {
@@ -243,9 +171,18 @@ static void on_stop_timer(uv_timer_t *t) {
     if (sv->kill_stage == 0) {
         kill_stragglers(sv);
         uv_timer_start(&sv->stop_timer, on_stop_timer, KILL_GRACE_MS, 0);
+    } else if (sv->phase == PHASE_REGROUPING) {
+        psctl__abort_job(sv, 1, "cannot restart the workers: one is still running after SIGKILL");
+        give_up(sv);
     } else {
         give_up(sv);
     }
+}
+
+void psctl__arm_kill_timer(sup *sv, int grace_ms) {
+    sv->kill_stage = 0;
+    sv->stop_grace_ms = grace_ms;
+    uv_timer_start(&sv->stop_timer, on_stop_timer, (uint64_t)grace_ms, 0);
 }
 
 /* Stops every child: SIGTERM now, SIGKILL after grace_ms, give up KILL_GRACE_MS later. */
@@ -256,10 +193,7 @@ static void arm_stop(sup *sv, int grace_ms) {
 
 /* Stops the job because of a failure: prints why, stops every child, exits with code
  * (unless a signal already chose the code). Later failures are only logged. */
-static void abort_job(sup *sv, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void abort_job(sup *sv, int code, const char *fmt, ...) {
+void psctl__abort_job(sup *sv, int code, const char *fmt, ...) {
     char msg[768];
     va_list ap;
     va_start(ap, fmt);
@@ -269,7 +203,7 @@ static void abort_job(sup *sv, int code, const char *fmt, ...) {
         PS_DEBUG("while stopping: %s", msg);
         return;
     }
-    say(sv, "%s", msg);
+    psctl__say(sv, "%s", msg);
     if (sv->signals == 0) sv->exit_code = code;
     sv->phase = PHASE_ABORTING;
     arm_stop(sv, ABORT_GRACE_MS);
@@ -281,17 +215,18 @@ static void on_drain_timer(uv_timer_t *t) {
         for (int k = 0; k < 2; k++) {
             if (sv->children[i].pipe_state[k] != PIPE_OPEN) continue;
             PS_DEBUG("output of %s still open after it exited; closing", sv->children[i].label);
-            close_pipe(&sv->children[i], k);
+            psctl__close_pipe(&sv->children[i], k);
         }
     }
 }
 
 /* Ends the run once no child is running or waiting for its restart: stops the timers
  * and gives the output pipes DRAIN_MS to reach end of file; uv_run then returns. */
-static void check_done(sup *sv) {
+void psctl__check_done(sup *sv) {
     if (sv->phase == PHASE_DONE) return;
     for (int i = 0; i < sv->nchildren; i++)
         if (sv->children[i].running || sv->children[i].restart_pending) return;
+    if (sv->regroup_pending) return;
     sv->end_phase = sv->phase;
     sv->phase = PHASE_DONE;
     uv_timer_stop(&sv->ready_timer);
@@ -334,9 +269,9 @@ static int spawn_child(sup *sv, child *c, char **args, char **env) {
     c->proc_open = 1;
     sv->open_handles++;
     if (r < 0) {
-        say(sv, "cannot start %s (%s): %s", c->label, args[0], uv_strerror(r));
+        psctl__say(sv, "cannot start %s (%s): %s", c->label, args[0], uv_strerror(r));
         for (int k = 0; k < 2; k++)
-            close_pipe(c, k);
+            psctl__close_pipe(c, k);
         close_proc(c);
         return r;
     }
@@ -346,7 +281,7 @@ static int spawn_child(sup *sv, child *c, char **args, char **env) {
         int e = uv_read_start((uv_stream_t *)&c->pipes[k], on_alloc, on_read);
         if (e < 0) {
             PS_ERROR("reading output of %s: %s", c->label, uv_strerror(e));
-            close_pipe(c, k);
+            psctl__close_pipe(c, k);
         }
     }
     PS_DEBUG("started %s: pid %d, %s", c->label, c->pid, args[0]);
@@ -378,13 +313,19 @@ static int start_worker(sup *sv, child *c) {
     const psctl_local_opts *o = sv->job->opts;
     psctl_argv a = {0};
     int r = psctl_worker_argv(&a, o, sv->job->worker_path, c->index, sv->endpoints,
-                              c->index == 0 && sv->stdout_tty);
-    char **env = o->worker_cuda_visible ? psctl_env_set(sv->env, "CUDA_VISIBLE_DEVICES",
-                                                        o->worker_cuda_visible[c->index])
-                                        : NULL;
-    int oom = r < 0 || (o->worker_cuda_visible && !env);
-    r = oom ? UV_ENOMEM : spawn_child(sv, c, a.v, env);
+                              sv->job->ckpt_dir, c->index == 0 && sv->stdout_tty);
+    /* all-reduce: TF_CONFIG names the ring (replacing any psctl inherited) */
+    char *tf = o->allreduce ? psctl_tf_config(sv->ports, (int)o->num_workers, c->index) : NULL;
+    char **tf_env = tf ? psctl_env_set(sv->env, "TF_CONFIG", tf) : NULL;
+    char **base = tf_env ? tf_env : sv->env;
+    char **env = o->worker_cuda_visible
+                     ? psctl_env_set(base, "CUDA_VISIBLE_DEVICES", o->worker_cuda_visible[c->index])
+                     : NULL;
+    int oom = r < 0 || (o->allreduce && !tf_env) || (o->worker_cuda_visible && !env);
+    r = oom ? UV_ENOMEM : spawn_child(sv, c, a.v, env ? env : tf_env);
     psctl_env_free(env);
+    psctl_env_free(tf_env);
+    free(tf);
     psctl_argv_free(&a);
     return r;
 }
@@ -396,18 +337,39 @@ static int start_child(sup *sv, child *c) {
 static void start_psds(sup *sv) {
     for (int i = 0; i < sv->job->opts->num_ps; i++) {
         if (start_psd(sv, &sv->children[i]) < 0) {
-            abort_job(sv, 1, "psd %d could not be started; stopping", i);
+            psctl__abort_job(sv, 1, "psd %d could not be started; stopping", i);
             return;
         }
     }
 }
 
-static void start_workers(sup *sv) {
+void psctl__start_workers(sup *sv) {
     const psctl_local_opts *o = sv->job->opts;
     sv->phase = PHASE_RUNNING;
+    sv->workers_ok = 0;
+    if (o->allreduce) {
+        char err[256];
+        if (psctl_free_ports(sv->ports, (int)o->num_workers, err, sizeof err) != 0) {
+            psctl__abort_job(sv, 1, "cannot find free ports for the workers' ring: %s", err);
+            return;
+        }
+    }
+    if (o->allreduce) {
+        char list[256] = "";
+        size_t used = 0;
+        for (int j = 0; j < o->num_workers && used < sizeof list - 16; j++)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%d", j ? "," : "",
+                                     sv->ports[j]);
+        psctl__say(sv,
+                   "strategy %s: starting %ld worker%s, ring on 127.0.0.1 ports %s%s, checkpoints "
+                   "in %s",
+                   o->strategy_name, o->num_workers, o->num_workers == 1 ? "" : "s", list,
+                   used >= sizeof list - 16 ? ",..." : "", sv->job->ckpt_dir);
+    }
     for (int j = 0; j < o->num_workers; j++) {
+        sv->children[o->num_ps + j].stop_sent = 0;
         if (start_worker(sv, &sv->children[o->num_ps + j]) < 0) {
-            abort_job(sv, 1, "worker %d could not be started; stopping", j);
+            psctl__abort_job(sv, 1, "worker %d could not be started; stopping", j);
             return;
         }
     }
@@ -420,20 +382,21 @@ static void on_restart_timer(uv_timer_t *t) {
     sup *sv = c->sv;
     c->restart_pending = 0;
     if (sv->phase != PHASE_STARTING && sv->phase != PHASE_RUNNING) {
-        check_done(sv);
+        psctl__check_done(sv);
         return;
     }
     /* The old process's output ends once its process group is gone; whatever it still
      * holds open after the restart delay is cut off, as at the end of a job. */
     for (int k = 0; k < 2; k++)
-        close_pipe(c, k);
+        psctl__close_pipe(c, k);
     if (c->pipe_state[0] == PIPE_CLOSING || c->pipe_state[1] == PIPE_CLOSING || c->proc_open) {
         c->restart_pending = 1; /* close callbacks run on the next loop turn */
         uv_timer_start(&c->restart_timer, on_restart_timer, 10, 0);
         return;
     }
     PS_DEBUG("restarting %s (%d/%ld)", c->label, c->restarts, sv->job->opts->max_restarts);
-    if (start_child(sv, c) < 0) abort_job(sv, 1, "%s could not be restarted; stopping", c->label);
+    if (start_child(sv, c) < 0)
+        psctl__abort_job(sv, 1, "%s could not be restarted; stopping", c->label);
 }
 
 /* Handles a child that died abnormally while the job runs: schedules its restart when
@@ -446,11 +409,12 @@ static void child_failed(sup *sv, child *c, int64_t status, int sig) {
         !sv->job->opts->recreate_lost) {
         /* restarted, the worker would meet the same shard without its variables (or the
          * chief would create them afresh): a model that lost state never ends in success */
-        abort_job(sv, 1,
-                  "%s failed (exit status %d): a psd shard lost the job's variables (named "
-                  "above); not restarted. The job cannot finish with that part of the model "
-                  "lost: start it again (from a checkpoint), or give --recreate-lost-variables",
-                  c->label, EXIT_LOST);
+        psctl__abort_job(
+            sv, 1,
+            "%s failed (exit status %d): a psd shard lost the job's variables (named "
+            "above); not restarted. The job cannot finish with that part of the model "
+            "lost: start it again (from a checkpoint), or give --recreate-lost-variables",
+            c->label, EXIT_LOST);
         return;
     }
     if (!bad_config && c->restarts < max) {
@@ -464,9 +428,9 @@ static void child_failed(sup *sv, child *c, int64_t status, int sig) {
             snprintf(how, sizeof how, "killed by signal %d", sig);
         else
             snprintf(how, sizeof how, "exited with status %lld", (long long)status);
-        say(sv, "%s %s%s; restarting (%d/%ld)", c->label, how,
-            c->kind == CHILD_PSD && !c->endpoint[0] ? " before it was ready" : "", c->restarts,
-            max);
+        psctl__say(sv, "%s %s%s; restarting (%d/%ld)", c->label, how,
+                   c->kind == CHILD_PSD && !c->endpoint[0] ? " before it was ready" : "",
+                   c->restarts, max);
         c->restart_pending = 1;
         uv_timer_start(&c->restart_timer, on_restart_timer, delay, 0);
         return;
@@ -476,7 +440,7 @@ static void child_failed(sup *sv, child *c, int64_t status, int sig) {
         describe_status(how, sizeof how, status, sig);
         snprintf(msg, sizeof msg, "%s exited before it was ready (%s)", c->label, how);
     } else {
-        describe_exit(msg, sizeof msg, c, "failed", status, sig);
+        psctl__describe_exit(msg, sizeof msg, c, "failed", status, sig);
     }
     size_t used = strlen(msg);
     if (max > 0 && bad_config)
@@ -487,7 +451,7 @@ static void child_failed(sup *sv, child *c, int64_t status, int sig) {
     else if (max > 0)
         snprintf(msg + used, sizeof msg - used, "; gave up after %d restart%s (--max-restarts %ld)",
                  c->restarts, c->restarts == 1 ? "" : "s", max);
-    abort_job(sv, 1, "%s", msg);
+    psctl__abort_job(sv, 1, "%s", msg);
 }
 
 /* ---- events ------------------------------------------------------------------- */
@@ -507,15 +471,17 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
     switch (sv->phase) {
     case PHASE_STARTING:
     case PHASE_RUNNING:
-        if (!ok) {
+        if (!ok && sv->job->opts->allreduce) {
+            psctl__ring_worker_failed(sv, c, status, sig);
+        } else if (!ok) {
             child_failed(sv, c, status, sig);
         } else if (c->kind == CHILD_PSD) { /* Shutdown request or someone's SIGTERM */
             if (!c->endpoint[0]) {
                 describe_status(how, sizeof how, status, sig);
-                abort_job(sv, 1, "%s exited before it was ready (%s)", c->label, how);
+                psctl__abort_job(sv, 1, "%s exited before it was ready (%s)", c->label, how);
             } else {
-                describe_exit(how, sizeof how, c, "exited unexpectedly", status, sig);
-                abort_job(sv, 1, "%s", how);
+                psctl__describe_exit(how, sizeof how, c, "exited unexpectedly", status, sig);
+                psctl__abort_job(sv, 1, "%s", how);
             }
         } else if (++sv->workers_ok == sv->job->opts->num_workers) {
             PS_DEBUG("all workers finished; stopping the psd shards");
@@ -523,10 +489,13 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
             arm_stop(sv, FINISH_GRACE_MS);
         }
         break;
+    case PHASE_REGROUPING:
+        psctl__ring_worker_stopped(sv, c, status, sig);
+        break;
     case PHASE_FINISHING:
         if (!ok && sig != SIGTERM) {
             describe_status(how, sizeof how, status, sig);
-            say(sv, "%s did not stop cleanly (%s)", c->label, how);
+            psctl__say(sv, "%s did not stop cleanly (%s)", c->label, how);
             sv->unclean = 1;
         }
         break;
@@ -534,7 +503,7 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
     case PHASE_DONE:
         break;
     }
-    check_done(sv);
+    psctl__check_done(sv);
 }
 
 /* Returns 1 when c's ready file holds an endpoint, "host:port" or "ipc://PATH" (copied
@@ -575,11 +544,12 @@ static int psd_ready(sup *sv, child *c, const char *ep) {
         return 0;
     }
     if (strcmp(ep, c->endpoint) != 0) {
-        abort_job(sv, 1, "%s came back at %s, not at %s where the workers expect it; stopping",
-                  c->label, ep, c->endpoint);
+        psctl__abort_job(sv, 1,
+                         "%s came back at %s, not at %s where the workers expect it; stopping",
+                         c->label, ep, c->endpoint);
         return -1;
     }
-    say(sv, "%s back at %s", c->label, ep);
+    psctl__say(sv, "%s back at %s", c->label, ep);
     return 0;
 }
 
@@ -616,10 +586,11 @@ static void on_ready_timer(uv_timer_t *t) {
             char ep[PSCTL_ENDPOINT_MAX];
             int r = read_ready(c, ep);
             if (r < 0) {
-                abort_job(sv, 1,
-                          "%s wrote a malformed ready file %s (want HOST:PORT or ipc://PATH and "
-                          "a newline)",
-                          c->label, c->ready_path);
+                psctl__abort_job(
+                    sv, 1,
+                    "%s wrote a malformed ready file %s (want HOST:PORT or ipc://PATH and "
+                    "a newline)",
+                    c->label, c->ready_path);
                 return;
             }
             if (r > 0 && psd_ready(sv, c, ep) < 0) return;
@@ -633,26 +604,27 @@ static void on_ready_timer(uv_timer_t *t) {
         if (!c->running || c->awaiting_ready) all_up = 0;
     }
     if (late[0]) {
-        abort_job(sv, 1, "%s not ready within %.1f s (no ready file); stopping", late,
-                  sv->job->ready_timeout_ms / 1000.0);
+        psctl__abort_job(sv, 1, "%s not ready within %.1f s (no ready file); stopping", late,
+                         sv->job->ready_timeout_ms / 1000.0);
         return;
     }
     if (waiting == 0) uv_timer_stop(t);
     if (sv->phase == PHASE_STARTING && all_up) {
         if (join_endpoints(sv) < 0) {
-            abort_job(sv, 1, "out of memory");
+            psctl__abort_job(sv, 1, "out of memory");
             return;
         }
-        say(sv, "psd shards ready at %s; starting %ld worker%s", sv->endpoints,
-            sv->job->opts->num_workers, sv->job->opts->num_workers == 1 ? "" : "s");
-        start_workers(sv);
+        psctl__say(sv, "psd shards ready at %s; starting %ld worker%s", sv->endpoints,
+                   sv->job->opts->num_workers, sv->job->opts->num_workers == 1 ? "" : "s");
+        psctl__start_workers(sv);
     }
 }
 
 static void on_timeout(uv_timer_t *t) {
     sup *sv = t->data;
-    abort_job(sv, 1, "timeout: the job ran longer than --timeout %g s; stopping all processes",
-              sv->job->opts->timeout_s);
+    psctl__abort_job(sv, 1,
+                     "timeout: the job ran longer than --timeout %g s; stopping all processes",
+                     sv->job->opts->timeout_s);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -663,13 +635,13 @@ static void on_signal(uv_signal_t *h, int signum) {
     if (sv->phase == PHASE_DONE) return;
     if (sv->phase == PHASE_ABORTING) {
         if (sv->signals > 1 && sv->kill_stage == 0) {
-            say(sv, "got %s again; killing all processes now", name);
+            psctl__say(sv, "got %s again; killing all processes now", name);
             kill_stragglers(sv);
             uv_timer_start(&sv->stop_timer, on_stop_timer, KILL_GRACE_MS, 0);
         }
         return;
     }
-    say(sv, "got %s; stopping all processes", name);
+    psctl__say(sv, "got %s; stopping all processes", name);
     sv->phase = PHASE_ABORTING;
     arm_stop(sv, ABORT_GRACE_MS);
 }
@@ -690,7 +662,8 @@ static int setup(sup *sv, const psctl_job *job) {
     int n = (int)(o->num_ps + o->num_workers);
     sv->children = calloc((size_t)n, sizeof *sv->children);
     sv->env = build_env();
-    if (!sv->children || !sv->env) return UV_ENOMEM;
+    sv->ports = calloc((size_t)o->num_workers, sizeof *sv->ports);
+    if (!sv->children || !sv->env || !sv->ports) return UV_ENOMEM;
     sv->nchildren = n;
     for (int i = 0; i < sv->nchildren; i++) {
         child *c = &sv->children[i];
@@ -715,8 +688,8 @@ static int setup(sup *sv, const psctl_job *job) {
         c->restart_timer.data = c;
         sv->open_handles++;
     }
-    uv_timer_t *timers[] = {&sv->ready_timer, &sv->stop_timer, &sv->timeout_timer,
-                            &sv->drain_timer};
+    uv_timer_t *timers[] = {&sv->ready_timer, &sv->stop_timer, &sv->timeout_timer, &sv->drain_timer,
+                            &sv->regroup_timer};
     for (size_t i = 0; i < sizeof timers / sizeof timers[0]; i++) {
         uv_timer_init(&sv->loop, timers[i]);
         timers[i]->data = sv;
@@ -745,7 +718,7 @@ static void close_all(sup *sv) {
     for (int i = 0; i < sv->nchildren; i++) {
         child *c = &sv->children[i];
         for (int k = 0; k < 2; k++)
-            close_pipe(c, k);
+            psctl__close_pipe(c, k);
         close_proc(c);
         close_handle((uv_handle_t *)&c->restart_timer);
     }
@@ -753,6 +726,7 @@ static void close_all(sup *sv) {
     close_handle((uv_handle_t *)&sv->stop_timer);
     close_handle((uv_handle_t *)&sv->timeout_timer);
     close_handle((uv_handle_t *)&sv->drain_timer);
+    close_handle((uv_handle_t *)&sv->regroup_timer);
     close_handle((uv_handle_t *)&sv->sigint);
     close_handle((uv_handle_t *)&sv->sigterm);
 }
@@ -766,6 +740,7 @@ static void free_all(sup *sv) {
     }
     free(sv->children);
     free(sv->endpoints);
+    free(sv->ports);
     psctl_env_free(sv->env);
     free(sv);
 }
@@ -784,7 +759,7 @@ int psctl_supervise(const psctl_job *job) {
     }
     r = setup(sv, job);
     if (r < 0) {
-        say(sv, "cannot set up: %s", uv_strerror(r));
+        psctl__say(sv, "cannot set up: %s", uv_strerror(r));
         sv->exit_code = 1;
         sv->phase = PHASE_DONE;
         sv->end_phase = PHASE_ABORTING;
@@ -793,7 +768,10 @@ int psctl_supervise(const psctl_job *job) {
             uv_timer_start(&sv->timeout_timer, on_timeout,
                            (uint64_t)(job->opts->timeout_s * 1000.0 + 0.5), 0);
         sv->phase = PHASE_STARTING;
-        start_psds(sv);
+        if (job->opts->allreduce)
+            psctl__start_workers(sv);
+        else
+            start_psds(sv);
         uv_run(&sv->loop, UV_RUN_DEFAULT);
     }
 
@@ -801,22 +779,26 @@ int psctl_supervise(const psctl_job *job) {
     uv_run(&sv->loop, UV_RUN_DEFAULT);
     int code = sv->exit_code;
     if (sv->phase != PHASE_DONE) { /* cannot happen: the loop ends only when done */
-        say(sv, "internal error: the event loop ended while processes were running");
+        psctl__say(sv, "internal error: the event loop ended while processes were running");
         if (code == 0) code = 1;
     } else if (sv->end_phase == PHASE_FINISHING && sv->signals == 0) {
         const psctl_local_opts *o = job->opts;
         if (sv->unclean) {
-            say(sv, "job finished, but not every psd stopped cleanly");
+            psctl__say(sv, "job finished, but not every psd stopped cleanly");
             code = 1;
+        } else if (o->allreduce) {
+            psctl__say(sv, "job finished: %ld workers, strategy %s%s", o->num_workers,
+                       o->strategy_name, sv->regroups ? " (after restarting the workers)" : "");
+            code = 0;
         } else {
-            say(sv, "job finished: %ld ps, %ld workers, mode %s", o->num_ps, o->num_workers,
-                o->mode);
+            psctl__say(sv, "job finished: %ld ps, %ld workers, mode %s", o->num_ps, o->num_workers,
+                       o->mode);
             code = 0;
         }
     }
     int loop_rc = uv_loop_close(&sv->loop);
     if (sv->open_handles != 0 || loop_rc != 0) {
-        say(sv, "internal error: %d libuv handles left open", sv->open_handles);
+        psctl__say(sv, "internal error: %d libuv handles left open", sv->open_handles);
         if (code == 0) code = 1;
     }
     free_all(sv);

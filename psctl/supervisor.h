@@ -14,6 +14,7 @@ typedef struct {
     const char *sock_dir;    /* --transport ipc: existing private directory for the shards'
                                 sockets (DIR/psd-<i>.sock); NULL: tcp on 127.0.0.1 */
     int ready_timeout_ms;    /* how long the shards get to write their ready files */
+    const char *ckpt_dir;    /* all-reduce: the workers' --checkpoint-dir (existing) */
 } psctl_job;
 
 /* Runs the job to its end; never leaves a child running. Returns the exit code for

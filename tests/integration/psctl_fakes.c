@@ -60,29 +60,43 @@ static const char fake_psd[] =
     "wait $!\n"
     "exit 0\n";
 
-/* Fake psworker: appends "ARGS|$FAKE_TOKEN|$PS_PARENT_PID" to worker-<i>.starts and the
- * time in ns to worker-<i>.times. If --die-index names it, dies (--die-how kill: SIGKILL,
- * else that exit status) on its first --die-runs runs (all when not given); then
- * hangs with --hang, else exits 0. */
+/* Fake psworker: appends "ARGS|$FAKE_TOKEN|$PS_PARENT_PID" to worker-<i>.starts, the
+ * time in ns to worker-<i>.times and $TF_CONFIG to worker-<i>.tfconfig (i: --index, else
+ * TF_CONFIG's task index, as in the all-reduce strategies). If --die-index names it, dies
+ * (--die-how kill: SIGKILL, else that exit status) on its first --die-runs runs (all when
+ * not given), with --die-wait only once the workers below it recorded as many starts as it
+ * did (at most 20 s); then hangs with --hang (only on its first --hang-runs runs when given), else
+ * exits 0. */
 static const char fake_worker[] =
     "#!/bin/sh\n"
     "echo $$ > \"$FAKE_DIR/pid.worker.$$\"\n"
-    "all=\"$*\"; idx=''; die=''; how=''; runs=''; hang=''\n"
+    "all=\"$*\"; idx=''; die=''; how=''; runs=''; hang=''; hang_runs=''; die_wait=''\n"
     "while [ $# -gt 0 ]; do\n"
     "  case \"$1\" in --index) idx=\"$2\"; shift;; --die-index) die=\"$2\"; shift;;\n"
-    "    --die-how) how=\"$2\"; shift;; --die-runs) runs=\"$2\"; shift;; --hang) hang=1;; esac\n"
+    "    --die-how) how=\"$2\"; shift;; --die-runs) runs=\"$2\"; shift;; --hang) hang=1;;\n"
+    "    --hang-runs) hang_runs=\"$2\"; shift;; --die-wait) die_wait=1;; esac\n"
     "  shift\n"
     "done\n"
+    "if [ -z \"$idx\" ]; then\n"
+    "  idx=$(printf '%s' \"$TF_CONFIG\" | sed -n 's/.*\"index\": *\\([0-9]*\\).*/\\1/p')\n"
+    "fi\n"
     "echo \"$all|${FAKE_TOKEN-unset}|${PS_PARENT_PID-unset}\" >> \"$FAKE_DIR/worker-$idx.starts\"\n"
     "date +%s%N >> \"$FAKE_DIR/worker-$idx.times\"\n"
+    "echo \"${TF_CONFIG-unset}\" >> \"$FAKE_DIR/worker-$idx.tfconfig\"\n"
+    "n=$(wc -l < \"$FAKE_DIR/worker-$idx.starts\")\n"
     "echo \"worker $idx started\"\n"
     "if [ \"$die\" = \"$idx\" ]; then\n"
-    "  n=$(wc -l < \"$FAKE_DIR/worker-$idx.starts\")\n"
     "  if [ -z \"$runs\" ] || [ \"$n\" -le \"$runs\" ]; then\n"
+    "    k=0; i=0\n" /* --die-wait: the lower workers start this run first (at most 20 s) */
+    "    while [ -n \"$die_wait\" ] && [ $k -lt \"$idx\" ] && [ $i -lt 400 ]; do\n"
+    "      m=$(cat \"$FAKE_DIR/worker-$k.starts\" 2>/dev/null | wc -l)\n"
+    "      if [ \"$m\" -ge \"$n\" ]; then k=$((k + 1)); else sleep 0.05; i=$((i + 1)); fi\n"
+    "    done\n"
     "    if [ \"$how\" = kill ]; then kill -9 $$; fi\n"
     "    exit \"$how\"\n"
     "  fi\n"
     "fi\n"
+    "if [ -n \"$hang_runs\" ] && [ \"$n\" -gt \"$hang_runs\" ]; then hang=''; fi\n"
     "if [ -n \"$hang\" ]; then\n"
     "  sleep 1000 &\n"
     "  echo $! > \"$FAKE_DIR/pid.sleep.$!\"\n"

@@ -1,8 +1,13 @@
 /* Training across hosts: three network namespaces A, B, C (10.231.77.1-3/24),
  * each joined by a veth pair to a bridge in a fourth namespace (the switch), so
- * the host's own network is untouched. psd shard 0 runs in A, shard 1 in B, the
- * chief in B and worker 1 in C, all configured by the same TF_CONFIG; the job
- * trains 300 sync steps. Skipped (exit 77) where namespaces cannot be made. */
+ * the host's own network is untouched.
+ * - parameter server: psd shard 0 runs in A, shard 1 in B, the chief in B and
+ *   worker 1 in C, all configured by the same TF_CONFIG; the job trains 300 sync
+ *   steps;
+ * - multi_worker_mirrored: one worker in each of A, B, C, each given a TF_CONFIG
+ *   naming only the three workers' addresses (its own task index); no psd; the
+ *   ring trains 300 steps.
+ * Skipped (exit 77) where namespaces cannot be made. */
 #include <arpa/inet.h>
 #include <check.h>
 #include <cjson/cJSON.h>
@@ -30,6 +35,8 @@
 #define SUBNET "10.231.77."
 #define OUTSIDE "198.51.100.7" /* TEST-NET-2: off the bridge */
 #define PORT 23000
+#define RING_PORT 23100
+#define RING_WORKERS 3
 #define STEPS 300
 #define STR(x) STR_(x)
 #define STR_(x) #x
@@ -460,6 +467,120 @@ done:;
 }
 END_TEST
 
+/* The TF_CONFIG of ring worker i: only the three workers, one per host. */
+static void set_ring_tf_config(int index) {
+    char tf[512];
+    snprintf(tf, sizeof tf,
+             "{\"cluster\": {\"worker\": [\"" SUBNET "1:%d\", \"" SUBNET "2:%d\", \"" SUBNET
+             "3:%d\"]}, \"task\": {\"type\": \"worker\", \"index\": %d}}",
+             RING_PORT, RING_PORT, RING_PORT, index);
+    setenv("TF_CONFIG", tf, 1);
+}
+
+START_TEST(multi_worker_mirrored_across_three_hosts) {
+    static netjob job;
+    netjob *j = &job;
+    memset(j, 0, sizeof *j);
+    pid_t worker[RING_WORKERS] = {0};
+    char log[RING_WORKERS][600] = {{0}};
+    for (int k = 0; k < N_NS; k++)
+        snprintf(j->ns[k], sizeof j->ns[k], PREFIX "%d%c", (int)main_pid, ns_suffix[k]);
+    char *d = ps_test_mkdtemp();
+    ck_assert_ptr_nonnull(d);
+    snprintf(j->dir, sizeof j->dir, "%s", d);
+    free(d);
+    if (snprintf(j->iplog, sizeof j->iplog, "%s/ip.log", j->dir) >= (int)sizeof j->iplog ||
+        snprintf(j->summary, sizeof j->summary, "%s/summary.json", j->dir) >=
+            (int)sizeof j->summary)
+        ck_abort_msg("temp dir path too long: %s", j->dir);
+    long long t0 = ps_test_now_ms(), t_train = 0;
+
+    if (build_topology(j) != 0) goto done; /* j->fail says why */
+    /* worker i in host A + i at SUBNET (1 + i), all in one ring */
+    for (int i = 0; i < RING_WORKERS; i++) {
+        if (snprintf(log[i], sizeof log[i], "%.500s/ring%d.log", j->dir, i) >= (int)sizeof log[i])
+            ck_abort_msg("temp dir path too long: %s", j->dir);
+        set_ring_tf_config(i);
+        const char *argv[24] = {ip_exe,
+                                "netns",
+                                "exec",
+                                j->ns[HOST_A + i],
+                                getenv("PSWORKER"),
+                                "--strategy",
+                                "multi_worker_mirrored",
+                                "--epochs",
+                                "1",
+                                "--max-steps",
+                                STR(STEPS),
+                                "--max-test",
+                                "2000",
+                                "--data",
+                                ps_test_data_dir(),
+                                "--progress",
+                                "plain",
+                                "--worker-timeout",
+                                "20000",
+                                NULL};
+        int n = 0;
+        while (argv[n])
+            n++;
+        if (i == 0) {
+            argv[n++] = "--summary";
+            argv[n++] = j->summary;
+        }
+        worker[i] = ps_test_spawn(argv, log[i]);
+        CHECK(j, worker[i] > 0, "cannot spawn ring worker %d", i);
+    }
+    long long deadline = ps_test_now_ms() + 90000;
+    for (int i = 0; i < RING_WORKERS; i++) {
+        int left = (int)(deadline - ps_test_now_ms());
+        int st = ps_test_wait(worker[i], left > 0 ? left : 1);
+        worker[i] = 0;
+        CHECK(j, st == 0, "ring worker %d %s (status %d)", i,
+              st < 0      ? "did not finish within 90 s"
+              : st >= 128 ? "was killed"
+                          : "failed",
+              st);
+    }
+    t_train = ps_test_now_ms() - t0;
+    double steps = 0, acc = 0;
+    CHECK(j, read_summary(j->summary, &steps, &acc) == 0, "the chief wrote no readable summary");
+    printf("netns ring: 3 hosts, %.0f steps, test accuracy %.4f; topology + training %lld ms\n",
+           steps, acc, t_train);
+    CHECK(j, steps == STEPS, "summary steps %.0f != %d", steps, STEPS);
+    CHECK(j, acc > 0.7, "test accuracy %.4f <= 0.7", acc);
+    /* the ring crossed the bridge: each worker connected to the next one's address
+     * over TCP (a Unix socket cannot reach another namespace's), and the ring closed */
+    for (int i = 0; i < RING_WORKERS; i++) {
+        char want[128];
+        int next = (i + 1) % RING_WORKERS;
+        snprintf(want, sizeof want, "connected to rank %d (next) at " SUBNET "%d:%d over tcp", next,
+                 HOST_A + next, RING_PORT);
+        CHECK(j, ps_test_file_has(log[i], want), "ring worker %d: no \"%s\" in its log", i, want);
+        CHECK(j, ps_test_file_has(log[i], "ring complete: 3 ranks"),
+              "ring worker %d: the ring never closed", i);
+    }
+
+done:;
+    for (int i = 0; i < RING_WORKERS; i++) {
+        if (worker[i] <= 0) continue;
+        kill(worker[i], SIGKILL);
+        ps_test_wait(worker[i], 5000);
+    }
+    if (j->fail[0])
+        for (int i = 0; i < RING_WORKERS; i++)
+            ps_test_dump(log[i]);
+    int left = 0;
+    for (int k = 0; k < N_NS; k++)
+        left += delete_ns(j->ns[k], j->iplog) != 0;
+    unsetenv("TF_CONFIG");
+    ps_test_rmdir(j->dir);
+    fflush(stdout);
+    ck_assert_msg(j->fail[0] == 0, "%s", j->fail);
+    ck_assert_msg(left == 0, "%d namespaces could not be deleted", left);
+}
+END_TEST
+
 /* Can namespaces, veth pairs and a bridge be made here? Returns 0, or -1
  * with the reason in why. */
 static int probe(char *why, size_t n) {
@@ -508,9 +629,10 @@ int main(void) {
     }
     Suite *s = suite_create("netns");
     TCase *tc = tcase_create("hosts");
-    tcase_set_timeout(tc, 120);
+    tcase_set_timeout(tc, 150);
     tcase_add_unchecked_fixture(tc, NULL, remove_our_namespaces);
     tcase_add_test(tc, train_across_three_hosts);
+    tcase_add_test(tc, multi_worker_mirrored_across_three_hosts);
     suite_add_tcase(s, tc);
     return ps_test_run_suite(s);
 }

@@ -207,6 +207,42 @@ pid_t ps_test_find_child(pid_t parent, const char *arg, const char *value) {
     return found;
 }
 
+/* The parent pid of pid from /proc/pid/stat, or 0. */
+static pid_t parent_of(int pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *rp = strrchr(buf, ')');
+    int ppid = 0;
+    if (!rp || sscanf(rp + 2, "%*c %d", &ppid) != 1) return 0;
+    return ppid;
+}
+
+pid_t ps_test_find_child_env(pid_t parent, const char *text) {
+    DIR *d = opendir("/proc");
+    pid_t found = 0;
+    static char buf[1 << 17];
+    for (struct dirent *e; d && !found && (e = readdir(d)) != NULL;) {
+        int pid = atoi(e->d_name);
+        if (pid <= 0 || parent_of(pid) != parent) continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/environ", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        for (size_t i = 0; i < n && !found; i += strlen(buf + i) + 1)
+            if (strstr(buf + i, text)) found = pid;
+    }
+    if (d) closedir(d);
+    return found;
+}
+
 int ps_test_wait_gone(pid_t pid, int timeout_ms) {
     long long deadline = ps_test_now_ms() + timeout_ms;
     for (;;) {

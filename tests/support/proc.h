@@ -52,6 +52,9 @@ void ps_test_dump(const char *path);
 /* The pid of a child of `parent` whose command line holds the argument arg followed
  * by the argument value (e.g. "--shard", "1"), or 0. Reads /proc. */
 pid_t ps_test_find_child(pid_t parent, const char *arg, const char *value);
+/* The pid of a child of `parent` one of whose environment entries contains text (e.g.
+ * "\"index\": 1}" for the worker psctl gave that TF_CONFIG), or 0. Reads /proc. */
+pid_t ps_test_find_child_env(pid_t parent, const char *text);
 /* 1 when $PSD was linked with libsystemd (built with -Dsystemd=auto|enabled and
  * found), so it sends sd_notify messages; else 0. */
 int ps_test_psd_has_libsystemd(void);
