@@ -71,6 +71,16 @@ PS_API int ps_place_vars(const ps_var_desc *vars, size_t n, unsigned num_shards,
 /* Frees what ps_place_vars returned; NULL is ignored. */
 PS_API void ps_pieces_free(ps_piece *pieces);
 
+/* ---- optimizer specs (thread-safe: no state) ------------------------------------- */
+
+/* Reads an optimizer spec from JSON text in the model spec's form (optim_spec.h,
+ * ps_opt_spec_from_json): a quoted name ("\"adam\"") or an object {"name": "adam",
+ * "learning_rate": 0.01, ...} with Keras's keys; the kind's defaults fill the rest.
+ * Writes *out on success only. PS_OK, PS_EFORMAT (not JSON, an unknown name or key:
+ * err names it) or PS_EINVAL (a value out of range, a NULL argument). */
+PS_API int ps_opt_spec_from_json_text(const char *json, ps_opt_spec *out, char *err,
+                                      size_t errlen);
+
 /* ---- a client --------------------------------------------------------------------- */
 
 /* Thread-safety of everything below that takes a ps_client: one thread at a time per
