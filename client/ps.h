@@ -81,6 +81,17 @@ PS_API void ps_pieces_free(ps_piece *pieces);
 PS_API int ps_opt_spec_from_json_text(const char *json, ps_opt_spec *out, char *err,
                                       size_t errlen);
 
+/* ---- the cluster from TensorFlow's TF_CONFIG (thread-safe: no state) ------------- */
+
+/* A worker's view of TF_CONFIG, by psworker's rules: ps_list gets cluster.ps joined by
+ * commas ("host:port" or "ipc://PATH", each checked), *index the task's worker index
+ * (a "chief" is worker 0 and "worker" i is i + 1 when a chief is listed), *num_workers
+ * chief + workers. PS_OK; PS_EFORMAT (not JSON, wrong types) or PS_EINVAL (no task, a
+ * task that is not a worker or chief, no cluster.ps, a bad address, ps_len too small),
+ * with a reason in err (ps_list is then ""). */
+PS_API int ps_tf_config_worker(const char *json, char *ps_list, size_t ps_len, unsigned *index,
+                               unsigned *num_workers, char *err, size_t errlen);
+
 /* ---- a client --------------------------------------------------------------------- */
 
 /* Thread-safety of everything below that takes a ps_client: one thread at a time per
