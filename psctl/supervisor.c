@@ -438,8 +438,9 @@ static void child_failed(sup *sv, child *c, int64_t status, int sig) {
             sv, 1,
             "%s failed (exit status %d): a psd shard lost the job's variables (named "
             "above); not restarted. The job cannot finish with that part of the model "
-            "lost: start it again (from a checkpoint), or give --recreate-lost-variables",
-            c->label, EXIT_LOST);
+            "lost: start it again (from a checkpoint)%s",
+            c->label, EXIT_LOST,
+            sv->job->opts->worker_cmd ? "" : ", or give --recreate-lost-variables");
         return;
     }
     if (!bad_config && c->restarts < max) {

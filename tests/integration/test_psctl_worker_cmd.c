@@ -4,8 +4,10 @@
  * endpoints (the shards answer a connect while the workers run), the prefixed output,
  * shell quoting, a restart with the same environment, exit 2 failing the job at once,
  * and the psworker-only flags refused. */
+#include <arpa/inet.h>
 #include <check.h>
 #include <cjson/cJSON.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,8 +15,6 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include "ps_error.h"
@@ -29,7 +29,7 @@
  * DIR/{tf,job,env,args}.<j>.<n> (tf last, atomically), prints its arguments one per
  * line and a line on stderr, then by MODE: ok exits 0; wait-go waits (at most 20 s) for
  * DIR/go and exits 0; fail-once exits 3 on its first start, 0 afterwards; exit2-0: worker
- * 0 exits 2, the others sleep (stopped by psctl). */
+ * 0 exits 2, the others sleep (stopped by psctl); exit4-0 likewise with 4. */
 static const char worker_script[] =
     "#!/bin/sh\n"
     "dir=\"$1\"; mode=\"$2\"; shift 2\n"
@@ -49,6 +49,7 @@ static const char worker_script[] =
     " done; exit 0;;\n"
     "  fail-once) if [ $n -eq 0 ]; then exit 3; fi; exit 0;;\n"
     "  exit2-0) if [ \"$j\" = 0 ]; then exit 2; fi; exec sleep 30;;\n"
+    "  exit4-0) if [ \"$j\" = 0 ]; then exit 4; fi; exec sleep 30;;\n"
     "esac\n"
     "exit 9\n";
 
@@ -216,8 +217,8 @@ static char *check_tf_config(int j, int n_workers, const char *shards) {
         ck_assert_int_gt(port, 0);
         for (size_t k = 0; k < i; k++)
             ck_assert_str_ne(c.worker[k], c.worker[i]);
-        snprintf(workers + strlen(workers), sizeof workers - strlen(workers), "%s%s",
-                 i ? "," : "", c.worker[i]);
+        snprintf(workers + strlen(workers), sizeof workers - strlen(workers), "%s%s", i ? "," : "",
+                 c.worker[i]);
     }
     ps_cluster_free(&c);
     free(json);
@@ -232,9 +233,9 @@ START_TEST(test_tf_config_and_output) {
     const char *transport = _i ? "tcp" : "ipc";
     char cmd[8192];
     worker_cmd(cmd, sizeof cmd, "wait-go", "'a b' \"c'd\" plain");
-    const char *args[] = {"psctl", "local",     "--ps",    "2",    "--workers",   "2",
-                          "--mode", "async",    "--job-id", "job-7", "--transport", transport,
-                          "--worker-cmd", cmd, NULL};
+    const char *args[] = {"psctl",       "local",   "--ps",         "2",        "--workers",
+                          "2",           "--mode",  "async",        "--job-id", "job-7",
+                          "--transport", transport, "--worker-cmd", cmd,        NULL};
     probe pr = {0};
     ps_test_run_result r;
     run_psctl(args, probe_shards, &pr, &r);
@@ -277,8 +278,8 @@ END_TEST
 START_TEST(test_restart_same_env) {
     char cmd[8192];
     worker_cmd(cmd, sizeof cmd, "fail-once", "x");
-    const char *args[] = {"psctl",  "local", "--ps",         "1",  "--workers", "2",
-                          "--mode", "sync",  "--worker-cmd", cmd,  NULL};
+    const char *args[] = {"psctl",  "local", "--ps",         "1", "--workers", "2",
+                          "--mode", "sync",  "--worker-cmd", cmd, NULL};
     ps_test_run_result r;
     run_psctl(args, NULL, NULL, &r);
     ck_assert_msg(ps_test_run_exit_code(&r) == 0, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
@@ -290,8 +291,7 @@ START_TEST(test_restart_same_env) {
         const char *env0 = ps_test_text(rec(a, sizeof a, "env", j, 0));
         ck_assert_contains(env0, "TF_CONFIG={\"cluster\": {\"ps\": [");
         ck_assert_msg(strstr(env0, "inherited") == NULL, "TF_CONFIG inherited:\n%s", env0);
-        ck_assert_msg(strstr(env0, "PS_JOB_ID") == NULL, "PS_JOB_ID without --job-id:\n%s",
-                      env0);
+        ck_assert_msg(strstr(env0, "PS_JOB_ID") == NULL, "PS_JOB_ID without --job-id:\n%s", env0);
         ck_assert_str_eq(ps_test_text(rec(b, sizeof b, "env", j, 1)), env0);
         ck_assert_str_eq(ps_test_text(rec(a, sizeof a, "args", j, 0)),
                          ps_test_text(rec(b, sizeof b, "args", j, 1)));
@@ -306,18 +306,27 @@ START_TEST(test_restart_same_env) {
 END_TEST
 
 /* (d) exit status 2 (bad configuration) fails the job at once: no restart, psctl exits 1
- * and stops the other worker and the shard. */
-START_TEST(test_exit_2_fails_at_once) {
+ * and stops the other worker and the shard; so does 4 (a shard lost the job's variables),
+ * as for psworker. _i: 0 exit 2, 1 exit 4. */
+START_TEST(test_exit_2_or_4_fails_at_once) {
     char cmd[8192];
-    worker_cmd(cmd, sizeof cmd, "exit2-0", "");
-    const char *args[] = {"psctl", "local", "--ps",         "1", "--workers", "2", "--mode",
-                          "sync",  "--max-restarts", "5", "--worker-cmd", cmd, NULL};
+    worker_cmd(cmd, sizeof cmd, _i ? "exit4-0" : "exit2-0", "");
+    const char *args[] = {"psctl",  "local", "--ps",           "1", "--workers",    "2",
+                          "--mode", "sync",  "--max-restarts", "5", "--worker-cmd", cmd,
+                          NULL};
     ps_test_run_result r;
     run_psctl(args, NULL, NULL, &r);
     ck_assert_msg(ps_test_run_exit_code(&r) == 1, "exit %d, stderr:\n%s", ps_test_run_exit_code(&r),
                   r.err);
-    ck_assert_contains(r.err, "psctl: worker 0 failed (exit status 2); exit status 2 means bad "
-                              "configuration: not restarted\n");
+    if (_i) {
+        ck_assert_contains(r.err, "psctl: worker 0 failed (exit status 4): a psd shard lost the "
+                                  "job's variables");
+        ck_assert_msg(strstr(r.err, "--recreate-lost-variables") == NULL,
+                      "suggests a refused flag:\n%s", r.err);
+    } else {
+        ck_assert_contains(r.err, "psctl: worker 0 failed (exit status 2); exit status 2 means bad "
+                                  "configuration: not restarted\n");
+    }
     ck_assert_msg(strstr(r.err, "restarting") == NULL, "restarted:\n%s", r.err);
     ck_assert_msg(strstr(r.err, "job finished") == NULL, "claims success:\n%s", r.err);
     char path[4200];
@@ -333,8 +342,9 @@ END_TEST
 static const struct {
     const char *flag, *value, *message;
 } refused[] = {
-    {"--batch", "32", "psctl local: --batch configures psworker and is not used with "
-                      "--worker-cmd; pass it in the command instead\n"},
+    {"--batch", "32",
+     "psctl local: --batch configures psworker and is not used with "
+     "--worker-cmd; pass it in the command instead\n"},
     {"--epochs", "2", "psctl local: --epochs configures psworker"},
     {"--model", "m.json", "psctl local: --model configures psworker"},
     {"--data", "d", "psctl local: --data configures psworker"},
@@ -343,8 +353,9 @@ static const struct {
     {"--gpus", "all", "psctl local: --gpus configures psworker"},
     {"--recreate-lost-variables", NULL, "psctl local: --recreate-lost-variables configures "},
     {"--", "--lr", "psctl local: the arguments after \"--\" (--lr ...) go to psworker"},
-    {"--strategy", "mirrored", "psctl local: --worker-cmd applies to --strategy "
-                               "parameter_server only"},
+    {"--strategy", "mirrored",
+     "psctl local: --worker-cmd applies to --strategy "
+     "parameter_server only"},
 };
 
 START_TEST(test_refused_flags) {
@@ -354,8 +365,7 @@ START_TEST(test_refused_flags) {
     if (strcmp(refused[_i].flag, "--strategy") == 0) n = 4, args[2] = "--workers", args[3] = "1";
     args[n++] = refused[_i].flag;
     if (refused[_i].value) args[n++] = refused[_i].value;
-    if (strcmp(refused[_i].flag, "--strategy") == 0)
-        args[n++] = "--worker-cmd", args[n++] = "true";
+    if (strcmp(refused[_i].flag, "--strategy") == 0) args[n++] = "--worker-cmd", args[n++] = "true";
     args[n] = NULL;
     ps_test_run_result r;
     run_psctl(args, NULL, NULL, &r);
@@ -373,8 +383,9 @@ START_TEST(test_help_documents_worker_cmd) {
     ps_test_run_result r;
     run_psctl(args, NULL, NULL, &r);
     ck_assert_int_eq(ps_test_run_exit_code(&r), 0);
-    const char *want[] = {"--worker-cmd CMD", "/bin/sh -c 'exec CMD'", "TF_CONFIG=", "PS_JOB_ID",
-                          "nothing listens on them", "worker 0 is the chief", NULL};
+    const char *want[] = {
+        "--worker-cmd CMD",        "/bin/sh -c 'exec CMD'", "TF_CONFIG=", "PS_JOB_ID",
+        "nothing listens on them", "worker 0 is the chief", NULL};
     for (const char *const *w = want; *w; w++)
         ck_assert_contains(r.out, *w);
     ps_test_run_free(&r);
@@ -388,7 +399,7 @@ static Suite *worker_cmd_suite(void) {
     tcase_set_timeout(tc, 45);
     tcase_add_loop_test(tc, test_tf_config_and_output, 0, 2);
     tcase_add_test(tc, test_restart_same_env);
-    tcase_add_test(tc, test_exit_2_fails_at_once);
+    tcase_add_loop_test(tc, test_exit_2_or_4_fails_at_once, 0, 2);
     tcase_add_loop_test(tc, test_refused_flags, 0, (int)(sizeof refused / sizeof refused[0]));
     tcase_add_test(tc, test_help_documents_worker_cmd);
     suite_add_tcase(s, tc);
