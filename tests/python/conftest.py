@@ -1,7 +1,8 @@
 """Fixtures for the Python package's tests: free ports, real psd processes, a tmp dir.
 
 Every psd is started with --ready-file and waited for (bounded), and is SIGKILLed and
-reaped at teardown whatever the test's outcome, so no process outlives its test.
+reaped at teardown whatever the test's outcome, so no process outlives its test (nor the
+test process, should it crash: see PDEATHSIG).
 Environment (set by tests/meson.build): PSD (the psd binary), PS_LIBRARY (libps.so.0),
 PYTHONPATH (the source tree's python/), PS_SOURCE_ROOT; ABI_DUMP and C_STEPS for the
 tests that compare with C programs.
@@ -21,6 +22,9 @@ from typing import Iterator
 import pytest
 
 READY_TIMEOUT_S = 30.0  # a loaded 2-core machine starts psd in well under a second
+# psd gets SIGKILL when the test process dies, even by a crash that skips the fixtures'
+# teardown (util-linux's setpriv sets PR_SET_PDEATHSIG, then execs psd)
+PDEATHSIG = ["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
 
 
 def env_path(name: str) -> str:
@@ -74,7 +78,7 @@ class Psd:
     def start(self) -> "Psd":
         assert self.proc is None, "psd already running"
         self.ready.unlink(missing_ok=True)
-        cmd = [self.exe, "--bind", "127.0.0.1", "--port", str(self.port),
+        cmd = [*PDEATHSIG, self.exe, "--bind", "127.0.0.1", "--port", str(self.port),
                "--ready-file", str(self.ready), *self.args]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
