@@ -3,8 +3,11 @@ shards (unknown variables, a killed psd, a psd restarted with or without a check
 come out as the right ps.PsError subclasses, within bounded time, against a real psd."""
 from __future__ import annotations
 
+import json
 import logging
-import threading
+import select
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -145,21 +148,36 @@ def test_unknown_variable_is_lookup_error(psd):
         assert chief.pull() == 0  # the chief's own variable is there
 
 
-def start_step_in_thread(fn):
-    """Runs fn in a thread; returns (thread, result dict with 'exc' and 'seconds')."""
-    out: dict = {}
+# The worker of test_psd_killed_mid_step: one step against a sync psd that waits for a
+# second worker; prints "stepping" before it, then the outcome as JSON. A child process,
+# so that a step that hangs can be killed (a thread could not be, and closing a client a
+# thread still uses is not allowed).
+STEPPER = """
+import json, sys, time
+import numpy as np, ps
+endpoint, timeout_ms = sys.argv[1], int(sys.argv[2])
+p, g = np.zeros(4, np.float32), np.ones(4, np.float32)
+with ps.Client([endpoint], 0, 2, timeout_ms=timeout_ms, retry_ms=300) as c:
+    w = ps.Worker(c, {"v": (p, g)}, {"name": "sgd", "learning_rate": 0.1})
+    print("stepping", flush=True)
+    t0 = time.monotonic()
+    try:
+        w.step()
+        out = {"error": None}
+    except ps.PsError as e:
+        out = {"error": type(e).__name__, "message": str(e),
+               "is_timeout": isinstance(e, TimeoutError)}
+    out["seconds"] = time.monotonic() - t0
+    print(json.dumps(out), flush=True)
+"""
 
-    def run():
-        t0 = time.monotonic()
-        try:
-            fn()
-        except BaseException as e:  # noqa: BLE001 (handed to the test)
-            out["exc"] = e
-        out["seconds"] = time.monotonic() - t0
 
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, out
+def read_line(proc: subprocess.Popen, timeout_s: float) -> str:
+    """The child's next stdout line, waited for at most timeout_s ("" at its end)."""
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    if not ready:
+        raise AssertionError(f"no line from the child within {timeout_s:g} s")
+    return proc.stdout.readline()
 
 
 def test_psd_killed_mid_step_raises_in_bounded_time(psd):
@@ -167,22 +185,24 @@ def test_psd_killed_mid_step_raises_in_bounded_time(psd):
     # worker, so the request is in flight when psd dies
     s = psd(workers=2)
     timeout_ms = 4000
-    p, g = pair()
-    with ps.Client([s.endpoint], 0, 2, timeout_ms=timeout_ms, retry_ms=300) as c:
-        w = ps.Worker(c, {"v": (p, g)}, SGD)
-        g[...] = 1.0
-        t, out = start_step_in_thread(w.step)
+    child = subprocess.Popen([sys.executable, "-c", STEPPER, s.endpoint, str(timeout_ms)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert read_line(child, 60).strip() == "stepping"
         time.sleep(1.0)
-        assert t.is_alive(), f"the step did not wait for the other worker: {out}"
+        assert child.poll() is None, "the step did not wait for the other worker"
         s.kill()
-        t.join(timeout_ms / 1000 + 30)
-        assert not t.is_alive(), "the step hangs after psd was killed"
-        e = out.get("exc")
-        assert isinstance(e, ps.PsError), f"want a PsError, got {e!r}"
-        assert isinstance(e, (ps.PsTimeoutError, ps.PsIOError)), repr(e)
-        # measured from the step's start: the second before the kill plus the deadline
-        print(f"step raised {e!r} after {out['seconds']:.2f} s")
-        assert out["seconds"] < 1.0 + timeout_ms / 1000 + 10, out["seconds"]
+        line = read_line(child, timeout_ms / 1000 + 30)  # a hang fails here
+        out = json.loads(line)
+        assert child.wait(timeout=30) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        child.stdout.close()
+    assert out["error"] in ("PsTimeoutError", "PsIOError"), out
+    # from the step's start: the second before the kill, then the request's deadline
+    assert out["seconds"] < 1.0 + timeout_ms / 1000 + 10, out
 
 
 def train(w: ps.Worker, g: np.ndarray, steps: int) -> None:
