@@ -66,7 +66,8 @@ def test_every_mirrored_struct_is_dumped(dump):
     assert sorted(dump) == sorted(MIRRORS)
     # and _lib.py mirrors no other structure that would go unchecked
     mine = {v for v in vars(_lib).values()
-            if isinstance(v, type) and issubclass(v, ctypes.Structure) and v is not ctypes.Structure}
+            if isinstance(v, type) and issubclass(v, ctypes.Structure)}
+    mine.discard(ctypes.Structure)
     assert mine == set(MIRRORS.values())
 
 

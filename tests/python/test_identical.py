@@ -6,6 +6,7 @@ small ones) with libps; here ps.Worker does the same against fresh shards, with 
 computing the same gradients in float32, operation by operation as c_steps.c does."""
 from __future__ import annotations
 
+import json
 import subprocess
 
 import numpy as np
@@ -40,7 +41,6 @@ def gradient(param: np.ndarray, k: int, out: np.ndarray) -> None:
 
 
 def run_c(opt: dict, endpoints: list[str], workdir) -> bytes:
-    import json
     out = workdir / "c.bin"
     r = subprocess.run([env_path("C_STEPS"), str(out), str(STEPS), json.dumps(opt), *endpoints],
                        capture_output=True, text=True, timeout=120)
