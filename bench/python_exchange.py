@@ -12,11 +12,12 @@ goodbye) and the Python side (in this process: a fresh ps.Client and ps.Worker, 
 same warm-up and steps, goodbye), alternating which goes first. Prints time per step
 (median, min, max over repetitions) for both, CPU time per step of the worker
 process, and the ratio of the medians against the target (Python <= 1.2x C).
+After each run it checks that every shard's version moved by the run's steps.
 
-usage: PS_LIBRARY=BUILD/client/libps.so.0 PYTHONPATH=SRC/python \\
-           /usr/bin/python3 bench/python_exchange.py [--build BUILD] [options]
-PS_LIBRARY and PYTHONPATH default to the build's library and the source tree's
-python/ when unset. --profile FILE writes a cProfile of one extra Python run."""
+usage: /usr/bin/python3 bench/python_exchange.py [--build BUILD] [options]
+The ps package is imported from this source tree (python/ next to bench/); libps is
+$PS_LIBRARY, else BUILD/client/libps.so.0, the library the C program links too.
+--profile FILE writes a cProfile of one extra Python run."""
 import argparse
 import json
 import os
@@ -54,9 +55,10 @@ def parse():
     return a
 
 
-def start_shards(psd, n, work):
-    """n psd shards (sync, 1 worker) on free 127.0.0.1 ports; their endpoints."""
-    procs, eps = [], []
+def start_shards(psd, n, work, procs):
+    """n psd shards (sync, 1 worker) on free 127.0.0.1 ports, appended to procs (so
+    that the caller stops every one started, even when this fails); their endpoints."""
+    eps = []
     for i in range(n):
         ready = os.path.join(work, f"ready{i}")
         log = open(os.path.join(work, f"psd{i}.log"), "w")
@@ -80,7 +82,7 @@ def start_shards(psd, n, work):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"psd {i} did not listen within 15 s; log in {work}")
             time.sleep(0.01)
-    return procs, eps
+    return eps
 
 
 def stop_shards(procs):
@@ -151,18 +153,25 @@ def main():
     work = tempfile.mkdtemp(prefix="ps-bench-pyexchange.")
     procs = []
     try:
-        procs, eps = start_shards(psd, a.shards, work)
+        eps = start_shards(psd, a.shards, work, procs)
         print(f"command: {' '.join(sys.argv)}")
         print(f"shards: {a.shards} psd, sync, 1 worker, {','.join(eps)} (logs in {work})")
         print(f"libps: {os.environ['PS_LIBRARY']}; ps package: {os.path.dirname(ps.__file__)}")
         print(f"per run: {a.warmup} warm-up steps, {a.steps} timed steps; {a.reps} runs each, "
               "interleaved (C first in odd runs, Python first in even ones)")
         res = {"c": [], "py": []}
+        admin = ps.Client(eps, timeout_ms=10000)  # stats only: no hello, not a worker
         for r in range(1, a.reps + 1):
             order = ("c", "py") if r % 2 else ("py", "c")
             for side in order:
+                before = [s["version"] for s in admin.stats()]
                 res[side].append(run_c(exe, eps, a) if side == "c" else
                                  run_py(ps, np, eps, a))
+                # every step closed one step on every shard, or the figure is not the exchange's
+                moved = [s["version"] - v for s, v in zip(admin.stats(), before)]
+                if moved != [a.warmup + a.steps] * a.shards:
+                    raise RuntimeError(f"run {r} ({side}): the shards' versions moved by {moved}, "
+                                       f"not {a.warmup + a.steps} each")
             print(f"run {r}: C {res['c'][-1][0]:.1f} us/step  Python {res['py'][-1][0]:.1f} "
                   "us/step", file=sys.stderr, flush=True)
         print(f"\n{'side':34s} {'us/step':>9s} {'min':>9s} {'max':>9s} {'cpu us/step':>12s}")
@@ -182,6 +191,8 @@ def main():
             import pstats
             print(f"\ncProfile of one more Python run ({a.profile}):")
             pstats.Stats(a.profile).sort_stats("tottime").print_stats(12)
+    except (RuntimeError, subprocess.TimeoutExpired, ps.PsError) as e:
+        sys.exit(f"python_exchange: {e}")
     finally:
         stop_shards(procs)
 

@@ -15,8 +15,8 @@
 #   BUILD_DIR  the meson build with ps-server/psd and client/libps.so.0 (default: build)
 #   REPS       runs per setup (default 3)
 #   EPOCHS     epochs per run (default 1)
-# $PSD replaces the build's psd. Every psd and worker started here is stopped on exit;
-# every wait is bounded (psd listening: 15 s; a run: 900 s).
+# $PSD replaces the build's psd, $PS_LIBRARY its libps. Every psd and worker started
+# here is stopped on exit; every wait is bounded (psd listening: 15 s; a run: 900 s).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -36,7 +36,7 @@ if ! "$py" -c 'import torch.distributed, numpy' 2>/dev/null; then
   echo "torch_ps_vs_ddp: installing python3-torch (apt-get)" >&2
   apt-get install -y -q python3-torch python3-numpy >&2
 fi
-export PS_LIBRARY=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
+export PS_LIBRARY="${PS_LIBRARY:-$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")}"
 export PYTHONPATH="$src/python${PYTHONPATH:+:$PYTHONPATH}"
 
 work=$(mktemp -d /tmp/ps-bench-torch.XXXXXX)
@@ -92,9 +92,14 @@ run_ps() {
 }
 
 run_ddp() {
-  local r=$1
+  local r=$1 rc=0
+  # in the background so that a signal to this script is handled at once (the trap)
   timeout 900 "$py" "$here/ddp_mlp.py" --procs 2 --epochs "$epochs" --batch 64 \
-    >"$work/d$r.json" 2>"$work/d$r.log" || { echo "(d) run $r failed: $work/d$r.log" >&2; exit 1; }
+    >"$work/d$r.json" 2>"$work/d$r.log" &
+  pids+=($!)
+  wait $! || rc=$?
+  pids=()
+  [ "$rc" -eq 0 ] || { echo "(d) run $r failed ($rc): $work/d$r.log" >&2; exit 1; }
 }
 
 echo "command: $0 $build $reps $epochs"
