@@ -143,11 +143,46 @@ int psctl_worker_argv(psctl_argv *a, const psctl_local_opts *o, const char *work
     return a->oom ? -1 : 0;
 }
 
-char *psctl_tf_config(const int *ports, int n, int j) {
-    size_t cap = 96 + (size_t)n * 20;
+int psctl_worker_cmd_argv(psctl_argv *a, const char *cmd) {
+    psctl_argv_add(a, "/bin/sh");
+    psctl_argv_add(a, "-c");
+    psctl_argv_add(a, "exec %s", cmd);
+    return a->oom ? -1 : 0;
+}
+
+/* Appends s[0..len) to out as the inside of a JSON string: '"' and '\\' escaped (endpoints
+ * are printable ASCII, see ps_check_ipc_path). Returns the bytes written. */
+static size_t json_chars(char *out, const char *s, size_t len) {
+    size_t w = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] == '"' || s[i] == '\\') out[w++] = '\\';
+        out[w++] = s[i];
+    }
+    return w;
+}
+
+char *psctl_tf_config(const char *ps_csv, const int *ports, int n, int j) {
+    size_t ps_len = ps_csv ? strlen(ps_csv) : 0;
+    /* each ps byte at most 2 once escaped, each entry 4 more (quotes, ", ") */
+    size_t cap = 128 + (size_t)n * 20 + 2 * ps_len + 4 * (ps_len + 1);
     char *s = malloc(cap);
     if (!s) return NULL;
-    size_t used = (size_t)snprintf(s, cap, "{\"cluster\": {\"worker\": [");
+    size_t used = (size_t)snprintf(s, cap, "{\"cluster\": {");
+    if (ps_csv) {
+        used += (size_t)snprintf(s + used, cap - used, "\"ps\": [");
+        for (const char *p = ps_csv;;) {
+            size_t len = strcspn(p, ",");
+            s[used++] = '"';
+            used += json_chars(s + used, p, len);
+            s[used++] = '"';
+            if (p[len] == '\0') break;
+            memcpy(s + used, ", ", 2);
+            used += 2;
+            p += len + 1;
+        }
+        used += (size_t)snprintf(s + used, cap - used, "], ");
+    }
+    used += (size_t)snprintf(s + used, cap - used, "\"worker\": [");
     for (int i = 0; i < n; i++)
         used +=
             (size_t)snprintf(s + used, cap - used, "%s\"127.0.0.1:%d\"", i ? ", " : "", ports[i]);
@@ -178,4 +213,15 @@ void psctl_env_free(char **env) {
         n++;
     free(env[n]); /* ours is last */
     free(env);
+}
+
+char **psctl_env_unset(char *const *base, const char *key) {
+    size_t n = 0, m = 0, klen = strlen(key);
+    while (base[n])
+        n++;
+    char **env = calloc(n + 1, sizeof *env);
+    if (!env) return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!(strncmp(base[i], key, klen) == 0 && base[i][klen] == '=')) env[m++] = base[i];
+    return env;
 }

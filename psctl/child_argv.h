@@ -38,16 +38,26 @@ int psctl_psd_argv(psctl_argv *a, const psctl_local_opts *o, const char *psd_pat
 int psctl_worker_argv(psctl_argv *a, const psctl_local_opts *o, const char *worker_path, int j,
                       const char *endpoints, const char *ckpt_dir, int progress_tty);
 
-/* The TF_CONFIG of worker j in an all-reduce job whose n workers listen on 127.0.0.1 at
- * ports[0..n): {"cluster": {"worker": ["127.0.0.1:P0", ...]}, "task": {"type": "worker",
- * "index": j}} (TensorFlow's multi-process runner does the same). Returns a malloc'd
- * string, or NULL when out of memory. */
-char *psctl_tf_config(const int *ports, int n, int j);
+/* Fills a (zeroed) with the command line of a --worker-cmd worker: /bin/sh -c 'exec CMD'
+ * (the shell parses CMD; exec makes CMD the process psctl signals). Returns 0, or -1 when
+ * out of memory (a->oom). */
+int psctl_worker_cmd_argv(psctl_argv *a, const char *cmd);
+
+/* The TF_CONFIG of worker j of n whose entries are 127.0.0.1 at ports[0..n):
+ * {"cluster": {"ps": ["E0", ...], "worker": ["127.0.0.1:P0", ...]}, "task": {"type":
+ * "worker", "index": j}} (TensorFlow's multi-process runner does the same). ps_csv: the
+ * shards' endpoints, comma-separated ("host:port" or "ipc://PATH"), or NULL for no "ps"
+ * job (all-reduce). Returns a malloc'd string, or NULL when out of memory. */
+char *psctl_tf_config(const char *ps_csv, const int *ports, int n, int j);
 
 /* A copy of the environment `base` with KEY=value in place of any KEY=... it has.
  * The array and the new string (its last entry) are malloc'd, the other strings are
  * base's; free with psctl_env_free. Returns NULL when out of memory. */
 char **psctl_env_set(char *const *base, const char *key, const char *value);
 void psctl_env_free(char **env);
+
+/* A copy of the environment `base` without KEY=...: an array (malloc'd; free it with free)
+ * of base's strings. Returns NULL when out of memory. */
+char **psctl_env_unset(char *const *base, const char *key);
 
 #endif

@@ -317,7 +317,10 @@ int psctl_local_main(int argc, char **argv) {
     static const char *const worker_rel[] = {"../worker/psworker", "psworker", NULL};
     /* the all-reduce strategies start no psd: it need not exist */
     char *psd = opts.allreduce ? strdup("-") : find_binary("psd", "PSD", psd_rel);
-    char *worker = psd ? find_binary("psworker", "PSWORKER", worker_rel) : NULL;
+    /* --worker-cmd: the workers are CMD run by /bin/sh; psworker need not exist */
+    char *worker = !psd              ? NULL
+                   : opts.worker_cmd ? strdup("/bin/sh")
+                                     : find_binary("psworker", "PSWORKER", worker_rel);
     char *run_dir = worker ? make_run_dir() : NULL;
     int want_socks = opts.transport_ipc && !opts.allreduce;
     char *sock_dir = run_dir && want_socks ? make_sock_dir(opts.num_ps) : NULL;

@@ -49,7 +49,10 @@ typedef struct {
     long replicas;
     long staleness;
     long checkpoint_steps; /* all-reduce: the chief's checkpoint period in steps (-1: not given) */
-    const char *job_id;    /* --job-id ID passed to every worker, or NULL (their default) */
+    const char *job_id;    /* --job-id ID passed to every worker (--worker-cmd: as PS_JOB_ID in
+                              its environment), or NULL (their default) */
+    const char *worker_cmd; /* --worker-cmd CMD: workers run /bin/sh -c 'exec CMD' with TF_CONFIG
+                               instead of psworker (parameter_server only), or NULL */
     int recreate_lost;     /* --recreate-lost-variables: passed on; a worker exiting 4 restarts */
     const char *gpus;      /* --gpus as given, or NULL */
     int gpus_all;          /* --gpus all */
@@ -59,6 +62,9 @@ typedef struct {
     const char *worker_device;  /* --device for every worker: "cpu" or "cuda:0" */
     char **worker_cuda_visible; /* CUDA_VISIBLE_DEVICES of worker j (owned), or NULL: CPU */
 } psctl_local_opts;
+
+/* --worker-cmd: the environment variable that carries --job-id. */
+#define PSCTL_JOB_ID_ENV "PS_JOB_ID"
 
 /* Parses `psctl local` arguments; argv[0] is "local". Returns 0 when opts is filled
  * in, 1 when --help was printed to stdout, 2 after printing a message naming the bad

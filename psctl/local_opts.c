@@ -79,15 +79,21 @@ static const ps_option table[] = {
      .def = "ipc",
      .help = "how workers reach the shards: Unix sockets or 127.0.0.1 TCP"},
     {"job-id", PS_OPTION_ARG, F(job_id), 1, 0, NULL, NULL, "ID",
-     "every worker's --job-id (default: the workers' own, \"default\")"},
+     "every worker's --job-id (default: the workers' own, \"default\"); with --worker-cmd "
+     "their PS_JOB_ID"},
     {"recreate-lost-variables", PS_OPTION_FLAG, F(recreate_lost), 0, 0, NULL, NULL, NULL,
      "a shard that lost the job's variables gets them again with INITIAL values (see below)"},
+    {"worker-cmd", PS_OPTION_ARG, F(worker_cmd), 1, 0, NULL, NULL, "CMD",
+     "run each worker as /bin/sh -c 'exec CMD' with TF_CONFIG instead of psworker "
+     "(parameter_server only; see below)"},
 };
 #define N_OPTIONS (sizeof table / sizeof table[0])
 
 void psctl_local_usage(FILE *f) {
     fprintf(f, "usage: psctl local --ps N --workers M --mode sync|async [options] "
                "[-- EXTRA WORKER ARGS...]\n"
+               "       psctl local --ps N --workers M --mode sync|async --worker-cmd CMD "
+               "[options]\n"
                "       psctl local --ps N --gpus all|0,1,... --mode sync|async [options] "
                "[-- ...]\n"
                "       psctl local --strategy mirrored|multi_worker_mirrored --workers M "
@@ -135,6 +141,25 @@ void psctl_local_usage(FILE *f) {
                "(SIGTERM, SIGKILL after 5 s) and restarts all of them on fresh ports, resuming\n"
                "from the chief's last checkpoint; each such restart counts against\n"
                "--max-restarts. A worker exiting 2 (bad configuration) fails the job at once.\n"
+               "\nAny worker program (--worker-cmd CMD, parameter_server only): worker j runs\n"
+               "as /bin/sh -c 'exec CMD' (shell quoting and $VARIABLES work; CMD is one\n"
+               "command, exec'd so that signals reach it: put several in a script) instead of\n"
+               "psworker, supervised, restarted and prefixed as above with the same command\n"
+               "and environment on every restart. Its environment gets, besides psctl's own:\n"
+               "  TF_CONFIG={\"cluster\": {\"ps\": [\"ipc://DIR/psd-0.sock\", ...], \"worker\":\n"
+               "    [\"127.0.0.1:Q0\", ...]}, \"task\": {\"type\": \"worker\", \"index\": j}}\n"
+               "    as TensorFlow's multi-process runner writes it. The ps entries are the\n"
+               "    shards' endpoints as psworker's --ps gets them (\"127.0.0.1:P\" with --transport\n"
+               "    tcp). The worker entries are 127.0.0.1 ports free when the workers first\n"
+               "    start: nothing listens on them (workers do not talk to each other with\n"
+               "    psd). There is no \"chief\" entry: worker 0 is the chief.\n"
+               "  PS_JOB_ID=ID with --job-id ID.\n"
+               "  PS_PARENT_PID=<psctl's pid> (as every child gets).\n"
+               "Exit status 0 is done, 2 (bad configuration) and 4 (a shard lost the job's\n"
+               "variables) fail the job at once, anything else is restarted. The flags that only\n"
+               "configure psworker (--epochs, --model, --data, --batch, --seed, --summary, --gpus,\n"
+               "--recreate-lost-variables, arguments after \"--\") are refused with --worker-cmd:\n"
+               "give them in CMD.\n"
                "\nBinaries: $PSD and $PSWORKER, else next to psctl, else on PATH.\n"
                "Exit status: 0 done, 1 a process failed (beyond its restarts), a shard lost\n"
                "the job's variables, or --timeout,\n"
@@ -202,6 +227,42 @@ static int allreduce_conflict(const psctl_local_opts *o, const unsigned char *gi
     return 0;
 }
 
+/* With --worker-cmd: refuses the strategies without psd and the flags that only configure
+ * psworker (given on psctl's command line, so they would be ignored). Returns 0, or -1
+ * after a message naming the flag. */
+static int worker_cmd_conflict(const psctl_local_opts *o, const unsigned char *given) {
+    static const char *const psworker_only[] = {"epochs",  "model", "data",
+                                                "batch",   "seed",  "summary",
+                                                "gpus",    "recreate-lost-variables"};
+    if (o->allreduce) {
+        fprintf(stderr,
+                "psctl local: --worker-cmd applies to --strategy parameter_server only; with "
+                "--strategy %s the workers are psworker\n",
+                o->strategy_name);
+        return -1;
+    }
+    if (strspn(o->worker_cmd, " \t\n") == strlen(o->worker_cmd)) {
+        fprintf(stderr, "psctl local: --worker-cmd needs a command, not blanks\n");
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof psworker_only / sizeof psworker_only[0]; i++) {
+        if (!given[ps_options_find(table, N_OPTIONS, psworker_only[i]) - table]) continue;
+        fprintf(stderr,
+                "psctl local: --%s configures psworker and is not used with --worker-cmd; pass "
+                "it in the command instead\n",
+                psworker_only[i]);
+        return -1;
+    }
+    if (o->num_extra > 0) {
+        fprintf(stderr,
+                "psctl local: the arguments after \"--\" (%s ...) go to psworker and are not "
+                "used with --worker-cmd; pass them in the command instead\n",
+                o->extra[0]);
+        return -1;
+    }
+    return 0;
+}
+
 int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
     memset(o, 0, sizeof *o);
     o->seed = -1;
@@ -237,6 +298,7 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
     o->allreduce = o->strategy != PSCTL_PARAMETER_SERVER;
     if (given[ps_options_find(table, N_OPTIONS, "communication") - table])
         o->communication = communications[o->communication_index];
+    if (o->worker_cmd && worker_cmd_conflict(o, given) != 0) goto usage_hint;
     if (o->allreduce && allreduce_conflict(o, given) != 0) goto usage_hint;
     if (o->allreduce && !o->mode) o->mode = "sync";
     if (!o->allreduce && o->communication) {

@@ -297,7 +297,7 @@ static int start_psd(sup *sv, child *c) {
     psctl_argv a = {0};
     int r = psctl_psd_argv(&a, sv->job->opts, sv->job->psd_path, c->index, c->port, c->ipc_path,
                            c->ready_path);
-    r = r < 0 ? UV_ENOMEM : spawn_child(sv, c, a.v, NULL);
+    r = r < 0 ? UV_ENOMEM : spawn_child(sv, c, a.v, sv->psd_env);
     psctl_argv_free(&a);
     if (r < 0) return r;
     c->awaiting_ready = 1;
@@ -312,19 +312,34 @@ static int start_psd(sup *sv, child *c) {
 static int start_worker(sup *sv, child *c) {
     const psctl_local_opts *o = sv->job->opts;
     psctl_argv a = {0};
-    int r = psctl_worker_argv(&a, o, sv->job->worker_path, c->index, sv->endpoints,
-                              sv->job->ckpt_dir, c->index == 0 && sv->stdout_tty);
-    /* all-reduce: TF_CONFIG names the ring (replacing any psctl inherited) */
-    char *tf = o->allreduce ? psctl_tf_config(sv->ports, (int)o->num_workers, c->index) : NULL;
-    char **tf_env = tf ? psctl_env_set(sv->env, "TF_CONFIG", tf) : NULL;
-    char **base = tf_env ? tf_env : sv->env;
-    char **env = o->worker_cuda_visible
-                     ? psctl_env_set(base, "CUDA_VISIBLE_DEVICES", o->worker_cuda_visible[c->index])
-                     : NULL;
-    int oom = r < 0 || (o->allreduce && !tf_env) || (o->worker_cuda_visible && !env);
-    r = oom ? UV_ENOMEM : spawn_child(sv, c, a.v, env ? env : tf_env);
-    psctl_env_free(env);
-    psctl_env_free(tf_env);
+    int r = o->worker_cmd ? psctl_worker_cmd_argv(&a, o->worker_cmd)
+                          : psctl_worker_argv(&a, o, sv->job->worker_path, c->index, sv->endpoints,
+                                              sv->job->ckpt_dir, c->index == 0 && sv->stdout_tty);
+    /* TF_CONFIG (replacing any psctl inherited): all-reduce, the ring; --worker-cmd, the
+     * shards and the workers' ports */
+    char *tf = NULL;
+    if (o->allreduce || o->worker_cmd)
+        tf = psctl_tf_config(o->worker_cmd ? sv->endpoints : NULL, sv->ports, (int)o->num_workers,
+                             c->index);
+    const char *keys[3], *values[3];
+    int nkeys = 0, oom = r < 0 || ((o->allreduce || o->worker_cmd) && !tf);
+    if (tf) keys[nkeys] = "TF_CONFIG", values[nkeys++] = tf;
+    if (o->worker_cmd && o->job_id) keys[nkeys] = PSCTL_JOB_ID_ENV, values[nkeys++] = o->job_id;
+    if (o->worker_cuda_visible)
+        keys[nkeys] = "CUDA_VISIBLE_DEVICES", values[nkeys++] = o->worker_cuda_visible[c->index];
+    /* each environment is the previous one plus one variable (psctl_env_set) */
+    char **envs[3], **env = NULL;
+    int nenvs = 0;
+    for (int k = 0; k < nkeys && !oom; k++) {
+        env = psctl_env_set(env ? env : sv->env, keys[k], values[k]);
+        if (env)
+            envs[nenvs++] = env;
+        else
+            oom = 1;
+    }
+    r = oom ? UV_ENOMEM : spawn_child(sv, c, a.v, env);
+    while (nenvs > 0)
+        psctl_env_free(envs[--nenvs]);
     free(tf);
     psctl_argv_free(&a);
     return r;
@@ -347,12 +362,22 @@ void psctl__start_workers(sup *sv) {
     const psctl_local_opts *o = sv->job->opts;
     sv->phase = PHASE_RUNNING;
     sv->workers_ok = 0;
-    if (o->allreduce) {
+    if (o->allreduce || o->worker_cmd) {
         char err[256];
         if (psctl_free_ports(sv->ports, (int)o->num_workers, err, sizeof err) != 0) {
-            psctl__abort_job(sv, 1, "cannot find free ports for the workers' ring: %s", err);
+            psctl__abort_job(sv, 1, "cannot find free ports for the workers' %s: %s",
+                             o->allreduce ? "ring" : "TF_CONFIG", err);
             return;
         }
+    }
+    if (o->worker_cmd) {
+        char list[256] = "";
+        size_t used = 0;
+        for (int j = 0; j < o->num_workers && used < sizeof list - 16; j++)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%d", j ? "," : "",
+                                     sv->ports[j]);
+        psctl__say(sv, "workers run: %s (TF_CONFIG worker ports %s%s on 127.0.0.1, not listened on)",
+                   o->worker_cmd, list, used >= sizeof list - 16 ? ",..." : "");
     }
     if (o->allreduce) {
         char list[256] = "";
@@ -413,8 +438,9 @@ static void child_failed(sup *sv, child *c, int64_t status, int sig) {
             sv, 1,
             "%s failed (exit status %d): a psd shard lost the job's variables (named "
             "above); not restarted. The job cannot finish with that part of the model "
-            "lost: start it again (from a checkpoint), or give --recreate-lost-variables",
-            c->label, EXIT_LOST);
+            "lost: start it again (from a checkpoint)%s",
+            c->label, EXIT_LOST,
+            sv->job->opts->worker_cmd ? "" : ", or give --recreate-lost-variables");
         return;
     }
     if (!bad_config && c->restarts < max) {
@@ -662,8 +688,9 @@ static int setup(sup *sv, const psctl_job *job) {
     int n = (int)(o->num_ps + o->num_workers);
     sv->children = calloc((size_t)n, sizeof *sv->children);
     sv->env = build_env();
+    sv->psd_env = sv->env ? psctl_env_unset(sv->env, "TF_CONFIG") : NULL;
     sv->ports = calloc((size_t)o->num_workers, sizeof *sv->ports);
-    if (!sv->children || !sv->env || !sv->ports) return UV_ENOMEM;
+    if (!sv->children || !sv->env || !sv->psd_env || !sv->ports) return UV_ENOMEM;
     sv->nchildren = n;
     for (int i = 0; i < sv->nchildren; i++) {
         child *c = &sv->children[i];
@@ -741,6 +768,7 @@ static void free_all(sup *sv) {
     free(sv->children);
     free(sv->endpoints);
     free(sv->ports);
+    free(sv->psd_env);
     psctl_env_free(sv->env);
     free(sv);
 }

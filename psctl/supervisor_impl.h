@@ -92,7 +92,8 @@ typedef struct sup {
     uv_timer_t ready_timer, stop_timer, timeout_timer, drain_timer;
     uv_signal_t sigint, sigterm;
     psctl_screen screen;
-    char **env;
+    char **env;     /* every child's: psctl's own plus PS_PARENT_PID */
+    char **psd_env; /* the shards': env without TF_CONFIG (their flags say it all) */
     int stdout_tty;
     char readbuf[65536];
 } sup;

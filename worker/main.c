@@ -117,15 +117,13 @@ static const ps_option table[] = {
      "chief, yes: a shard that lost the job's variables (restarted without a checkpoint) "
      "gets them again with their INITIAL values, logged and listed in the summary; no: "
      "the job fails naming the shard (exit status 4)"},
-    {"strategy", PS_OPTION_CHOICE, F(strategy), 0, 0, "parameter_server",
-     "parameter_server|mirrored|multi_worker_mirrored", NULL,
-     "how the workers combine gradients: through psd shards, or all-reduce between the "
-     "workers (mirrored: all on this host, Unix sockets; multi_worker_mirrored: any hosts). "
-     "Default: parameter_server with --ps or a TF_CONFIG naming cluster.ps, "
-     "multi_worker_mirrored with a TF_CONFIG of only worker (and chief) entries"},
-    {"communication", PS_OPTION_CHOICE, F(communication), 0, 0, "auto", "auto|ring|nccl", NULL,
-     "all-reduce implementation: ring (over the workers' sockets), nccl (CUDA devices, "
-     "when built with NCCL), auto = nccl on a CUDA device when built in, else ring"},
+    {.like = &ps_flag_strategy,
+     PS_OPTION_AT(worker_opts, strategy),
+     .help = "how the workers combine gradients: through psd shards, or all-reduce between the "
+             "workers (mirrored: all on this host, Unix sockets; multi_worker_mirrored: any "
+             "hosts). Default: parameter_server with --ps or a TF_CONFIG naming cluster.ps, "
+             "multi_worker_mirrored with a TF_CONFIG of only worker (and chief) entries"},
+    {.like = &ps_flag_communication, PS_OPTION_AT(worker_opts, communication)},
     {.like = &ps_flag_worker_timeout,
      PS_OPTION_AT(worker_opts, worker_timeout),
      .help = "all-reduce: a worker silent this long (a ring neighbour) is dead: every worker "

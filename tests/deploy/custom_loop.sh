@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The custom-loop test (issue 13): `meson install` the build (argument 1) into a temporary
+# The custom-loop test (issue 13; the Python package: issue 15): `meson install` the build (argument 1) into a temporary
 # DESTDIR, build examples/custom_loop from the installed tree with its Makefile, which
 # uses nothing but `pkg-config --cflags --libs ps` (PKG_CONFIG_PATH and
 # PKG_CONFIG_SYSROOT_DIR point into the DESTDIR), start 2 psd shards (sync, the build's
@@ -49,6 +49,18 @@ for page in man8/psd.8 man1/psworker.1 man1/psctl.1 man3/libps.3; do
 done
 [ -n "$(find "$dest" -name 'psd@.service')" ] || fail "psd@.service not installed"
 echo "ok: installed into DESTDIR ($(find "$dest" -type f | wc -l) files)"
+# the Python package: installed into Debian's dist-packages, naming the installed libps
+# (only in the plain build: an ASan libps cannot load into an uninstrumented Python)
+if [ "${PS_SANITIZED:-0}" != 1 ] && [ -x /usr/bin/python3 ]; then
+    pkg=$(find "$dest" -type d -path '*/dist-packages/ps' | head -1)
+    [ -n "$pkg" ] || fail "the ps Python package is not installed into a dist-packages"
+    want=$(sed -n 's/^LIBPS = "\(.*\)"$/\1/p' "$pkg/_install_paths.py")
+    [ -f "$dest$want" ] || fail "the ps package's _install_paths.py names $want, not installed"
+    PYTHONPATH=$(dirname "$pkg") PS_LIBRARY=$dest$want /usr/bin/python3 -c \
+        'import ps, ps.errors; assert ps.Client and ps.Worker; print(ps.optimizer_spec("adam").lr)' \
+        >"$tmp/py.log" 2>&1 || fail "the installed ps package does not import"
+    echo "ok: the installed ps package imports (libps $want)"
+fi
 
 # 2. build the example from the installed copy, with pkg-config pointed into the DESTDIR
 cp -r "$src" "$tmp/custom_loop"
