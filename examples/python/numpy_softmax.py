@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Softmax regression (784 -> 10) on Fashion-MNIST in NumPy, trained through psd.
 
 The model, its forward pass and its gradients are a few lines of NumPy; ps.Client

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Fashion-MNIST with the project's default MLP (examples/mlp.json) in plain PyTorch.
 
 784-128(relu)-10 logits, sparse categorical cross-entropy, Adam lr 0.001, batch 64.
