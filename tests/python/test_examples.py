@@ -3,6 +3,8 @@
 - torch_fmnist.py, 2 shards x 2 workers, sync, 2 epochs: exit 0, both workers'
   prefixed lines, the chief's test accuracy >= 0.85;
 - numpy_softmax.py, 2 x 2, sync, 1 epoch: test accuracy >= 0.77;
+- torch_fmnist.py, worker 1 SIGKILLed in epoch 2: psctl restarts it, it resumes at
+  the job's step (epoch 2), exit 0, test accuracy >= 0.85;
 - torch_fmnist.py with psd checkpoints every second, shard 1 SIGKILLed mid-training:
   psctl restarts it from its checkpoint, the workers go on (ShardRestartedError is a
   warning), exit 0 and test accuracy >= 0.85.
@@ -173,3 +175,41 @@ def test_torch_fmnist_survives_a_psd_kill(tmp_path):
     acc = printed_accuracy(out)
     print(f"torch_fmnist, psd 1 killed: test accuracy {acc:.4f}")
     assert acc >= 0.85, f"after the psd kill: test accuracy {acc} < 0.85:\n{out}"
+
+
+def worker_pid(psctl_pid, index):
+    """The pid of psctl's worker `index` (its TF_CONFIG's task index), or None."""
+    for pid, argv in children(psctl_pid):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        tf = [e for e in environ if e.startswith(b"TF_CONFIG=")]
+        if tf and re.search(rb'"index":\s*%d\b' % index, tf[0]):
+            return pid
+    return None
+
+
+def test_torch_fmnist_killed_worker_resumes(tmp_path):
+    proc, log = start(tmp_path, worker_cmd("torch_fmnist.py", "--epochs", "2"))
+    try:
+        # worker 1 is into epoch 2 (the job's clock is past one epoch) and not done
+        wait_for("worker 1's second epoch", lambda: "[worker 1] Epoch 2/2\n" in log.read_text())
+        pid = worker_pid(proc.pid, 1)
+        assert pid, f"worker 1 among psctl's children: {children(proc.pid)}"
+        assert "[worker 1] test loss" not in log.read_text(), "worker 1 ended before the kill"
+        os.kill(pid, signal.SIGKILL)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    rc, out = finish(proc, log)
+    check_job(rc, out, 2, 469)
+    assert "psctl: worker 1 killed by signal 9; restarting" in out, f"no restart:\n{out}"
+    # the restarted worker carries on at the job's step, in epoch 2
+    assert re.search(r"^\[worker 1\] resuming at epoch 2, step \d+ of 469$", out, re.M), \
+        f"worker 1 did not resume in epoch 2:\n{out}"
+    acc = printed_accuracy(out)
+    print(f"torch_fmnist, worker 1 killed: test accuracy {acc:.4f}")
+    assert acc >= 0.85, f"after the worker kill: test accuracy {acc} < 0.85:\n{out}"
+    assert printed_accuracy(out, 1) == acc
