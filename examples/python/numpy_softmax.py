@@ -66,17 +66,23 @@ def gradients(probs, x, y, dW, db):
     np.sum(delta, axis=0, out=db)
 
 
+def fail(message, status):
+    """Exit statuses as psctl reads them: 2, bad configuration; 4, a shard lost the
+    job's variables (neither is restarted)."""
+    print(f"numpy_softmax: {message}", file=sys.stderr)
+    sys.exit(status)
+
+
 def main():
     args = parse_args()
     if "TF_CONFIG" not in os.environ:
-        sys.exit("numpy_softmax: TF_CONFIG is not set: run it as a psd job's worker, e.g. "
-                 "psctl local --ps 2 --workers 2 --mode sync --worker-cmd "
-                 "'python3 numpy_softmax.py'")
+        fail("TF_CONFIG is not set: run it as a psd job's worker, e.g. psctl local --ps 2 "
+             "--workers 2 --mode sync --worker-cmd 'python3 numpy_softmax.py'", 2)
     try:
         x, y = fmnist_data.load("train", args.data)
         x_test, y_test = fmnist_data.load("test", args.data)
     except fmnist_data.DataError as e:
-        sys.exit(f"numpy_softmax: {e}")
+        fail(str(e), 2)
 
     W = np.zeros((784, 10), np.float32)  # the chief's values start the job
     b = np.zeros(10, np.float32)
@@ -110,4 +116,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ps.VariablesLostError as e:  # a psd restarted without a checkpoint
+        fail(str(e), 4)

@@ -62,7 +62,8 @@ def main():
         x, y = (torch.from_numpy(a) for a in fmnist_data.load("train", args.data))
         x_test, y_test = (torch.from_numpy(a) for a in fmnist_data.load("test", args.data))
     except fmnist_data.DataError as e:
-        sys.exit(f"torch_fmnist: {e}")
+        print(f"torch_fmnist: {e}", file=sys.stderr)
+        sys.exit(2)  # bad configuration: psctl does not restart it
 
     distributed = "TF_CONFIG" in os.environ
     if not distributed:
