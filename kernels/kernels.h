@@ -34,7 +34,8 @@ typedef enum {
     PS_K_ACT_RELU = 1,
     PS_K_ACT_SIGMOID = 2,
     PS_K_ACT_TANH = 3,
-    PS_K_ACT_GELU = 4 /* exact: 0.5 x (1 + erf(x / sqrt 2)), as Keras' default */
+    PS_K_ACT_GELU = 4, /* exact: 0.5 x (1 + erf(x / sqrt 2)), as Keras' default */
+    PS_K_ACT_RELU6 = 5 /* min(max(x, 0), 6): Keras' relu6, ReLU(max_value=6) */
 } ps_k_act;
 
 /* Input precision of a GEMM: products are always accumulated in fp32. */
@@ -242,6 +243,74 @@ void ps_k_maxpool_backward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *dx,
 void ps_k_avgpool_forward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *y, const float *x);
 /* dx = sum over the windows holding the cell of dy / (that window's cell count). */
 void ps_k_avgpool_backward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *dx, const float *dy);
+
+/* ---- batch normalization (NHWC: x is [rows, c], rows = n*h*w) ---------------- */
+
+/* Training: mean[c], var[c] = the batch's mean and biased variance over the rows
+ * (what Keras uses, also for the moving variance); y = gamma (x - mean) /
+ * sqrt(var + eps) + beta. gamma NULL means 1 (scale=False), beta NULL 0
+ * (center=False). mean and var (length c, on d) are overwritten: the backward
+ * pass reads them. y may not alias x. */
+void ps_k_bn_forward_train_overwrite(ps_k_dev *d, float *y, float *mean, float *var,
+                                     const float *x, const float *gamma, const float *beta,
+                                     size_t rows, size_t c, float eps);
+/* Inference: the same with given statistics (the moving ones). y may equal x. */
+void ps_k_bn_forward_infer_overwrite(ps_k_dev *d, float *y, const float *x, const float *mean,
+                                     const float *var, const float *gamma, const float *beta,
+                                     size_t rows, size_t c, float eps);
+/* Backward of the training forward (batch statistics, which depend on x):
+ * dx[rows, c] is overwritten (may not alias dy); dgamma[c], dbeta[c] are
+ * overwritten, each skipped when NULL. gamma NULL means 1. */
+void ps_k_bn_backward_overwrite(ps_k_dev *d, float *dx, float *dgamma, float *dbeta,
+                                const float *dy, const float *x, const float *mean,
+                                const float *var, const float *gamma, size_t rows, size_t c,
+                                float eps);
+
+/* ---- depthwise convolution ------------------------------------------------ */
+
+/* Fills *p for a depthwise convolution of input [n, h, w, c] with kernel
+ * [kh, kw, c, mult] (Keras' depthwise_kernel; depth multiplier mult): output
+ * [n, oh, ow, c*mult], output channel ci*mult + m from input channel ci.
+ * p->cout = c*mult, padding as ps_k_conv_plan; p->chunk is unused. PS_OK or
+ * PS_EINVAL. */
+int ps_k_dwconv_plan(ps_k_conv *p, size_t n, size_t h, size_t w, size_t c, size_t kh, size_t kw,
+                     size_t mult, size_t sh, size_t sw, bool same);
+/* y = depthwise(x, w) + b (b [c*mult] may be NULL); a direct kernel (no im2col). */
+void ps_k_dwconv2d_forward_overwrite(ps_k_dev *d, const ps_k_conv *p, float *y, const float *x,
+                                     const float *w, const float *b);
+/* From dy: dw [kh,kw,c,mult] and db (may be NULL) overwritten; dx [n,h,w,c]
+ * (may be NULL) overwritten. */
+void ps_k_dwconv2d_backward_overwrite(ps_k_dev *d, const ps_k_conv *p, float *dx, float *dw,
+                                      float *db, const float *dy, const float *x, const float *w);
+
+/* ---- shape ops ------------------------------------------------------------ */
+
+/* Global average pooling: y[n, c] = mean over the hw cells of x[n, hw, c]. */
+void ps_k_gap_forward_overwrite(ps_k_dev *d, float *y, const float *x, size_t n, size_t hw,
+                                size_t c);
+/* dx[n, hw, c] = dy[n, c] / hw. */
+void ps_k_gap_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t n, size_t hw,
+                                 size_t c);
+/* Zero padding: y[n, h+top+bottom, w+left+right, c] = x placed at (top, left),
+ * zeros around. */
+void ps_k_pad2d_forward_overwrite(ps_k_dev *d, float *y, const float *x, size_t n, size_t h,
+                                  size_t w, size_t c, size_t top, size_t bottom, size_t left,
+                                  size_t right);
+/* Its adjoint: dx[n, h, w, c] = the (top, left) crop of dy. */
+void ps_k_pad2d_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t n, size_t h,
+                                   size_t w, size_t c, size_t top, size_t bottom, size_t left,
+                                   size_t right);
+/* y[i] = a[i] + b[i] for i < n (y may equal a or b). */
+void ps_k_add_overwrite(ps_k_dev *d, float *y, const float *a, const float *b, size_t n);
+/* y[i] += x[i] (gradients summed where a tensor fans out). */
+void ps_k_add_acc(ps_k_dev *d, float *y, const float *x, size_t n);
+/* Concatenation along channels: y[rows, c_total] columns [c_off, c_off + c_x)
+ * = x[rows, c_x] (the rest of y untouched). */
+void ps_k_concat_cols_overwrite(ps_k_dev *d, float *y, const float *x, size_t rows,
+                                size_t c_total, size_t c_off, size_t c_x);
+/* Its adjoint: dx[rows, c_x] = columns [c_off, c_off + c_x) of dy[rows, c_total]. */
+void ps_k_split_cols_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t rows,
+                               size_t c_total, size_t c_off, size_t c_x);
 
 /* Bias gradient of x @ W + b: db[c] = sum over rows of dout[r, c]. */
 static inline void ps_k_bias_grad_overwrite(ps_k_dev *d, float *dbias, const float *dout,

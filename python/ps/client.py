@@ -391,7 +391,12 @@ class Client:
     def step(self, clock: int) -> tuple[int, bool]:
         """One step exchange: each shard gets this worker's gradients and answers with its
         values after the update (one round trip per shard). See step_end."""
-        self.step_begin(clock)
+        try:
+            self.step_begin(clock)
+        except PsError as e:
+            if e.code != -1:  # PS_EINVAL: no step was opened; else it is open with the error,
+                self.step_end()  # and step_end closes it (raising that error)
+            raise
         return self.step_end()
 
     # ---- admin -----------------------------------------------------------------------
