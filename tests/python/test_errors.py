@@ -279,3 +279,18 @@ def test_restart_without_checkpoint_is_variables_lost(psd):
         assert time.monotonic() - t0 < 10
         assert e.value.code == -19
         assert w.restarts_seen == 0
+
+
+# ---- exit status -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("exc, status", [("ps.VariablesLostError('shard 1 lost them')", 4),
+                                         ("ValueError('something else')", 1)])
+def test_uncaught_variables_lost_exits_4(exc, status):
+    """A worker program (one that made a ps.Worker) that lets VariablesLostError escape ends
+    with psworker's status 4, which psctl local treats as fatal; anything else stays 1."""
+    code = ("import ps, ps.worker\n"
+            "ps.worker._install_exit_status_hook()  # what ps.Worker() does\n"
+            f"raise {exc}\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == status, r.stderr
+    assert "Traceback" in r.stderr  # the usual report comes first
