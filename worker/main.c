@@ -90,6 +90,7 @@ static const ps_option table[] = {
      "(0.2989 R + 0.5870 G + 0.1140 B); no: that is refused"},
     {.like = &ps_flag_epochs,
      PS_OPTION_AT(worker_opts, epochs),
+     .flags = PS_OPTION_NO_DEFAULT,
      .help = "epochs to train [default: the model spec's \"epochs\", else 2]"},
     {.like = &ps_flag_batch, PS_OPTION_AT(worker_opts, batch)},
     {.like = &ps_flag_seed, PS_OPTION_AT(worker_opts, seed)},
