@@ -88,10 +88,10 @@ START_TEST(binary_classifier_footwear) {
     example("binary_classifier.json", model, sizeof model);
     snprintf(sum, sizeof sum, "%s/summary.json", dir);
     /* no --epochs: the spec's 2. Measured (seeds 1, 2, 3): 0.9987, 0.9988, 0.9986 */
-    const char *argv[] = {getenv("PSCTL"), "local",     "--ps",        "1",         "--workers",
-                          "2",             "--mode",    "sync",        "--model",   model,
-                          "--data",        ps_test_data_dir(),         "--summary", sum,
-                          "--timeout",     "400",       NULL};
+    const char *argv[] = {
+        getenv("PSCTL"), "local", "--ps",      "1",   "--workers", "2",
+        "--mode",        "sync",  "--model",   model, "--data",    ps_test_data_dir(),
+        "--summary",     sum,     "--timeout", "400", NULL};
     const char *out;
     int st = run(argv, 420, &out);
     ck_assert_msg(st == 0, "exit %d:\n%s", st, out);
@@ -182,11 +182,12 @@ START_TEST(cnn_32x32x3_on_fashion) {
     write_cnn32(model, sizeof model);
     snprintf(sum, sizeof sum, "%s/summary.json", dir);
     const char *max_train = sanitized() ? "2000" : "8000";
-    const char *argv[] = {getenv("PSCTL"), "local",     "--ps",      "1",       "--workers",
-                          "2",             "--mode",    "sync",      "--model", model,
-                          "--data",        ps_test_data_dir(),       "--epochs", "2",
-                          "--summary",     sum,         "--timeout", "400",     "--",
-                          "--max-train",   max_train,   "--max-test", "1000",   NULL};
+    const char *argv[] = {getenv("PSCTL"), "local",      "--ps",      "1",
+                          "--workers",     "2",          "--mode",    "sync",
+                          "--model",       model,        "--data",    ps_test_data_dir(),
+                          "--epochs",      "2",          "--summary", sum,
+                          "--timeout",     "400",        "--",        "--max-train",
+                          max_train,       "--max-test", "1000",      NULL};
     const char *out;
     int st = run(argv, 420, &out);
     ck_assert_msg(st == 0, "exit %d:\n%s", st, out);
@@ -208,8 +209,17 @@ END_TEST
 
 /* psworker --no-ps with args; must exit 2 saying want. */
 static void refused(const char *const *args, const char *want) {
-    const char *argv[30] = {getenv("PSWORKER"), "--no-ps", "yes", "--data", ps_test_data_dir(),
-                            "--max-train", "100", "--max-test", "100", "--progress", "none"};
+    const char *argv[30] = {getenv("PSWORKER"),
+                            "--no-ps",
+                            "yes",
+                            "--data",
+                            ps_test_data_dir(),
+                            "--max-train",
+                            "100",
+                            "--max-test",
+                            "100",
+                            "--progress",
+                            "none"};
     int n = 11;
     for (int i = 0; args[i]; i++)
         argv[n++] = args[i];
@@ -232,8 +242,7 @@ START_TEST(refusals) {
             "--positive-classes '5,,7': want distinct class numbers");
     refused((const char *[]){"--model", bin, "--label-map", "0:0,1:1", NULL},
             "--label-map gives class 2 no label: the map must cover all 10 classes");
-    refused((const char *[]){"--model", bin, "--label-map", "0:0", "--positive-classes", "1",
-                             NULL},
+    refused((const char *[]){"--model", bin, "--label-map", "0:0", "--positive-classes", "1", NULL},
             "give --positive-classes or --label-map, not both");
     refused((const char *[]){"--model", cnn, "--input-adapt", "refuse", NULL},
             "the data's images are 28x28x1, the model's input is 32x32x3 (--input-adapt refuse)");

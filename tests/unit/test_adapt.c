@@ -22,8 +22,7 @@ static ps_adapt_plan plan(size_t h, size_t w, size_t c, size_t mh, size_t mw, si
                           ps_adapt_mode mode, bool gray) {
     ps_adapt_plan p;
     err[0] = '\0';
-    ck_assert_msg(ps_adapt_plan_make(h, w, c, mh, mw, mc, mode, gray, &p, err, sizeof err) ==
-                      PS_OK,
+    ck_assert_msg(ps_adapt_plan_make(h, w, c, mh, mw, mc, mode, gray, &p, err, sizeof err) == PS_OK,
                   "%s", err);
     return p;
 }

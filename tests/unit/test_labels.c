@@ -30,8 +30,8 @@ START_TEST(positive_parses) {
 END_TEST
 
 START_TEST(positive_refuses_bad_syntax) {
-    static const char *const bad[] = {"", ",", "5,", ",5", "5,,7", "-1", "256", "1000", "5 ,7",
-                                      "a", "5;7", "5:1", "0x5", "5.0"};
+    static const char *const bad[] = {"",     ",",    "5,", ",5",  "5,,7", "-1",  "256",
+                                      "1000", "5 ,7", "a",  "5;7", "5:1",  "0x5", "5.0"};
     ps_label_spec s;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = '\0';
@@ -53,8 +53,8 @@ START_TEST(map_parses_and_refuses) {
     ck_assert_int_eq(s.to[1], 1);
     ck_assert_int_eq(s.to[2], 0);
     ck_assert_int_eq(s.to[3], -1);
-    static const char *const bad[] = {"", "0", "0:", ":0", "0:1,", "0:1,,1:0", "0-1", "0:256",
-                                      "256:0", "0:1:2", "0:-1", "a:b", "0:1 ,1:0"};
+    static const char *const bad[] = {"",      "0",     "0:",    ":0",   "0:1,", "0:1,,1:0", "0-1",
+                                      "0:256", "256:0", "0:1:2", "0:-1", "a:b",  "0:1 ,1:0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = '\0';
         ck_assert_msg(ps_labels_parse_map(bad[i], &s, err, sizeof err) == PS_EINVAL, "'%s'",
@@ -226,24 +226,24 @@ START_TEST(model_spec_keys) {
     ck_assert_uint_eq(w, 28);
     ck_assert_uint_eq(c, 1);
     ps_model_free(m);
-    ck_assert_int_eq(ps_model_from_json(spec(", \"labels\": {\"positive\": [3]}, \"epochs\": 4",
-                                             buf, sizeof buf),
-                                        &m, err, sizeof err),
+    ck_assert_int_eq(ps_model_from_json(
+                         spec(", \"labels\": {\"positive\": [3]}, \"epochs\": 4", buf, sizeof buf),
+                         &m, err, sizeof err),
                      PS_OK);
     ck_assert_int_eq(ps_model_labels(m)->kind, PS_LABELS_POSITIVE);
     ck_assert_int_eq(ps_model_labels(m)->to[3], 1);
     ck_assert_uint_eq(ps_model_epochs(m), 4);
     ps_model_free(m);
     m = NULL;
-    ck_assert_int_eq(ps_model_from_json(spec(", \"labels\": {\"positive\": [3, 3]}", buf,
-                                             sizeof buf),
-                                        &m, err, sizeof err),
-                     PS_EFORMAT);
+    ck_assert_int_eq(
+        ps_model_from_json(spec(", \"labels\": {\"positive\": [3, 3]}", buf, sizeof buf), &m, err,
+                           sizeof err),
+        PS_EFORMAT);
     ck_assert_has(err, "'labels': 'positive' lists class 3 twice");
     ck_assert_ptr_null(m);
-    ck_assert_int_eq(ps_model_from_json(spec(", \"epochs\": 0", buf, sizeof buf), &m, err,
-                                        sizeof err),
-                     PS_EFORMAT);
+    ck_assert_int_eq(
+        ps_model_from_json(spec(", \"epochs\": 0", buf, sizeof buf), &m, err, sizeof err),
+        PS_EFORMAT);
     ck_assert_has(err, "'epochs' must be a positive integer");
     /* a flat input is 1 x 1 x n */
     ck_assert_int_eq(ps_model_from_json(ps_model_default_spec(), &m, err, sizeof err), PS_OK);
