@@ -125,8 +125,7 @@ int psctl_worker_argv(psctl_argv *a, const psctl_local_opts *o, const char *work
         psctl_argv_add(a, "--workers");
         psctl_argv_add(a, "%ld", o->num_workers);
     }
-    psctl_argv_add(a, "--epochs");
-    psctl_argv_add(a, "%ld", o->epochs);
+    add_if_given(a, "--epochs", o->epochs);
     if (o->model) psctl_argv_add(a, "--model"), psctl_argv_add(a, "%s", o->model);
     if (o->data) psctl_argv_add(a, "--data"), psctl_argv_add(a, "%s", o->data);
     if (o->batch > 0) psctl_argv_add(a, "--batch"), psctl_argv_add(a, "%ld", o->batch);

@@ -31,7 +31,7 @@ typedef struct {
     const char *mode;          /* --mode: "sync" or "async" (required with parameter_server;
                                   the all-reduce strategies are "sync") */
     long mode_index;           /* --mode as parsed: 0 sync, 1 async */
-    long epochs;               /* --epochs E (default 1) */
+    long epochs;               /* --epochs E (-1: not given, the workers decide) */
     const char *model;         /* --model FILE, or NULL for the worker's default */
     const char *data;          /* --data DIR, or NULL */
     const char *summary;       /* --summary FILE (chief only), or NULL */

@@ -38,7 +38,10 @@ static const ps_option table[] = {
      .flags = PS_OPTION_NO_DEFAULT,
      .help = "training mode (required with parameter_server); sync: average all workers' "
              "pushes per step, async: apply each push; the all-reduce strategies are sync"},
-    {.like = &ps_flag_epochs, AT(epochs)},
+    {.like = &ps_flag_epochs,
+     AT(epochs),
+     .flags = PS_OPTION_NO_DEFAULT,
+     .help = "epochs to train (default: the workers' own: the model spec's \"epochs\", else 2)"},
     {"model", PS_OPTION_ARG, F(model), 1, 0, NULL, NULL, "FILE",
      "model spec JSON (default: the worker's)"},
     {"data", PS_OPTION_ARG, F(data), 1, 0, NULL, NULL, "DIR",
@@ -265,7 +268,7 @@ static int worker_cmd_conflict(const psctl_local_opts *o, const unsigned char *g
 
 int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
     memset(o, 0, sizeof *o);
-    o->seed = -1;
+    o->seed = o->epochs = -1;
     o->checkpoint_every = o->worker_timeout_ms = o->replicas = o->staleness = -1;
     o->checkpoint_steps = -1;
     unsigned char given[N_OPTIONS] = {0};

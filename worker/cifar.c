@@ -87,6 +87,8 @@ int ps_cifar_parse(const uint8_t *buf, size_t len, const char *name, size_t max_
     }
     out->n = total;
     out->dim = PS_CIFAR_DIM;
+    out->h = out->w = PS_CIFAR_SIDE;
+    out->c = PS_CIFAR_CHANNELS;
     out->num_classes = PS_CIFAR_CLASSES;
     return PS_OK;
 }

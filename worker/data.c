@@ -301,6 +301,9 @@ int ps_dataset_load_idx(const char *images_path, const char *labels_path, ps_dat
     }
     out->n = n;
     out->dim = dim;
+    out->h = im.ndim == 3 ? im.dims[1] : 1;
+    out->w = im.ndim == 3 ? im.dims[2] : 1;
+    out->c = im.ndim == 3 ? 1 : dim;
     out->num_classes = maxl + 1;
     rc = PS_OK;
 done:

@@ -12,6 +12,8 @@ typedef struct {
     int32_t *y;      /* owned */
     size_t n;        /* samples */
     size_t dim;      /* features per sample (28*28 = 784) */
+    size_t h, w, c;  /* the samples as images, channels last (28, 28, 1); flat data: 1, 1, dim.
+                        All 0 when unknown (taken as flat) */
     int num_classes; /* max label + 1 */
 } ps_dataset;
 

@@ -43,6 +43,8 @@ typedef struct {
     long epochs, batch, seed, progress, dataset;
     long max_train, max_test, max_steps, timeout, blas_threads, retry_ms, slow_ms, no_ps, push_pull;
     long prefetch, recreate_lost;
+    char positive_classes[1024], label_map[4096];
+    long input_adapt, rgb_to_gray;
     long strategy, communication, worker_timeout, ring_connect_timeout, bucket_kb, check_every;
     char checkpoint_dir[1024];
     long checkpoint_every, checkpoint_every_steps, keep_checkpoints, perturb_at_step;
@@ -72,7 +74,24 @@ static const ps_option table[] = {
      "data_batch_1.bin or test_batch.bin (or .bin.gz), else idx"},
     {"device", PS_OPTION_STR, F(device), 0, 0, "auto", NULL, "auto|cpu|cuda:N",
      "compute device; auto: cuda:0 when CUDA is built in and a GPU is present, else cpu"},
-    {.like = &ps_flag_epochs, PS_OPTION_AT(worker_opts, epochs)},
+    {"positive-classes", PS_OPTION_STR, F(positive_classes), 0, 0, "", NULL, "C,C,...",
+     "binary task: label 1 for these classes of the data (e.g. 5,7,9), 0 for the others; "
+     "the model needs a binary output (Dense 1 + binary_crossentropy, or Dense 2) [default: "
+     "the model spec's \"labels\", else the data's own labels]"},
+    {"label-map", PS_OPTION_STR, F(label_map), 0, 0, "", NULL, "C:L,...",
+     "relabel: class C of the data becomes label L (e.g. 0:0,1:0,2:1,...); every class of the "
+     "data once, every label of the model used [default: as --positive-classes]"},
+    {"input-adapt", PS_OPTION_CHOICE, F(input_adapt), 0, 0, "pad", "pad|resize|refuse", NULL,
+     "when the model's image input (h, w, c) differs from the data's images: pad smaller "
+     "ones with zeros (centred), resize (bilinear) any, or refuse; 1 channel is repeated to c. "
+     "Done once at load (memory: samples x h x w x c floats)"},
+    {"rgb-to-gray", PS_OPTION_CHOICE, F(rgb_to_gray), 0, 0, "no", "no|yes", NULL,
+     "yes: 3-channel images feed a 1-channel model input as their luminance "
+     "(0.2989 R + 0.5870 G + 0.1140 B); no: that is refused"},
+    {.like = &ps_flag_epochs,
+     PS_OPTION_AT(worker_opts, epochs),
+     .flags = PS_OPTION_NO_DEFAULT,
+     .help = "epochs to train [default: the model spec's \"epochs\", else 2]"},
     {.like = &ps_flag_batch, PS_OPTION_AT(worker_opts, batch)},
     {.like = &ps_flag_seed, PS_OPTION_AT(worker_opts, seed)},
     {"summary", PS_OPTION_STR, F(summary), 0, 0, "", NULL, "FILE",
@@ -332,7 +351,11 @@ int main(int argc, char **argv) {
         .data_dir = o.data,
         .device = o.device,
         .dataset = dataset_names[o.dataset],
-        .epochs = (unsigned)o.epochs,
+        .epochs = GIVEN("epochs") ? (unsigned)o.epochs : 0,
+        .positive_classes = o.positive_classes[0] ? o.positive_classes : NULL,
+        .label_map = o.label_map[0] ? o.label_map : NULL,
+        .input_adapt = (int)o.input_adapt,
+        .rgb_to_gray = o.rgb_to_gray == 1,
         .batch = (size_t)o.batch,
         .seed = (uint64_t)o.seed,
         .summary_path = o.summary[0] ? o.summary : NULL,
@@ -361,6 +384,10 @@ int main(int argc, char **argv) {
         .keep_checkpoints = (unsigned)o.keep_checkpoints,
         .perturb_at_step = (uint64_t)o.perturb_at_step,
     };
+    if (cfg.positive_classes && cfg.label_map) {
+        fprintf(stderr, "psworker: give --positive-classes or --label-map, not both\n");
+        return 2;
+    }
     if (!ps_job_id_valid(o.job_id)) {
         fprintf(stderr, "psworker: --job-id '%s': want 1..%u of A-Z a-z 0-9 . _ -\n", o.job_id,
                 PS_WIRE_MAX_JOB_ID);

@@ -246,6 +246,17 @@ ps_k_dev *ps_model_device(const ps_model *m) {
 size_t ps_model_input_dim(const ps_model *m) {
     return ps_shape_numel(m->input);
 }
+void ps_model_input_shape(const ps_model *m, size_t *h, size_t *w, size_t *c) {
+    *h = m->input.h;
+    *w = m->input.w;
+    *c = m->input.c;
+}
+size_t ps_model_epochs(const ps_model *m) {
+    return m->epochs;
+}
+const ps_label_spec *ps_model_labels(const ps_model *m) {
+    return &m->labels;
+}
 size_t ps_model_num_classes(const ps_model *m) {
     size_t c = m->ops[m->nops - 1].out.c;
     return c == 1 ? 2 : c;

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "labels.h"
 #include "optim_spec.h"
 
 typedef struct ps_model ps_model;
@@ -42,6 +43,13 @@ const char *ps_model_default_spec(void);
 void ps_model_free(ps_model *m);
 
 size_t ps_model_input_dim(const ps_model *m); /* features per sample, e.g. 784 */
+/* The input shape, channels last: [h, w, c] for an image input_shape; a flat
+ * one ([n], or [h, w]) is 1 x 1 x n. */
+void ps_model_input_shape(const ps_model *m, size_t *h, size_t *w, size_t *c);
+/* The spec's "epochs" (0 when it has none). */
+size_t ps_model_epochs(const ps_model *m);
+/* The spec's "labels" mapping (kind PS_LABELS_NONE when it has none). */
+const ps_label_spec *ps_model_labels(const ps_model *m);
 /* Classes the labels may take: the last layer's width, or 2 for a one-unit
  * binary head (binary_crossentropy or mse with labels 0 and 1). */
 size_t ps_model_num_classes(const ps_model *m);

@@ -60,6 +60,8 @@ struct ps_model {
     size_t nvars, nparams;
     ps_opt_spec opt;
     size_t batch_size;
+    size_t epochs;        /* spec "epochs", 0 when absent */
+    ps_label_spec labels; /* spec "labels", PS_LABELS_NONE when absent */
     ps_loss_kind loss;
     bool from_logits;
     /* run-time state (model.c) */

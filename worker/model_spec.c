@@ -406,7 +406,7 @@ static int parse_loss(ps_model *m, const cJSON *root, perr *e) {
 static int parse_spec(ps_model *m, const cJSON *root, perr *e) {
     static const char *const top_keys[] = {"name",        "input_shape", "layers",     "loss",
                                            "from_logits", "optimizer",   "batch_size", "metrics",
-                                           "epochs",      NULL};
+                                           "epochs",      "labels",      NULL};
     if (!cJSON_IsObject(root)) return fail(e, PS_EFORMAT, "the spec must be a JSON object");
     const cJSON *k;
     cJSON_ArrayForEach(k, root) {
@@ -426,9 +426,10 @@ static int parse_spec(ps_model *m, const cJSON *root, perr *e) {
     if (bs && !get_size(bs, 1, MAX_BATCH, &m->batch_size))
         return fail(e, PS_EFORMAT, "'batch_size' must be an integer in [1, %u]", MAX_BATCH);
     const cJSON *ep = cJSON_GetObjectItemCaseSensitive(root, "epochs");
-    size_t epochs;
-    if (ep && !get_size(ep, 1, 1e9, &epochs))
+    if (ep && !get_size(ep, 1, 1e9, &m->epochs))
         return fail(e, PS_EFORMAT, "'epochs' must be a positive integer");
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(root, "labels");
+    if (lb && (rc = ps_labels_from_json(lb, &m->labels, e->err, e->errlen)) != PS_OK) return rc;
     const cJSON *metrics = cJSON_GetObjectItemCaseSensitive(root, "metrics");
     if (metrics) {
         if (!cJSON_IsArray(metrics))

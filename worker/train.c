@@ -7,10 +7,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "adapt.h"
 #include "cifar.h"
 #include "data.h"
 #include "exchange.h"
 #include "kernels.h"
+#include "labels.h"
 #include "log.h"
 #include "model.h"
 #include "prefetch.h"
@@ -159,6 +161,67 @@ static int load_data(const ps_train_config *cfg, train_state *st, char *err, siz
     return rc;
 }
 
+/* The images as the model takes them: adapted once here (--input-adapt), with
+ * one log line saying how; the same shape is refused with its reason. */
+static int adapt_inputs(const ps_train_config *cfg, train_state *st, char *err, size_t errlen) {
+    size_t h, w, c, mh, mw, mc;
+    ps_adapt_data_shape(&st->train, &h, &w, &c);
+    ps_model_input_shape(st->model, &mh, &mw, &mc);
+    ps_adapt_plan plan;
+    int rc = ps_adapt_plan_make(h, w, c, mh, mw, mc, (ps_adapt_mode)cfg->input_adapt,
+                                cfg->rgb_to_gray, &plan, err, errlen);
+    if (rc != PS_OK || plan.identity) return rc;
+    size_t before = (st->train.n + st->test.n) * st->train.dim * sizeof(float);
+    rc = ps_adapt_dataset(&plan, &st->train, err, errlen);
+    if (rc == PS_OK) rc = ps_adapt_dataset(&plan, &st->test, err, errlen);
+    if (rc != PS_OK) return rc;
+    char how[256];
+    ps_adapt_describe(&plan, how, sizeof how);
+    PS_INFO("input: the data's %zux%zux%zu images adapted to the model's %zux%zux%zu (%s; "
+            "--input-adapt %s), once at load: %zu samples, %.0f MB (was %.0f MB)",
+            h, w, c, mh, mw, mc, how, cfg->input_adapt == PS_ADAPT_RESIZE ? "resize" : "pad",
+            st->train.n + st->test.n,
+            (double)((st->train.n + st->test.n) * st->train.dim * sizeof(float)) / 1e6,
+            (double)before / 1e6);
+    return PS_OK;
+}
+
+/* The labels as the model takes them: --positive-classes or --label-map, else
+ * the spec's "labels", else the data's own (which must fit the model). */
+static int map_labels(const ps_train_config *cfg, train_state *st, char *err, size_t errlen) {
+    ps_label_spec flag;
+    const ps_label_spec *spec = ps_model_labels(st->model);
+    const char *what = "the model spec's \"labels\"";
+    int rc = PS_OK;
+    if (cfg->positive_classes) {
+        rc = ps_labels_parse_positive(cfg->positive_classes, &flag, err, errlen);
+        spec = &flag, what = "--positive-classes";
+    } else if (cfg->label_map) {
+        rc = ps_labels_parse_map(cfg->label_map, &flag, err, errlen);
+        spec = &flag, what = "--label-map";
+    }
+    if (rc != PS_OK) return rc;
+    if (spec->kind != PS_LABELS_NONE && (cfg->positive_classes || cfg->label_map) &&
+        ps_model_labels(st->model)->kind != PS_LABELS_NONE)
+        PS_INFO("labels: %s replaces the model spec's \"labels\"", what);
+    int classes = st->train.num_classes;
+    if (st->test.num_classes > classes) classes = st->test.num_classes;
+    size_t model_classes = ps_model_num_classes(st->model);
+    int32_t table[PS_LABELS_MAX];
+    rc = ps_labels_resolve(spec, what, classes, model_classes, table, err, errlen);
+    if (rc != PS_OK || spec->kind == PS_LABELS_NONE) return rc;
+    ps_labels_apply(&st->train, table, (int)model_classes);
+    ps_labels_apply(&st->test, table, (int)model_classes);
+    char desc[1200], btrain[512], btest[512] = "not loaded here";
+    int binary = spec->kind == PS_LABELS_POSITIVE;
+    ps_labels_describe(spec, classes, desc, sizeof desc);
+    PS_INFO("labels: %s (%s)", desc, what);
+    ps_labels_balance(&st->train, binary, btrain, sizeof btrain);
+    if (st->test.n) ps_labels_balance(&st->test, binary, btest, sizeof btest);
+    PS_INFO("class balance: train %s; test %s", btrain, btest);
+    return PS_OK;
+}
+
 /* The model's gradient hook: the exchange hears of each range of gradients
  * as it becomes final (psd: a shard's push-pull goes out once all of its are). */
 static void grads_final(void *ex, const float *begin, const float *end) {
@@ -175,11 +238,27 @@ static int open_exchange(const ps_train_config *cfg, ps_model *m, ps_exchange *e
     return ps_exchange_ps_open(cfg, m, ex, err, errlen);
 }
 
-static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, char *err,
-                 size_t errlen) {
+/* --epochs when given, else the spec's "epochs", else the default; logged. */
+static unsigned pick_epochs(const ps_train_config *cfg, const ps_model *m) {
+    unsigned e = cfg->epochs;
+    const char *from = "--epochs";
+    if (!e && ps_model_epochs(m)) {
+        e = (unsigned)ps_model_epochs(m);
+        from = "the model spec's \"epochs\"";
+    } else if (!e) {
+        e = PS_TRAIN_DEFAULT_EPOCHS;
+        from = "the default: no --epochs, no \"epochs\" in the model spec";
+    }
+    if (cfg->index == 0) PS_INFO("epochs: %u (%s)", e, from);
+    return e;
+}
+
+static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, unsigned *epochs,
+                 char *err, size_t errlen) {
     int rc = cfg->model_path ? ps_model_load(cfg->model_path, &st->model, err, errlen)
                              : ps_model_from_json(ps_model_default_spec(), &st->model, err, errlen);
     if (rc != PS_OK) return rc;
+    *epochs = pick_epochs(cfg, st->model);
     ps_model_init_params(st->model, cfg->seed);
     if (cfg->init_from && cfg->index == 0 &&
         (rc = init_from_file(st->model, cfg->init_from, err, errlen)) != PS_OK)
@@ -192,17 +271,9 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, cha
     PS_INFO("computing on %s", ps_k_dev_name(st->dev));
     *batch = cfg->batch ? cfg->batch : ps_model_batch_size(st->model);
     rc = load_data(cfg, st, err, errlen);
+    if (rc == PS_OK) rc = adapt_inputs(cfg, st, err, errlen);
+    if (rc == PS_OK) rc = map_labels(cfg, st, err, errlen);
     if (rc != PS_OK) return rc;
-    if (st->train.dim != ps_model_input_dim(st->model)) {
-        snprintf(err, errlen, "the data has %zu features per sample, the model expects %zu",
-                 st->train.dim, ps_model_input_dim(st->model));
-        return PS_EINVAL;
-    }
-    if ((size_t)st->train.num_classes > ps_model_num_classes(st->model)) {
-        snprintf(err, errlen, "the data has %d classes, the model outputs %zu",
-                 st->train.num_classes, ps_model_num_classes(st->model));
-        return PS_EINVAL;
-    }
     rc = ps_batcher_init(&st->batcher, &st->train, cfg->index, cfg->workers, *batch, cfg->seed);
     if (rc != PS_OK) {
         snprintf(err, errlen, "cannot shard %zu samples over %u workers with batch %zu",
@@ -262,7 +333,11 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     res->test_accuracy = res->test_loss = -1;
     train_state st = {0};
     size_t batch = 0;
-    int rc = setup(cfg, &st, &batch, err, errlen);
+    unsigned epochs = 0;
+    int rc = setup(cfg, &st, &batch, &epochs, err, errlen);
+    ps_train_config run = *cfg; /* with the epochs chosen */
+    run.epochs = epochs;
+    cfg = &run;
     size_t steps = ps_batcher_steps_per_epoch(&st.batcher);
     if (cfg->max_steps && steps > cfg->max_steps) steps = cfg->max_steps;
     uint64_t total = (uint64_t)steps * cfg->epochs;

@@ -13,6 +13,8 @@
 #include "progress.h"
 #include "ps.h"
 
+#define PS_TRAIN_DEFAULT_EPOCHS 2 /* neither --epochs nor the spec's "epochs" */
+
 typedef struct {
     const char *const *ps; /* "host:port" per shard, borrowed */
     size_t n_ps;
@@ -21,7 +23,11 @@ typedef struct {
     const char *data_dir;    /* IDX or CIFAR-10 binary files */
     const char *device;      /* "auto", "cpu", "cuda:N" */
     const char *dataset;     /* "auto", "fashion_mnist"/"idx", "cifar10" */
-    unsigned epochs;
+    unsigned epochs; /* 0: the model spec's "epochs", else PS_TRAIN_DEFAULT_EPOCHS */
+    const char *positive_classes; /* --positive-classes "5,7,9"; NULL: not given */
+    const char *label_map;        /* --label-map "0:0,1:0,..."; NULL: not given */
+    int input_adapt;              /* a ps_adapt_mode */
+    int rgb_to_gray;              /* 3-channel data may feed a 1-channel model (luminance) */
     size_t batch; /* per worker; 0: the model spec's batch_size */
     uint64_t seed;
     const char *summary_path; /* chief writes JSON here; NULL: none */

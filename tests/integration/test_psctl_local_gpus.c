@@ -48,7 +48,7 @@ START_TEST(test_gpus_all_without_gpu_runs_cpu_workers) {
         ck_assert_contains(r.err, "; running 2 CPU workers (--device cpu)\n");
         for (int j = 0; j < 2; j++) {
             snprintf(want, sizeof want,
-                     "[worker %d] args: --ps 127.0.0.1:21000 --index %d --workers 2 --epochs 2 "
+                     "[worker %d] args: --ps 127.0.0.1:21000 --index %d --workers 2 "
                      "--device cpu --progress plain\n",
                      j, j);
             ck_assert_contains(r.out, want);
@@ -59,7 +59,7 @@ START_TEST(test_gpus_all_without_gpu_runs_cpu_workers) {
         for (int j = 0; j < ngpu; j++) {
             snprintf(want, sizeof want,
                      "[worker %d] args: --ps 127.0.0.1:21000 --index %d "
-                     "--workers %d --epochs 2 --device cuda:0 --progress plain\n",
+                     "--workers %d --device cuda:0 --progress plain\n",
                      j, j, ngpu);
             ck_assert_contains(r.out, want);
             int k = 0;
