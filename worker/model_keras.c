@@ -71,7 +71,18 @@ static const struct {
     "Dropout, Add, Concatenate"
 
 /* Options accepted only at Keras' default value, and that value. */
-typedef enum { D_NULL, D_TRUE, D_FALSE, D_ONE, D_CHANNELS_LAST, D_FLOAT32, D_GLOROT, D_ZEROS, D_ONES } dflt;
+typedef enum {
+    D_NULL,
+    D_TRUE,
+    D_FALSE,
+    D_ONE,
+    D_CHANNELS_LAST,
+    D_FLOAT32,
+    D_GLOROT,
+    D_ZEROS,
+    D_ONES,
+    D_099
+} dflt;
 static const struct {
     const char *key;
     dflt want;
@@ -106,6 +117,8 @@ static const struct {
     {"quantization_config", D_NULL},
     {"synchronized", D_FALSE},
     {"renorm", D_FALSE},
+    {"renorm_clipping", D_NULL},
+    {"renorm_momentum", D_099},
 };
 #define N_DEFAULTS (sizeof defaults / sizeof defaults[0])
 
@@ -116,8 +129,9 @@ static bool is_init(const cJSON *v, const char *cls, const char *name) {
     const cJSON *c = item(v, "class_name"), *cfg = item(v, "config"), *k;
     if (!cJSON_IsString(c) || (strcmp(c->valuestring, cls) && strcmp(c->valuestring, name)))
         return false;
+    static const char *const nullable[] = {"seed", "input_axes", "output_axes", NULL};
     cJSON_ArrayForEach(k, cfg) {
-        if (!(strcmp(k->string, "seed") == 0 && cJSON_IsNull(k))) return false;
+        if (!(key_in(k->string, nullable) && cJSON_IsNull(k))) return false;
     }
     return true;
 }
@@ -152,13 +166,14 @@ static bool default_ok(const cJSON *v, dflt want) {
     case D_GLOROT: return is_init(v, "GlorotUniform", "glorot_uniform");
     case D_ZEROS: return is_init(v, "Zeros", "zeros");
     case D_ONES: return is_init(v, "Ones", "ones");
+    case D_099: return cJSON_IsNumber(v) && v->valuedouble == 0.99;
     }
     return false;
 }
 
 static const char *default_name(dflt want) {
     static const char *const names[] = {"null", "true", "false", "1", "\"channels_last\"",
-                                        "float32", "GlorotUniform", "Zeros", "Ones"};
+                                        "float32", "GlorotUniform", "Zeros", "Ones", "0.99"};
     return names[want];
 }
 
