@@ -94,6 +94,7 @@ struct ps_model {
     ps_loss_kind loss;
     bool from_logits;
     bool keras; /* came from a Keras model file (Keras' variable names) */
+    bool keras2; /* ... written by Keras 2 (tf.keras): "depthwise_kernel", not "kernel" */
     /* run-time state (model.c) */
     ps_k_dev *dev;
     float *params, *grads;     /* host (pinned for CUDA): what the client sends and fills */

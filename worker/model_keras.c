@@ -474,6 +474,8 @@ int ps_keras_parse(ps_model *m, const cJSON *root, char *err, size_t errlen) {
         return fail(e, "the Keras model's 'layers' must be an array of 1 to %d layers",
                     MAX_LAYERS);
     m->keras = true;
+    const cJSON *ver = item(root, "keras_version");
+    m->keras2 = cJSON_IsString(ver) && strncmp(ver->valuestring, "2.", 2) == 0;
     kctx K = {.m = m, .e = e, .b = {.m = m, .err = err, .errlen = errlen}};
     K.names = calloc((size_t)n, sizeof *K.names);
     K.tensor = calloc((size_t)n, sizeof *K.tensor);

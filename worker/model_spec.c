@@ -795,7 +795,8 @@ static int add_var(ps_model *m, const ps_op *o, const char *kind, size_t li, con
 /* Lays out the variables in op order: "dense_<i>/kernel" [in, out],
  * "conv2d_<i>/kernel" [kh*kw*c_in, filters] (Keras [kh, kw, c_in, filters]
  * flattened to rows), "depthwise_conv2d_<i>/depthwise_kernel" [kh*kw*c_in,
- * multiplier], each followed by its bias unless use_bias is false;
+ * multiplier] (Keras 3 files: "<layer>/kernel"), each followed by its bias
+ * unless use_bias is false;
  * "batch_normalization_<i>/" gamma, beta, moving_mean, moving_variance.
  * A Keras model's layers name their own ("conv1/kernel"). */
 static int layout_vars(ps_model *m, perr *e) {
@@ -819,7 +820,9 @@ static int layout_vars(ps_model *m, perr *e) {
             bias_kind = "conv2d";
         } else if (o->kind == OP_DWCONV) {
             o->kernel_var = m->nvars;
-            rc = add_var(m, o, "depthwise_conv2d", li, "depthwise_kernel", area * o->in.c, o->mult,
+            /* Keras 3 calls it "kernel", Keras 2 and the project's specs "depthwise_kernel" */
+            const char *what = m->keras && !m->keras2 ? "kernel" : "depthwise_kernel";
+            rc = add_var(m, o, "depthwise_conv2d", li, what, area * o->in.c, o->mult,
                          area * o->in.c, area * o->mult, INIT_GLOROT, true);
             bias_kind = "depthwise_conv2d";
         } else if (o->kind == OP_BN) {
