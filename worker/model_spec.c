@@ -878,6 +878,9 @@ int ps_model_parse(ps_model *m, const char *json, const char *base_dir,
         rc = parse_bare_keras(m, root, ov, &e);
     else
         rc = parse_spec(m, root, &e);
+    if (rc == PS_OK && ov && ov->loss && !item(root, "class_name"))
+        rc = fail(&e, PS_EINVAL,
+                  "--loss is for a bare Keras model file; this spec gives its own 'loss'");
     cJSON_Delete(root);
     if (rc == PS_OK) rc = layout_vars(m, &e);
     return rc;

@@ -365,6 +365,47 @@ START_TEST(bad_files) {
 }
 END_TEST
 
+/* MobileNetV2 trains: a few steps on one fixed batch (the in-worker
+ * optimizer, Adam) lower its training loss, and evaluation (moving statistics)
+ * runs. Bounded: 12 steps of 16 images. */
+START_TEST(mobilenetv2_trains) {
+    enum { N = 16, STEPS = 12 };
+    char path[2048], err[512];
+    snprintf(path, sizeof path, "%s/examples/mobilenetv2_train.json", ps_test_source_root());
+    ps_model *m = NULL;
+    ck_assert_msg(ps_model_load(path, &m, err, sizeof err) == PS_OK, "%s", err);
+    ps_model_init_params(m, 3);
+    size_t in = ps_model_input_dim(m), correct;
+    float *x = malloc(N * in * sizeof *x), first = 0, loss = 0, best = 1e30f;
+    int32_t y[N];
+    ps_test_fill_uniform(x, N * in, 21, 0, 1);
+    for (size_t i = 0; i < N; i++) y[i] = (int32_t)(i % 10);
+    ps_local_opt *o = NULL;
+    ck_assert_int_eq(ps_local_opt_new(m, &o), PS_OK);
+    for (int s = 0; s < STEPS; s++) {
+        ck_assert_int_eq(ps_model_train_step(m, x, y, N, &loss, &correct), PS_OK);
+        ck_assert_msg(isfinite(loss), "step %d: loss %g", s, loss);
+        if (s == 0) first = loss;
+        if (loss < best) best = loss;
+        ps_local_opt_step(o);
+    }
+    ck_assert_msg(best < 0.8f * first, "loss %g -> best %g (last %g): not falling", first, best,
+                  loss);
+    float eval;
+    ck_assert_int_eq(ps_model_evaluate(m, x, y, N, &eval, &correct), PS_OK);
+    ck_assert(isfinite(eval));
+    /* the moving statistics moved away from their initial 0 / 1 */
+    const ps_model_var *mm = ps_model_var_at(m, 3);
+    ck_assert_str_eq(mm->name, "bn_Conv1/moving_mean");
+    double moved = 0;
+    for (size_t i = 0; i < mm->numel; i++) moved += fabs(ps_model_params(m)[mm->offset + i]);
+    ck_assert_msg(moved > 1e-4, "moving mean did not move (%g)", moved);
+    ps_local_opt_free(o);
+    free(x);
+    ps_model_free(m);
+}
+END_TEST
+
 START_TEST(epochs_exposed) {
     char err[256];
     ps_model *m = NULL;
@@ -395,6 +436,7 @@ int main(void) {
     tcase_add_test(tc, references_reshape);
     tcase_add_test(tc, bad_files);
     tcase_add_test(tc, epochs_exposed);
+    tcase_add_test(tc, mobilenetv2_trains);
     suite_add_tcase(s, tc);
     return ps_test_run_suite(s);
 }
