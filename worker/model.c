@@ -645,7 +645,8 @@ static void backward(ps_model *m, const float *x, size_t rows) {
             break;
         case OP_MAXPOOL: {
             ps_k_pool p = pool_plan(o, rows);
-            if ((din = din_for(m, s, &acc))) ps_k_maxpool_backward_overwrite(m->dev, &p, din, dout, o->arg);
+            if ((din = din_for(m, s, &acc)))
+                ps_k_maxpool_backward_overwrite(m->dev, &p, din, dout, o->arg);
             break;
         }
         case OP_AVGPOOL: {

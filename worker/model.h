@@ -18,10 +18,10 @@ typedef struct ps_model ps_model;
 
 /* One variable: a view into the params/grads allocations. */
 typedef struct {
-    char name[64]; /* e.g. "dense_0/kernel", "conv2d_0/bias"; a Keras model's own
-                    * ("conv1/kernel", "bn_Conv1/moving_mean"); unique in the model */
-    int rank;      /* 1 (bias, BN vectors) or 2 (kernel: Dense [in, out], Conv2D
-                    * [kh*kw*c_in, filters], DepthwiseConv2D [kh*kw*c_in, multiplier]) */
+    char name[64];   /* e.g. "dense_0/kernel", "conv2d_0/bias"; a Keras model's own
+                      * ("conv1/kernel", "bn_Conv1/moving_mean"); unique in the model */
+    int rank;        /* 1 (bias, BN vectors) or 2 (kernel: Dense [in, out], Conv2D
+                      * [kh*kw*c_in, filters], DepthwiseConv2D [kh*kw*c_in, multiplier]) */
     size_t shape[2]; /* shape[0] is the row count used for row-splitting */
     size_t numel;
     size_t offset;          /* in floats from the start of ps_model_params()/ps_model_grads() */

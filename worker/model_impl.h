@@ -93,7 +93,7 @@ struct ps_model {
     size_t epochs; /* 0 when the spec has none */
     ps_loss_kind loss;
     bool from_logits;
-    bool keras; /* came from a Keras model file (Keras' variable names) */
+    bool keras;  /* came from a Keras model file (Keras' variable names) */
     bool keras2; /* ... written by Keras 2 (tf.keras): "depthwise_kernel", not "kernel" */
     /* run-time state (model.c) */
     ps_k_dev *dev;
@@ -103,9 +103,9 @@ struct ps_model {
     size_t maxw;               /* widest per-sample tensor over all ops */
     size_t ngslots;            /* gradient buffers [cap, maxw] */
     float *g[PS_MAX_GSLOTS];
-    float *gscr;      /* scratch for a gradient added into a fanned-out tensor's */
-    bool *ginit;      /* per tensor: its gradient buffer holds a value (backward) */
-    float *ws;        /* conv workspace */
+    float *gscr; /* scratch for a gradient added into a fanned-out tensor's */
+    bool *ginit; /* per tensor: its gradient buffer holds a value (backward) */
+    float *ws;   /* conv workspace */
     size_t ws_floats;
     float *h_stat;    /* host copy of one BN layer's batch statistics [2, c] */
     float *d_x, *d_t; /* CUDA: input batch, float targets [cap, classes] */
@@ -143,14 +143,15 @@ typedef struct {
     size_t cap; /* of m->ops */
     char *err;
     size_t errlen;
-    char where[96];          /* "layer 3 (Conv2D)" or "layer 'conv1' (Conv2D)", for messages */
-    const char *prefix;      /* variable name prefix (Keras layer name) or NULL */
-    size_t nin;              /* inputs of the layer being added */
+    char where[96];     /* "layer 3 (Conv2D)" or "layer 'conv1' (Conv2D)", for messages */
+    const char *prefix; /* variable name prefix (Keras layer name) or NULL */
+    size_t nin;         /* inputs of the layer being added */
     size_t in_t[PS_OP_MAX_IN];
 } ps_build;
 
 /* Formats a one-line reason into b->err and returns code. */
-int ps_build_fail(ps_build *b, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int ps_build_fail(ps_build *b, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Adds the op(s) of one layer of class cls (Dense, Conv2D, DepthwiseConv2D,
  * BatchNormalization, ReLU, Activation, MaxPooling2D, AveragePooling2D,
  * GlobalAveragePooling2D, ZeroPadding2D, Flatten, Reshape, Dropout, Add,

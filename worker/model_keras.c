@@ -66,8 +66,8 @@ static const struct {
 };
 #define N_SUPPORTED (sizeof supported / sizeof supported[0])
 #define SUPPORTED_LIST                                                                             \
-    "InputLayer, Dense, Conv2D, DepthwiseConv2D, BatchNormalization, ReLU, Activation, "          \
-    "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, ZeroPadding2D, Flatten, Reshape, "   \
+    "InputLayer, Dense, Conv2D, DepthwiseConv2D, BatchNormalization, ReLU, Activation, "           \
+    "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, ZeroPadding2D, Flatten, Reshape, "    \
     "Dropout, Add, Concatenate"
 
 /* Options accepted only at Keras' default value, and that value. */
@@ -156,24 +156,34 @@ static bool is_one(const cJSON *v) {
 
 static bool default_ok(const cJSON *v, dflt want) {
     switch (want) {
-    case D_NULL: return cJSON_IsNull(v);
-    case D_TRUE: return cJSON_IsTrue(v);
-    case D_FALSE: return cJSON_IsFalse(v);
-    case D_ONE: return is_one(v);
+    case D_NULL:
+        return cJSON_IsNull(v);
+    case D_TRUE:
+        return cJSON_IsTrue(v);
+    case D_FALSE:
+        return cJSON_IsFalse(v);
+    case D_ONE:
+        return is_one(v);
     case D_CHANNELS_LAST:
         return cJSON_IsNull(v) || (cJSON_IsString(v) && !strcmp(v->valuestring, "channels_last"));
-    case D_FLOAT32: return is_float32(v);
-    case D_GLOROT: return is_init(v, "GlorotUniform", "glorot_uniform");
-    case D_ZEROS: return is_init(v, "Zeros", "zeros");
-    case D_ONES: return is_init(v, "Ones", "ones");
-    case D_099: return cJSON_IsNumber(v) && v->valuedouble == 0.99;
+    case D_FLOAT32:
+        return is_float32(v);
+    case D_GLOROT:
+        return is_init(v, "GlorotUniform", "glorot_uniform");
+    case D_ZEROS:
+        return is_init(v, "Zeros", "zeros");
+    case D_ONES:
+        return is_init(v, "Ones", "ones");
+    case D_099:
+        return cJSON_IsNumber(v) && v->valuedouble == 0.99;
     }
     return false;
 }
 
 static const char *default_name(dflt want) {
-    static const char *const names[] = {"null", "true", "false", "1", "\"channels_last\"",
-                                        "float32", "GlorotUniform", "Zeros", "Ones", "0.99"};
+    static const char *const names[] = {
+        "null",    "true",          "false", "1",    "\"channels_last\"",
+        "float32", "GlorotUniform", "Zeros", "Ones", "0.99"};
     return names[want];
 }
 
@@ -226,15 +236,18 @@ static const char *canon_class(const char *c) {
 /* ---- the input ------------------------------------------------------------ */
 
 static int parse_input_layer(ps_model *m, kerr *e, const char *where, const cJSON *cfg) {
-    static const char *const keys[] = {"batch_shape", "batch_input_shape", "dtype", "sparse",
-                                       "ragged",      "name",              "optional", NULL};
+    static const char *const keys[] = {
+        "batch_shape", "batch_input_shape", "dtype", "sparse", "ragged", "name", "optional", NULL};
     const cJSON *k;
     cJSON_ArrayForEach(k, cfg) {
         if (!key_in(k->string, keys))
-            return fail(e, "%s: option '%s' is not supported (InputLayer understands: "
-                        "batch_shape, batch_input_shape, dtype float32)", where, k->string);
+            return fail(e,
+                        "%s: option '%s' is not supported (InputLayer understands: "
+                        "batch_shape, batch_input_shape, dtype float32)",
+                        where, k->string);
         if ((!strcmp(k->string, "sparse") || !strcmp(k->string, "ragged") ||
-             !strcmp(k->string, "optional")) && !cJSON_IsFalse(k))
+             !strcmp(k->string, "optional")) &&
+            !cJSON_IsFalse(k))
             return fail(e, "%s: option '%s' is not supported (only false)", where, k->string);
         if (!strcmp(k->string, "dtype") && !is_float32(k))
             return fail(e, "%s: option 'dtype' is not supported (only float32)", where);
@@ -293,8 +306,7 @@ static int add_ref(kctx *K, const char *where, const cJSON *name, const cJSON *n
                     "%s: input '%s' [node %g, tensor %g]: shared layers (called more than once) "
                     "and layers with several outputs are not supported",
                     where, name->valuestring, node->valuedouble, tidx->valuedouble);
-    if (K->b.nin == PS_OP_MAX_IN)
-        return fail(K->e, "%s: more than %d inputs", where, PS_OP_MAX_IN);
+    if (K->b.nin == PS_OP_MAX_IN) return fail(K->e, "%s: more than %d inputs", where, PS_OP_MAX_IN);
     return find_layer(K, name->valuestring, where, &K->b.in_t[K->b.nin++]);
 }
 
@@ -309,10 +321,9 @@ static int collect_tensors(kctx *K, const char *where, const cJSON *a) {
         return PS_OK;
     }
     const cJSON *c = item(a, "class_name"), *h = item(item(a, "config"), "keras_history");
-    if (!cJSON_IsString(c) || strcmp(c->valuestring, "__keras_tensor__") ||
-        !cJSON_IsArray(h) || cJSON_GetArraySize(h) != 3)
-        return fail(K->e, "%s: a call argument that is not a Keras tensor is not supported",
-                    where);
+    if (!cJSON_IsString(c) || strcmp(c->valuestring, "__keras_tensor__") || !cJSON_IsArray(h) ||
+        cJSON_GetArraySize(h) != 3)
+        return fail(K->e, "%s: a call argument that is not a Keras tensor is not supported", where);
     return add_ref(K, where, cJSON_GetArrayItem(h, 0), cJSON_GetArrayItem(h, 1),
                    cJSON_GetArrayItem(h, 2));
 }
@@ -321,8 +332,10 @@ static int collect_tensors(kctx *K, const char *where, const cJSON *a) {
 static int parse_inbound(kctx *K, const char *where, const cJSON *nodes) {
     K->b.nin = 0;
     if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) != 1)
-        return fail(K->e, "%s: 'inbound_nodes' must hold exactly one call (shared layers are not "
-                    "supported)", where);
+        return fail(K->e,
+                    "%s: 'inbound_nodes' must hold exactly one call (shared layers are not "
+                    "supported)",
+                    where);
     const cJSON *node = cJSON_GetArrayItem(nodes, 0), *x;
     if (cJSON_IsObject(node)) { /* Keras 3 */
         const cJSON *args = item(node, "args"), *kw = item(node, "kwargs");
@@ -352,8 +365,9 @@ static int parse_inbound(kctx *K, const char *where, const cJSON *nodes) {
 }
 
 static int parse_one(kctx *K, const cJSON *l, size_t index, bool functional, size_t *cur) {
-    static const char *const entry_keys[] = {"module", "class_name", "config", "registered_name",
-                                             "build_config", "name", "inbound_nodes", NULL};
+    static const char *const entry_keys[] = {
+        "module",       "class_name", "config",        "registered_name",
+        "build_config", "name",       "inbound_nodes", NULL};
     kerr *e = K->e;
     const cJSON *cls = item(l, "class_name"), *cfg = item(l, "config"), *k;
     const cJSON *name = item(l, "name");
@@ -394,8 +408,10 @@ static int parse_one(kctx *K, const cJSON *l, size_t index, bool functional, siz
             const cJSON *bis = item(cfg, "batch_input_shape");
             if (!bis) bis = item(cfg, "batch_shape");
             if (!bis)
-                return fail(e, "%s: the model has no input shape (no InputLayer, no "
-                            "batch_input_shape)", where);
+                return fail(e,
+                            "%s: the model has no input shape (no InputLayer, no "
+                            "batch_input_shape)",
+                            where);
             cJSON *holder = cJSON_CreateObject();
             if (!holder) return fail(e, "out of memory");
             cJSON_AddItemReferenceToObject(holder, "batch_shape", (cJSON *)bis);
@@ -442,11 +458,12 @@ static const char *single_ref(const cJSON *v) {
 }
 
 int ps_keras_parse(ps_model *m, const cJSON *root, char *err, size_t errlen) {
-    static const char *const top_keys[] = {"module", "class_name", "config", "registered_name",
-                                           "build_config", "keras_version", "backend",
-                                           "compile_config", NULL};
-    static const char *const cfg_keys[] = {"name", "trainable", "dtype", "layers", "input_layers",
-                                           "output_layers", "build_input_shape", NULL};
+    static const char *const top_keys[] = {"module",          "class_name",     "config",
+                                           "registered_name", "build_config",   "keras_version",
+                                           "backend",         "compile_config", NULL};
+    static const char *const cfg_keys[] = {
+        "name",          "trainable",         "dtype", "layers", "input_layers",
+        "output_layers", "build_input_shape", NULL};
     kerr ke = {err, errlen}, *e = &ke;
     const cJSON *cls = item(root, "class_name"), *cfg = item(root, "config"), *k;
     if (!cJSON_IsString(cls) || !cJSON_IsObject(cfg))
@@ -471,8 +488,7 @@ int ps_keras_parse(ps_model *m, const cJSON *root, char *err, size_t errlen) {
     if (cJSON_IsString(name)) snprintf(m->name, sizeof m->name, "%s", name->valuestring);
     int n = cJSON_IsArray(layers) ? cJSON_GetArraySize(layers) : 0;
     if (n < 1 || n > MAX_LAYERS)
-        return fail(e, "the Keras model's 'layers' must be an array of 1 to %d layers",
-                    MAX_LAYERS);
+        return fail(e, "the Keras model's 'layers' must be an array of 1 to %d layers", MAX_LAYERS);
     m->keras = true;
     const cJSON *ver = item(root, "keras_version");
     m->keras2 = cJSON_IsString(ver) && strncmp(ver->valuestring, "2.", 2) == 0;
@@ -494,7 +510,7 @@ int ps_keras_parse(ps_model *m, const cJSON *root, char *err, size_t errlen) {
         size_t t = 0;
         if (!in || !out)
             rc = fail(e, "only models with one input and one output are supported "
-                      "('input_layers', 'output_layers')");
+                         "('input_layers', 'output_layers')");
         else if ((rc = find_layer(&K, in, "'input_layers'", &t)) == PS_OK && t != 0)
             rc = fail(e, "'input_layers' names '%s', not the InputLayer", in);
         if (rc == PS_OK && (rc = find_layer(&K, out, "'output_layers'", &t)) == PS_OK &&

@@ -85,7 +85,7 @@ static bool parse_act(const char *s, int *act) {
     static const struct {
         const char *name;
         int act;
-    } acts[] = {{"linear", PS_K_ACT_LINEAR}, {"relu", PS_K_ACT_RELU},   {"relu6", PS_K_ACT_RELU6},
+    } acts[] = {{"linear", PS_K_ACT_LINEAR},   {"relu", PS_K_ACT_RELU}, {"relu6", PS_K_ACT_RELU6},
                 {"sigmoid", PS_K_ACT_SIGMOID}, {"tanh", PS_K_ACT_TANH}, {"gelu", PS_K_ACT_GELU},
                 {"softmax", PS_ACT_SOFTMAX}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
@@ -241,8 +241,8 @@ static int parse_float(ps_build *b, const cJSON *l, const char *key, double lo, 
     *out = dflt;
     if (!v) return PS_OK;
     if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))
-        return ps_build_fail(b, PS_EFORMAT, "%s: '%s' must be a number in [%g, %g]", b->where,
-                             key, lo, hi);
+        return ps_build_fail(b, PS_EFORMAT, "%s: '%s' must be a number in [%g, %g]", b->where, key,
+                             lo, hi);
     *out = (float)v->valuedouble;
     return PS_OK;
 }
@@ -276,8 +276,7 @@ static int parse_zero_padding(ps_build *b, const cJSON *l, size_t pad[4]) {
         pad[3] = pad[2];
         return PS_OK;
     }
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 2 &&
-        cJSON_IsArray(cJSON_GetArrayItem(p, 0)) &&
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 2 && cJSON_IsArray(cJSON_GetArrayItem(p, 0)) &&
         get_pair_in(cJSON_GetArrayItem(p, 0), 0, MAX_PAD, &pad[0], &pad[1]) &&
         cJSON_IsArray(cJSON_GetArrayItem(p, 1)) &&
         get_pair_in(cJSON_GetArrayItem(p, 1), 0, MAX_PAD, &pad[2], &pad[3]))
@@ -380,9 +379,8 @@ int ps_build_layer(ps_build *b, const char *cls, const cJSON *l, bool keras, siz
         const cJSON *dm = item(l, "depth_multiplier");
         o.mult = 1;
         if (dm && !get_size(dm, 1, 4096, &o.mult))
-            return ps_build_fail(b, PS_EFORMAT,
-                                 "%s: 'depth_multiplier' must be an integer in [1, 4096]",
-                                 b->where);
+            return ps_build_fail(
+                b, PS_EFORMAT, "%s: 'depth_multiplier' must be an integer in [1, 4096]", b->where);
         if ((rc = parse_window(b, l, "kernel_size", true, &o)) ||
             (rc = parse_activation_key(b, l, &act)) ||
             (rc = parse_bool(b, l, "use_bias", true, &o.use_bias)))
@@ -425,8 +423,7 @@ int ps_build_layer(ps_build *b, const char *cls, const cJSON *l, bool keras, siz
     } else if (!strcmp(cls, "Dropout")) {
         const cJSON *r = item(l, "rate");
         if (!cJSON_IsNumber(r) || !(r->valuedouble >= 0.0 && r->valuedouble < 1.0))
-            return ps_build_fail(b, PS_EFORMAT, "%s: 'rate' must be a number in [0, 1)",
-                                 b->where);
+            return ps_build_fail(b, PS_EFORMAT, "%s: 'rate' must be a number in [0, 1)", b->where);
         o.kind = OP_DROPOUT;
         o.rate = (float)r->valuedouble;
     } else if (!strcmp(cls, "Activation")) {
@@ -439,8 +436,7 @@ int ps_build_layer(ps_build *b, const char *cls, const cJSON *l, bool keras, siz
                     *th = item(l, "threshold");
         if (ns && !(cJSON_IsNumber(ns) && ns->valuedouble == 0.0))
             return ps_build_fail(b, PS_EFORMAT,
-                                 "%s: option 'negative_slope' is not supported (only 0)",
-                                 b->where);
+                                 "%s: option 'negative_slope' is not supported (only 0)", b->where);
         if (th && !(cJSON_IsNumber(th) && th->valuedouble == 0.0))
             return ps_build_fail(b, PS_EFORMAT, "%s: option 'threshold' is not supported (only 0)",
                                  b->where);
@@ -466,9 +462,11 @@ int ps_build_layer(ps_build *b, const char *cls, const cJSON *l, bool keras, siz
         ps_shape s = ps_tensor_shape(b->m, t);
         b->nin = 1;
         b->in_t[0] = t;
-        rc = push_op(b, (ps_op){.kind = OP_ACT, .act = act, .in = s, .out = s,
-                                .image = ps_tensor_image(b->m, t)},
-                     &t);
+        rc = push_op(
+            b,
+            (ps_op){
+                .kind = OP_ACT, .act = act, .in = s, .out = s, .image = ps_tensor_image(b->m, t)},
+            &t);
     }
     *out = t;
     return rc;
@@ -504,17 +502,19 @@ int ps_build_finish(ps_build *b) {
             return ps_build_fail(b, PS_EFORMAT, "softmax is only allowed as the final activation");
         if (j + 1 != m->nops && o->consumers == 0)
             return ps_build_fail(b, PS_EFORMAT,
-                                 "op %zu (of layer '%s') does not lead to the model's output",
-                                 j, o->prefix);
+                                 "op %zu (of layer '%s') does not lead to the model's output", j,
+                                 o->prefix);
         if (o->kind == OP_DENSE) nparams += ((double)ps_shape_numel(o->in) + 1) * cout;
         if (o->kind == OP_CONV) nparams += (area * cin + 1) * cout;
         if (o->kind == OP_DWCONV) nparams += (area + 1) * cout;
         if (o->kind == OP_BN) nparams += 4 * cin;
     }
-    if (ndense == 0) return ps_build_fail(b, PS_EFORMAT, "the model needs at least one Dense layer");
+    if (ndense == 0)
+        return ps_build_fail(b, PS_EFORMAT, "the model needs at least one Dense layer");
     const ps_op *last = &m->ops[m->nops - 1];
     if (last->out.h * last->out.w != 1)
-        return ps_build_fail(b, PS_EFORMAT, "the last layer must give a flat output: end with Dense");
+        return ps_build_fail(b, PS_EFORMAT,
+                             "the last layer must give a flat output: end with Dense");
     if (nparams > MAX_PARAMS)
         return ps_build_fail(b, PS_EFORMAT, "the model has %.0f parameters, more than the limit %u",
                              nparams, MAX_PARAMS);
@@ -684,7 +684,8 @@ static int parse_name(ps_model *m, const cJSON *root, perr *e) {
     if (name && (!cJSON_IsString(name) || strlen(name->valuestring) >= sizeof m->name))
         return fail(e, PS_EFORMAT, "'name' must be a string of at most %zu characters",
                     sizeof m->name - 1);
-    if (name || !m->name[0]) snprintf(m->name, sizeof m->name, "%s", name ? name->valuestring : "model");
+    if (name || !m->name[0])
+        snprintf(m->name, sizeof m->name, "%s", name ? name->valuestring : "model");
     return PS_OK;
 }
 
@@ -706,9 +707,9 @@ static int parse_spec(ps_model *m, const cJSON *root, perr *e) {
 
 /* {"keras": <to_json() object or a file name>, "loss": ..., ...}. */
 static int parse_wrapper(ps_model *m, const cJSON *root, const char *base_dir, perr *e) {
-    static const char *const keys[] = {"keras",     "name",       "loss",   "from_logits",
-                                       "optimizer", "batch_size", "epochs", "metrics",
-                                       NULL};
+    static const char *const keys[] = {"keras",       "name",      "loss",
+                                       "from_logits", "optimizer", "batch_size",
+                                       "epochs",      "metrics",   NULL};
     const cJSON *k, *kj = item(root, "keras");
     cJSON_ArrayForEach(k, root) {
         if (!key_in(k->string, keys))
@@ -735,8 +736,9 @@ static int parse_wrapper(ps_model *m, const cJSON *root, const char *base_dir, p
         if (rc != PS_OK) return fail(e, rc, "'keras': %s", why);
         const char *end = NULL;
         owned = cJSON_ParseWithOpts(text, &end, true);
-        if (!owned) rc = fail(e, PS_EFORMAT, "'keras': %s: JSON syntax error at offset %zu", path,
-                              end ? (size_t)(end - text) : (size_t)0);
+        if (!owned)
+            rc = fail(e, PS_EFORMAT, "'keras': %s: JSON syntax error at offset %zu", path,
+                      end ? (size_t)(end - text) : (size_t)0);
         free(text);
         if (rc != PS_OK) return rc;
         kj = owned;
@@ -752,8 +754,7 @@ static int parse_wrapper(ps_model *m, const cJSON *root, const char *base_dir, p
 }
 
 /* A bare to_json() file: the loss comes from ov. */
-static int parse_bare_keras(ps_model *m, const cJSON *root, const ps_model_overrides *ov,
-                            perr *e) {
+static int parse_bare_keras(ps_model *m, const cJSON *root, const ps_model_overrides *ov, perr *e) {
     if (!ov || !ov->loss)
         return fail(e, PS_EFORMAT,
                     "a Keras model file carries no loss: give one (psworker --loss NAME) or wrap "
@@ -811,7 +812,8 @@ static int layout_vars(ps_model *m, perr *e) {
         const char *bias_kind = NULL;
         if (o->kind == OP_DENSE) {
             o->kernel_var = m->nvars;
-            rc = add_var(m, o, "dense", li, "kernel", in, o->out.c, in, o->out.c, INIT_GLOROT, true);
+            rc =
+                add_var(m, o, "dense", li, "kernel", in, o->out.c, in, o->out.c, INIT_GLOROT, true);
             bias_kind = "dense";
         } else if (o->kind == OP_CONV) {
             o->kernel_var = m->nvars;
@@ -837,7 +839,8 @@ static int layout_vars(ps_model *m, perr *e) {
                 rc = add_var(m, o, bn, li, "beta", c, 0, 0, 0, INIT_ZEROS, true);
             }
             o->mean_var = m->nvars;
-            if (rc == PS_OK) rc = add_var(m, o, bn, li, "moving_mean", c, 0, 0, 0, INIT_ZEROS, false);
+            if (rc == PS_OK)
+                rc = add_var(m, o, bn, li, "moving_mean", c, 0, 0, 0, INIT_ZEROS, false);
             o->mvar_var = m->nvars;
             if (rc == PS_OK)
                 rc = add_var(m, o, bn, li, "moving_variance", c, 0, 0, 0, INIT_ONES, false);

@@ -20,17 +20,18 @@
 enum { B = 4 };
 
 /* Keras 3 form: a keras tensor naming its layer; a layer called on args. */
-#define T(name) \
-    "{\"class_name\": \"__keras_tensor__\", \"config\": {\"keras_history\": [\"" name "\", 0, 0]}}"
-#define L(cls, name, cfg, args)                                                                   \
-    "{\"class_name\": \"" cls "\", \"name\": \"" name "\", \"config\": {\"name\": \"" name "\"" \
-    cfg "}, \"inbound_nodes\": [{\"args\": [" args "], \"kwargs\": {}}]}"
+#define T(name)                                                                                    \
+    "{\"class_name\": \"__keras_tensor__\", \"config\": {\"keras_history\": [\"" name "\", 0, "    \
+                                                                                      "0]}}"
+#define L(cls, name, cfg, args)                                                                    \
+    "{\"class_name\": \"" cls "\", \"name\": \"" name "\", \"config\": {\"name\": \"" name         \
+    "\"" cfg "}, \"inbound_nodes\": [{\"args\": [" args "], \"kwargs\": {}}]}"
 #define INPUT(shape)                                                                               \
-    "{\"class_name\": \"InputLayer\", \"name\": \"in\", \"config\": {\"batch_shape\": [null, " \
-    shape "], \"name\": \"in\"}, \"inbound_nodes\": []}"
+    "{\"class_name\": \"InputLayer\", \"name\": \"in\", \"config\": {\"batch_shape\": "            \
+    "[null, " shape "], \"name\": \"in\"}, \"inbound_nodes\": []}"
 #define MODEL(layers, out)                                                                         \
-    "{\"keras\": {\"class_name\": \"Functional\", \"config\": {\"name\": \"g\", \"layers\": ["     \
-    layers "], \"input_layers\": [\"in\", 0, 0], \"output_layers\": [\"" out "\", 0, 0]}}, "       \
+    "{\"keras\": {\"class_name\": \"Functional\", \"config\": {\"name\": \"g\", \"layers\": "      \
+    "[" layers "], \"input_layers\": [\"in\", 0, 0], \"output_layers\": [\"" out "\", 0, 0]}}, "   \
     "\"loss\": \"sparse_categorical_crossentropy\", \"optimizer\": \"sgd\"}"
 
 static ps_model *build(const char *spec) {
@@ -58,7 +59,8 @@ static void check_model(const char *what, const char *spec, float h, double atol
     bool *train = calloc(n, sizeof *train);
     for (size_t i = 0; i < ps_model_num_vars(m); i++) {
         const ps_model_var *v = ps_model_var_at(m, i);
-        for (size_t k = 0; k < v->numel; k++) train[v->offset + k] = v->trainable;
+        for (size_t k = 0; k < v->numel; k++)
+            train[v->offset + k] = v->trainable;
     }
     ps_test_fill_uniform(x, B * in, 5, -1, 1);
     ck_assert_int_eq(ps_model_train_loss(m, x, labels, B, &l0), PS_OK);
@@ -98,56 +100,101 @@ static void check_model(const char *what, const char *spec, float h, double atol
 
 START_TEST(residual_fan_out) {
     /* c1 feeds c2, the depthwise conv and the Add: three gradients summed */
-    check_model("residual",
-                MODEL(INPUT("5, 5, 2") ", "
-                      L("Conv2D", "c1", ", \"filters\": 3, \"kernel_size\": 3, \"padding\": "
-                        "\"same\", \"activation\": \"tanh\"", T("in")) ", "
-                      L("Conv2D", "c2", ", \"filters\": 3, \"kernel_size\": 3, \"padding\": "
-                        "\"same\", \"activation\": \"gelu\"", T("c1")) ", "
-                      L("DepthwiseConv2D", "d", ", \"kernel_size\": 3, \"padding\": \"same\", "
-                        "\"activation\": \"tanh\"", T("c1")) ", "
-                      L("Add", "sum", "", "[" T("c1") ", " T("c2") ", " T("d") "]") ", "
-                      L("ZeroPadding2D", "pad", ", \"padding\": [[0, 1], [1, 0]]", T("sum")) ", "
-                      L("DepthwiseConv2D", "d2", ", \"kernel_size\": 2, \"strides\": 2, "
-                        "\"depth_multiplier\": 2", T("pad")) ", "
-                      L("GlobalAveragePooling2D", "gap", "", T("d2")) ", "
-                      L("Dense", "out", ", \"units\": 3", T("gap")),
-                      "out"),
-                1e-3f, 5e-4, 2e-2);
+    check_model(
+        "residual",
+        MODEL(
+            INPUT("5, 5, 2") ", " L(
+                "Conv2D", "c1",
+                ", \"filters\": 3, \"kernel_size\": 3, \"padding\": "
+                "\"same\", \"activation\": \"tanh\"",
+                T("in")) ", " L("Conv2D", "c2",
+                                ", \"filters\": 3, \"kernel_size\": 3, \"padding\": "
+                                "\"same\", \"activation\": \"gelu\"",
+                                T("c1")) ", " L("DepthwiseConv2D", "d",
+                                                ", \"kernel_size\": 3, \"padding\": \"same\", "
+                                                "\"activation\": \"tanh\"",
+                                                T("c1")) ", " L("Add", "sum", "",
+                                                                "[" T("c1") ", " T("c2") ", " T(
+                                                                    "d") "]") ", " L("ZeroPadding2"
+                                                                                     "D",
+                                                                                     "pad",
+                                                                                     ", "
+                                                                                     "\"padding\": "
+                                                                                     "[[0, 1], [1, "
+                                                                                     "0]]",
+                                                                                     T("sum")) ","
+                                                                                               " " L("DepthwiseConv2D",
+                                                                                                     "d2",
+                                                                                                     ", \"kernel_size\": 2, \"strides\": 2, "
+                                                                                                     "\"depth_multiplier\": 2",
+                                                                                                     T("pad")) ", " L("GlobalAveragePooling2D",
+                                                                                                                      "gap",
+                                                                                                                      "",
+                                                                                                                      T("d2")) ", " L("Dense",
+                                                                                                                                      "out",
+                                                                                                                                      ", \"units\": 3",
+                                                                                                                                      T("gap")),
+            "out"),
+        1e-3f, 5e-4, 2e-2);
 }
 END_TEST
 
 START_TEST(concat_batchnorm) {
     /* c1 feeds the BN and the Concatenate; the input feeds c1 and the Concatenate */
-    check_model("concat + batch norm",
-                MODEL(INPUT("4, 4, 3") ", "
-                      L("Conv2D", "c1", ", \"filters\": 4, \"kernel_size\": 1, \"activation\": "
-                        "\"sigmoid\"", T("in")) ", "
-                      L("BatchNormalization", "bn", ", \"momentum\": 0.9", T("c1")) ", "
-                      L("Activation", "act", ", \"activation\": \"tanh\"", T("bn")) ", "
-                      L("Concatenate", "cat", ", \"axis\": -1",
-                        "[" T("act") ", " T("c1") ", " T("in") "]") ", "
-                      L("Conv2D", "c3", ", \"filters\": 2, \"kernel_size\": 3", T("cat")) ", "
-                      L("Flatten", "flat", "", T("c3")) ", "
-                      L("Dense", "out", ", \"units\": 3", T("flat")),
-                      "out"),
-                1e-3f, 5e-4, 2e-2);
+    check_model(
+        "concat + batch norm",
+        MODEL(
+            INPUT("4, 4, 3") ", " L(
+                "Conv2D", "c1",
+                ", \"filters\": 4, \"kernel_size\": 1, \"activation\": "
+                "\"sigmoid\"",
+                T("in")) ", " L("BatchNormalization", "bn", ", \"momentum\": 0.9",
+                                T("c1")) ", " L("Activation", "act", ", \"activation\": \"tanh\"",
+                                                T("bn")) ", " L("Concatenate", "cat",
+                                                                ", \"axis\": -1",
+                                                                "[" T("act") ", " T("c1") ", " T(
+                                                                    "in") "]") ", " L("Conv2D",
+                                                                                      "c3",
+                                                                                      ", "
+                                                                                      "\"filters\":"
+                                                                                      " 2, "
+                                                                                      "\"kernel_"
+                                                                                      "size\": 3",
+                                                                                      T("cat")) ","
+                                                                                                " " L("Flatten",
+                                                                                                      "flat",
+                                                                                                      "",
+                                                                                                      T("c3")) ", " L("Dense",
+                                                                                                                      "out",
+                                                                                                                      ", \"units\": 3",
+                                                                                                                      T("flat")),
+            "out"),
+        1e-3f, 5e-4, 2e-2);
 }
 END_TEST
 
 START_TEST(self_add_reshape) {
     /* Add([h, h]) (one tensor twice), a Reshape view, Dense after BN on a vector */
-    check_model("self add + reshape",
-                MODEL(INPUT("12") ", "
-                      L("Dense", "h", ", \"units\": 8, \"activation\": \"tanh\"", T("in")) ", "
-                      L("Add", "twice", "", "[" T("h") ", " T("h") "]") ", "
-                      L("Reshape", "r", ", \"target_shape\": [2, 2, 2]", T("twice")) ", "
-                      L("Conv2D", "c", ", \"filters\": 3, \"kernel_size\": 1", T("r")) ", "
-                      L("Flatten", "f", "", T("c")) ", "
-                      L("BatchNormalization", "bn", "", T("f")) ", "
-                      L("Dense", "out", ", \"units\": 3", T("bn")),
-                      "out"),
-                1e-3f, 5e-4, 2e-2);
+    check_model(
+        "self add + reshape",
+        MODEL(
+            INPUT("12") ", " L("Dense", "h", ", \"units\": 8, \"activation\": \"tanh\"", T("in")) ", " L(
+                "Add", "twice", "",
+                "[" T("h") ", " T(
+                    "h") "]") ", " L("Reshape", "r", ", \"target_shape\": [2, 2, 2]",
+                                     T("twice")) ", " L("Conv2D", "c",
+                                                        ", \"filters\": 3, \"kernel_size\": 1",
+                                                        T("r")) ", " L("Flatten", "f", "",
+                                                                       T("c")) ", " L("BatchNormali"
+                                                                                      "zation",
+                                                                                      "bn", "",
+                                                                                      T("f")) ","
+                                                                                              " " L("Dense",
+                                                                                                    "out",
+                                                                                                    ", \"units\": 3",
+                                                                                                    T("bn")),
+            "out"),
+        1e-3f, 5e-4, 2e-2);
 }
 END_TEST
 
@@ -156,15 +203,17 @@ END_TEST
 START_TEST(batchnorm_moving_stats) {
     static const int32_t labels[B] = {0, 1, 1, 0};
     const char *spec =
-        MODEL(INPUT("3") ", " L("BatchNormalization", "bn", ", \"momentum\": 0.75", T("in")) ", "
-              L("Dense", "out", ", \"units\": 2", T("bn")), "out");
+        MODEL(INPUT("3") ", " L("BatchNormalization", "bn", ", \"momentum\": 0.75",
+                                T("in")) ", " L("Dense", "out", ", \"units\": 2", T("bn")),
+              "out");
     ps_model *m = build(spec);
     ck_assert_uint_eq(ps_model_num_vars(m), 6);
     const ps_model_var *mm = ps_model_var_at(m, 2), *mv = ps_model_var_at(m, 3);
     ck_assert_str_eq(mm->name, "bn/moving_mean");
     ck_assert_str_eq(mv->name, "bn/moving_variance");
     float *p = ps_model_params(m), x[B * 3], loss, e0, e1;
-    for (size_t i = 0; i < 3; i++) ck_assert_float_eq(p[mv->offset + i], 1.0f); /* Ones */
+    for (size_t i = 0; i < 3; i++)
+        ck_assert_float_eq(p[mv->offset + i], 1.0f); /* Ones */
     ps_test_fill_uniform(p + mm->offset, 3, 9, -0.5f, 0.5f);
     ps_test_fill_uniform(p + mv->offset, 3, 10, 0.5f, 1.5f);
     ps_test_fill_uniform(x, B * 3, 11, -2, 3);
@@ -177,7 +226,8 @@ START_TEST(batchnorm_moving_stats) {
     /* the batch's statistics, in double, from x */
     double mean[3] = {0}, var[3] = {0};
     for (size_t r = 0; r < B; r++)
-        for (size_t c = 0; c < 3; c++) mean[c] += x[r * 3 + c] / (double)B;
+        for (size_t c = 0; c < 3; c++)
+            mean[c] += x[r * 3 + c] / (double)B;
     for (size_t r = 0; r < B; r++)
         for (size_t c = 0; c < 3; c++)
             var[c] += (x[r * 3 + c] - mean[c]) * (x[r * 3 + c] - mean[c]) / (double)B;
@@ -208,13 +258,15 @@ START_TEST(batchnorm_moving_stats) {
     ps_local_opt_free(o);
     /* evaluation reads the moving statistics: moving them changes its loss */
     ck_assert_int_eq(ps_model_evaluate(m, x, labels, B, &e0, &correct), PS_OK);
-    for (size_t c = 0; c < 3; c++) p[mm->offset + c] += 1.0f;
+    for (size_t c = 0; c < 3; c++)
+        p[mm->offset + c] += 1.0f;
     ck_assert_int_eq(ps_model_evaluate(m, x, labels, B, &e1, &correct), PS_OK);
     ck_assert_msg(fabsf(e1 - e0) > 1e-4f, "eval loss %g did not move (%g)", e1, e0);
     /* ... and training does not (batch statistics) */
     float t0, t1;
     ck_assert_int_eq(ps_model_train_loss(m, x, labels, B, &t0), PS_OK);
-    for (size_t c = 0; c < 3; c++) p[mm->offset + c] -= 3.0f;
+    for (size_t c = 0; c < 3; c++)
+        p[mm->offset + c] -= 3.0f;
     ck_assert_int_eq(ps_model_train_loss(m, x, labels, B, &t1), PS_OK);
     ck_assert_float_eq(t0, t1);
     ps_model_free(m);

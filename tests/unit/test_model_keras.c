@@ -69,8 +69,8 @@ static void check_expected(const char *model_rel, const char *expected_rel, cons
         const ps_model_var *v = ps_model_var_at(m, i);
         ck_assert_msg(v != NULL, "%s: only %zu variables", model_rel, i);
         const char *name = cJSON_GetObjectItem(w, "name")->valuestring;
-        ck_assert_msg(strcmp(v->name, name) == 0, "%s: variable %zu is '%s', Keras '%s'",
-                      model_rel, i, v->name, name);
+        ck_assert_msg(strcmp(v->name, name) == 0, "%s: variable %zu is '%s', Keras '%s'", model_rel,
+                      i, v->name, name);
         size_t numel = 1;
         const cJSON *d;
         cJSON_ArrayForEach(d, cJSON_GetObjectItem(w, "shape")) numel *= (size_t)d->valuedouble;
@@ -257,7 +257,11 @@ static void check_reference(const char *name) {
         close_to(v->name, p + v->offset, after, v->numel, 1e-5);
         nstat++;
     }
-    ck_assert_uint_eq(nstat, strcmp(name, "reshape") == 0 ? 0 : nstat);
+    /* reshape has no batch normalization; the others have its moving statistics */
+    if (strcmp(name, "reshape") == 0)
+        ck_assert_uint_eq(nstat, 0);
+    else
+        ck_assert_uint_gt(nstat, 0);
     ps_local_opt_free(o);
     free(before);
     free(y);
@@ -283,14 +287,16 @@ END_TEST
 
 /* ---- malformed and unsupported files ---- */
 
-#define IN3(name) \
-    "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 6, 6, 2], " \
+#define IN3(name)                                                                                  \
+    "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 6, 6, 2], "             \
     "\"name\": \"" name "\"}}"
-#define SEQ(layers) "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": [" \
-    IN3("in") ", " layers "]}}"
+#define SEQ(layers)                                                                                \
+    "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": [" IN3(            \
+        "in") ", " layers "]}}"
 #define DENSE_OUT "{\"class_name\": \"Dense\", \"config\": {\"name\": \"out\", \"units\": 3}}"
 #define FLAT "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"flat\"}}"
-#define CONV(extra) "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c1\", \"filters\": 2, " \
+#define CONV(extra)                                                                                \
+    "{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c1\", \"filters\": 2, "                 \
     "\"kernel_size\": 3" extra "}}"
 #define WRAP(model) "{\"keras\": " model ", \"loss\": \"sparse_categorical_crossentropy\"}"
 
@@ -305,10 +311,10 @@ START_TEST(bad_files) {
         {WRAP(SEQ(CONV(", \"dilation_rate\": [2, 2]") ", " FLAT ", " DENSE_OUT)),
          {"layer 'c1' (Conv2D)", "'dilation_rate'", "only 1"}},
         {WRAP(SEQ(CONV(", \"kernel_regularizer\": {\"class_name\": \"L2\"}") ", " FLAT
-                  ", " DENSE_OUT)),
+                                                                             ", " DENSE_OUT)),
          {"layer 'c1' (Conv2D)", "'kernel_regularizer'", "only null"}},
         {WRAP(SEQ(CONV(", \"kernel_initializer\": {\"class_name\": \"HeNormal\"}") ", " FLAT
-                  ", " DENSE_OUT)),
+                                                                                   ", " DENSE_OUT)),
          {"layer 'c1' (Conv2D)", "'kernel_initializer'", "GlorotUniform"}},
         {WRAP(SEQ(CONV(", \"fancy\": 1") ", " FLAT ", " DENSE_OUT)),
          {"layer 'c1' (Conv2D)", "option 'fancy'", "filters, kernel_size"}},
@@ -349,7 +355,8 @@ START_TEST(bad_files) {
               "\"inbound_nodes\": [[[\"a\", 0, 0, {}], [\"b\", 0, 0, {}]]]}],"
               "\"input_layers\": [[\"in\", 0, 0]], \"output_layers\": [[\"sum\", 0, 0]]}}"),
          {"layer 'sum' (Add)", "input 1 has shape 1x1x5", NULL}},
-        {"{\"keras\": \"no-such-file.json\", \"loss\": \"mse\"}", {"relative to the spec file", NULL}},
+        {"{\"keras\": \"no-such-file.json\", \"loss\": \"mse\"}",
+         {"relative to the spec file", NULL}},
         {"{\"keras\": " SEQ(FLAT ", " DENSE_OUT) "}", {"needs a 'loss'", NULL}},
         {WRAP("{\"class_name\": \"Model2\", \"config\": {}}"), {"'Model2' is not supported", NULL}},
     };
@@ -359,8 +366,8 @@ START_TEST(bad_files) {
         int rc = ps_model_from_json(cases[i].json, &m, err, sizeof err);
         ck_assert_msg(rc != PS_OK && m == NULL, "case %zu parsed", i);
         for (int k = 0; k < 3 && cases[i].msg[k]; k++)
-            ck_assert_msg(strstr(err, cases[i].msg[k]) != NULL, "case %zu: '%s' lacks '%s'", i,
-                          err, cases[i].msg[k]);
+            ck_assert_msg(strstr(err, cases[i].msg[k]) != NULL, "case %zu: '%s' lacks '%s'", i, err,
+                          cases[i].msg[k]);
     }
 }
 END_TEST
@@ -379,7 +386,8 @@ START_TEST(mobilenetv2_trains) {
     float *x = malloc(N * in * sizeof *x), first = 0, loss = 0, best = 1e30f;
     int32_t y[N];
     ps_test_fill_uniform(x, N * in, 21, 0, 1);
-    for (size_t i = 0; i < N; i++) y[i] = (int32_t)(i % 10);
+    for (size_t i = 0; i < N; i++)
+        y[i] = (int32_t)(i % 10);
     ps_local_opt *o = NULL;
     ck_assert_int_eq(ps_local_opt_new(m, &o), PS_OK);
     for (int s = 0; s < STEPS; s++) {
@@ -398,7 +406,8 @@ START_TEST(mobilenetv2_trains) {
     const ps_model_var *mm = ps_model_var_at(m, 3);
     ck_assert_str_eq(mm->name, "bn_Conv1/moving_mean");
     double moved = 0;
-    for (size_t i = 0; i < mm->numel; i++) moved += fabs(ps_model_params(m)[mm->offset + i]);
+    for (size_t i = 0; i < mm->numel; i++)
+        moved += fabs(ps_model_params(m)[mm->offset + i]);
     ck_assert_msg(moved > 1e-4, "moving mean did not move (%g)", moved);
     ps_local_opt_free(o);
     free(x);
