@@ -30,8 +30,8 @@ void ps__cpu_gemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, floa
 void ps__cpu_bias_add_rows_acc(float *x, const float *bias, size_t rows, size_t cols);
 void ps__cpu_col_sum(float *out, const float *x, size_t rows, size_t cols, bool acc);
 void ps__cpu_act_forward_overwrite(ps_k_act act, float *y, const float *x, size_t n);
-void ps__cpu_act_backward(ps_k_act act, float *dx, const float *dy, const float *x,
-                          const float *y, size_t n, bool acc);
+void ps__cpu_act_backward(ps_k_act act, float *dx, const float *dy, const float *x, const float *y,
+                          size_t n, bool acc);
 void ps__cpu_softmax_rows_overwrite(float *probs, const float *logits, size_t rows, size_t cols);
 int ps__cpu_softmax_ce_overwrite(float *dlogits, const float *logits, const int32_t *labels,
                                  size_t rows, size_t cols, float *loss);
@@ -50,12 +50,41 @@ int ps__cpu_sum(const float *x, size_t n, bool squares, double *out);
 void ps__cpu_dropout(float *y, const float *x, size_t n, float rate, uint64_t seed);
 void ps__cpu_im2col_overwrite(const ps_k_conv *p, float *cols, const float *x, size_t n);
 void ps__cpu_col2im_overwrite(const ps_k_conv *p, float *dx, const float *cols, size_t n);
-void ps__cpu_maxpool_forward_overwrite(const ps_k_pool *p, float *y, int32_t *arg,
-                                       const float *x);
+void ps__cpu_maxpool_forward_overwrite(const ps_k_pool *p, float *y, int32_t *arg, const float *x);
 void ps__cpu_maxpool_backward_overwrite(const ps_k_pool *p, float *dx, const float *dy,
                                         const int32_t *arg);
 void ps__cpu_avgpool_forward_overwrite(const ps_k_pool *p, float *y, const float *x);
 void ps__cpu_avgpool_backward_overwrite(const ps_k_pool *p, float *dx, const float *dy);
+/* cpu_bn.c */
+void ps__cpu_bn_forward_train_overwrite(float *y, float *mean, float *var, const float *x,
+                                        const float *gamma, const float *beta, size_t rows,
+                                        size_t c, float eps);
+void ps__cpu_bn_forward_infer_overwrite(float *y, const float *x, const float *mean,
+                                        const float *var, const float *gamma, const float *beta,
+                                        size_t rows, size_t c, float eps);
+void ps__cpu_bn_backward_overwrite(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                   const float *x, const float *mean, const float *var,
+                                   const float *gamma, size_t rows, size_t c, float eps);
+/* cpu_dwconv.c */
+void ps__cpu_dwconv2d_forward_overwrite(const ps_k_conv *p, float *y, const float *x,
+                                        const float *w, const float *b);
+void ps__cpu_dwconv2d_backward_overwrite(const ps_k_conv *p, float *dx, float *dw, float *db,
+                                         const float *dy, const float *x, const float *w);
+/* cpu_shape.c */
+void ps__cpu_gap_forward_overwrite(float *y, const float *x, size_t n, size_t hw, size_t c);
+void ps__cpu_gap_backward_overwrite(float *dx, const float *dy, size_t n, size_t hw, size_t c);
+void ps__cpu_pad2d_forward_overwrite(float *y, const float *x, size_t n, size_t h, size_t w,
+                                     size_t c, size_t top, size_t bottom, size_t left,
+                                     size_t right);
+void ps__cpu_pad2d_backward_overwrite(float *dx, const float *dy, size_t n, size_t h, size_t w,
+                                      size_t c, size_t top, size_t bottom, size_t left,
+                                      size_t right);
+void ps__cpu_add_overwrite(float *y, const float *a, const float *b, size_t n);
+void ps__cpu_add_acc(float *y, const float *x, size_t n);
+void ps__cpu_concat_cols_overwrite(float *y, const float *x, size_t rows, size_t c_total,
+                                   size_t c_off, size_t c_x);
+void ps__cpu_split_cols_overwrite(float *dx, const float *dy, size_t rows, size_t c_total,
+                                  size_t c_off, size_t c_x);
 
 #ifdef PS_HAVE_CUDA
 /* CUDA backend (cuda.cu): the same contracts on device pointers of d. Errors
@@ -107,6 +136,32 @@ void ps__cuda_maxpool_backward_overwrite(ps_k_dev *d, const ps_k_pool *p, float 
 void ps__cuda_avgpool_forward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *y, const float *x);
 void ps__cuda_avgpool_backward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *dx,
                                          const float *dy);
+/* cuda_layers.cu: batch normalization, depthwise convolution, shape ops */
+void ps__cuda_bn_forward_train_overwrite(ps_k_dev *d, float *y, float *mean, float *var,
+                                         const float *x, const float *gamma, const float *beta,
+                                         size_t rows, size_t c, float eps);
+void ps__cuda_bn_forward_infer_overwrite(ps_k_dev *d, float *y, const float *x, const float *mean,
+                                         const float *var, const float *gamma, const float *beta,
+                                         size_t rows, size_t c, float eps);
+void ps__cuda_bn_backward_overwrite(ps_k_dev *d, float *dx, float *dgamma, float *dbeta,
+                                    const float *dy, const float *x, const float *mean,
+                                    const float *var, const float *gamma, size_t rows, size_t c,
+                                    float eps);
+void ps__cuda_dwconv2d_forward_overwrite(ps_k_dev *d, const ps_k_conv *p, float *y, const float *x,
+                                         const float *w, const float *b);
+void ps__cuda_dwconv2d_backward_overwrite(ps_k_dev *d, const ps_k_conv *p, float *dx, float *dw,
+                                          float *db, const float *dy, const float *x,
+                                          const float *w);
+void ps__cuda_gap_forward_overwrite(ps_k_dev *d, float *y, const float *x, size_t n, size_t hw,
+                                    size_t c);
+void ps__cuda_gap_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t n, size_t hw,
+                                     size_t c);
+void ps__cuda_pad2d(ps_k_dev *d, float *out, const float *in, size_t n, size_t h, size_t w,
+                    size_t c, size_t top, size_t bottom, size_t left, size_t right, bool backward);
+void ps__cuda_add_overwrite(ps_k_dev *d, float *y, const float *a, const float *b, size_t n);
+void ps__cuda_add_acc(ps_k_dev *d, float *y, const float *x, size_t n);
+void ps__cuda_concat_cols(ps_k_dev *d, float *out, const float *in, size_t rows, size_t c_total,
+                          size_t c_off, size_t c_x, bool split);
 #endif
 
 #ifdef __cplusplus

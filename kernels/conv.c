@@ -1,4 +1,4 @@
-/* Backend-neutral conv2d and the conv/pool planners: im2col of a chunk of
+/* Backend-neutral conv2d and the conv, depthwise conv and pool planners: im2col of a chunk of
  * images into the workspace, then GEMM, through the dispatching ps_k_* calls,
  * so every backend gets conv2d from its im2col, col2im, GEMM and column sums. */
 #include <limits.h>
@@ -51,6 +51,21 @@ int ps_k_conv_plan(ps_k_conv *p, size_t n, size_t h, size_t w, size_t c, size_t 
     q.chunk = per_img >= WS_MAX_FLOATS ? 1 : WS_MAX_FLOATS / per_img;
     if (q.chunk > n) q.chunk = n;
     if (q.chunk * pix > INT_MAX) q.chunk = INT_MAX / pix; /* GEMM rows; pix <= INT_MAX */
+    *p = q;
+    return PS_OK;
+}
+
+int ps_k_dwconv_plan(ps_k_conv *p, size_t n, size_t h, size_t w, size_t c, size_t kh, size_t kw,
+                     size_t mult, size_t sh, size_t sw, bool same) {
+    ps_k_conv q = {.n = n, .h = h, .w = w, .c = c, .kh = kh, .kw = kw, .sh = sh, .sw = sw};
+    if (n == 0 || c == 0 || mult == 0 || !mul(c, mult, &q.cout)) return PS_EINVAL;
+    if (!plan_axis(h, kh, sh, same, &q.oh, &q.pad_top)) return PS_EINVAL;
+    if (!plan_axis(w, kw, sw, same, &q.ow, &q.pad_left)) return PS_EINVAL;
+    size_t t; /* x, y and w sizes must be representable */
+    if (!mul(n, h, &t) || !mul(t, w, &t) || !mul(t, c, &t)) return PS_EINVAL;
+    if (!mul(q.oh, q.ow, &t) || !mul(n, t, &t) || !mul(t, q.cout, &t)) return PS_EINVAL;
+    if (!mul(kh, kw, &t) || !mul(t, q.cout, &t)) return PS_EINVAL;
+    q.chunk = n; /* unused: no workspace */
     *p = q;
     return PS_OK;
 }

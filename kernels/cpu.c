@@ -51,6 +51,9 @@ void ps__cpu_col_sum(float *out, const float *x, size_t rows, size_t cols, bool 
     case PS_K_ACT_RELU:                                                                            \
         LOOP(ps_ew_relu_fwd, ps_ew_relu_bwd, y);                                                   \
         break;                                                                                     \
+    case PS_K_ACT_RELU6:                                                                           \
+        LOOP(ps_ew_relu6_fwd, ps_ew_relu6_bwd, y);                                                 \
+        break;                                                                                     \
     case PS_K_ACT_SIGMOID:                                                                         \
         LOOP(ps_ew_sigmoid_fwd, ps_ew_sigmoid_bwd, y);                                             \
         break;                                                                                     \

@@ -6,17 +6,6 @@
 #include "backend.h"
 #include "ew.h"
 
-/* The kernel columns [*k0, *k1) whose input index o*s + k - pad lies inside
- * [0, len) along one axis. */
-static void valid_taps(size_t o, size_t s, size_t pad, size_t k, size_t len, size_t *k0,
-                       size_t *k1) {
-    size_t start = o * s; /* input index of tap k is start + k - pad */
-    *k0 = start >= pad ? 0 : pad - start;
-    size_t end = len + pad > start ? len + pad - start : 0; /* taps below end are < len */
-    *k1 = end < k ? end : k;
-    if (*k1 < *k0) *k1 = *k0;
-}
-
 /* Same result as ps_ew_im2col_at for every (r, k): per output cell and kernel
  * row ky, the kw*c column entries are one contiguous run of the input row
  * (cells kx in [kx0, kx1)) with zeros on either side. */
@@ -26,11 +15,11 @@ void ps__cpu_im2col_overwrite(const ps_k_conv *p, float *cols, const float *x, s
         const float *xi = x + img * p->h * p->w * c;
         for (size_t oy = 0; oy < p->oh; oy++) {
             size_t ky0, ky1;
-            valid_taps(oy, p->sh, p->pad_top, p->kh, p->h, &ky0, &ky1);
+            ps_ew_valid_taps(oy, p->sh, p->pad_top, p->kh, p->h, &ky0, &ky1);
             for (size_t ox = 0; ox < p->ow; ox++) {
                 float *dst = cols + ((img * p->oh + oy) * p->ow + ox) * K;
                 size_t kx0, kx1;
-                valid_taps(ox, p->sw, p->pad_left, p->kw, p->w, &kx0, &kx1);
+                ps_ew_valid_taps(ox, p->sw, p->pad_left, p->kw, p->w, &kx0, &kx1);
                 for (size_t ky = 0; ky < p->kh; ky++) {
                     float *d = dst + ky * rowlen;
                     if (ky < ky0 || ky >= ky1 || kx0 == kx1) {
@@ -57,11 +46,11 @@ void ps__cpu_col2im_overwrite(const ps_k_conv *p, float *dx, const float *cols, 
         float *xi = dx + img * p->h * p->w * c;
         for (size_t oy = 0; oy < p->oh; oy++) {
             size_t ky0, ky1;
-            valid_taps(oy, p->sh, p->pad_top, p->kh, p->h, &ky0, &ky1);
+            ps_ew_valid_taps(oy, p->sh, p->pad_top, p->kh, p->h, &ky0, &ky1);
             for (size_t ox = 0; ox < p->ow; ox++) {
                 const float *src = cols + ((img * p->oh + oy) * p->ow + ox) * K;
                 size_t kx0, kx1;
-                valid_taps(ox, p->sw, p->pad_left, p->kw, p->w, &kx0, &kx1);
+                ps_ew_valid_taps(ox, p->sw, p->pad_left, p->kw, p->w, &kx0, &kx1);
                 size_t run = (kx1 - kx0) * c;
                 for (size_t ky = ky0; ky < ky1; ky++) {
                     size_t iy = oy * p->sh + ky - p->pad_top;

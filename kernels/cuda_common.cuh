@@ -63,6 +63,16 @@ static inline int take_error(ps_k_dev *d) {
     return rc;
 }
 
+/* Launches kernel over `work` output elements on the device's stream; the
+ * launch error (if any) is remembered for ps_k_sync. Nothing to do, no launch. */
+template <typename... Params, typename... Args>
+static void launch(ps_k_dev *d, void (*kernel)(Params...), size_t work, Args... args) {
+    if (work == 0) return;
+    use(d);
+    kernel<<<blocks_for(work), kThreads, 0, d->cuda->stream>>>(args...);
+    check_launch(d);
+}
+
 /* Grows the per-row scratch of c to at least rows (cuda.cu); PS_OK or PS_ENOMEM. */
 int ps__cuda_ensure_rows(ps__cuda_ctx *c, size_t rows);
 

@@ -5,16 +5,6 @@
 #include "cuda_common.cuh"
 #include "ew.h"
 
-/* Launches kernel over `work` output elements on the device's stream; the
- * launch error (if any) is remembered for ps_k_sync. Nothing to do, no launch. */
-template <typename... Params, typename... Args>
-static void launch(ps_k_dev *d, void (*kernel)(Params...), size_t work, Args... args) {
-    if (work == 0) return;
-    use(d);
-    kernel<<<blocks_for(work), kThreads, 0, d->cuda->stream>>>(args...);
-    check_launch(d);
-}
-
 /* ---- dense layers ------------------------------------------------------ */
 
 __global__ void bias_add_rows_acc_kernel(float *x, const float *bias, size_t rows, size_t cols) {

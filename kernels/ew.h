@@ -16,7 +16,14 @@
 #endif
 
 /* Activation codes; the same numbers as ps_k_act in kernels.h. */
-enum { PS_EW_LINEAR = 0, PS_EW_RELU = 1, PS_EW_SIGMOID = 2, PS_EW_TANH = 3, PS_EW_GELU = 4 };
+enum {
+    PS_EW_LINEAR = 0,
+    PS_EW_RELU = 1,
+    PS_EW_SIGMOID = 2,
+    PS_EW_TANH = 3,
+    PS_EW_GELU = 4,
+    PS_EW_RELU6 = 5
+};
 
 static inline PS_HD float ps_ew_relu_fwd(float x) {
     return x > 0.0f ? x : 0.0f;
@@ -33,6 +40,16 @@ static inline PS_HD float ps_ew_sigmoid_fwd(float x) {
     if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
     float e = expf(x);
     return e / (1.0f + e);
+}
+
+/* min(max(x, 0), 6); the derivative is 1 strictly inside (0, 6), 0 elsewhere
+ * (as TensorFlow's Relu6Grad), which the output y tells as well as x. */
+static inline PS_HD float ps_ew_relu6_fwd(float x) {
+    return x > 0.0f ? (x < 6.0f ? x : 6.0f) : 0.0f;
+}
+
+static inline PS_HD float ps_ew_relu6_bwd(float y, float dy) {
+    return y > 0.0f && y < 6.0f ? dy : 0.0f;
 }
 
 static inline PS_HD float ps_ew_sigmoid_bwd(float y, float dy) {
@@ -65,6 +82,8 @@ static inline PS_HD float ps_ew_act_fwd(int act, float x) {
         return ps_ew_gelu_fwd(x);
     case PS_EW_RELU:
         return ps_ew_relu_fwd(x);
+    case PS_EW_RELU6:
+        return ps_ew_relu6_fwd(x);
     case PS_EW_SIGMOID:
         return ps_ew_sigmoid_fwd(x);
     case PS_EW_TANH:
@@ -81,6 +100,8 @@ static inline PS_HD float ps_ew_act_bwd(int act, float x, float y, float dy) {
         return ps_ew_gelu_bwd(x, dy);
     case PS_EW_RELU:
         return ps_ew_relu_bwd(y, dy);
+    case PS_EW_RELU6:
+        return ps_ew_relu6_bwd(y, dy);
     case PS_EW_SIGMOID:
         return ps_ew_sigmoid_bwd(y, dy);
     case PS_EW_TANH:
@@ -242,6 +263,73 @@ static inline PS_HD float ps_ew_col2im_at(const ps_k_conv *p, const float *cols,
         }
     }
     return s;
+}
+
+/* The kernel taps [*k0, *k1) of output index o whose input index o*s + k - pad
+ * lies inside [0, len) along one axis (window k, stride s). */
+static inline PS_HD void ps_ew_valid_taps(size_t o, size_t s, size_t pad, size_t k, size_t len,
+                                          size_t *k0, size_t *k1) {
+    size_t start = o * s; /* input index of tap k is start + k - pad */
+    *k0 = start >= pad ? 0 : pad - start;
+    size_t end = len + pad > start ? len + pad - start : 0; /* taps below end are < len */
+    *k1 = end < k ? end : k;
+    if (*k1 < *k0) *k1 = *k0;
+}
+
+/* ---- depthwise convolution: one output (or input, or weight) cell each ---- */
+/* Kernel w[kh, kw, c, mult] = [kh*kw, cout] with cout = c*mult: output
+ * channel co = ci*mult + m reads input channel ci = co / mult. */
+
+/* Output cell o = (img, oy, ox, co) of x with w, plus b[co] (b may be NULL). */
+static inline PS_HD float ps_ew_dwconv_at(const ps_k_conv *p, const float *x, const float *w,
+                                          const float *b, size_t o) {
+    size_t co = o % p->cout, ox = (o / p->cout) % p->ow, oy = (o / (p->cout * p->ow)) % p->oh;
+    size_t img = o / (p->cout * p->ow * p->oh), ci = co / (p->cout / p->c);
+    size_t ky0, ky1, kx0, kx1;
+    ps_ew_valid_taps(oy, p->sh, p->pad_top, p->kh, p->h, &ky0, &ky1);
+    ps_ew_valid_taps(ox, p->sw, p->pad_left, p->kw, p->w, &kx0, &kx1);
+    float s = b ? b[co] : 0.0f;
+    for (size_t ky = ky0; ky < ky1; ky++)
+        for (size_t kx = kx0; kx < kx1; kx++) {
+            size_t iy = oy * p->sh + ky - p->pad_top, ix = ox * p->sw + kx - p->pad_left;
+            s += x[((img * p->h + iy) * p->w + ix) * p->c + ci] *
+                 w[(ky * p->kw + kx) * p->cout + co];
+        }
+    return s;
+}
+
+/* Input gradient at cell e = (img, iy, ix, ci): over the windows covering it
+ * and the mult output channels of ci, the sum of dy * w. */
+static inline PS_HD float ps_ew_dwconv_dx_at(const ps_k_conv *p, const float *dy, const float *w,
+                                             size_t e) {
+    size_t ci = e % p->c, ix = (e / p->c) % p->w, iy = (e / (p->c * p->w)) % p->h;
+    size_t img = e / (p->c * p->w * p->h), mult = p->cout / p->c, y0, y1, x0, x1;
+    ps_ew_windows_covering(iy, p->kh, p->sh, p->pad_top, p->oh, &y0, &y1);
+    ps_ew_windows_covering(ix, p->kw, p->sw, p->pad_left, p->ow, &x0, &x1);
+    float s = 0.0f;
+    for (size_t oy = y0; oy < y1; oy++) {
+        size_t ky = iy + p->pad_top - oy * p->sh;
+        for (size_t ox = x0; ox < x1; ox++) {
+            size_t kx = ix + p->pad_left - ox * p->sw;
+            const float *g = dy + ((img * p->oh + oy) * p->ow + ox) * p->cout + ci * mult;
+            const float *wk = w + (ky * p->kw + kx) * p->cout + ci * mult;
+            for (size_t m = 0; m < mult; m++)
+                s += g[m] * wk[m];
+        }
+    }
+    return s;
+}
+
+/* One term of the weight gradient at (tap k = ky*kw + kx, channel co): the
+ * product dy * x of output pixel r = (img, oy, ox), 0 where the tap reads padding. */
+static inline PS_HD float ps_ew_dwconv_dw_term(const ps_k_conv *p, const float *dy, const float *x,
+                                               size_t k, size_t co, size_t r) {
+    size_t ox = r % p->ow, oy = (r / p->ow) % p->oh, img = r / (p->ow * p->oh);
+    size_t kx = k % p->kw, ky = k / p->kw, ci = co / (p->cout / p->c);
+    long iy = (long)(oy * p->sh + ky) - (long)p->pad_top;
+    long ix = (long)(ox * p->sw + kx) - (long)p->pad_left;
+    if (iy < 0 || ix < 0 || iy >= (long)p->h || ix >= (long)p->w) return 0.0f;
+    return dy[r * p->cout + co] * x[((img * p->h + (size_t)iy) * p->w + (size_t)ix) * p->c + ci];
 }
 
 /* The real (unpadded) input rows [*y0, *y1) and columns [*x0, *x1) of the

@@ -303,3 +303,86 @@ void ps_k_avgpool_backward_overwrite(ps_k_dev *d, const ps_k_pool *p, float *dx,
     IF_CUDA(d, ps__cuda_avgpool_backward_overwrite(d, p, dx, dy));
     ps__cpu_avgpool_backward_overwrite(p, dx, dy);
 }
+
+void ps_k_bn_forward_train_overwrite(ps_k_dev *d, float *y, float *mean, float *var, const float *x,
+                                     const float *gamma, const float *beta, size_t rows, size_t c,
+                                     float eps) {
+    IF_CUDA(d, ps__cuda_bn_forward_train_overwrite(d, y, mean, var, x, gamma, beta, rows, c, eps));
+    ps__cpu_bn_forward_train_overwrite(y, mean, var, x, gamma, beta, rows, c, eps);
+}
+
+void ps_k_bn_forward_infer_overwrite(ps_k_dev *d, float *y, const float *x, const float *mean,
+                                     const float *var, const float *gamma, const float *beta,
+                                     size_t rows, size_t c, float eps) {
+    IF_CUDA(d, ps__cuda_bn_forward_infer_overwrite(d, y, x, mean, var, gamma, beta, rows, c, eps));
+    ps__cpu_bn_forward_infer_overwrite(y, x, mean, var, gamma, beta, rows, c, eps);
+}
+
+void ps_k_bn_backward_overwrite(ps_k_dev *d, float *dx, float *dgamma, float *dbeta,
+                                const float *dy, const float *x, const float *mean,
+                                const float *var, const float *gamma, size_t rows, size_t c,
+                                float eps) {
+    IF_CUDA(d, ps__cuda_bn_backward_overwrite(d, dx, dgamma, dbeta, dy, x, mean, var, gamma, rows,
+                                              c, eps));
+    ps__cpu_bn_backward_overwrite(dx, dgamma, dbeta, dy, x, mean, var, gamma, rows, c, eps);
+}
+
+void ps_k_dwconv2d_forward_overwrite(ps_k_dev *d, const ps_k_conv *p, float *y, const float *x,
+                                     const float *w, const float *b) {
+    IF_CUDA(d, ps__cuda_dwconv2d_forward_overwrite(d, p, y, x, w, b));
+    ps__cpu_dwconv2d_forward_overwrite(p, y, x, w, b);
+}
+
+void ps_k_dwconv2d_backward_overwrite(ps_k_dev *d, const ps_k_conv *p, float *dx, float *dw,
+                                      float *db, const float *dy, const float *x, const float *w) {
+    IF_CUDA(d, ps__cuda_dwconv2d_backward_overwrite(d, p, dx, dw, db, dy, x, w));
+    ps__cpu_dwconv2d_backward_overwrite(p, dx, dw, db, dy, x, w);
+}
+
+void ps_k_gap_forward_overwrite(ps_k_dev *d, float *y, const float *x, size_t n, size_t hw,
+                                size_t c) {
+    IF_CUDA(d, ps__cuda_gap_forward_overwrite(d, y, x, n, hw, c));
+    ps__cpu_gap_forward_overwrite(y, x, n, hw, c);
+}
+
+void ps_k_gap_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t n, size_t hw,
+                                 size_t c) {
+    IF_CUDA(d, ps__cuda_gap_backward_overwrite(d, dx, dy, n, hw, c));
+    ps__cpu_gap_backward_overwrite(dx, dy, n, hw, c);
+}
+
+void ps_k_pad2d_forward_overwrite(ps_k_dev *d, float *y, const float *x, size_t n, size_t h,
+                                  size_t w, size_t c, size_t top, size_t bottom, size_t left,
+                                  size_t right) {
+    IF_CUDA(d, ps__cuda_pad2d(d, y, x, n, h, w, c, top, bottom, left, right, false));
+    ps__cpu_pad2d_forward_overwrite(y, x, n, h, w, c, top, bottom, left, right);
+}
+
+void ps_k_pad2d_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t n, size_t h,
+                                   size_t w, size_t c, size_t top, size_t bottom, size_t left,
+                                   size_t right) {
+    IF_CUDA(d, ps__cuda_pad2d(d, dx, dy, n, h, w, c, top, bottom, left, right, true));
+    ps__cpu_pad2d_backward_overwrite(dx, dy, n, h, w, c, top, bottom, left, right);
+}
+
+void ps_k_add_overwrite(ps_k_dev *d, float *y, const float *a, const float *b, size_t n) {
+    IF_CUDA(d, ps__cuda_add_overwrite(d, y, a, b, n));
+    ps__cpu_add_overwrite(y, a, b, n);
+}
+
+void ps_k_add_acc(ps_k_dev *d, float *y, const float *x, size_t n) {
+    IF_CUDA(d, ps__cuda_add_acc(d, y, x, n));
+    ps__cpu_add_acc(y, x, n);
+}
+
+void ps_k_concat_cols_overwrite(ps_k_dev *d, float *y, const float *x, size_t rows, size_t c_total,
+                                size_t c_off, size_t c_x) {
+    IF_CUDA(d, ps__cuda_concat_cols(d, y, x, rows, c_total, c_off, c_x, false));
+    ps__cpu_concat_cols_overwrite(y, x, rows, c_total, c_off, c_x);
+}
+
+void ps_k_split_cols_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t rows, size_t c_total,
+                               size_t c_off, size_t c_x) {
+    IF_CUDA(d, ps__cuda_concat_cols(d, dx, dy, rows, c_total, c_off, c_x, true));
+    ps__cpu_split_cols_overwrite(dx, dy, rows, c_total, c_off, c_x);
+}

@@ -136,7 +136,7 @@ void ps_k_col_sum_acc(ps_k_dev *d, float *out, const float *x, size_t rows, size
  * backward needs x. */
 void ps_k_act_forward_overwrite(ps_k_dev *d, ps_k_act act, float *y, const float *x, size_t n);
 /* dx[i] = f'(x[i]) * dy[i], from the forward input x and output y = f(x):
- * relu, sigmoid and tanh read only y, gelu only x (the other may be NULL);
+ * relu, relu6, sigmoid and tanh read only y, gelu only x (the other may be NULL);
  * dx may equal dy. */
 void ps_k_act_backward_overwrite(ps_k_dev *d, ps_k_act act, float *dx, const float *dy,
                                  const float *x, const float *y, size_t n);

@@ -53,6 +53,8 @@ static double act_f(ps_k_act act, double x) {
     switch (act) {
     case PS_K_ACT_RELU:
         return x > 0 ? x : 0;
+    case PS_K_ACT_RELU6:
+        return x <= 0 ? 0 : x >= 6 ? 6 : x;
     case PS_K_ACT_SIGMOID:
         return 1.0 / (1.0 + exp(-x));
     case PS_K_ACT_TANH:
@@ -69,6 +71,8 @@ static double act_df(ps_k_act act, double x) {
     switch (act) {
     case PS_K_ACT_RELU:
         return x > 0 ? 1 : 0;
+    case PS_K_ACT_RELU6:
+        return x > 0 && x < 6 ? 1 : 0;
     case PS_K_ACT_SIGMOID: {
         double s = 1.0 / (1.0 + exp(-x));
         return s * (1 - s);

@@ -65,4 +65,36 @@ void ps_ref_maxpool_backward_overwrite(const ps_k_pool *p, float *dx, const floa
 void ps_ref_avgpool_forward_overwrite(const ps_k_pool *p, float *y, const float *x);
 void ps_ref_avgpool_backward_overwrite(const ps_k_pool *p, float *dx, const float *dy);
 
+/* ref_layers.c. Batch normalization from the definition: the batch mean and
+ * biased variance in double, then (x - mean) / sqrt(var + eps) * gamma + beta;
+ * its backward is the closed form of the chain rule through mean and var. */
+void ps_ref_bn_forward_train_overwrite(float *y, float *mean, float *var, const float *x,
+                                       const float *gamma, const float *beta, size_t rows, size_t c,
+                                       float eps);
+void ps_ref_bn_forward_infer_overwrite(float *y, const float *x, const float *mean,
+                                       const float *var, const float *gamma, const float *beta,
+                                       size_t rows, size_t c, float eps);
+void ps_ref_bn_backward_overwrite(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                  const float *x, const float *mean, const float *var,
+                                  const float *gamma, size_t rows, size_t c, float eps);
+/* Depthwise convolution (geometry from ps_k_dwconv_plan), the sums of the
+ * definition and their analytic gradient. */
+void ps_ref_dwconv2d_forward_overwrite(const ps_k_conv *p, float *y, const float *x, const float *w,
+                                       const float *b);
+void ps_ref_dwconv2d_backward_overwrite(const ps_k_conv *p, float *dx, float *dw, float *db,
+                                        const float *dy, const float *x, const float *w);
+void ps_ref_gap_forward_overwrite(float *y, const float *x, size_t n, size_t hw, size_t c);
+void ps_ref_gap_backward_overwrite(float *dx, const float *dy, size_t n, size_t hw, size_t c);
+void ps_ref_pad2d_forward_overwrite(float *y, const float *x, size_t n, size_t h, size_t w,
+                                    size_t c, size_t top, size_t bottom, size_t left, size_t right);
+void ps_ref_pad2d_backward_overwrite(float *dx, const float *dy, size_t n, size_t h, size_t w,
+                                     size_t c, size_t top, size_t bottom, size_t left,
+                                     size_t right);
+void ps_ref_add_overwrite(float *y, const float *a, const float *b, size_t n);
+void ps_ref_add_acc(float *y, const float *x, size_t n);
+void ps_ref_concat_cols_overwrite(float *y, const float *x, size_t rows, size_t c_total,
+                                  size_t c_off, size_t c_x);
+void ps_ref_split_cols_overwrite(float *dx, const float *dy, size_t rows, size_t c_total,
+                                 size_t c_off, size_t c_x);
+
 #endif

@@ -194,12 +194,14 @@ static int broadcast_state(coll_ex *x, uint64_t *clock, char *err, size_t errlen
         rc = ring_failed(x, ps_ring_broadcast(x->ring, 0, ps_model_params(x->model),
                                               n * sizeof(float), err, errlen));
     int ns = ps_optim_num_slots(ps_model_optimizer(x->model)->kind);
-    for (size_t i = 0; rc == PS_OK && i < ps_model_num_vars(x->model); i++)
-        for (int k = 0; rc == PS_OK && k < ns; k++)
+    for (size_t i = 0; rc == PS_OK && i < ps_model_num_vars(x->model); i++) {
+        int vs = ps_optim_num_slots(ps_model_var_optimizer(x->model, i)->kind);
+        for (int k = 0; rc == PS_OK && k < vs; k++)
             rc = ring_failed(x, ps_ring_broadcast(x->ring, 0, ps_local_opt_slot(x->opt, i, k),
                                                   ps_model_var_at(x->model, i)->numel *
                                                       sizeof(float),
                                                   err, errlen));
+    }
     if (rc != PS_OK) return rc;
     *clock = head[0];
     ps_local_opt_set_updates(x->opt, head[1]);

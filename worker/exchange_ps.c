@@ -51,7 +51,7 @@ int ps_train_register_vars(ps_model *m, ps_client *c, unsigned n_shards, char *e
         t.shape[1] = v->rank > 1 ? v->shape[1] : 0;
         t.param = ps_model_params(m) + v->offset + pc->row_begin * row;
         t.grad = ps_model_grads(m) + v->offset + pc->row_begin * row;
-        t.opt = *ps_model_optimizer(m);
+        t.opt = *ps_model_var_optimizer(m, pc->var); /* the moving statistics: SGD, rate 1 */
         rc = ps_client_add(c, &t);
         PS_DEBUG("%s -> psd %u", t.name, t.shard);
     }

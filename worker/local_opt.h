@@ -16,7 +16,7 @@ typedef struct ps_local_opt ps_local_opt;
 int ps_local_opt_new(ps_model *m, ps_local_opt **out);
 void ps_local_opt_free(ps_local_opt *o);
 /* Applies the model's gradients to its parameters (each variable with its
- * optimizer spec). */
+ * optimizer spec, ps_model_var_optimizer). */
 void ps_local_opt_step(ps_local_opt *o);
 
 /* The optimizer's state, for checkpoints and the all-reduce broadcast: slot k

@@ -46,7 +46,7 @@ typedef struct {
     char positive_classes[1024], label_map[4096];
     long input_adapt, rgb_to_gray;
     long strategy, communication, worker_timeout, ring_connect_timeout, bucket_kb, check_every;
-    char checkpoint_dir[1024];
+    char checkpoint_dir[1024], loss[64];
     long checkpoint_every, checkpoint_every_steps, keep_checkpoints, perturb_at_step;
 } worker_opts;
 
@@ -66,7 +66,12 @@ static const ps_option table[] = {
      .flags = PS_OPTION_NO_DEFAULT,
      .help = "workers in the job (TF_CONFIG: chief + workers) [default: 1]"},
     {"model", PS_OPTION_STR, F(model), 0, 0, "", NULL, "FILE",
-     "Keras-like JSON model spec [default: built-in 784-128-10 MLP = examples/mlp.json]"},
+     "Keras-like JSON model spec, a {\"keras\": ...} wrapper, or a Keras model.to_json() file "
+     "(then give --loss) [default: built-in 784-128-10 MLP = examples/mlp.json]"},
+    {"loss", PS_OPTION_STR, F(loss), 0, 0, "", NULL, "NAME",
+     "the loss of a bare Keras model file given to --model (to_json() carries none): "
+     "sparse_categorical_crossentropy, binary_crossentropy or mse; refused for specs that "
+     "give their own"},
     {"data", PS_OPTION_STR, F(data), 0, 0, DEFAULT_DATA_DIR, NULL, "DIR",
      "dataset directory: IDX files or CIFAR-10 binary batches"},
     {"dataset", PS_OPTION_CHOICE, F(dataset), 0, 0, "auto", "auto|idx|fashion_mnist|cifar10", NULL,
@@ -348,6 +353,7 @@ int main(int argc, char **argv) {
     long workers = GIVEN("workers") ? o.workers : -1;
     ps_train_config cfg = {
         .model_path = o.model[0] ? o.model : NULL,
+        .loss = o.loss[0] ? o.loss : NULL,
         .data_dir = o.data,
         .device = o.device,
         .dataset = dataset_names[o.dataset],

@@ -43,19 +43,26 @@ static void free_activations(ps_model *m) {
     for (size_t j = 0; j < m->nops; j++) {
         ps_k_free(m->dev, m->ops[j].y);
         ps_k_free(m->dev, m->ops[j].arg);
+        ps_k_free(m->dev, m->ops[j].stat);
         m->ops[j].y = NULL;
         m->ops[j].arg = NULL;
+        m->ops[j].stat = NULL;
     }
-    ps_k_free(m->dev, m->g0);
-    ps_k_free(m->dev, m->g1);
+    for (size_t k = 0; k < m->ngslots; k++) {
+        ps_k_free(m->dev, m->g[k]);
+        m->g[k] = NULL;
+    }
+    ps_k_free(m->dev, m->gscr);
     ps_k_free(m->dev, m->ws);
+    free(m->h_stat);
+    m->h_stat = NULL;
     ps_k_free(m->dev, m->d_t);
     if (on_cuda(m)) {
         ps_k_free(m->dev, m->d_x);
         ps_k_free(m->dev, m->d_y);
     }
     free(m->h_out);
-    m->g0 = m->g1 = m->ws = m->d_t = m->d_x = m->h_out = NULL;
+    m->gscr = m->ws = m->d_t = m->d_x = m->h_out = NULL;
     m->d_y = NULL;
     m->cap = 0;
     m->ws_floats = 0;
@@ -128,26 +135,37 @@ static ps_k_pool pool_plan(const ps_op *o, size_t rows) {
     return p;
 }
 
+static ps_k_conv dwconv_plan(const ps_op *o, size_t rows) {
+    ps_k_conv p;
+    ps_k_dwconv_plan(&p, rows, o->in.h, o->in.w, o->in.c, o->kh, o->kw, o->mult, o->sh, o->sw,
+                     o->same); /* cannot fail: the spec parser checked these sizes */
+    return p;
+}
+
 /* Grows the activation, gradient and workspace buffers to hold rows rows. */
 static int ensure_cap(ps_model *m, size_t rows) {
     if (rows <= m->cap) return PS_OK;
     free_activations(m);
-    size_t classes = m->ops[m->nops - 1].out.c, ws = 0;
+    size_t classes = m->ops[m->nops - 1].out.c, ws = 0, maxc = 0;
     int rc = PS_OK;
     for (size_t j = 0; j < m->nops && rc == PS_OK; j++) {
         ps_op *o = &m->ops[j];
         size_t n = rows * ps_shape_numel(o->out);
         if (o->kind != OP_FLATTEN) rc = alloc_dev(m, n, &o->y);
         if (rc == PS_OK && o->kind == OP_MAXPOOL) rc = alloc_dev(m, n, &o->arg);
+        if (rc == PS_OK && o->kind == OP_BN) rc = alloc_dev(m, 2 * o->in.c, &o->stat);
+        if (o->kind == OP_BN && o->in.c > maxc) maxc = o->in.c;
         if (o->kind == OP_CONV) {
             ps_k_conv p = conv_plan(o, rows);
             size_t need = ps_k_conv_workspace(&p);
             if (need > ws) ws = need;
         }
     }
-    if (rc == PS_OK) rc = alloc_dev(m, rows * m->maxw, &m->g0);
-    if (rc == PS_OK) rc = alloc_dev(m, rows * m->maxw, &m->g1);
+    for (size_t k = 0; k < m->ngslots && rc == PS_OK; k++)
+        rc = alloc_dev(m, rows * m->maxw, &m->g[k]);
+    if (rc == PS_OK) rc = alloc_dev(m, rows * m->maxw, &m->gscr);
     if (rc == PS_OK && ws) rc = alloc_dev(m, ws, &m->ws);
+    if (rc == PS_OK && maxc && !(m->h_stat = malloc(2 * maxc * sizeof(float)))) rc = PS_ENOMEM;
     if (rc == PS_OK && m->loss != LOSS_SPARSE_CE) rc = alloc_dev(m, rows * classes, &m->d_t);
     if (rc == PS_OK && on_cuda(m)) rc = alloc_dev(m, rows * ps_shape_numel(m->input), &m->d_x);
     if (rc == PS_OK && on_cuda(m)) rc = alloc_dev(m, rows, &m->d_y);
@@ -161,9 +179,60 @@ static int ensure_cap(ps_model *m, size_t rows) {
     return PS_OK;
 }
 
+/* Whether op o may write input i's gradient into its output's buffer (when
+ * the input has no other reader): activations and dropout work in place,
+ * Flatten/Reshape and Add's first input pass the gradient through. */
+static bool aliasable(const ps_op *o, size_t i) {
+    return i == 0 && (o->kind == OP_ACT || o->kind == OP_DROPOUT || o->kind == OP_FLATTEN ||
+                      o->kind == OP_ADD);
+}
+
+/* Gives each tensor's gradient a buffer, reusing them as the backward pass
+ * goes: a tensor's gradient lives from its last reader's backward to its
+ * producer's. A chain needs two (ping-pong), a residual block one more. */
+static int assign_gslots(ps_model *m, char *err, size_t errlen) {
+    bool used[PS_MAX_GSLOTS] = {0};
+    bool *has = calloc(m->nops + 1, sizeof *has);
+    if (!has) return PS_ENOMEM;
+    int rc = PS_OK;
+    size_t want = 0;
+    for (size_t j = m->nrun + 1; j-- > 0 && rc == PS_OK;) {
+        /* j == nrun: the output's gradient (from the loss); else op j's inputs' */
+        const ps_op *o = j < m->nrun ? &m->ops[j] : NULL;
+        size_t nin = o ? o->nin : 1, given = PS_MAX_GSLOTS;
+        for (size_t i = 0; i < nin && rc == PS_OK; i++) {
+            size_t s = o ? o->in_t[i] : m->nrun;
+            if (s == 0 || has[s]) continue;
+            has[s] = true;
+            if (o && given == PS_MAX_GSLOTS && aliasable(o, i) && m->ops[s - 1].consumers == 1) {
+                given = o->gslot;
+                m->ops[s - 1].gslot = given;
+                continue;
+            }
+            size_t k = 0;
+            while (k < PS_MAX_GSLOTS && used[k])
+                k++;
+            if (k == PS_MAX_GSLOTS) {
+                snprintf(err, errlen, "the graph keeps more than %d gradients alive at once",
+                         PS_MAX_GSLOTS);
+                rc = PS_EFORMAT;
+                break;
+            }
+            used[k] = true;
+            m->ops[s - 1].gslot = k;
+            if (k + 1 > want) want = k + 1;
+        }
+        if (o && given == PS_MAX_GSLOTS) used[o->gslot] = false;
+    }
+    free(has);
+    m->ngslots = want;
+    return rc;
+}
+
 /* ---- construction ---------------------------------------------------------- */
 
-int ps_model_from_json(const char *json, ps_model **out, char *err, size_t errlen) {
+static int model_new(const char *json, const char *base_dir, const ps_model_overrides *ov,
+                     ps_model **out, char *err, size_t errlen) {
     *out = NULL;
     if (err && errlen) err[0] = '\0';
     ps_model *m = calloc(1, sizeof *m);
@@ -172,7 +241,9 @@ int ps_model_from_json(const char *json, ps_model **out, char *err, size_t errle
         return PS_ENOMEM;
     }
     m->dev = ps_k_cpu();
-    int rc = ps_model_parse(m, json, err, errlen);
+    int rc = ps_model_parse(m, json, base_dir, ov, err, errlen);
+    if (rc == PS_OK) rc = assign_gslots(m, err, errlen);
+    if (rc == PS_OK && !(m->ginit = calloc(m->nops + 1, sizeof *m->ginit))) rc = PS_ENOMEM;
     if (rc == PS_OK) {
         m->maxw = ps_shape_numel(m->input);
         for (size_t j = 0; j < m->nops; j++)
@@ -188,42 +259,32 @@ int ps_model_from_json(const char *json, ps_model **out, char *err, size_t errle
     return PS_OK;
 }
 
-int ps_model_load(const char *path, ps_model **out, char *err, size_t errlen) {
+int ps_model_from_json(const char *json, ps_model **out, char *err, size_t errlen) {
+    return model_new(json, NULL, NULL, out, err, errlen);
+}
+
+int ps_model_load_with(const char *path, const ps_model_overrides *ov, ps_model **out, char *err,
+                       size_t errlen) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (err) snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return PS_EIO;
-    }
     char *buf = NULL;
-    size_t len = 0, cap = 0, n;
-    int rc = PS_OK;
-    do {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            char *nb = cap <= (16u << 20) ? realloc(buf, cap) : NULL;
-            if (!nb) {
-                rc = cap > (16u << 20) ? PS_EFORMAT : PS_ENOMEM;
-                break;
-            }
-            buf = nb;
-        }
-        n = fread(buf + len, 1, 4096, f);
-        len += n;
-    } while (n == 4096);
-    if (rc == PS_OK && ferror(f)) rc = PS_EIO;
-    fclose(f);
-    if (rc != PS_OK) {
-        if (err) snprintf(err, errlen, "%s: %s", path, ps_strerror(rc));
-        free(buf);
-        return rc;
-    }
-    buf[len] = '\0';
-    char why[256];
-    rc = ps_model_from_json(buf, out, why, sizeof why);
+    int rc = ps_model_read_file(path, &buf, err, errlen);
+    if (rc != PS_OK) return rc;
+    char dir[4096], why[512];
+    const char *slash = strrchr(path, '/');
+    if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else if (slash)
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    else
+        snprintf(dir, sizeof dir, ".");
+    rc = model_new(buf, dir, ov, out, why, sizeof why);
     free(buf);
     if (rc != PS_OK && err) snprintf(err, errlen, "%s: %s", path, why);
     return rc;
+}
+
+int ps_model_load(const char *path, ps_model **out, char *err, size_t errlen) {
+    return ps_model_load_with(path, NULL, out, err, errlen);
 }
 
 void ps_model_free(ps_model *m) {
@@ -234,6 +295,8 @@ void ps_model_free(ps_model *m) {
     }
     free(m->ops);
     free(m->vars);
+    free(m->inits);
+    free(m->ginit);
     free(m);
 }
 
@@ -279,6 +342,15 @@ float *ps_model_grads(ps_model *m) {
 const ps_opt_spec *ps_model_optimizer(const ps_model *m) {
     return &m->opt;
 }
+const ps_opt_spec *ps_model_var_optimizer(const ps_model *m, size_t i) {
+    return i < m->nvars && !m->vars[i].trainable ? &m->stat_opt : &m->opt;
+}
+size_t ps_model_num_trainable_params(const ps_model *m) {
+    size_t n = 0;
+    for (size_t i = 0; i < m->nvars; i++)
+        n += m->vars[i].trainable ? m->vars[i].numel : 0;
+    return n;
+}
 size_t ps_model_batch_size(const ps_model *m) {
     return m->batch_size;
 }
@@ -299,8 +371,9 @@ void ps_model_init_params(ps_model *m, uint64_t seed) {
     for (size_t i = 0; i < m->nvars; i++) {
         const ps_model_var *v = &m->vars[i];
         float *p = m->params + v->offset;
-        if (v->rank == 1) {
-            memset(p, 0, v->numel * sizeof *p);
+        if (m->inits[i] != INIT_GLOROT) {
+            for (size_t j = 0; j < v->numel; j++)
+                p[j] = m->inits[i] == INIT_ONES ? 1.0f : 0.0f;
             continue;
         }
         /* One stream per variable, so a variable's values depend only on
@@ -337,13 +410,42 @@ static uint64_t dropout_seed(const ps_model *m, size_t j) {
     return splitmix64(&s);
 }
 
-/* Runs the executed ops on rows samples of x (on the device); returns the
- * output [rows, classes]. Dropout is applied only when training. */
-static const float *forward(ps_model *m, const float *x, size_t rows, bool training) {
-    const float *in = x;
-    for (size_t j = 0; j < m->nrun; j++) {
+/* Tensor t's values from the last forward: the input batch for t = 0. */
+static const float *tensor(const ps_model *m, const float *x, size_t t) {
+    return t ? m->ops[t - 1].outp : x;
+}
+
+/* After a training forward of batch normalization o: the moving statistics'
+ * slots in the gradients get (1 - momentum) * (moving - batch statistic), so
+ * that SGD with learning rate 1 (their optimizer) makes moving <- momentum *
+ * moving + (1 - momentum) * batch statistic, Keras' update. */
+static int bn_stat_grads(ps_model *m, const ps_op *o) {
+    size_t c = o->in.c;
+    int rc = ps_k_copy_to_host(m->dev, m->h_stat, o->stat, 2 * c * sizeof(float));
+    float k = 1.0f - o->momentum;
+    size_t vs[2] = {o->mean_var, o->mvar_var};
+    for (int s = 0; s < 2 && rc == PS_OK; s++) {
+        size_t off = m->vars[vs[s]].offset;
+        const float *p = m->params + off, *b = m->h_stat + (size_t)s * c;
+        float *g = m->grads + off;
+        for (size_t i = 0; i < c; i++)
+            g[i] = k * (p[i] - b[i]);
+        if (on_cuda(m)) rc = ps_k_copy_to_dev(m->dev, m->d_grads + off, g, c * sizeof(float));
+    }
+    return rc;
+}
+
+/* Runs the executed ops on rows samples of x (on the device); *outp gets the
+ * output [rows, classes]. Dropout is applied and batch normalization uses the
+ * batch's statistics only when training; stats: also write the moving
+ * statistics' updates (a training step). */
+static int forward(ps_model *m, const float *x, size_t rows, bool training, bool stats,
+                   const float **outp) {
+    int rc = PS_OK;
+    for (size_t j = 0; j < m->nrun && rc == PS_OK; j++) {
         ps_op *o = &m->ops[j];
-        size_t n = rows * ps_shape_numel(o->out);
+        const float *in = tensor(m, x, o->in_t[0]);
+        size_t n = rows * ps_shape_numel(o->out), hw = o->in.h * o->in.w;
         const float *out = o->y;
         switch (o->kind) {
         case OP_DENSE:
@@ -356,6 +458,24 @@ static const float *forward(ps_model *m, const float *x, size_t rows, bool train
                                           param(m, o->bias_var), m->ws);
             break;
         }
+        case OP_DWCONV: {
+            ps_k_conv p = dwconv_plan(o, rows);
+            ps_k_dwconv2d_forward_overwrite(m->dev, &p, o->y, in, param(m, o->kernel_var),
+                                            param(m, o->bias_var));
+            break;
+        }
+        case OP_BN:
+            if (training) {
+                ps_k_bn_forward_train_overwrite(m->dev, o->y, o->stat, o->stat + o->in.c, in,
+                                                param(m, o->kernel_var), param(m, o->bias_var),
+                                                rows * hw, o->in.c, o->eps);
+                if (stats) rc = bn_stat_grads(m, o);
+            } else {
+                ps_k_bn_forward_infer_overwrite(m->dev, o->y, in, param(m, o->mean_var),
+                                                param(m, o->mvar_var), param(m, o->kernel_var),
+                                                param(m, o->bias_var), rows * hw, o->in.c, o->eps);
+            }
+            break;
         case OP_MAXPOOL: {
             ps_k_pool p = pool_plan(o, rows);
             ps_k_maxpool_forward_overwrite(m->dev, &p, o->y, o->arg, in);
@@ -366,6 +486,13 @@ static const float *forward(ps_model *m, const float *x, size_t rows, bool train
             ps_k_avgpool_forward_overwrite(m->dev, &p, o->y, in);
             break;
         }
+        case OP_GAP:
+            ps_k_gap_forward_overwrite(m->dev, o->y, in, rows, hw, o->in.c);
+            break;
+        case OP_PAD:
+            ps_k_pad2d_forward_overwrite(m->dev, o->y, in, rows, o->in.h, o->in.w, o->in.c,
+                                         o->pad[0], o->pad[1], o->pad[2], o->pad[3]);
+            break;
         case OP_FLATTEN:
             out = in; /* the same memory: NHWC rows are already flat */
             break;
@@ -378,11 +505,24 @@ static const float *forward(ps_model *m, const float *x, size_t rows, bool train
         case OP_ACT:
             ps_activation_forward(m->dev, (ps_k_act)o->act, o->y, in, n);
             break;
+        case OP_ADD:
+            ps_k_add_overwrite(m->dev, o->y, in, tensor(m, x, o->in_t[1]), n);
+            for (size_t i = 2; i < o->nin; i++)
+                ps_k_add_acc(m->dev, o->y, tensor(m, x, o->in_t[i]), n);
+            break;
+        case OP_CONCAT:
+            for (size_t i = 0, off = 0; i < o->nin; i++) {
+                size_t c = ps_tensor_shape(m, o->in_t[i]).c;
+                ps_k_concat_cols_overwrite(m->dev, o->y, tensor(m, x, o->in_t[i]), rows * hw,
+                                           o->out.c, off, c);
+                off += c;
+            }
+            break;
         }
         o->outp = out;
-        in = out;
     }
-    return in;
+    *outp = tensor(m, x, m->nrun);
+    return rc;
 }
 
 /* Loss of out[rows, classes] against labels y (on the device); when dout is
@@ -418,68 +558,149 @@ void ps_model_set_grad_hook(ps_model *m, ps_model_grad_hook fn, void *ctx) {
     m->grad_hook_ctx = ctx;
 }
 
-/* Tells the hook that op o's weight gradients are final (CPU: d_grads is grads). */
+/* Tells the hook that op o's variables' gradients are final (CPU: d_grads is
+ * grads); for batch normalization also the moving statistics' slots. */
 static void grads_final(const ps_model *m, const ps_op *o) {
     if (!m->grad_hook || m->d_grads != m->grads) return;
-    size_t vs[2] = {o->kernel_var, o->bias_var};
-    for (int k = 0; k < 2; k++) {
+    size_t vs[4] = {o->kernel_var, o->bias_var, o->mean_var, o->mvar_var};
+    for (int k = 0; k < 4; k++) {
         if (vs[k] == PS_NO_VAR) continue;
         const ps_model_var *v = &m->vars[vs[k]];
         m->grad_hook(m->grad_hook_ctx, m->grads + v->offset, m->grads + v->offset + v->numel);
     }
 }
 
+static float *gbuf(const ps_model *m, size_t t) {
+    return m->g[m->ops[t - 1].gslot];
+}
+
+/* Where a backward kernel writes the gradient of input tensor s: its own
+ * buffer the first time, else the scratch buffer, added in by din_done (the
+ * tensor fans out). NULL for the model's input (no gradient needed). */
+static float *din_for(ps_model *m, size_t s, bool *acc) {
+    *acc = false;
+    if (s == 0) return NULL;
+    if (!m->ginit[s]) {
+        m->ginit[s] = true;
+        return gbuf(m, s);
+    }
+    *acc = true;
+    return m->gscr;
+}
+
+static void din_done(ps_model *m, size_t s, bool acc, size_t n) {
+    if (acc) ps_k_add_acc(m->dev, gbuf(m, s), m->gscr, n);
+}
+
+/* The gradient of input s is dout itself (Flatten, Add...): it is the same
+ * buffer when aliased, else copied or added in. */
+static void pass_grad(ps_model *m, size_t s, const float *dout, size_t n) {
+    if (s == 0) return;
+    float *g = gbuf(m, s);
+    if (!m->ginit[s]) {
+        m->ginit[s] = true;
+        if (g == dout) return;
+        ps_k_zero(m->dev, g, n * sizeof(float));
+    }
+    ps_k_add_acc(m->dev, g, dout, n);
+}
+
+/* The backward pass, ops in reverse topological order; the output's gradient
+ * is in its buffer (from the loss). */
 static void backward(ps_model *m, const float *x, size_t rows) {
-    float *dout = m->g0, *dnext = m->g1;
+    memset(m->ginit, 0, (m->nops + 1) * sizeof *m->ginit);
+    m->ginit[m->nrun] = true;
     for (size_t j = m->nrun; j-- > 0;) {
         ps_op *o = &m->ops[j];
-        const float *in = j ? m->ops[j - 1].outp : x;
-        size_t n = rows * ps_shape_numel(o->out);
-        bool swap = true;
+        size_t s = o->in_t[0], n = rows * ps_shape_numel(o->out), hw = o->in.h * o->in.w;
+        size_t nin = rows * ps_shape_numel(o->in);
+        const float *in = tensor(m, x, s), *dout = gbuf(m, j + 1);
+        bool acc = false;
+        float *din = NULL;
         switch (o->kind) {
         case OP_DENSE:
-            ps_dense_backward_overwrite(m->dev, j ? dnext : NULL, grad(m, o->kernel_var),
-                                        grad(m, o->bias_var), dout, in, param(m, o->kernel_var),
-                                        rows, ps_shape_numel(o->in), o->out.c);
+            din = din_for(m, s, &acc);
+            ps_dense_backward_overwrite(m->dev, din, grad(m, o->kernel_var), grad(m, o->bias_var),
+                                        dout, in, param(m, o->kernel_var), rows,
+                                        ps_shape_numel(o->in), o->out.c);
             grads_final(m, o);
             break;
         case OP_CONV: {
             ps_k_conv p = conv_plan(o, rows);
-            ps_k_conv2d_backward_overwrite(m->dev, &p, j ? dnext : NULL, grad(m, o->kernel_var),
+            din = din_for(m, s, &acc);
+            ps_k_conv2d_backward_overwrite(m->dev, &p, din, grad(m, o->kernel_var),
                                            grad(m, o->bias_var), dout, in, param(m, o->kernel_var),
                                            m->ws);
             grads_final(m, o);
             break;
         }
+        case OP_DWCONV: {
+            ps_k_conv p = dwconv_plan(o, rows);
+            din = din_for(m, s, &acc);
+            ps_k_dwconv2d_backward_overwrite(m->dev, &p, din, grad(m, o->kernel_var),
+                                             grad(m, o->bias_var), dout, in,
+                                             param(m, o->kernel_var));
+            grads_final(m, o);
+            break;
+        }
+        case OP_BN:
+            din = din_for(m, s, &acc);
+            /* the kernel always writes dx: the scratch buffer takes it for the input */
+            ps_k_bn_backward_overwrite(m->dev, din ? din : m->gscr, grad(m, o->kernel_var),
+                                       grad(m, o->bias_var), dout, in, o->stat, o->stat + o->in.c,
+                                       param(m, o->kernel_var), rows * hw, o->in.c, o->eps);
+            grads_final(m, o);
+            break;
         case OP_MAXPOOL: {
             ps_k_pool p = pool_plan(o, rows);
-            if (j) ps_k_maxpool_backward_overwrite(m->dev, &p, dnext, dout, o->arg);
+            if ((din = din_for(m, s, &acc)))
+                ps_k_maxpool_backward_overwrite(m->dev, &p, din, dout, o->arg);
             break;
         }
         case OP_AVGPOOL: {
             ps_k_pool p = pool_plan(o, rows);
-            if (j) ps_k_avgpool_backward_overwrite(m->dev, &p, dnext, dout);
+            if ((din = din_for(m, s, &acc))) ps_k_avgpool_backward_overwrite(m->dev, &p, din, dout);
             break;
         }
+        case OP_GAP:
+            if ((din = din_for(m, s, &acc)))
+                ps_k_gap_backward_overwrite(m->dev, din, dout, rows, hw, o->in.c);
+            break;
+        case OP_PAD:
+            if ((din = din_for(m, s, &acc)))
+                ps_k_pad2d_backward_overwrite(m->dev, din, dout, rows, o->in.h, o->in.w, o->in.c,
+                                              o->pad[0], o->pad[1], o->pad[2], o->pad[3]);
+            break;
         case OP_FLATTEN:
-            swap = false;
+            pass_grad(m, s, dout, n);
             break;
         case OP_DROPOUT:
-            if (j && o->outp != in)
-                ps_k_dropout_backward_overwrite(m->dev, dout, dout, n, o->rate, dropout_seed(m, j));
-            swap = false;
+            if (o->outp == in) {
+                pass_grad(m, s, dout, n);
+            } else if ((din = din_for(m, s, &acc))) {
+                ps_k_dropout_backward_overwrite(m->dev, din, dout, n, o->rate, dropout_seed(m, j));
+            }
             break;
         case OP_ACT:
-            if (j)
-                ps_k_act_backward_overwrite(m->dev, (ps_k_act)o->act, dout, dout, in, o->outp, n);
-            swap = false;
+            if ((din = din_for(m, s, &acc)))
+                ps_k_act_backward_overwrite(m->dev, (ps_k_act)o->act, din, dout, in, o->outp, n);
+            break;
+        case OP_ADD:
+            for (size_t i = 0; i < o->nin; i++)
+                pass_grad(m, o->in_t[i], dout, n);
+            break;
+        case OP_CONCAT:
+            for (size_t i = 0, off = 0; i < o->nin; i++) {
+                size_t si = o->in_t[i], c = ps_tensor_shape(m, si).c;
+                bool a = false;
+                float *d = din_for(m, si, &a);
+                if (d) ps_k_split_cols_overwrite(m->dev, d, dout, rows * hw, o->out.c, off, c);
+                if (d) din_done(m, si, a, rows * hw * c);
+                off += c;
+            }
             break;
         }
-        if (swap) {
-            float *t = dout;
-            dout = dnext;
-            dnext = t;
-        }
+        if (din) din_done(m, s, acc, nin);
     }
 }
 
@@ -521,8 +742,9 @@ static int train_forward(ps_model *m, const float *x, const int32_t *y, size_t b
     if (rc == PS_OK) rc = params_in(m);
     if (rc == PS_OK) rc = stage_batch(m, x, y, batch, dxp, dyp);
     if (rc != PS_OK) return rc;
-    *outp = forward(m, *dxp, batch, true);
-    return loss_of(m, want_grad ? m->g0 : NULL, *outp, *dyp, batch, loss);
+    rc = forward(m, *dxp, batch, true, want_grad, outp);
+    if (rc != PS_OK) return rc;
+    return loss_of(m, want_grad ? gbuf(m, m->nrun) : NULL, *outp, *dyp, batch, loss);
 }
 
 int ps_model_train_step(ps_model *m, const float *x, const int32_t *y, size_t batch, float *loss,
@@ -565,8 +787,9 @@ int ps_model_evaluate(ps_model *m, const float *x, const int32_t *y, size_t n, f
         const int32_t *dy;
         rc = stage_batch(m, x + i * in_dim, y + i, rows, &dx, &dy);
         if (rc != PS_OK) return rc;
-        const float *out = forward(m, dx, rows, false);
-        rc = loss_of(m, NULL, out, dy, rows, &l);
+        const float *out = NULL;
+        rc = forward(m, dx, rows, false, false, &out);
+        if (rc == PS_OK) rc = loss_of(m, NULL, out, dy, rows, &l);
         if (rc == PS_OK) rc = correct_of(m, out, dy, y + i, rows, &c);
         if (rc != PS_OK) return rc;
         sum += (double)l * (double)rows;

@@ -1,5 +1,6 @@
-/* A model built from a Keras-like JSON spec: a stack of layers (Dense, Conv2D,
- * pooling, Flatten, Dropout, activations) whose parameters live in one host
+/* A model built from a Keras-like JSON spec (a stack of layers) or from a
+ * Keras model file (Sequential or Functional: a graph of layers, with residual
+ * Add and Concatenate), whose parameters live in one host
  * allocation (and gradients in another), so one call sends, pulls or zeroes
  * them all. Forward/backward run through kernels/ on the model's device; on a
  * CUDA device the parameters are copied in before and the gradients out after
@@ -16,22 +17,41 @@
 
 typedef struct ps_model ps_model;
 
-/* One trainable variable: a view into the params/grads allocations. */
+/* One variable: a view into the params/grads allocations. */
 typedef struct {
-    char name[64];   /* e.g. "dense_0/kernel", "conv2d_0/bias"; unique in the model */
-    int rank;        /* 1 (bias) or 2 (kernel: Dense [in, out], Conv2D [kh*kw*c_in, filters]) */
+    char name[64];   /* e.g. "dense_0/kernel", "conv2d_0/bias"; a Keras model's own
+                      * ("conv1/kernel", "bn_Conv1/moving_mean"); unique in the model */
+    int rank;        /* 1 (bias, BN vectors) or 2 (kernel: Dense [in, out], Conv2D
+                      * [kh*kw*c_in, filters], DepthwiseConv2D [kh*kw*c_in, multiplier]) */
     size_t shape[2]; /* shape[0] is the row count used for row-splitting */
     size_t numel;
     size_t offset;          /* in floats from the start of ps_model_params()/ps_model_grads() */
     size_t fan_in, fan_out; /* for glorot_uniform, as Keras counts them (0 for biases) */
+    /* false for BatchNormalization's moving mean and variance: their "gradient"
+     * slot holds (1 - momentum) * (moving - batch statistic) after a training
+     * step, and their optimizer (ps_model_var_optimizer) is SGD with learning
+     * rate 1, so applying it gives Keras' moving average. */
+    bool trainable;
 } ps_model_var;
+
+/* Settings a bare Keras model file does not carry (to_json() has no loss);
+ * ignored for the project's own specs and {"keras": ...} wrappers, which give
+ * them themselves. */
+typedef struct {
+    const char *loss; /* "sparse_categorical_crossentropy", ...; NULL: none (an error) */
+    int from_logits;  /* 1, 0, or -1: from the model (false when it ends in softmax/sigmoid) */
+} ps_model_overrides;
 
 /* Parses a spec (JSON text). On success *out owns a new model (free with
  * ps_model_free) and PS_OK is returned; on failure a negative ps_err and a
  * one-line reason in err. */
 int ps_model_from_json(const char *json, ps_model **out, char *err, size_t errlen);
-/* Same, reading the spec from a file. */
+/* Same, reading the spec from a file (a {"keras": "file"} wrapper names a
+ * file relative to it). */
 int ps_model_load(const char *path, ps_model **out, char *err, size_t errlen);
+/* Same, with the settings a bare Keras file lacks (ov may be NULL). */
+int ps_model_load_with(const char *path, const ps_model_overrides *ov, ps_model **out, char *err,
+                       size_t errlen);
 /* Moves the model's buffers to device d (borrowed: must outlive the model or
  * be replaced); parameter values are kept. The CPU device is the default.
  * Returns PS_OK or PS_ENOMEM / a device error, with a reason in err. */
@@ -59,10 +79,16 @@ size_t ps_model_num_params(const ps_model *m); /* total floats over all vars */
 float *ps_model_params(ps_model *m);           /* owned by the model */
 float *ps_model_grads(ps_model *m);            /* owned by the model */
 const ps_opt_spec *ps_model_optimizer(const ps_model *m);
+/* The optimizer of variable i: the model's for trainable variables, SGD with
+ * learning rate 1 for the moving statistics. */
+const ps_opt_spec *ps_model_var_optimizer(const ps_model *m, size_t i);
+/* Variables with trainable set, and their total floats. */
+size_t ps_model_num_trainable_params(const ps_model *m);
 size_t ps_model_batch_size(const ps_model *m); /* spec "batch_size", default 64 */
 const char *ps_model_name(const ps_model *m);
 
-/* Keras default initializers: glorot_uniform kernels, zero biases; seeded.
+/* Keras default initializers: glorot_uniform kernels, zero biases, BN gamma
+ * and moving variance ones, beta and moving mean zeros; seeded.
  * Also seeds dropout with seed (see ps_model_set_dropout_seed). */
 void ps_model_init_params(ps_model *m, uint64_t seed);
 /* Dropout masks are a function of (seed, training step, layer); workers
@@ -78,7 +104,8 @@ typedef void (*ps_model_grad_hook)(void *ctx, const float *begin, const float *e
 /* Sets (fn NULL: clears) the hook. */
 void ps_model_set_grad_hook(ps_model *m, ps_model_grad_hook fn, void *ctx);
 
-/* Forward + backward on a batch. Overwrites the grads with d(mean loss)/d(params);
+/* Forward + backward on a batch. Overwrites the grads with d(mean loss)/d(params)
+ * (and the moving statistics' slots with their update, see ps_model_var);
  * *loss = mean loss over the batch; *correct = number of argmax hits.
  * Returns PS_OK, or PS_EINVAL for a label out of range / batch of 0. */
 int ps_model_train_step(ps_model *m, const float *x, const int32_t *y, size_t batch, float *loss,
@@ -86,7 +113,8 @@ int ps_model_train_step(ps_model *m, const float *x, const int32_t *y, size_t ba
 /* The training-mode loss (dropout on, with the masks the next train step will
  * use) of a batch, without gradients: for gradient checks. */
 int ps_model_train_loss(ps_model *m, const float *x, const int32_t *y, size_t batch, float *loss);
-/* Forward only over n samples (in chunks, dropout off); *loss = mean loss, *correct = hits. */
+/* Forward only over n samples (in chunks, dropout off, batch normalization
+ * with the moving statistics); *loss = mean loss, *correct = hits. */
 int ps_model_evaluate(ps_model *m, const float *x, const int32_t *y, size_t n, float *loss,
                       size_t *correct);
 

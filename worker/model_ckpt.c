@@ -22,10 +22,10 @@ int ps_model_ckpt_save(const char *dir, unsigned keep, ps_model *m, ps_local_opt
         snprintf(err, errlen, "out of memory");
         return PS_ENOMEM;
     }
-    const ps_opt_spec *spec = ps_model_optimizer(m);
     uint64_t t = ps_local_opt_updates(o);
     for (size_t i = 0; i < n; i++) {
         const ps_model_var *mv = ps_model_var_at(m, i);
+        const ps_opt_spec *spec = ps_model_var_optimizer(m, i);
         for (int d = 0; d < mv->rank; d++)
             shapes[i * PS_WIRE_MAX_RANK + (size_t)d] = mv->shape[d];
         for (int k = 0; k < ps_optim_num_slots(spec->kind); k++)
@@ -72,13 +72,13 @@ static int accept_model(void *user, ps_tf_file *f, const ps_ckpt_loaded_var *var
         return PS_EEXIST;
     }
     size_t nv = ps_model_num_vars(c->m);
-    const ps_opt_spec *spec = ps_model_optimizer(c->m);
     if (n != nv) {
         snprintf(why, whylen, "%zu variables, the model has %zu", n, nv);
         return PS_EFORMAT;
     }
     for (size_t i = 0; i < n; i++) {
         const ps_model_var *mv = ps_model_var_at(c->m, i);
+        const ps_opt_spec *spec = ps_model_var_optimizer(c->m, i);
         if (strcmp(vars[i].name, mv->name) != 0 || vars[i].numel != mv->numel) {
             snprintf(why, whylen, "variable %zu is '%s' [%zu values], the model's '%s' [%zu]", i,
                      vars[i].name, vars[i].numel, mv->name, mv->numel);

@@ -1,5 +1,9 @@
-/* Internal to the model: the op list a spec is parsed into (model_spec.c) and
- * run by model.c. Not for other files. */
+/* Internal to the model: the graph a spec is parsed into (model_spec.c, and
+ * model_keras.c for Keras' own files) and run by model.c. Not for other files.
+ *
+ * The graph is a list of ops in topological order. Tensor 0 is the model's
+ * input; tensor j + 1 is the output of op j. Each op names its input tensors;
+ * the last op's output is the model's output. */
 #ifndef PS_MODEL_IMPL_H
 #define PS_MODEL_IMPL_H
 
@@ -12,17 +16,26 @@
 
 #define PS_ACT_SOFTMAX (-1) /* row-wise; only as the final op, folded into the loss */
 #define PS_NO_VAR ((size_t)-1)
+#define PS_OP_MAX_IN 16 /* inputs of one Add / Concatenate */
 
 typedef enum {
     OP_DENSE,
     OP_CONV,
     OP_MAXPOOL,
     OP_AVGPOOL,
-    OP_FLATTEN,
+    OP_FLATTEN, /* also Reshape: a view with another shape */
     OP_DROPOUT,
-    OP_ACT
+    OP_ACT,
+    OP_DWCONV, /* DepthwiseConv2D */
+    OP_BN,     /* BatchNormalization over the channels */
+    OP_GAP,    /* GlobalAveragePooling2D */
+    OP_PAD,    /* ZeroPadding2D */
+    OP_ADD,
+    OP_CONCAT /* along the channels */
 } ps_op_kind;
 typedef enum { LOSS_SPARSE_CE, LOSS_BCE, LOSS_MSE } ps_loss_kind;
+/* How a variable is initialised by ps_model_init_params. */
+typedef enum { INIT_GLOROT, INIT_ZEROS, INIT_ONES } ps_init_kind;
 
 /* A per-sample tensor shape, channels last; a flat vector is 1 x 1 x width. */
 typedef struct {
@@ -35,44 +48,67 @@ static inline size_t ps_shape_numel(ps_shape s) {
 
 typedef struct {
     ps_op_kind kind;
-    ps_shape in, out;
-    int act;           /* OP_ACT: a ps_k_act or PS_ACT_SOFTMAX */
-    size_t kh, kw;     /* OP_CONV kernel, pooling window */
-    size_t sh, sw;     /* strides */
-    bool same;         /* padding "same" (else "valid") */
-    float rate;        /* OP_DROPOUT */
-    bool use_bias;     /* OP_DENSE, OP_CONV */
-    size_t kernel_var; /* OP_DENSE, OP_CONV: index into vars */
-    size_t bias_var;   /* or PS_NO_VAR without a bias */
+    size_t nin;                /* input tensors (1, or 2+ for Add / Concatenate) */
+    size_t in_t[PS_OP_MAX_IN]; /* tensor indices, each < this op's index + 1 */
+    ps_shape in, out;          /* in: the shape of the first input */
+    bool image;                /* the output is an image (Conv2D and pooling may follow) */
+    char prefix[48];           /* variable name prefix (a Keras layer name); "" = dense_<i>... */
+    int act;                   /* OP_ACT: a ps_k_act or PS_ACT_SOFTMAX */
+    size_t kh, kw;             /* OP_CONV / OP_DWCONV kernel, pooling window */
+    size_t sh, sw;             /* strides */
+    bool same;                 /* padding "same" (else "valid") */
+    size_t mult;               /* OP_DWCONV depth multiplier */
+    size_t pad[4];             /* OP_PAD top, bottom, left, right */
+    float rate;                /* OP_DROPOUT */
+    float momentum, eps;       /* OP_BN */
+    bool use_bias;             /* OP_DENSE, OP_CONV, OP_DWCONV */
+    bool center, scale;        /* OP_BN: beta, gamma present */
+    size_t kernel_var;         /* OP_DENSE, OP_CONV, OP_DWCONV kernel; OP_BN gamma */
+    size_t bias_var;           /* bias; OP_BN beta; PS_NO_VAR when absent */
+    size_t mean_var, mvar_var; /* OP_BN moving mean / variance (non-trainable) */
     /* run-time state (model.c) */
+    size_t gslot;      /* gradient buffer of the output tensor (index into g[]) */
+    size_t consumers;  /* ops reading the output */
     float *y;          /* owned device buffer [cap, out]; NULL for views */
     int32_t *arg;      /* OP_MAXPOOL: winners [cap, out] */
+    float *stat;       /* OP_BN: the batch's mean and variance [2, c] */
     const float *outp; /* output of the last forward: y, or the input for views */
 } ps_op;
+
+#define PS_MAX_GSLOTS 64 /* gradient buffers alive at once (a chain needs 2) */
 
 struct ps_model {
     char name[64];
     ps_shape input;
     bool input_image; /* input_shape had rank 3 */
+    size_t input_consumers;
     ps_op *ops;
     size_t nops, nrun; /* nrun: ops executed (a final softmax/sigmoid is folded into the loss) */
     ps_model_var *vars;
+    ps_init_kind *inits; /* per variable */
     size_t nvars, nparams;
     ps_opt_spec opt;
+    ps_opt_spec stat_opt; /* the moving statistics': SGD, learning rate 1 */
     size_t batch_size;
     size_t epochs;        /* spec "epochs", 0 when absent */
     ps_label_spec labels; /* spec "labels", PS_LABELS_NONE when absent */
     ps_loss_kind loss;
     bool from_logits;
+    bool keras;  /* came from a Keras model file (Keras' variable names) */
+    bool keras2; /* ... written by Keras 2 (tf.keras): "depthwise_kernel", not "kernel" */
     /* run-time state (model.c) */
     ps_k_dev *dev;
     float *params, *grads;     /* host (pinned for CUDA): what the client sends and fills */
     float *d_params, *d_grads; /* on dev; the same pointers as params/grads on the CPU */
     size_t cap;                /* rows the activation buffers hold */
     size_t maxw;               /* widest per-sample tensor over all ops */
-    float *g0, *g1;            /* gradient ping-pong buffers [cap, maxw] */
-    float *ws;                 /* conv workspace */
+    size_t ngslots;            /* gradient buffers [cap, maxw] */
+    float *g[PS_MAX_GSLOTS];
+    float *gscr; /* scratch for a gradient added into a fanned-out tensor's */
+    bool *ginit; /* per tensor: its gradient buffer holds a value (backward) */
+    float *ws;   /* conv workspace */
     size_t ws_floats;
+    float *h_stat;    /* host copy of one BN layer's batch statistics [2, c] */
     float *d_x, *d_t; /* CUDA: input batch, float targets [cap, classes] */
     int32_t *d_y;     /* CUDA: labels */
     float *h_out;     /* host copy of a one-column output (MSE accuracy) */
@@ -81,8 +117,58 @@ struct ps_model {
     void *grad_hook_ctx;
 };
 
+/* The shape and image flag of tensor t. */
+static inline ps_shape ps_tensor_shape(const ps_model *m, size_t t) {
+    return t ? m->ops[t - 1].out : m->input;
+}
+static inline bool ps_tensor_image(const ps_model *m, size_t t) {
+    return t ? m->ops[t - 1].image : m->input_image;
+}
+
 /* Parses the JSON spec into m (ops, vars with offsets, nparams, optimizer,
- * loss...); allocates no buffers. Returns PS_OK or an error with a reason. */
-int ps_model_parse(ps_model *m, const char *json, char *err, size_t errlen);
+ * loss...); allocates no buffers. base_dir (may be NULL) is where a file named
+ * by a {"keras": "file"} wrapper is looked for; ov (may be NULL) gives the
+ * settings a bare Keras file lacks. Returns PS_OK or an error with a reason. */
+int ps_model_parse(ps_model *m, const char *json, const char *base_dir,
+                   const ps_model_overrides *ov, char *err, size_t errlen);
+
+/* Reads a whole text file (at most 16 MiB) into *out (malloc'd, NUL-ended). */
+int ps_model_read_file(const char *path, char **out, char *err, size_t errlen);
+
+/* ---- the graph builder shared by the two front ends (model_spec.c) ---- */
+
+struct cJSON;
+
+typedef struct {
+    ps_model *m;
+    size_t cap; /* of m->ops */
+    char *err;
+    size_t errlen;
+    char where[96];     /* "layer 3 (Conv2D)" or "layer 'conv1' (Conv2D)", for messages */
+    const char *prefix; /* variable name prefix (Keras layer name) or NULL */
+    size_t nin;         /* inputs of the layer being added */
+    size_t in_t[PS_OP_MAX_IN];
+} ps_build;
+
+/* Formats a one-line reason into b->err and returns code. */
+int ps_build_fail(ps_build *b, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Adds the op(s) of one layer of class cls (Dense, Conv2D, DepthwiseConv2D,
+ * BatchNormalization, ReLU, Activation, MaxPooling2D, AveragePooling2D,
+ * GlobalAveragePooling2D, ZeroPadding2D, Flatten, Reshape, Dropout, Add,
+ * Concatenate) reading its settings from cfg (Keras key names) over the
+ * inputs b->in_t; *out gets the output tensor. keras: Keras' semantics where
+ * they differ (Dense needs a flat input). PS_EFORMAT with a reason. */
+int ps_build_layer(ps_build *b, const char *cls, const struct cJSON *cfg, bool keras, size_t *out);
+/* Checks the finished graph (a Dense somewhere, softmax only at the end, a
+ * flat output, every op used, the parameter bound). */
+int ps_build_finish(ps_build *b);
+/* The top-level training settings (loss, from_logits, optimizer, batch_size,
+ * epochs, metrics, name) from obj; keys not present keep their defaults. */
+int ps_spec_parse_training(ps_model *m, const struct cJSON *obj, char *err, size_t errlen);
+
+/* model_keras.c: the graph of a Keras to_json() object (Sequential or
+ * Functional, Keras 3 or 2 form) into m. */
+int ps_keras_parse(ps_model *m, const struct cJSON *root, char *err, size_t errlen);
 
 #endif

@@ -1,6 +1,8 @@
-/* The Keras-like JSON model spec: parsed into the op list of model_impl.h,
+/* The model spec: the project's Keras-like JSON ("layers" as a stack) and the
+ * graph builder both it and Keras' own files (model_keras.c) go through,
  * with every shape worked out and every mistake reported as one line. */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,6 +16,8 @@
 #define MAX_BATCH (1u << 20)
 #define MAX_PARAMS (1u << 30)
 #define MAX_KERNEL 64 /* conv kernel / pooling window side, stride */
+#define MAX_PAD 1024
+#define MAX_FILE (16u << 20)
 
 typedef struct {
     char *err;
@@ -31,6 +35,16 @@ static int fail(perr *e, int code, const char *fmt, ...) {
     return code;
 }
 
+int ps_build_fail(ps_build *b, int code, const char *fmt, ...) {
+    if (b->err && b->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(b->err, b->errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
 /* Reads a whole number in [lo, hi] from item; false if not numeric/integral/in range. */
 static bool get_size(const cJSON *item, double lo, double hi, size_t *out) {
     if (!cJSON_IsNumber(item)) return false;
@@ -40,16 +54,20 @@ static bool get_size(const cJSON *item, double lo, double hi, size_t *out) {
     return true;
 }
 
-/* A Keras size pair: an integer n (meaning n x n) or [a, b]. */
-static bool get_pair(const cJSON *item, size_t *a, size_t *b) {
+/* A Keras size pair: an integer n (meaning n x n) or [a, b], each in [lo, hi]. */
+static bool get_pair_in(const cJSON *item, size_t lo, size_t hi, size_t *a, size_t *b) {
     if (cJSON_IsNumber(item)) {
-        if (!get_size(item, 1, MAX_KERNEL, a)) return false;
+        if (!get_size(item, (double)lo, (double)hi, a)) return false;
         *b = *a;
         return true;
     }
     return cJSON_IsArray(item) && cJSON_GetArraySize(item) == 2 &&
-           get_size(cJSON_GetArrayItem(item, 0), 1, MAX_KERNEL, a) &&
-           get_size(cJSON_GetArrayItem(item, 1), 1, MAX_KERNEL, b);
+           get_size(cJSON_GetArrayItem(item, 0), (double)lo, (double)hi, a) &&
+           get_size(cJSON_GetArrayItem(item, 1), (double)lo, (double)hi, b);
+}
+
+static bool get_pair(const cJSON *item, size_t *a, size_t *b) {
+    return get_pair_in(item, 1, MAX_KERNEL, a, b);
 }
 
 static bool key_in(const char *key, const char *const *keys) {
@@ -58,13 +76,18 @@ static bool key_in(const char *key, const char *const *keys) {
     return false;
 }
 
+static const cJSON *item(const cJSON *o, const char *key) {
+    return cJSON_GetObjectItemCaseSensitive(o, key);
+}
+
 /* Activation name -> ps_k_act or PS_ACT_SOFTMAX; false for an unknown name. */
 static bool parse_act(const char *s, int *act) {
     static const struct {
         const char *name;
         int act;
-    } acts[] = {{"linear", PS_K_ACT_LINEAR}, {"relu", PS_K_ACT_RELU}, {"sigmoid", PS_K_ACT_SIGMOID},
-                {"tanh", PS_K_ACT_TANH},     {"gelu", PS_K_ACT_GELU}, {"softmax", PS_ACT_SOFTMAX}};
+    } acts[] = {{"linear", PS_K_ACT_LINEAR},   {"relu", PS_K_ACT_RELU}, {"relu6", PS_K_ACT_RELU6},
+                {"sigmoid", PS_K_ACT_SIGMOID}, {"tanh", PS_K_ACT_TANH}, {"gelu", PS_K_ACT_GELU},
+                {"softmax", PS_ACT_SOFTMAX}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
         if (strcmp(s, acts[i].name) == 0) {
             *act = acts[i].act;
@@ -74,58 +97,64 @@ static bool parse_act(const char *s, int *act) {
     return false;
 }
 
-/* ---- layers ------------------------------------------------------------ */
-
-typedef enum { L_DENSE, L_CONV, L_MAXPOOL, L_AVGPOOL, L_FLATTEN, L_DROPOUT, L_ACT } layer_type;
-
-static const struct {
-    const char *name;
-    layer_type type;
-    const char *const keys[8];
-} layer_types[] = {
-    {"Dense", L_DENSE, {"type", "units", "activation", "use_bias", NULL}},
-    {"Conv2D",
-     L_CONV,
-     {"type", "filters", "kernel_size", "strides", "padding", "activation", "use_bias", NULL}},
-    {"MaxPooling2D", L_MAXPOOL, {"type", "pool_size", "strides", "padding", NULL}},
-    {"MaxPool2D", L_MAXPOOL, {"type", "pool_size", "strides", "padding", NULL}},
-    {"AveragePooling2D", L_AVGPOOL, {"type", "pool_size", "strides", "padding", NULL}},
-    {"AvgPool2D", L_AVGPOOL, {"type", "pool_size", "strides", "padding", NULL}},
-    {"Flatten", L_FLATTEN, {"type", NULL}},
-    {"Dropout", L_DROPOUT, {"type", "rate", NULL}},
-    {"Activation", L_ACT, {"type", "activation", NULL}},
-};
-#define N_LAYER_TYPES (sizeof layer_types / sizeof layer_types[0])
-
-typedef struct {
-    ps_model *m;
-    size_t cap; /* of m->ops */
-    size_t index;
-    bool image; /* the current output is an image (not flattened yet) */
-    const char *tname;
-    perr *e;
-} lctx;
-
-static int push_op(lctx *L, ps_op o) {
-    ps_model *m = L->m;
-    if (m->nops == L->cap) {
-        size_t nc = L->cap ? L->cap * 2 : 8;
-        ps_op *p = realloc(m->ops, nc * sizeof *p);
-        if (!p) return fail(L->e, PS_ENOMEM, "out of memory");
-        m->ops = p;
-        L->cap = nc;
+int ps_model_read_file(const char *path, char **out, char *err, size_t errlen) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (err) snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return PS_EIO;
     }
-    o.kernel_var = o.bias_var = PS_NO_VAR;
-    m->ops[m->nops++] = o;
+    char *buf = NULL;
+    size_t len = 0, cap = 0, n;
+    int rc = PS_OK;
+    do {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            char *nb = cap <= MAX_FILE ? realloc(buf, cap) : NULL;
+            if (!nb) {
+                rc = cap > MAX_FILE ? PS_EFORMAT : PS_ENOMEM;
+                break;
+            }
+            buf = nb;
+        }
+        n = fread(buf + len, 1, 4096, f);
+        len += n;
+    } while (n == 4096);
+    if (rc == PS_OK && ferror(f)) rc = PS_EIO;
+    fclose(f);
+    if (rc != PS_OK) {
+        if (err) snprintf(err, errlen, "%s: %s", path, ps_strerror(rc));
+        free(buf);
+        return rc;
+    }
+    buf[len] = '\0';
+    *out = buf;
     return PS_OK;
 }
 
-static ps_shape cur_shape(const lctx *L) {
-    return L->m->nops ? L->m->ops[L->m->nops - 1].out : L->m->input;
+/* ---- the graph builder ---------------------------------------------------- */
+
+/* Appends o (inputs from b) and returns its output tensor in *t. */
+static int push_op(ps_build *b, ps_op o, size_t *t) {
+    ps_model *m = b->m;
+    if (m->nops == b->cap) {
+        size_t nc = b->cap ? b->cap * 2 : 8;
+        ps_op *p = realloc(m->ops, nc * sizeof *p);
+        if (!p) return ps_build_fail(b, PS_ENOMEM, "out of memory");
+        m->ops = p;
+        b->cap = nc;
+    }
+    o.nin = b->nin;
+    memcpy(o.in_t, b->in_t, sizeof o.in_t);
+    o.kernel_var = o.bias_var = o.mean_var = o.mvar_var = PS_NO_VAR;
+    snprintf(o.prefix, sizeof o.prefix, "%s", b->prefix ? b->prefix : "");
+    m->ops[m->nops++] = o;
+    *t = m->nops;
+    return PS_OK;
 }
 
-static int parse_padding(lctx *L, const cJSON *l, bool *same) {
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(l, "padding");
+static int parse_padding(ps_build *b, const cJSON *l, bool *same) {
+    const cJSON *p = item(l, "padding");
     *same = false;
     if (!p) return PS_OK;
     if (cJSON_IsString(p) && strcmp(p->valuestring, "valid") == 0) return PS_OK;
@@ -133,8 +162,7 @@ static int parse_padding(lctx *L, const cJSON *l, bool *same) {
         *same = true;
         return PS_OK;
     }
-    return fail(L->e, PS_EFORMAT, "layer %zu (%s): 'padding' must be \"valid\" or \"same\"",
-                L->index, L->tname);
+    return ps_build_fail(b, PS_EFORMAT, "%s: 'padding' must be \"valid\" or \"same\"", b->where);
 }
 
 /* Output size along one axis (as ps_k_conv_plan / ps_k_pool_plan). */
@@ -142,198 +170,497 @@ static size_t out_size(size_t in, size_t k, size_t s, bool same) {
     return same ? (in + s - 1) / s : (in - k) / s + 1;
 }
 
-/* Conv2D and the pooling layers: window, strides, padding, output shape. */
-static int parse_window(lctx *L, const cJSON *l, layer_type t, ps_op *o) {
-    ps_shape in = cur_shape(L);
-    if (!L->image)
-        return fail(L->e, PS_EFORMAT,
-                    "layer %zu (%s): needs an image input: give 'input_shape' as [height, "
-                    "width, channels] and put no Flatten or Dense before it",
-                    L->index, L->tname);
-    const char *wkey = t == L_CONV ? "kernel_size" : "pool_size";
-    const cJSON *k = cJSON_GetObjectItemCaseSensitive(l, wkey);
-    if (t == L_CONV && !k)
-        return fail(L->e, PS_EFORMAT, "layer %zu (Conv2D): missing key 'kernel_size'", L->index);
+static int need_image(ps_build *b) {
+    if (ps_tensor_image(b->m, b->in_t[0])) return PS_OK;
+    return ps_build_fail(b, PS_EFORMAT,
+                         "%s: needs an image input: give 'input_shape' as [height, width, "
+                         "channels] and put no Flatten or Dense before it",
+                         b->where);
+}
+
+/* Conv2D, DepthwiseConv2D and the pooling layers: window, strides, padding,
+ * output shape. wkey: "kernel_size" (required) or "pool_size" (default 2). */
+static int parse_window(ps_build *b, const cJSON *l, const char *wkey, bool conv, ps_op *o) {
+    int rc = need_image(b);
+    if (rc != PS_OK) return rc;
+    ps_shape in = o->in;
+    const cJSON *k = item(l, wkey);
+    if (conv && !k) return ps_build_fail(b, PS_EFORMAT, "%s: missing key '%s'", b->where, wkey);
     o->kh = o->kw = 2;
     if (k && !get_pair(k, &o->kh, &o->kw))
-        return fail(L->e, PS_EFORMAT,
-                    "layer %zu (%s): '%s' must be an integer or a pair of integers in [1, %d]",
-                    L->index, L->tname, wkey, MAX_KERNEL);
-    const cJSON *s = cJSON_GetObjectItemCaseSensitive(l, "strides");
-    o->sh = t == L_CONV ? 1 : o->kh;
-    o->sw = t == L_CONV ? 1 : o->kw;
-    if (s && !get_pair(s, &o->sh, &o->sw))
-        return fail(L->e, PS_EFORMAT,
-                    "layer %zu (%s): 'strides' must be an integer or a pair of integers in [1, %d]",
-                    L->index, L->tname, MAX_KERNEL);
-    int rc = parse_padding(L, l, &o->same);
-    if (rc != PS_OK) return rc;
+        return ps_build_fail(b, PS_EFORMAT,
+                             "%s: '%s' must be an integer or a pair of integers in [1, %d]",
+                             b->where, wkey, MAX_KERNEL);
+    const cJSON *s = item(l, "strides");
+    o->sh = conv ? 1 : o->kh;
+    o->sw = conv ? 1 : o->kw;
+    if (s && !(cJSON_IsNull(s) && !conv) && !get_pair(s, &o->sh, &o->sw))
+        return ps_build_fail(b, PS_EFORMAT,
+                             "%s: 'strides' must be an integer or a pair of integers in [1, %d]",
+                             b->where, MAX_KERNEL);
+    if ((rc = parse_padding(b, l, &o->same))) return rc;
     if (!o->same && (o->kh > in.h || o->kw > in.w))
-        return fail(L->e, PS_EFORMAT,
-                    "layer %zu (%s): window %zux%zu is larger than its input %zux%zu (use "
-                    "\"padding\": \"same\" or a smaller window)",
-                    L->index, L->tname, o->kh, o->kw, in.h, in.w);
-    o->in = in;
+        return ps_build_fail(b, PS_EFORMAT,
+                             "%s: window %zux%zu is larger than its input %zux%zu (use "
+                             "\"padding\": \"same\" or a smaller window)",
+                             b->where, o->kh, o->kw, in.h, in.w);
     o->out.h = out_size(in.h, o->kh, o->sh, o->same);
     o->out.w = out_size(in.w, o->kw, o->sw, o->same);
     o->out.c = in.c;
     return PS_OK;
 }
 
-static int parse_activation_key(lctx *L, const cJSON *l, int *act) {
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(l, "activation");
+static int parse_activation_key(ps_build *b, const cJSON *l, int *act) {
+    const cJSON *a = item(l, "activation");
     *act = PS_K_ACT_LINEAR;
     if (!a) return PS_OK;
     if (!cJSON_IsString(a))
-        return fail(L->e, PS_EFORMAT, "layer %zu (%s): 'activation' must be a string", L->index,
-                    L->tname);
+        return ps_build_fail(b, PS_EFORMAT, "%s: 'activation' must be a string", b->where);
     if (!parse_act(a->valuestring, act))
-        return fail(L->e, PS_EFORMAT,
-                    "layer %zu (%s): unknown activation '%s' (want relu, sigmoid, tanh, gelu, "
-                    "softmax or linear)",
-                    L->index, L->tname, a->valuestring);
+        return ps_build_fail(b, PS_EFORMAT,
+                             "%s: unknown activation '%s' (want relu, relu6, sigmoid, tanh, gelu, "
+                             "softmax or linear)",
+                             b->where, a->valuestring);
     return PS_OK;
 }
 
-static int parse_use_bias(lctx *L, const cJSON *l, bool *use_bias) {
-    const cJSON *b = cJSON_GetObjectItemCaseSensitive(l, "use_bias");
-    *use_bias = true;
-    if (!b) return PS_OK;
-    if (!cJSON_IsBool(b))
-        return fail(L->e, PS_EFORMAT, "layer %zu (%s): 'use_bias' must be true or false", L->index,
-                    L->tname);
-    *use_bias = cJSON_IsTrue(b);
+static int parse_bool(ps_build *b, const cJSON *l, const char *key, bool dflt, bool *out) {
+    const cJSON *v = item(l, key);
+    *out = dflt;
+    if (!v) return PS_OK;
+    if (!cJSON_IsBool(v))
+        return ps_build_fail(b, PS_EFORMAT, "%s: '%s' must be true or false", b->where, key);
+    *out = cJSON_IsTrue(v);
     return PS_OK;
 }
 
-/* Adds the op(s) for one layer object. */
-static int parse_layer(lctx *L, const cJSON *l, layer_type t) {
-    ps_op o = {.in = cur_shape(L)};
+/* A number in [lo, hi] (default dflt when absent). */
+static int parse_float(ps_build *b, const cJSON *l, const char *key, double lo, double hi,
+                       float dflt, float *out) {
+    const cJSON *v = item(l, key);
+    *out = dflt;
+    if (!v) return PS_OK;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))
+        return ps_build_fail(b, PS_EFORMAT, "%s: '%s' must be a number in [%g, %g]", b->where, key,
+                             lo, hi);
+    *out = (float)v->valuedouble;
+    return PS_OK;
+}
+
+/* The channel axis of a BatchNormalization or Concatenate: -1, or the last
+ * axis counted from the batch (3 for an image, 1 for a vector). */
+static int parse_channel_axis(ps_build *b, const cJSON *l, bool image) {
+    const cJSON *a = item(l, "axis");
+    if (!a) return PS_OK;
+    const cJSON *v = a;
+    if (cJSON_IsArray(a) && cJSON_GetArraySize(a) == 1) v = cJSON_GetArrayItem(a, 0);
+    if (cJSON_IsNumber(v) && (v->valuedouble == -1 || v->valuedouble == (image ? 3 : 1)))
+        return PS_OK;
+    return ps_build_fail(b, PS_EFORMAT,
+                         "%s: option 'axis' is not supported: only the channel axis (-1 or %d)",
+                         b->where, image ? 3 : 1);
+}
+
+static int one_input(ps_build *b) {
+    if (b->nin == 1) return PS_OK;
+    return ps_build_fail(b, PS_EFORMAT, "%s: takes one input, got %zu", b->where, b->nin);
+}
+
+/* ZeroPadding2D's padding: n, [a, b] (rows, cols) or [[top, bottom], [left, right]]. */
+static int parse_zero_padding(ps_build *b, const cJSON *l, size_t pad[4]) {
+    const cJSON *p = item(l, "padding");
+    pad[0] = pad[1] = pad[2] = pad[3] = 1;
+    if (!p) return PS_OK;
+    if (get_pair_in(p, 0, MAX_PAD, &pad[0], &pad[2])) {
+        pad[1] = pad[0];
+        pad[3] = pad[2];
+        return PS_OK;
+    }
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 2 && cJSON_IsArray(cJSON_GetArrayItem(p, 0)) &&
+        get_pair_in(cJSON_GetArrayItem(p, 0), 0, MAX_PAD, &pad[0], &pad[1]) &&
+        cJSON_IsArray(cJSON_GetArrayItem(p, 1)) &&
+        get_pair_in(cJSON_GetArrayItem(p, 1), 0, MAX_PAD, &pad[2], &pad[3]))
+        return PS_OK;
+    return ps_build_fail(b, PS_EFORMAT,
+                         "%s: 'padding' must be an integer, a pair, or a pair of pairs in [0, %d]",
+                         b->where, MAX_PAD);
+}
+
+static int parse_reshape(ps_build *b, const cJSON *l, ps_op *o) {
+    const cJSON *ts = item(l, "target_shape");
+    int rank = cJSON_IsArray(ts) ? cJSON_GetArraySize(ts) : 0;
+    size_t d[3] = {1, 1, 1}, prod = 1;
+    bool ok = rank == 1 || rank == 3;
+    for (int i = 0; ok && i < rank; i++) {
+        ok = get_size(cJSON_GetArrayItem(ts, i), 1, MAX_UNITS, &d[i]);
+        prod *= ok ? d[i] : 1;
+    }
+    if (!ok)
+        return ps_build_fail(b, PS_EFORMAT,
+                             "%s: 'target_shape' must be [n] or [height, width, channels] of "
+                             "positive integers",
+                             b->where);
+    if (prod != ps_shape_numel(o->in))
+        return ps_build_fail(b, PS_EFORMAT, "%s: 'target_shape' holds %zu values, the input %zu",
+                             b->where, prod, ps_shape_numel(o->in));
+    o->kind = OP_FLATTEN;
+    o->image = rank == 3;
+    o->out = rank == 3 ? (ps_shape){d[0], d[1], d[2]} : (ps_shape){1, 1, d[0]};
+    return PS_OK;
+}
+
+/* Add and Concatenate: two or more inputs of matching shapes. */
+static int parse_merge(ps_build *b, const cJSON *l, bool concat, ps_op *o) {
+    if (b->nin < 2)
+        return ps_build_fail(b, PS_EFORMAT, "%s: needs at least two inputs, got %zu", b->where,
+                             b->nin);
+    bool image = ps_tensor_image(b->m, b->in_t[0]);
+    if (concat) {
+        int rc = parse_channel_axis(b, l, image);
+        if (rc != PS_OK) return rc;
+    }
+    o->out.c = 0;
+    for (size_t i = 0; i < b->nin; i++) {
+        ps_shape s = ps_tensor_shape(b->m, b->in_t[i]);
+        bool same = s.h == o->in.h && s.w == o->in.w && (concat || s.c == o->in.c);
+        if (!same || ps_tensor_image(b->m, b->in_t[i]) != image)
+            return ps_build_fail(b, PS_EFORMAT,
+                                 "%s: input %zu has shape %zux%zux%zu, input 0 %zux%zux%zu%s",
+                                 b->where, i, s.h, s.w, s.c, o->in.h, o->in.w, o->in.c,
+                                 concat ? " (only the channels may differ)" : "");
+        o->out.c += s.c;
+    }
+    if (!concat) o->out.c = o->in.c;
+    o->kind = concat ? OP_CONCAT : OP_ADD;
+    return PS_OK;
+}
+
+int ps_build_layer(ps_build *b, const char *cls, const cJSON *l, bool keras, size_t *out) {
+    ps_op o = {.in = ps_tensor_shape(b->m, b->in_t[0])};
     int act = PS_K_ACT_LINEAR, rc = PS_OK;
-    bool use_bias = true;
+    bool only_act = false, merge = !strcmp(cls, "Add") || !strcmp(cls, "Concatenate");
     o.out = o.in;
-    switch (t) {
-    case L_DENSE: {
-        const cJSON *u = cJSON_GetObjectItemCaseSensitive(l, "units");
+    o.image = ps_tensor_image(b->m, b->in_t[0]);
+    o.use_bias = true;
+    if (!merge && (rc = one_input(b))) return rc;
+    if (!strcmp(cls, "Dense")) {
+        const cJSON *u = item(l, "units");
         size_t units;
-        if (!u) return fail(L->e, PS_EFORMAT, "layer %zu (Dense): missing key 'units'", L->index);
+        if (!u) return ps_build_fail(b, PS_EFORMAT, "%s: missing key 'units'", b->where);
         if (!get_size(u, 1, MAX_UNITS, &units))
-            return fail(L->e, PS_EFORMAT,
-                        "layer %zu (Dense): 'units' must be an integer in [1, %u]", L->index,
-                        MAX_UNITS);
-        if ((rc = parse_activation_key(L, l, &act)) || (rc = parse_use_bias(L, l, &use_bias)))
+            return ps_build_fail(b, PS_EFORMAT, "%s: 'units' must be an integer in [1, %u]",
+                                 b->where, MAX_UNITS);
+        if (keras && o.in.h * o.in.w != 1)
+            return ps_build_fail(b, PS_EFORMAT,
+                                 "%s: a Dense layer on a %zux%zux%zu input (Keras applies it to "
+                                 "the last axis) is not supported: put Flatten or "
+                                 "GlobalAveragePooling2D before it",
+                                 b->where, o.in.h, o.in.w, o.in.c);
+        if ((rc = parse_activation_key(b, l, &act)) ||
+            (rc = parse_bool(b, l, "use_bias", true, &o.use_bias)))
             return rc;
         o.kind = OP_DENSE;
         o.out = (ps_shape){1, 1, units};
-        L->image = false; /* Dense reads its input flattened */
-        break;
-    }
-    case L_CONV: {
-        const cJSON *f = cJSON_GetObjectItemCaseSensitive(l, "filters");
+        o.image = false; /* Dense reads its input flattened */
+    } else if (!strcmp(cls, "Conv2D")) {
+        const cJSON *f = item(l, "filters");
         size_t filters;
-        if (!f)
-            return fail(L->e, PS_EFORMAT, "layer %zu (Conv2D): missing key 'filters'", L->index);
+        if (!f) return ps_build_fail(b, PS_EFORMAT, "%s: missing key 'filters'", b->where);
         if (!get_size(f, 1, 65536, &filters))
-            return fail(L->e, PS_EFORMAT,
-                        "layer %zu (Conv2D): 'filters' must be an integer in [1, 65536]", L->index);
-        if ((rc = parse_window(L, l, t, &o)) || (rc = parse_activation_key(L, l, &act)) ||
-            (rc = parse_use_bias(L, l, &use_bias)))
+            return ps_build_fail(b, PS_EFORMAT, "%s: 'filters' must be an integer in [1, 65536]",
+                                 b->where);
+        if ((rc = parse_window(b, l, "kernel_size", true, &o)) ||
+            (rc = parse_activation_key(b, l, &act)) ||
+            (rc = parse_bool(b, l, "use_bias", true, &o.use_bias)))
             return rc;
         o.kind = OP_CONV;
         o.out.c = filters;
-        break;
-    }
-    case L_MAXPOOL:
-    case L_AVGPOOL:
-        if ((rc = parse_window(L, l, t, &o))) return rc;
-        o.kind = t == L_MAXPOOL ? OP_MAXPOOL : OP_AVGPOOL;
-        break;
-    case L_FLATTEN:
+    } else if (!strcmp(cls, "DepthwiseConv2D")) {
+        const cJSON *dm = item(l, "depth_multiplier");
+        o.mult = 1;
+        if (dm && !get_size(dm, 1, 4096, &o.mult))
+            return ps_build_fail(
+                b, PS_EFORMAT, "%s: 'depth_multiplier' must be an integer in [1, 4096]", b->where);
+        if ((rc = parse_window(b, l, "kernel_size", true, &o)) ||
+            (rc = parse_activation_key(b, l, &act)) ||
+            (rc = parse_bool(b, l, "use_bias", true, &o.use_bias)))
+            return rc;
+        o.kind = OP_DWCONV;
+        o.out.c = o.in.c * o.mult;
+    } else if (!strcmp(cls, "BatchNormalization")) {
+        if ((rc = parse_channel_axis(b, l, o.image)) ||
+            (rc = parse_float(b, l, "momentum", 0.0, 1.0, 0.99f, &o.momentum)) ||
+            (rc = parse_float(b, l, "epsilon", 1e-12, 1.0, 1e-3f, &o.eps)) ||
+            (rc = parse_bool(b, l, "center", true, &o.center)) ||
+            (rc = parse_bool(b, l, "scale", true, &o.scale)))
+            return rc;
+        o.kind = OP_BN;
+    } else if (!strcmp(cls, "MaxPooling2D") || !strcmp(cls, "MaxPool2D") ||
+               !strcmp(cls, "AveragePooling2D") || !strcmp(cls, "AvgPool2D")) {
+        if ((rc = parse_window(b, l, "pool_size", false, &o))) return rc;
+        o.kind = strstr(cls, "Max") ? OP_MAXPOOL : OP_AVGPOOL;
+    } else if (!strcmp(cls, "GlobalAveragePooling2D")) {
+        bool keep;
+        if ((rc = need_image(b)) || (rc = parse_bool(b, l, "keepdims", false, &keep))) return rc;
+        if (keep)
+            return ps_build_fail(b, PS_EFORMAT,
+                                 "%s: option 'keepdims' = true is not supported (only false)",
+                                 b->where);
+        o.kind = OP_GAP;
+        o.out = (ps_shape){1, 1, o.in.c};
+        o.image = false;
+    } else if (!strcmp(cls, "ZeroPadding2D")) {
+        if ((rc = need_image(b)) || (rc = parse_zero_padding(b, l, o.pad))) return rc;
+        o.kind = OP_PAD;
+        o.out.h = o.in.h + o.pad[0] + o.pad[1];
+        o.out.w = o.in.w + o.pad[2] + o.pad[3];
+    } else if (!strcmp(cls, "Flatten")) {
         o.kind = OP_FLATTEN;
         o.out = (ps_shape){1, 1, ps_shape_numel(o.in)};
-        L->image = false;
-        break;
-    case L_DROPOUT: {
-        const cJSON *r = cJSON_GetObjectItemCaseSensitive(l, "rate");
+        o.image = false;
+    } else if (!strcmp(cls, "Reshape")) {
+        if ((rc = parse_reshape(b, l, &o))) return rc;
+    } else if (!strcmp(cls, "Dropout")) {
+        const cJSON *r = item(l, "rate");
         if (!cJSON_IsNumber(r) || !(r->valuedouble >= 0.0 && r->valuedouble < 1.0))
-            return fail(L->e, PS_EFORMAT, "layer %zu (Dropout): 'rate' must be a number in [0, 1)",
-                        L->index);
+            return ps_build_fail(b, PS_EFORMAT, "%s: 'rate' must be a number in [0, 1)", b->where);
         o.kind = OP_DROPOUT;
         o.rate = (float)r->valuedouble;
-        break;
-    }
-    case L_ACT:
-        if (!cJSON_GetObjectItemCaseSensitive(l, "activation"))
-            return fail(L->e, PS_EFORMAT, "layer %zu (Activation): missing key 'activation'",
-                        L->index);
-        if ((rc = parse_activation_key(L, l, &act))) return rc;
-        break;
+    } else if (!strcmp(cls, "Activation")) {
+        if (!item(l, "activation"))
+            return ps_build_fail(b, PS_EFORMAT, "%s: missing key 'activation'", b->where);
+        if ((rc = parse_activation_key(b, l, &act))) return rc;
+        only_act = true;
+    } else if (!strcmp(cls, "ReLU")) {
+        const cJSON *mv = item(l, "max_value"), *ns = item(l, "negative_slope"),
+                    *th = item(l, "threshold");
+        if (ns && !(cJSON_IsNumber(ns) && ns->valuedouble == 0.0))
+            return ps_build_fail(b, PS_EFORMAT,
+                                 "%s: option 'negative_slope' is not supported (only 0)", b->where);
+        if (th && !(cJSON_IsNumber(th) && th->valuedouble == 0.0))
+            return ps_build_fail(b, PS_EFORMAT, "%s: option 'threshold' is not supported (only 0)",
+                                 b->where);
+        act = PS_K_ACT_RELU;
+        if (mv && cJSON_IsNumber(mv) && mv->valuedouble == 6.0)
+            act = PS_K_ACT_RELU6;
+        else if (mv && !cJSON_IsNull(mv))
+            return ps_build_fail(b, PS_EFORMAT,
+                                 "%s: option 'max_value' is not supported (only null or 6)",
+                                 b->where);
+        only_act = true;
+    } else if (merge) {
+        if ((rc = parse_merge(b, l, !strcmp(cls, "Concatenate"), &o))) return rc;
+    } else {
+        return ps_build_fail(b, PS_EFORMAT, "%s: unknown layer class '%s'", b->where, cls);
     }
     if (ps_shape_numel(o.out) > MAX_UNITS)
-        return fail(L->e, PS_EFORMAT, "layer %zu (%s): output of %zu values per sample exceeds %u",
-                    L->index, L->tname, ps_shape_numel(o.out), MAX_UNITS);
-    o.use_bias = use_bias;
-    if (t != L_ACT && (rc = push_op(L, o))) return rc;
-    if (t == L_ACT || act != PS_K_ACT_LINEAR) {
-        ps_shape s = cur_shape(L);
-        rc = push_op(L, (ps_op){.kind = OP_ACT, .act = act, .in = s, .out = s});
+        return ps_build_fail(b, PS_EFORMAT, "%s: output of %zu values per sample exceeds %u",
+                             b->where, ps_shape_numel(o.out), MAX_UNITS);
+    size_t t = b->in_t[0];
+    if (!only_act && (rc = push_op(b, o, &t))) return rc;
+    if (only_act || act != PS_K_ACT_LINEAR) {
+        ps_shape s = ps_tensor_shape(b->m, t);
+        b->nin = 1;
+        b->in_t[0] = t;
+        rc = push_op(
+            b,
+            (ps_op){
+                .kind = OP_ACT, .act = act, .in = s, .out = s, .image = ps_tensor_image(b->m, t)},
+            &t);
     }
+    *out = t;
     return rc;
 }
+
+/* Counts each tensor's consumers (input_consumers for tensor 0). */
+static void count_consumers(ps_model *m) {
+    m->input_consumers = 0;
+    for (size_t j = 0; j < m->nops; j++)
+        m->ops[j].consumers = 0;
+    for (size_t j = 0; j < m->nops; j++) {
+        for (size_t i = 0; i < m->ops[j].nin; i++) {
+            size_t t = m->ops[j].in_t[i];
+            if (t)
+                m->ops[t - 1].consumers++;
+            else
+                m->input_consumers++;
+        }
+    }
+}
+
+int ps_build_finish(ps_build *b) {
+    ps_model *m = b->m;
+    size_t ndense = 0;
+    double nparams = 0;
+    if (m->nops == 0) return ps_build_fail(b, PS_EFORMAT, "the model has no layers");
+    count_consumers(m);
+    for (size_t j = 0; j < m->nops; j++) {
+        const ps_op *o = &m->ops[j];
+        double cin = (double)o->in.c, cout = (double)o->out.c, area = (double)(o->kh * o->kw);
+        if (o->kind == OP_DENSE) ndense++;
+        if (o->kind == OP_ACT && o->act == PS_ACT_SOFTMAX && j + 1 != m->nops)
+            return ps_build_fail(b, PS_EFORMAT, "softmax is only allowed as the final activation");
+        if (j + 1 != m->nops && o->consumers == 0)
+            return ps_build_fail(b, PS_EFORMAT,
+                                 "op %zu (of layer '%s') does not lead to the model's output", j,
+                                 o->prefix);
+        if (o->kind == OP_DENSE) nparams += ((double)ps_shape_numel(o->in) + 1) * cout;
+        if (o->kind == OP_CONV) nparams += (area * cin + 1) * cout;
+        if (o->kind == OP_DWCONV) nparams += (area + 1) * cout;
+        if (o->kind == OP_BN) nparams += 4 * cin;
+    }
+    if (ndense == 0)
+        return ps_build_fail(b, PS_EFORMAT, "the model needs at least one Dense layer");
+    const ps_op *last = &m->ops[m->nops - 1];
+    if (last->out.h * last->out.w != 1)
+        return ps_build_fail(b, PS_EFORMAT,
+                             "the last layer must give a flat output: end with Dense");
+    if (nparams > MAX_PARAMS)
+        return ps_build_fail(b, PS_EFORMAT, "the model has %.0f parameters, more than the limit %u",
+                             nparams, MAX_PARAMS);
+    return PS_OK;
+}
+
+/* ---- the project's spec: "layers" as a stack ----------------------------- */
+
+static const struct {
+    const char *name;
+    const char *const keys[10];
+} layer_types[] = {
+    {"Dense", {"type", "units", "activation", "use_bias", NULL}},
+    {"Conv2D",
+     {"type", "filters", "kernel_size", "strides", "padding", "activation", "use_bias", NULL}},
+    {"DepthwiseConv2D",
+     {"type", "kernel_size", "strides", "padding", "depth_multiplier", "activation", "use_bias",
+      NULL}},
+    {"BatchNormalization", {"type", "axis", "momentum", "epsilon", "center", "scale", NULL}},
+    {"MaxPooling2D", {"type", "pool_size", "strides", "padding", NULL}},
+    {"MaxPool2D", {"type", "pool_size", "strides", "padding", NULL}},
+    {"AveragePooling2D", {"type", "pool_size", "strides", "padding", NULL}},
+    {"AvgPool2D", {"type", "pool_size", "strides", "padding", NULL}},
+    {"GlobalAveragePooling2D", {"type", NULL}},
+    {"ZeroPadding2D", {"type", "padding", NULL}},
+    {"Flatten", {"type", NULL}},
+    {"Reshape", {"type", "target_shape", NULL}},
+    {"Dropout", {"type", "rate", NULL}},
+    {"Activation", {"type", "activation", NULL}},
+    {"ReLU", {"type", "max_value", NULL}},
+};
+#define N_LAYER_TYPES (sizeof layer_types / sizeof layer_types[0])
 
 static int parse_layers(ps_model *m, const cJSON *layers, perr *e) {
     if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) == 0)
         return fail(e, PS_EFORMAT, "'layers' must be a non-empty array");
-    lctx L = {.m = m, .e = e, .image = m->input_image};
+    ps_build b = {.m = m, .err = e->err, .errlen = e->errlen, .nin = 1};
+    size_t index = 0, cur = 0;
     const cJSON *l;
     cJSON_ArrayForEach(l, layers) {
-        if (!cJSON_IsObject(l)) return fail(e, PS_EFORMAT, "layer %zu: not an object", L.index);
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(l, "type");
+        if (!cJSON_IsObject(l)) return fail(e, PS_EFORMAT, "layer %zu: not an object", index);
+        const cJSON *type = item(l, "type");
         if (!cJSON_IsString(type))
-            return fail(e, PS_EFORMAT, "layer %zu: missing string key 'type'", L.index);
+            return fail(e, PS_EFORMAT, "layer %zu: missing string key 'type'", index);
         size_t ti = 0;
         while (ti < N_LAYER_TYPES && strcmp(type->valuestring, layer_types[ti].name) != 0)
             ti++;
         if (ti == N_LAYER_TYPES)
             return fail(e, PS_EFORMAT,
-                        "layer %zu: unknown type '%s' (want Dense, Conv2D, MaxPooling2D, "
-                        "AveragePooling2D, Flatten, Dropout or Activation)",
-                        L.index, type->valuestring);
-        L.tname = layer_types[ti].name;
+                        "layer %zu: unknown type '%s' (want Dense, Conv2D, DepthwiseConv2D, "
+                        "BatchNormalization, MaxPooling2D, AveragePooling2D, "
+                        "GlobalAveragePooling2D, ZeroPadding2D, Flatten, Reshape, Dropout, "
+                        "Activation or ReLU)",
+                        index, type->valuestring);
+        snprintf(b.where, sizeof b.where, "layer %zu (%s)", index, layer_types[ti].name);
         const cJSON *k;
         cJSON_ArrayForEach(k, l) {
             if (!key_in(k->string, layer_types[ti].keys))
-                return fail(e, PS_EFORMAT, "layer %zu (%s): unknown key '%s'", L.index, L.tname,
-                            k->string);
+                return fail(e, PS_EFORMAT, "%s: unknown key '%s'", b.where, k->string);
         }
-        int rc = parse_layer(&L, l, layer_types[ti].type);
+        b.nin = 1;
+        b.in_t[0] = cur;
+        int rc = ps_build_layer(&b, layer_types[ti].name, l, false, &cur);
         if (rc != PS_OK) return rc;
-        L.index++;
+        index++;
     }
-    size_t ndense = 0;
-    double nparams = 0;
-    for (size_t j = 0; j < m->nops; j++) {
-        const ps_op *o = &m->ops[j];
-        if (o->kind == OP_DENSE) ndense++;
-        if (o->kind == OP_ACT && o->act == PS_ACT_SOFTMAX && j + 1 != m->nops)
-            return fail(e, PS_EFORMAT, "softmax is only allowed as the final activation");
-        if (o->kind == OP_DENSE) nparams += ((double)ps_shape_numel(o->in) + 1) * (double)o->out.c;
-        if (o->kind == OP_CONV)
-            nparams += ((double)o->kh * (double)o->kw * (double)o->in.c + 1) * (double)o->out.c;
+    return ps_build_finish(&b);
+}
+
+/* ---- training settings ----------------------------------------------------- */
+
+static int parse_loss(ps_model *m, const cJSON *root, perr *e) {
+    const cJSON *loss = item(root, "loss");
+    m->loss = LOSS_SPARSE_CE;
+    if (loss) {
+        const char *s = cJSON_IsString(loss) ? loss->valuestring : "";
+        if (strcmp(s, "sparse_categorical_crossentropy") == 0)
+            m->loss = LOSS_SPARSE_CE;
+        else if (strcmp(s, "binary_crossentropy") == 0)
+            m->loss = LOSS_BCE;
+        else if (strcmp(s, "mse") == 0 || strcmp(s, "mean_squared_error") == 0)
+            m->loss = LOSS_MSE;
+        else
+            return fail(e, PS_EFORMAT,
+                        "'loss' must be \"sparse_categorical_crossentropy\", "
+                        "\"binary_crossentropy\" or \"mse\"");
     }
-    if (ndense == 0) return fail(e, PS_EFORMAT, "the model needs at least one Dense layer");
-    if (m->ops[m->nops - 1].out.h * m->ops[m->nops - 1].out.w != 1)
-        return fail(e, PS_EFORMAT, "the last layer must give a flat output: end with Dense");
-    if (nparams > MAX_PARAMS)
-        return fail(e, PS_EFORMAT, "the model has %.0f parameters, more than the limit %u", nparams,
-                    MAX_PARAMS);
+    const ps_op *last = &m->ops[m->nops - 1];
+    int last_act = last->kind == OP_ACT ? last->act : PS_K_ACT_LINEAR;
+    int fold = m->loss == LOSS_SPARSE_CE ? PS_ACT_SOFTMAX : PS_K_ACT_SIGMOID;
+    const cJSON *fl = item(root, "from_logits");
+    if (fl && !cJSON_IsBool(fl)) return fail(e, PS_EFORMAT, "'from_logits' must be true or false");
+    if (fl && m->loss == LOSS_MSE)
+        return fail(e, PS_EFORMAT, "'from_logits' does not apply to the mse loss");
+    /* a Keras model says itself whether it ends in probabilities */
+    m->from_logits = fl ? cJSON_IsTrue(fl) : !(m->keras && last_act == fold);
+    m->nrun = m->nops;
+    if (m->loss == LOSS_MSE) {
+        if (last_act == PS_ACT_SOFTMAX)
+            return fail(e, PS_EFORMAT,
+                        "a final softmax is only supported with a cross-entropy loss");
+        return PS_OK;
+    }
+    const char *fname = m->loss == LOSS_SPARSE_CE ? "softmax" : "sigmoid";
+    if (m->loss == LOSS_BCE && last_act == PS_ACT_SOFTMAX)
+        return fail(e, PS_EFORMAT, "binary_crossentropy needs a sigmoid (or no) final activation");
+    if (m->from_logits && last_act == fold)
+        return fail(e, PS_EFORMAT,
+                    "final %s with from_logits=true would apply %s twice: set \"from_logits\": "
+                    "false or drop the %s",
+                    fname, fname, fname);
+    if (!m->from_logits && last_act != fold)
+        return fail(e, PS_EFORMAT, "from_logits=false needs a %s activation on the last layer",
+                    fname);
+    if (!m->from_logits) m->nrun = m->nops - 1; /* the loss applies it, stably */
     return PS_OK;
 }
 
-/* ---- optimizer ----------------------------------------------------------- */
-
-static int parse_optimizer(ps_model *m, const cJSON *o, perr *e) {
-    return ps_opt_spec_from_json(o, &m->opt, e->err, e->errlen);
+int ps_spec_parse_training(ps_model *m, const cJSON *root, char *err, size_t errlen) {
+    perr pe = {err, errlen}, *e = &pe;
+    const cJSON *k, *bs = item(root, "batch_size");
+    m->batch_size = 64;
+    if (bs && !get_size(bs, 1, MAX_BATCH, &m->batch_size))
+        return fail(e, PS_EFORMAT, "'batch_size' must be an integer in [1, %u]", MAX_BATCH);
+    const cJSON *ep = item(root, "epochs");
+    m->epochs = 0;
+    if (ep && !get_size(ep, 1, 1e9, &m->epochs))
+        return fail(e, PS_EFORMAT, "'epochs' must be a positive integer");
+    const cJSON *lb = item(root, "labels");
+    if (lb) {
+        int lrc = ps_labels_from_json(lb, &m->labels, err, errlen);
+        if (lrc != PS_OK) return lrc;
+    }
+    const cJSON *metrics = item(root, "metrics");
+    if (metrics) {
+        if (!cJSON_IsArray(metrics))
+            return fail(e, PS_EFORMAT, "'metrics' must be an array of names");
+        cJSON_ArrayForEach(k, metrics) {
+            if (!cJSON_IsString(k) || (strcmp(k->valuestring, "accuracy") != 0 &&
+                                       strcmp(k->valuestring, "sparse_categorical_accuracy") != 0))
+                return fail(e, PS_EFORMAT, "'metrics': only \"accuracy\" is supported");
+        }
+    }
+    int rc = parse_loss(m, root, e);
+    if (rc == PS_OK) rc = ps_opt_spec_from_json(item(root, "optimizer"), &m->opt, err, errlen);
+    return rc;
 }
 
 /* ---- top level ------------------------------------------------------------ */
@@ -357,49 +684,13 @@ static int parse_input_shape(ps_model *m, const cJSON *shape, perr *e) {
     return PS_OK;
 }
 
-static int parse_loss(ps_model *m, const cJSON *root, perr *e) {
-    const cJSON *loss = cJSON_GetObjectItemCaseSensitive(root, "loss");
-    m->loss = LOSS_SPARSE_CE;
-    if (loss) {
-        const char *s = cJSON_IsString(loss) ? loss->valuestring : "";
-        if (strcmp(s, "sparse_categorical_crossentropy") == 0)
-            m->loss = LOSS_SPARSE_CE;
-        else if (strcmp(s, "binary_crossentropy") == 0)
-            m->loss = LOSS_BCE;
-        else if (strcmp(s, "mse") == 0 || strcmp(s, "mean_squared_error") == 0)
-            m->loss = LOSS_MSE;
-        else
-            return fail(e, PS_EFORMAT,
-                        "'loss' must be \"sparse_categorical_crossentropy\", "
-                        "\"binary_crossentropy\" or \"mse\"");
-    }
-    const cJSON *fl = cJSON_GetObjectItemCaseSensitive(root, "from_logits");
-    if (fl && !cJSON_IsBool(fl)) return fail(e, PS_EFORMAT, "'from_logits' must be true or false");
-    if (fl && m->loss == LOSS_MSE)
-        return fail(e, PS_EFORMAT, "'from_logits' does not apply to the mse loss");
-    m->from_logits = !fl || cJSON_IsTrue(fl);
-    const ps_op *last = &m->ops[m->nops - 1];
-    int last_act = last->kind == OP_ACT ? last->act : PS_K_ACT_LINEAR;
-    m->nrun = m->nops;
-    if (m->loss == LOSS_MSE) {
-        if (last_act == PS_ACT_SOFTMAX)
-            return fail(e, PS_EFORMAT,
-                        "a final softmax is only supported with a cross-entropy loss");
-        return PS_OK;
-    }
-    int fold = m->loss == LOSS_SPARSE_CE ? PS_ACT_SOFTMAX : PS_K_ACT_SIGMOID;
-    const char *fname = m->loss == LOSS_SPARSE_CE ? "softmax" : "sigmoid";
-    if (m->loss == LOSS_BCE && last_act == PS_ACT_SOFTMAX)
-        return fail(e, PS_EFORMAT, "binary_crossentropy needs a sigmoid (or no) final activation");
-    if (m->from_logits && last_act == fold)
-        return fail(e, PS_EFORMAT,
-                    "final %s with from_logits=true would apply %s twice: set \"from_logits\": "
-                    "false or drop the %s",
-                    fname, fname, fname);
-    if (!m->from_logits && last_act != fold)
-        return fail(e, PS_EFORMAT, "from_logits=false needs a %s activation on the last layer",
-                    fname);
-    if (!m->from_logits) m->nrun = m->nops - 1; /* the loss applies it, stably */
+static int parse_name(ps_model *m, const cJSON *root, perr *e) {
+    const cJSON *name = item(root, "name");
+    if (name && (!cJSON_IsString(name) || strlen(name->valuestring) >= sizeof m->name))
+        return fail(e, PS_EFORMAT, "'name' must be a string of at most %zu characters",
+                    sizeof m->name - 1);
+    if (name || !m->name[0])
+        snprintf(m->name, sizeof m->name, "%s", name ? name->valuestring : "model");
     return PS_OK;
 }
 
@@ -407,51 +698,95 @@ static int parse_spec(ps_model *m, const cJSON *root, perr *e) {
     static const char *const top_keys[] = {"name",        "input_shape", "layers",     "loss",
                                            "from_logits", "optimizer",   "batch_size", "metrics",
                                            "epochs",      "labels",      NULL};
-    if (!cJSON_IsObject(root)) return fail(e, PS_EFORMAT, "the spec must be a JSON object");
     const cJSON *k;
     cJSON_ArrayForEach(k, root) {
         if (!key_in(k->string, top_keys))
             return fail(e, PS_EFORMAT, "unknown top-level key '%s'", k->string);
     }
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name");
-    if (name && (!cJSON_IsString(name) || strlen(name->valuestring) >= sizeof m->name))
-        return fail(e, PS_EFORMAT, "'name' must be a string of at most %zu characters",
-                    sizeof m->name - 1);
-    snprintf(m->name, sizeof m->name, "%s", name ? name->valuestring : "model");
-    int rc = parse_input_shape(m, cJSON_GetObjectItemCaseSensitive(root, "input_shape"), e);
-    if (rc != PS_OK) return rc;
-
-    const cJSON *bs = cJSON_GetObjectItemCaseSensitive(root, "batch_size");
-    m->batch_size = 64;
-    if (bs && !get_size(bs, 1, MAX_BATCH, &m->batch_size))
-        return fail(e, PS_EFORMAT, "'batch_size' must be an integer in [1, %u]", MAX_BATCH);
-    const cJSON *ep = cJSON_GetObjectItemCaseSensitive(root, "epochs");
-    if (ep && !get_size(ep, 1, 1e9, &m->epochs))
-        return fail(e, PS_EFORMAT, "'epochs' must be a positive integer");
-    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(root, "labels");
-    if (lb && (rc = ps_labels_from_json(lb, &m->labels, e->err, e->errlen)) != PS_OK) return rc;
-    const cJSON *metrics = cJSON_GetObjectItemCaseSensitive(root, "metrics");
-    if (metrics) {
-        if (!cJSON_IsArray(metrics))
-            return fail(e, PS_EFORMAT, "'metrics' must be an array of names");
-        cJSON_ArrayForEach(k, metrics) {
-            if (!cJSON_IsString(k) || (strcmp(k->valuestring, "accuracy") != 0 &&
-                                       strcmp(k->valuestring, "sparse_categorical_accuracy") != 0))
-                return fail(e, PS_EFORMAT, "'metrics': only \"accuracy\" is supported");
-        }
-    }
-    rc = parse_layers(m, cJSON_GetObjectItemCaseSensitive(root, "layers"), e);
-    if (rc == PS_OK) rc = parse_loss(m, root, e);
-    if (rc == PS_OK)
-        rc = parse_optimizer(m, cJSON_GetObjectItemCaseSensitive(root, "optimizer"), e);
+    int rc = parse_name(m, root, e);
+    if (rc == PS_OK) rc = parse_input_shape(m, item(root, "input_shape"), e);
+    if (rc == PS_OK) rc = parse_layers(m, item(root, "layers"), e);
+    if (rc == PS_OK) rc = ps_spec_parse_training(m, root, e->err, e->errlen);
     return rc;
 }
 
-static void add_var(ps_model *m, const char *layer, size_t li, const char *what, size_t rows,
-                    size_t cols, size_t fan_in, size_t fan_out) {
-    ps_model_var *v = &m->vars[m->nvars++];
+/* {"keras": <to_json() object or a file name>, "loss": ..., ...}. */
+static int parse_wrapper(ps_model *m, const cJSON *root, const char *base_dir, perr *e) {
+    static const char *const keys[] = {"keras",       "name",      "loss",
+                                       "from_logits", "optimizer", "batch_size",
+                                       "epochs",      "metrics",   "labels",
+                                       NULL};
+    const cJSON *k, *kj = item(root, "keras");
+    cJSON_ArrayForEach(k, root) {
+        if (!key_in(k->string, keys))
+            return fail(e, PS_EFORMAT, "unknown top-level key '%s' (a \"keras\" wrapper takes %s)",
+                        k->string,
+                        "keras, name, loss, from_logits, optimizer, batch_size, epochs, metrics, "
+                        "labels");
+    }
+    if (!item(root, "loss"))
+        return fail(e, PS_EFORMAT, "a \"keras\" wrapper needs a 'loss' (to_json() carries none)");
+    cJSON *owned = NULL;
+    if (cJSON_IsString(kj)) {
+        const char *f = kj->valuestring;
+        if (!base_dir && f[0] != '/')
+            return fail(e, PS_EFORMAT,
+                        "'keras': the file name '%s' is relative to the spec file: load the spec "
+                        "from a file",
+                        f);
+        char path[4096], *text = NULL, why[512];
+        if (f[0] == '/')
+            snprintf(path, sizeof path, "%s", f);
+        else
+            snprintf(path, sizeof path, "%s/%s", base_dir, f);
+        int rc = ps_model_read_file(path, &text, why, sizeof why);
+        if (rc != PS_OK) return fail(e, rc, "'keras': %s", why);
+        const char *end = NULL;
+        owned = cJSON_ParseWithOpts(text, &end, true);
+        if (!owned)
+            rc = fail(e, PS_EFORMAT, "'keras': %s: JSON syntax error at offset %zu", path,
+                      end ? (size_t)(end - text) : (size_t)0);
+        free(text);
+        if (rc != PS_OK) return rc;
+        kj = owned;
+    } else if (!cJSON_IsObject(kj)) {
+        return fail(e, PS_EFORMAT,
+                    "'keras' must be a model's to_json() object or the name of a file holding it");
+    }
+    int rc = ps_keras_parse(m, kj, e->err, e->errlen);
+    cJSON_Delete(owned);
+    if (rc == PS_OK) rc = parse_name(m, root, e);
+    if (rc == PS_OK) rc = ps_spec_parse_training(m, root, e->err, e->errlen);
+    return rc;
+}
+
+/* A bare to_json() file: the loss comes from ov. */
+static int parse_bare_keras(ps_model *m, const cJSON *root, const ps_model_overrides *ov, perr *e) {
+    if (!ov || !ov->loss)
+        return fail(e, PS_EFORMAT,
+                    "a Keras model file carries no loss: give one (psworker --loss NAME) or wrap "
+                    "the model: {\"keras\": \"model.json\", \"loss\": ...}");
+    int rc = ps_keras_parse(m, root, e->err, e->errlen);
+    if (rc != PS_OK) return rc;
+    cJSON *t = cJSON_CreateObject();
+    if (!t || !cJSON_AddStringToObject(t, "loss", ov->loss) ||
+        (ov->from_logits >= 0 && !cJSON_AddBoolToObject(t, "from_logits", ov->from_logits))) {
+        cJSON_Delete(t);
+        return fail(e, PS_ENOMEM, "out of memory");
+    }
+    rc = ps_spec_parse_training(m, t, e->err, e->errlen);
+    cJSON_Delete(t);
+    return rc;
+}
+
+static int add_var(ps_model *m, const ps_op *o, const char *kind, size_t li, const char *what,
+                   size_t rows, size_t cols, size_t fan_in, size_t fan_out, ps_init_kind init,
+                   bool trainable) {
+    ps_model_var *v = &m->vars[m->nvars];
     memset(v, 0, sizeof *v);
-    snprintf(v->name, sizeof v->name, "%s_%zu/%s", layer, li, what);
+    int n = o->prefix[0] ? snprintf(v->name, sizeof v->name, "%s/%s", o->prefix, what)
+                         : snprintf(v->name, sizeof v->name, "%s_%zu/%s", kind, li, what);
+    if (n < 0 || (size_t)n >= sizeof v->name) return PS_EFORMAT;
     v->rank = cols ? 2 : 1;
     v->shape[0] = rows;
     v->shape[1] = cols;
@@ -459,46 +794,84 @@ static void add_var(ps_model *m, const char *layer, size_t li, const char *what,
     v->fan_in = fan_in;
     v->fan_out = fan_out;
     v->offset = m->nparams;
+    v->trainable = trainable;
+    m->inits[m->nvars++] = init;
     m->nparams += v->numel;
-}
-
-/* Lays out the variables in op order: "dense_<i>/kernel" [in, out] and
- * "conv2d_<i>/kernel" [kh*kw*c_in, filters] (Keras [kh, kw, c_in, filters]
- * flattened to rows), each followed by its bias unless use_bias is false. */
-static int layout_vars(ps_model *m) {
-    size_t nweighted = 0, ndense = 0, nconv = 0;
-    for (size_t j = 0; j < m->nops; j++)
-        nweighted += m->ops[j].kind == OP_DENSE || m->ops[j].kind == OP_CONV;
-    m->vars = calloc(2 * nweighted + 1, sizeof *m->vars);
-    if (!m->vars) return PS_ENOMEM;
-    for (size_t j = 0; j < m->nops; j++) {
-        ps_op *o = &m->ops[j];
-        bool bias = o->use_bias;
-        if (o->kind == OP_DENSE) {
-            size_t in = ps_shape_numel(o->in);
-            o->kernel_var = m->nvars;
-            add_var(m, "dense", ndense, "kernel", in, o->out.c, in, o->out.c);
-            if (bias) {
-                o->bias_var = m->nvars;
-                add_var(m, "dense", ndense, "bias", o->out.c, 0, 0, 0);
-            }
-            ndense++;
-        } else if (o->kind == OP_CONV) {
-            size_t area = o->kh * o->kw;
-            o->kernel_var = m->nvars;
-            add_var(m, "conv2d", nconv, "kernel", area * o->in.c, o->out.c, area * o->in.c,
-                    area * o->out.c);
-            if (bias) {
-                o->bias_var = m->nvars;
-                add_var(m, "conv2d", nconv, "bias", o->out.c, 0, 0, 0);
-            }
-            nconv++;
-        }
-    }
     return PS_OK;
 }
 
-int ps_model_parse(ps_model *m, const char *json, char *err, size_t errlen) {
+/* Lays out the variables in op order: "dense_<i>/kernel" [in, out],
+ * "conv2d_<i>/kernel" [kh*kw*c_in, filters] (Keras [kh, kw, c_in, filters]
+ * flattened to rows), "depthwise_conv2d_<i>/depthwise_kernel" [kh*kw*c_in,
+ * multiplier] (Keras 3 files: "<layer>/kernel"), each followed by its bias
+ * unless use_bias is false;
+ * "batch_normalization_<i>/" gamma, beta, moving_mean, moving_variance.
+ * A Keras model's layers name their own ("conv1/kernel"). */
+static int layout_vars(ps_model *m, perr *e) {
+    size_t cnt[OP_CONCAT + 1] = {0};
+    m->vars = calloc(4 * m->nops + 1, sizeof *m->vars);
+    m->inits = calloc(4 * m->nops + 1, sizeof *m->inits);
+    if (!m->vars || !m->inits) return fail(e, PS_ENOMEM, "out of memory");
+    int rc = PS_OK;
+    for (size_t j = 0; j < m->nops && rc == PS_OK; j++) {
+        ps_op *o = &m->ops[j];
+        size_t li = cnt[o->kind]++, area = o->kh * o->kw, in = ps_shape_numel(o->in);
+        const char *bias_kind = NULL;
+        if (o->kind == OP_DENSE) {
+            o->kernel_var = m->nvars;
+            rc =
+                add_var(m, o, "dense", li, "kernel", in, o->out.c, in, o->out.c, INIT_GLOROT, true);
+            bias_kind = "dense";
+        } else if (o->kind == OP_CONV) {
+            o->kernel_var = m->nvars;
+            rc = add_var(m, o, "conv2d", li, "kernel", area * o->in.c, o->out.c, area * o->in.c,
+                         area * o->out.c, INIT_GLOROT, true);
+            bias_kind = "conv2d";
+        } else if (o->kind == OP_DWCONV) {
+            o->kernel_var = m->nvars;
+            /* Keras 3 calls it "kernel", Keras 2 and the project's specs "depthwise_kernel" */
+            const char *what = m->keras && !m->keras2 ? "kernel" : "depthwise_kernel";
+            rc = add_var(m, o, "depthwise_conv2d", li, what, area * o->in.c, o->mult,
+                         area * o->in.c, area * o->mult, INIT_GLOROT, true);
+            bias_kind = "depthwise_conv2d";
+        } else if (o->kind == OP_BN) {
+            const char *bn = "batch_normalization";
+            size_t c = o->in.c;
+            if (o->scale) {
+                o->kernel_var = m->nvars;
+                rc = add_var(m, o, bn, li, "gamma", c, 0, 0, 0, INIT_ONES, true);
+            }
+            if (rc == PS_OK && o->center) {
+                o->bias_var = m->nvars;
+                rc = add_var(m, o, bn, li, "beta", c, 0, 0, 0, INIT_ZEROS, true);
+            }
+            o->mean_var = m->nvars;
+            if (rc == PS_OK)
+                rc = add_var(m, o, bn, li, "moving_mean", c, 0, 0, 0, INIT_ZEROS, false);
+            o->mvar_var = m->nvars;
+            if (rc == PS_OK)
+                rc = add_var(m, o, bn, li, "moving_variance", c, 0, 0, 0, INIT_ONES, false);
+        }
+        if (rc == PS_OK && bias_kind && o->use_bias) {
+            o->bias_var = m->nvars;
+            rc = add_var(m, o, bias_kind, li, "bias", o->out.c, 0, 0, 0, INIT_ZEROS, true);
+        }
+        if (rc != PS_OK)
+            return fail(e, rc, "layer '%s': its variable names exceed %zu characters", o->prefix,
+                        sizeof m->vars[0].name - 1);
+    }
+    for (size_t i = 0; i < m->nvars; i++)
+        for (size_t k = 0; k < i; k++)
+            if (strcmp(m->vars[i].name, m->vars[k].name) == 0)
+                return fail(e, PS_EFORMAT, "two variables are named '%s': layer names must differ",
+                            m->vars[i].name);
+    m->stat_opt = ps_opt_spec_default(PS_OPT_SGD);
+    m->stat_opt.lr = 1.0f;
+    return PS_OK;
+}
+
+int ps_model_parse(ps_model *m, const char *json, const char *base_dir,
+                   const ps_model_overrides *ov, char *err, size_t errlen) {
     perr e = {err, errlen};
     if (!json) return fail(&e, PS_EINVAL, "no spec text");
     const char *end = NULL;
@@ -506,8 +879,19 @@ int ps_model_parse(ps_model *m, const char *json, char *err, size_t errlen) {
     if (!root)
         return fail(&e, PS_EFORMAT, "JSON syntax error at offset %zu",
                     end ? (size_t)(end - json) : (size_t)0);
-    int rc = parse_spec(m, root, &e);
+    int rc;
+    if (!cJSON_IsObject(root))
+        rc = fail(&e, PS_EFORMAT, "the spec must be a JSON object");
+    else if (item(root, "keras"))
+        rc = parse_wrapper(m, root, base_dir, &e);
+    else if (item(root, "class_name"))
+        rc = parse_bare_keras(m, root, ov, &e);
+    else
+        rc = parse_spec(m, root, &e);
+    if (rc == PS_OK && ov && ov->loss && !item(root, "class_name"))
+        rc = fail(&e, PS_EINVAL,
+                  "--loss is for a bare Keras model file; this spec gives its own 'loss'");
     cJSON_Delete(root);
-    if (rc == PS_OK && (rc = layout_vars(m)) != PS_OK) fail(&e, rc, "out of memory");
+    if (rc == PS_OK) rc = layout_vars(m, &e);
     return rc;
 }

@@ -255,8 +255,14 @@ static unsigned pick_epochs(const ps_train_config *cfg, const ps_model *m) {
 
 static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, unsigned *epochs,
                  char *err, size_t errlen) {
-    int rc = cfg->model_path ? ps_model_load(cfg->model_path, &st->model, err, errlen)
-                             : ps_model_from_json(ps_model_default_spec(), &st->model, err, errlen);
+    if (!cfg->model_path && cfg->loss) {
+        snprintf(err, errlen, "--loss applies to a Keras model file given with --model");
+        return PS_EINVAL;
+    }
+    ps_model_overrides ov = {.loss = cfg->loss, .from_logits = -1};
+    int rc = cfg->model_path
+                 ? ps_model_load_with(cfg->model_path, &ov, &st->model, err, errlen)
+                 : ps_model_from_json(ps_model_default_spec(), &st->model, err, errlen);
     if (rc != PS_OK) return rc;
     *epochs = pick_epochs(cfg, st->model);
     ps_model_init_params(st->model, cfg->seed);

@@ -20,6 +20,7 @@ typedef struct {
     size_t n_ps;
     unsigned index, workers; /* global worker index (0 = chief) and count */
     const char *model_path;  /* NULL: the built-in default model */
+    const char *loss;        /* --loss: for a bare Keras model file; NULL: none */
     const char *data_dir;    /* IDX or CIFAR-10 binary files */
     const char *device;      /* "auto", "cpu", "cuda:N" */
     const char *dataset;     /* "auto", "fashion_mnist"/"idx", "cifar10" */

@@ -169,6 +169,35 @@ static void check_equivalent(unsigned workers, const char *spec) {
     free(alone[0]);
 }
 
+/* BatchNormalization over the ring: every replica applies the averaged
+ * moving-statistic updates with SGD rate 1, so they stay bit-identical (and
+ * the --check-every comparison inside holds); the statistics did move. */
+START_TEST(batchnorm_replicas_identical) {
+    static const char *const bn_spec =
+        "{\"input_shape\": [784], \"layers\": [{\"type\": \"Dense\", \"units\": 16}, "
+        "{\"type\": \"BatchNormalization\", \"momentum\": 0.9}, {\"type\": \"ReLU\"}, "
+        "{\"type\": \"Dense\", \"units\": 10}], \"optimizer\": {\"name\": \"sgd\", "
+        "\"learning_rate\": 0.1}}";
+    float *ring[MAXW] = {0};
+    size_t n = 0;
+    run_job(2, 0, bn_spec, ring, &n);
+    ck_assert_msg(memcmp(ring[1], ring[0], n * sizeof(float)) == 0,
+                  "worker 1's variables differ from the chief's");
+    ps_model *m;
+    char err[256];
+    ck_assert_int_eq(ps_model_from_json(bn_spec, &m, err, sizeof err), PS_OK);
+    ps_model_init_params(m, 7);
+    const ps_model_var *mm = ps_model_var_at(m, 4);
+    ck_assert_str_eq(mm->name, "batch_normalization_0/moving_mean");
+    ck_assert(!mm->trainable);
+    double moved = max_abs_diff(ring[0] + mm->offset, ps_model_params(m) + mm->offset, mm->numel);
+    ck_assert_msg(moved > 1e-3, "the moving mean barely moved (%g)", moved);
+    ps_model_free(m);
+    free(ring[0]);
+    free(ring[1]);
+}
+END_TEST
+
 START_TEST(two_workers_equal_one_double_batch) {
     check_equivalent(2, sgd_spec);
     check_equivalent(2, ps_model_default_spec()); /* adam: its slots broadcast and kept equal */
@@ -285,6 +314,7 @@ int main(void) {
     tcase_set_timeout(tc, 600);
     tcase_add_checked_fixture(tc, setup, NULL);
     tcase_add_test(tc, two_workers_equal_one_double_batch);
+    tcase_add_test(tc, batchnorm_replicas_identical);
     tcase_add_test(tc, three_workers_equal_one_triple_batch);
     if (getenv("PSWORKER") && getenv("PSD")) tcase_add_test(tc, mirrored_processes_equal_psd_sync);
     suite_add_tcase(s, tc);

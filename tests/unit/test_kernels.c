@@ -17,8 +17,8 @@
 
 static const size_t sizes[] = {1, 7, 33, 129};
 #define NSIZES (sizeof sizes / sizeof sizes[0])
-static const ps_k_act acts[] = {PS_K_ACT_LINEAR, PS_K_ACT_RELU, PS_K_ACT_SIGMOID, PS_K_ACT_TANH,
-                                PS_K_ACT_GELU};
+static const ps_k_act acts[] = {PS_K_ACT_LINEAR, PS_K_ACT_RELU, PS_K_ACT_SIGMOID,
+                                PS_K_ACT_TANH,   PS_K_ACT_GELU, PS_K_ACT_RELU6};
 #define NACTS (sizeof acts / sizeof acts[0])
 
 static float *host(size_t n, uint64_t seed, float lo, float hi) {

@@ -1,0 +1,135 @@
+/* CPU backend of kernels/: batch normalization over x[rows, c] (NHWC images
+ * flattened to rows = n*h*w). Each direction reads the data twice: once for
+ * the per-channel sums, once to write the output. The loops run rows outer,
+ * channels inner (the contiguous dimension), so the channel loops vectorise;
+ * channels go in blocks of CB so that the per-channel constants and
+ * accumulators live on the stack (the backend cannot fail). */
+#include <math.h>
+#include <string.h>
+
+#include "backend.h"
+
+#define CB 256 /* channels per block */
+
+/* Per-channel sums over the rows of x[:, c0 .. c0+cb) (row stride ld), in
+ * float, of x - shift (the batch's first row: sums of values near the mean
+ * keep the variance from cancelling) and of its square. */
+static void shifted_sums(const float *restrict x, size_t rows, size_t ld, size_t cb,
+                         const float *restrict shift, float *restrict s1, float *restrict s2) {
+    memset(s1, 0, cb * sizeof *s1);
+    memset(s2, 0, cb * sizeof *s2);
+    for (size_t r = 0; r < rows; r++) {
+        const float *restrict xr = x + r * ld;
+        for (size_t j = 0; j < cb; j++) {
+            float v = xr[j] - shift[j];
+            s1[j] += v;
+            s2[j] += v * v;
+        }
+    }
+}
+
+/* y = (x - mean) * a + b per channel, over rows of a channel block. */
+static void normalize(float *y, const float *x, size_t rows, size_t ld, size_t cb,
+                      const float *restrict mean, const float *restrict a,
+                      const float *restrict b) {
+    for (size_t r = 0; r < rows; r++) {
+        const float *xr = x + r * ld;
+        float *yr = y + r * ld;
+        for (size_t j = 0; j < cb; j++)
+            yr[j] = (xr[j] - mean[j]) * a[j] + b[j];
+    }
+}
+
+/* a = gamma / sqrt(var + eps), b = beta (gamma 1 and beta 0 when NULL). */
+static void scale_shift(size_t cb, const float *var, const float *gamma, const float *beta,
+                        float eps, float *a, float *b) {
+    for (size_t j = 0; j < cb; j++) {
+        a[j] = (gamma ? gamma[j] : 1.0f) / sqrtf(var[j] + eps);
+        b[j] = beta ? beta[j] : 0.0f;
+    }
+}
+
+void ps__cpu_bn_forward_train_overwrite(float *y, float *mean, float *var, const float *x,
+                                        const float *gamma, const float *beta, size_t rows,
+                                        size_t c, float eps) {
+    float s1[CB], s2[CB], a[CB], b[CB];
+    float n = (float)rows;
+    if (rows == 0) { /* no statistics: report 0 (and write nothing else) */
+        memset(mean, 0, c * sizeof *mean);
+        memset(var, 0, c * sizeof *var);
+        return;
+    }
+    for (size_t c0 = 0; c0 < c; c0 += CB) {
+        size_t cb = c - c0 < CB ? c - c0 : CB;
+        float *m = mean + c0, *v = var + c0;
+        memcpy(m, x + c0, cb * sizeof *m); /* the shift, then the mean */
+        shifted_sums(x + c0, rows, c, cb, m, s1, s2);
+        for (size_t j = 0; j < cb; j++) {
+            float d = s1[j] / n; /* mean - shift */
+            float vj = s2[j] / n - d * d;
+            m[j] += d;
+            v[j] = vj > 0.0f ? vj : 0.0f;
+        }
+        scale_shift(cb, v, gamma ? gamma + c0 : NULL, beta ? beta + c0 : NULL, eps, a, b);
+        normalize(y + c0, x + c0, rows, c, cb, m, a, b);
+    }
+}
+
+void ps__cpu_bn_forward_infer_overwrite(float *y, const float *x, const float *mean,
+                                        const float *var, const float *gamma, const float *beta,
+                                        size_t rows, size_t c, float eps) {
+    float a[CB], b[CB];
+    for (size_t c0 = 0; c0 < c; c0 += CB) {
+        size_t cb = c - c0 < CB ? c - c0 : CB;
+        scale_shift(cb, var + c0, gamma ? gamma + c0 : NULL, beta ? beta + c0 : NULL, eps, a, b);
+        normalize(y + c0, x + c0, rows, c, cb, mean + c0, a, b);
+    }
+}
+
+/* Sums over the rows of a channel block of dy and of dy (x - mean). */
+static void grad_sums(const float *restrict dy, const float *restrict x, size_t rows, size_t ld,
+                      size_t cb, const float *restrict mean, float *restrict sdy,
+                      float *restrict sdyx) {
+    memset(sdy, 0, cb * sizeof *sdy);
+    memset(sdyx, 0, cb * sizeof *sdyx);
+    for (size_t r = 0; r < rows; r++) {
+        const float *restrict g = dy + r * ld, *restrict xr = x + r * ld;
+        for (size_t j = 0; j < cb; j++) {
+            sdy[j] += g[j];
+            sdyx[j] += g[j] * (xr[j] - mean[j]);
+        }
+    }
+}
+
+/* With xhat = (x - mean) s, s = 1 / sqrt(var + eps), N = rows:
+ *   dbeta = sum dy, dgamma = sum dy xhat,
+ *   dx = gamma s (dy - dbeta / N - xhat dgamma / N)
+ *      = k1 dy + k2 (x - mean) + k3,
+ * k1 = gamma s, k2 = -gamma s^2 dgamma / N, k3 = -gamma s dbeta / N. */
+void ps__cpu_bn_backward_overwrite(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                   const float *x, const float *mean, const float *var,
+                                   const float *gamma, size_t rows, size_t c, float eps) {
+    float sdy[CB], sdyx[CB], k1[CB], k2[CB], k3[CB];
+    float n = (float)rows;
+    for (size_t c0 = 0; c0 < c; c0 += CB) {
+        size_t cb = c - c0 < CB ? c - c0 : CB;
+        const float *m = mean + c0;
+        grad_sums(dy + c0, x + c0, rows, c, cb, m, sdy, sdyx);
+        for (size_t j = 0; j < cb; j++) {
+            float s = 1.0f / sqrtf(var[c0 + j] + eps), g = gamma ? gamma[c0 + j] : 1.0f;
+            float dg = sdyx[j] * s;
+            if (dgamma) dgamma[c0 + j] = dg;
+            if (dbeta) dbeta[c0 + j] = sdy[j];
+            k1[j] = g * s;
+            k2[j] = -g * s * s * dg / n;
+            k3[j] = -g * s * sdy[j] / n;
+        }
+        if (!dx) continue;
+        for (size_t r = 0; r < rows; r++) {
+            const float *restrict gr = dy + r * c + c0, *restrict xr = x + r * c + c0;
+            float *restrict dr = dx + r * c + c0;
+            for (size_t j = 0; j < cb; j++)
+                dr[j] = k1[j] * gr[j] + k2[j] * (xr[j] - m[j]) + k3[j];
+        }
+    }
+}

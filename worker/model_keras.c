@@ -1,0 +1,524 @@
+/* Keras' own model files: what model.to_json() writes, Sequential or
+ * Functional, in Keras 3 form (inbound_nodes of {"args": [keras tensors],
+ * "kwargs": {}}, "batch_shape", dtype policies) and Keras 2 / tf.keras form
+ * (inbound_nodes of [["layer", 0, 0, {}]], "batch_input_shape"). Each layer
+ * goes through the graph builder of model_spec.c; every option is either
+ * understood, equal to Keras' default, or an error naming the layer and the
+ * option. */
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_impl.h"
+#include "ps_error.h"
+
+#define MAX_LAYERS 4096
+
+typedef struct {
+    char *err;
+    size_t errlen;
+} kerr;
+
+static int fail(kerr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(kerr *e, const char *fmt, ...) {
+    if (e->err && e->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->err, e->errlen, fmt, ap);
+        va_end(ap);
+    }
+    return PS_EFORMAT;
+}
+
+static const cJSON *item(const cJSON *o, const char *key) {
+    return cJSON_GetObjectItemCaseSensitive(o, key);
+}
+
+static bool key_in(const char *key, const char *const *keys) {
+    for (; *keys; keys++)
+        if (strcmp(key, *keys) == 0) return true;
+    return false;
+}
+
+/* The options each class understands (read by ps_build_layer). */
+static const struct {
+    const char *cls;
+    const char *const keys[8];
+} supported[] = {
+    {"Dense", {"units", "activation", "use_bias", NULL}},
+    {"Conv2D", {"filters", "kernel_size", "strides", "padding", "activation", "use_bias", NULL}},
+    {"DepthwiseConv2D",
+     {"kernel_size", "strides", "padding", "depth_multiplier", "activation", "use_bias", NULL}},
+    {"BatchNormalization", {"axis", "momentum", "epsilon", "center", "scale", NULL}},
+    {"ReLU", {"max_value", "negative_slope", "threshold", NULL}},
+    {"Activation", {"activation", NULL}},
+    {"MaxPooling2D", {"pool_size", "strides", "padding", NULL}},
+    {"AveragePooling2D", {"pool_size", "strides", "padding", NULL}},
+    {"GlobalAveragePooling2D", {"keepdims", NULL}},
+    {"ZeroPadding2D", {"padding", NULL}},
+    {"Flatten", {NULL}},
+    {"Reshape", {"target_shape", NULL}},
+    {"Dropout", {"rate", NULL}},
+    {"Add", {NULL}},
+    {"Concatenate", {"axis", NULL}},
+};
+#define N_SUPPORTED (sizeof supported / sizeof supported[0])
+#define SUPPORTED_LIST                                                                             \
+    "InputLayer, Dense, Conv2D, DepthwiseConv2D, BatchNormalization, ReLU, Activation, "           \
+    "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, ZeroPadding2D, Flatten, Reshape, "    \
+    "Dropout, Add, Concatenate"
+
+/* Options accepted only at Keras' default value, and that value. */
+typedef enum {
+    D_NULL,
+    D_TRUE,
+    D_FALSE,
+    D_ONE,
+    D_CHANNELS_LAST,
+    D_FLOAT32,
+    D_GLOROT,
+    D_ZEROS,
+    D_ONES,
+    D_099
+} dflt;
+static const struct {
+    const char *key;
+    dflt want;
+} defaults[] = {
+    {"trainable", D_TRUE},
+    {"dtype", D_FLOAT32},
+    {"data_format", D_CHANNELS_LAST},
+    {"dilation_rate", D_ONE},
+    {"groups", D_ONE},
+    {"kernel_initializer", D_GLOROT},
+    {"depthwise_initializer", D_GLOROT},
+    {"bias_initializer", D_ZEROS},
+    {"beta_initializer", D_ZEROS},
+    {"gamma_initializer", D_ONES},
+    {"moving_mean_initializer", D_ZEROS},
+    {"moving_variance_initializer", D_ONES},
+    {"kernel_regularizer", D_NULL},
+    {"bias_regularizer", D_NULL},
+    {"depthwise_regularizer", D_NULL},
+    {"beta_regularizer", D_NULL},
+    {"gamma_regularizer", D_NULL},
+    {"activity_regularizer", D_NULL},
+    {"kernel_constraint", D_NULL},
+    {"bias_constraint", D_NULL},
+    {"depthwise_constraint", D_NULL},
+    {"beta_constraint", D_NULL},
+    {"gamma_constraint", D_NULL},
+    {"noise_shape", D_NULL},
+    {"seed", D_NULL},
+    {"lora_rank", D_NULL},
+    {"lora_alpha", D_NULL},
+    {"quantization_config", D_NULL},
+    {"synchronized", D_FALSE},
+    {"renorm", D_FALSE},
+    {"renorm_clipping", D_NULL},
+    {"renorm_momentum", D_099},
+};
+#define N_DEFAULTS (sizeof defaults / sizeof defaults[0])
+
+/* An initializer as Keras 3 ({"module", "class_name", "config": {"seed": null}})
+ * or Keras 2 ({"class_name", "config"}) or a plain name writes it. */
+static bool is_init(const cJSON *v, const char *cls, const char *name) {
+    if (cJSON_IsString(v)) return strcmp(v->valuestring, name) == 0;
+    const cJSON *c = item(v, "class_name"), *cfg = item(v, "config"), *k;
+    if (!cJSON_IsString(c) || (strcmp(c->valuestring, cls) && strcmp(c->valuestring, name)))
+        return false;
+    static const char *const nullable[] = {"seed", "input_axes", "output_axes", NULL};
+    cJSON_ArrayForEach(k, cfg) {
+        if (!(key_in(k->string, nullable) && cJSON_IsNull(k))) return false;
+    }
+    return true;
+}
+
+static bool is_float32(const cJSON *v) {
+    if (cJSON_IsNull(v)) return true;
+    if (cJSON_IsString(v)) return strcmp(v->valuestring, "float32") == 0;
+    const cJSON *c = item(v, "class_name"), *n = item(item(v, "config"), "name");
+    return cJSON_IsString(c) && strcmp(c->valuestring, "DTypePolicy") == 0 && cJSON_IsString(n) &&
+           strcmp(n->valuestring, "float32") == 0;
+}
+
+static bool is_one(const cJSON *v) {
+    if (cJSON_IsNumber(v)) return v->valuedouble == 1;
+    if (!cJSON_IsArray(v)) return false;
+    const cJSON *k;
+    cJSON_ArrayForEach(k, v) {
+        if (!cJSON_IsNumber(k) || k->valuedouble != 1) return false;
+    }
+    return true;
+}
+
+static bool default_ok(const cJSON *v, dflt want) {
+    switch (want) {
+    case D_NULL:
+        return cJSON_IsNull(v);
+    case D_TRUE:
+        return cJSON_IsTrue(v);
+    case D_FALSE:
+        return cJSON_IsFalse(v);
+    case D_ONE:
+        return is_one(v);
+    case D_CHANNELS_LAST:
+        return cJSON_IsNull(v) || (cJSON_IsString(v) && !strcmp(v->valuestring, "channels_last"));
+    case D_FLOAT32:
+        return is_float32(v);
+    case D_GLOROT:
+        return is_init(v, "GlorotUniform", "glorot_uniform");
+    case D_ZEROS:
+        return is_init(v, "Zeros", "zeros");
+    case D_ONES:
+        return is_init(v, "Ones", "ones");
+    case D_099:
+        return cJSON_IsNumber(v) && v->valuedouble == 0.99;
+    }
+    return false;
+}
+
+static const char *default_name(dflt want) {
+    static const char *const names[] = {
+        "null",    "true",          "false", "1",    "\"channels_last\"",
+        "float32", "GlorotUniform", "Zeros", "Ones", "0.99"};
+    return names[want];
+}
+
+/* A short rendering of a JSON value for a message. */
+static void show(const cJSON *v, char *out, size_t n) {
+    char *s = cJSON_PrintUnformatted(v);
+    snprintf(out, n, "%s", s ? s : "?");
+    if (s && strlen(s) >= n && n > 4) strcpy(out + n - 4, "...");
+    free(s);
+}
+
+/* Checks every option of a layer's config: understood by the builder, or
+ * at Keras' default. first: the first layer of a Sequential (may carry the
+ * input shape). */
+static int check_options(kerr *e, const char *where, size_t si, const cJSON *cfg, bool first) {
+    const cJSON *k;
+    cJSON_ArrayForEach(k, cfg) {
+        const char *key = k->string;
+        if (!strcmp(key, "name") || key_in(key, supported[si].keys)) continue;
+        if (first && (!strcmp(key, "batch_input_shape") || !strcmp(key, "batch_shape"))) continue;
+        size_t d = 0;
+        while (d < N_DEFAULTS && strcmp(defaults[d].key, key))
+            d++;
+        char val[96];
+        show(k, val, sizeof val);
+        if (d == N_DEFAULTS) {
+            char list[256] = "";
+            for (const char *const *s = supported[si].keys; *s; s++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+                         list[0] ? ", " : "", *s);
+            return fail(e,
+                        "%s: option '%s' is not supported (%s understands: %s; other options only "
+                        "at Keras' defaults)",
+                        where, key, supported[si].cls, list[0] ? list : "none");
+        }
+        if (!default_ok(k, defaults[d].want))
+            return fail(e, "%s: option '%s' = %s is not supported (only %s)", where, key, val,
+                        default_name(defaults[d].want));
+    }
+    return PS_OK;
+}
+
+/* The class a layer entry names, with Keras' aliases folded. */
+static const char *canon_class(const char *c) {
+    if (!strcmp(c, "MaxPool2D")) return "MaxPooling2D";
+    if (!strcmp(c, "AvgPool2D")) return "AveragePooling2D";
+    return c;
+}
+
+/* ---- the input ------------------------------------------------------------ */
+
+static int parse_input_layer(ps_model *m, kerr *e, const char *where, const cJSON *cfg) {
+    static const char *const keys[] = {
+        "batch_shape", "batch_input_shape", "dtype", "sparse", "ragged", "name", "optional", NULL};
+    const cJSON *k;
+    cJSON_ArrayForEach(k, cfg) {
+        if (!key_in(k->string, keys))
+            return fail(e,
+                        "%s: option '%s' is not supported (InputLayer understands: "
+                        "batch_shape, batch_input_shape, dtype float32)",
+                        where, k->string);
+        if ((!strcmp(k->string, "sparse") || !strcmp(k->string, "ragged") ||
+             !strcmp(k->string, "optional")) &&
+            !cJSON_IsFalse(k))
+            return fail(e, "%s: option '%s' is not supported (only false)", where, k->string);
+        if (!strcmp(k->string, "dtype") && !is_float32(k))
+            return fail(e, "%s: option 'dtype' is not supported (only float32)", where);
+    }
+    const cJSON *bs = item(cfg, "batch_shape");
+    if (!bs) bs = item(cfg, "batch_input_shape");
+    int rank = cJSON_IsArray(bs) ? cJSON_GetArraySize(bs) - 1 : -1;
+    if (rank != 1 && rank != 3)
+        return fail(e, "%s: the input shape must be [null, n] or [null, height, width, channels]",
+                    where);
+    size_t d[3] = {1, 1, 1}, prod = 1;
+    for (int i = 0; i < rank; i++) {
+        const cJSON *v = cJSON_GetArrayItem(bs, i + 1);
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > (1 << 24) ||
+            v->valuedouble != (double)(size_t)v->valuedouble)
+            return fail(e, "%s: the input shape must hold positive integers after the batch axis",
+                        where);
+        d[i] = (size_t)v->valuedouble;
+        prod *= d[i];
+    }
+    if (prod > (1u << 24)) return fail(e, "%s: the input is too large", where);
+    m->input_image = rank == 3;
+    m->input = rank == 3 ? (ps_shape){d[0], d[1], d[2]} : (ps_shape){1, 1, d[0]};
+    return PS_OK;
+}
+
+/* ---- the layers ------------------------------------------------------------ */
+
+typedef struct {
+    ps_model *m;
+    kerr *e;
+    ps_build b;
+    const char **names; /* layer names, in the order met */
+    size_t *tensor;     /* each one's output tensor */
+    size_t n;
+    bool have_input;
+} kctx;
+
+static int find_layer(kctx *K, const char *name, const char *where, size_t *t) {
+    for (size_t i = 0; i < K->n; i++) {
+        if (strcmp(K->names[i], name) == 0) {
+            *t = K->tensor[i];
+            return PS_OK;
+        }
+    }
+    return fail(K->e, "%s: input '%s' is not a layer defined before it", where, name);
+}
+
+/* One inbound reference: [layer, node_index, tensor_index]. */
+static int add_ref(kctx *K, const char *where, const cJSON *name, const cJSON *node,
+                   const cJSON *tidx) {
+    if (!cJSON_IsString(name) || !cJSON_IsNumber(node) || !cJSON_IsNumber(tidx))
+        return fail(K->e, "%s: malformed inbound node", where);
+    if (node->valuedouble != 0 || tidx->valuedouble != 0)
+        return fail(K->e,
+                    "%s: input '%s' [node %g, tensor %g]: shared layers (called more than once) "
+                    "and layers with several outputs are not supported",
+                    where, name->valuestring, node->valuedouble, tidx->valuedouble);
+    if (K->b.nin == PS_OP_MAX_IN) return fail(K->e, "%s: more than %d inputs", where, PS_OP_MAX_IN);
+    return find_layer(K, name->valuestring, where, &K->b.in_t[K->b.nin++]);
+}
+
+/* Keras 3: the keras tensors inside a call's args (nested lists allowed). */
+static int collect_tensors(kctx *K, const char *where, const cJSON *a) {
+    if (cJSON_IsArray(a)) {
+        const cJSON *x;
+        cJSON_ArrayForEach(x, a) {
+            int rc = collect_tensors(K, where, x);
+            if (rc != PS_OK) return rc;
+        }
+        return PS_OK;
+    }
+    const cJSON *c = item(a, "class_name"), *h = item(item(a, "config"), "keras_history");
+    if (!cJSON_IsString(c) || strcmp(c->valuestring, "__keras_tensor__") || !cJSON_IsArray(h) ||
+        cJSON_GetArraySize(h) != 3)
+        return fail(K->e, "%s: a call argument that is not a Keras tensor is not supported", where);
+    return add_ref(K, where, cJSON_GetArrayItem(h, 0), cJSON_GetArrayItem(h, 1),
+                   cJSON_GetArrayItem(h, 2));
+}
+
+/* The layer's inputs from "inbound_nodes" (exactly one node). */
+static int parse_inbound(kctx *K, const char *where, const cJSON *nodes) {
+    K->b.nin = 0;
+    if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) != 1)
+        return fail(K->e,
+                    "%s: 'inbound_nodes' must hold exactly one call (shared layers are not "
+                    "supported)",
+                    where);
+    const cJSON *node = cJSON_GetArrayItem(nodes, 0), *x;
+    if (cJSON_IsObject(node)) { /* Keras 3 */
+        const cJSON *args = item(node, "args"), *kw = item(node, "kwargs");
+        if (!cJSON_IsArray(args) || cJSON_GetArraySize(args) != 1)
+            return fail(K->e, "%s: the call must have one positional argument", where);
+        cJSON_ArrayForEach(x, kw) {
+            if (!cJSON_IsNull(x))
+                return fail(K->e, "%s: call argument '%s' is not supported", where, x->string);
+        }
+        return collect_tensors(K, where, cJSON_GetArrayItem(args, 0));
+    }
+    if (!cJSON_IsArray(node)) return fail(K->e, "%s: malformed inbound node", where);
+    cJSON_ArrayForEach(x, node) { /* Keras 2: [name, node_index, tensor_index, kwargs] */
+        int n = cJSON_GetArraySize(x);
+        if (!cJSON_IsArray(x) || n < 3 || n > 4)
+            return fail(K->e, "%s: malformed inbound node", where);
+        const cJSON *kw = cJSON_GetArrayItem(x, 3), *a;
+        cJSON_ArrayForEach(a, kw) {
+            if (!cJSON_IsNull(a))
+                return fail(K->e, "%s: call argument '%s' is not supported", where, a->string);
+        }
+        int rc = add_ref(K, where, cJSON_GetArrayItem(x, 0), cJSON_GetArrayItem(x, 1),
+                         cJSON_GetArrayItem(x, 2));
+        if (rc != PS_OK) return rc;
+    }
+    return PS_OK;
+}
+
+static int parse_one(kctx *K, const cJSON *l, size_t index, bool functional, size_t *cur) {
+    static const char *const entry_keys[] = {
+        "module",       "class_name", "config",        "registered_name",
+        "build_config", "name",       "inbound_nodes", NULL};
+    kerr *e = K->e;
+    const cJSON *cls = item(l, "class_name"), *cfg = item(l, "config"), *k;
+    const cJSON *name = item(l, "name");
+    if (!name) name = item(cfg, "name");
+    if (!cJSON_IsString(cls) || !cJSON_IsObject(cfg) || !cJSON_IsString(name))
+        return fail(e, "layer %zu: needs 'class_name', a 'config' object and a name", index);
+    char where[96];
+    snprintf(where, sizeof where, "layer '%.40s' (%.40s)", name->valuestring, cls->valuestring);
+    cJSON_ArrayForEach(k, l) {
+        if (!key_in(k->string, entry_keys))
+            return fail(e, "%s: key '%s' is not supported", where, k->string);
+    }
+    if (strlen(name->valuestring) >= sizeof K->m->ops[0].prefix)
+        return fail(e, "%s: the name is longer than %zu characters", where,
+                    sizeof K->m->ops[0].prefix - 1);
+    for (size_t i = 0; i < K->n; i++)
+        if (!strcmp(K->names[i], name->valuestring))
+            return fail(e, "%s: a second layer with this name", where);
+    const char *c = canon_class(cls->valuestring);
+    size_t t = 0;
+    if (!strcmp(c, "InputLayer")) {
+        if (K->have_input)
+            return fail(e, "%s: a second input: models with several inputs are not supported",
+                        where);
+        if (K->m->nops) return fail(e, "%s: the input must come first", where);
+        int rc = parse_input_layer(K->m, e, where, cfg);
+        if (rc != PS_OK) return rc;
+        K->have_input = true;
+    } else {
+        size_t si = 0;
+        while (si < N_SUPPORTED && strcmp(supported[si].cls, c))
+            si++;
+        if (si == N_SUPPORTED)
+            return fail(e, "%s: layer class '%s' is not supported (supported: " SUPPORTED_LIST ")",
+                        where, cls->valuestring);
+        bool first = !functional && !K->have_input;
+        if (first) { /* a Keras 2 Sequential's first layer may carry the input shape */
+            const cJSON *bis = item(cfg, "batch_input_shape");
+            if (!bis) bis = item(cfg, "batch_shape");
+            if (!bis)
+                return fail(e,
+                            "%s: the model has no input shape (no InputLayer, no "
+                            "batch_input_shape)",
+                            where);
+            cJSON *holder = cJSON_CreateObject();
+            if (!holder) return fail(e, "out of memory");
+            cJSON_AddItemReferenceToObject(holder, "batch_shape", (cJSON *)bis);
+            int rc = parse_input_layer(K->m, e, where, holder);
+            cJSON_Delete(holder);
+            if (rc != PS_OK) return rc;
+            K->have_input = true;
+        }
+        if (!K->have_input) return fail(e, "%s: comes before the model's InputLayer", where);
+        int rc = check_options(e, where, si, cfg, first);
+        if (rc != PS_OK) return rc;
+        if (functional) {
+            if ((rc = parse_inbound(K, where, item(l, "inbound_nodes")))) return rc;
+        } else {
+            K->b.nin = 1;
+            K->b.in_t[0] = *cur;
+        }
+        if (K->b.nin == 0) return fail(e, "%s: has no input", where);
+        snprintf(K->b.where, sizeof K->b.where, "%s", where);
+        K->b.prefix = name->valuestring;
+        if ((rc = ps_build_layer(&K->b, c, cfg, true, &t))) return rc;
+    }
+    if (functional && !strcmp(c, "InputLayer")) {
+        const cJSON *in = item(l, "inbound_nodes");
+        if (in && !(cJSON_IsArray(in) && cJSON_GetArraySize(in) == 0))
+            return fail(e, "%s: an InputLayer with inbound nodes", where);
+    }
+    K->names[K->n] = name->valuestring;
+    K->tensor[K->n++] = t;
+    *cur = t;
+    return PS_OK;
+}
+
+/* [name, 0, 0] or [[name, 0, 0]]: the one input or output layer's name. */
+static const char *single_ref(const cJSON *v) {
+    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && cJSON_IsArray(cJSON_GetArrayItem(v, 0)))
+        v = cJSON_GetArrayItem(v, 0);
+    const cJSON *n = cJSON_GetArrayItem(v, 0);
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 3 || !cJSON_IsString(n)) return NULL;
+    const cJSON *a = cJSON_GetArrayItem(v, 1), *b = cJSON_GetArrayItem(v, 2);
+    if (!cJSON_IsNumber(a) || a->valuedouble != 0 || !cJSON_IsNumber(b) || b->valuedouble != 0)
+        return NULL;
+    return n->valuestring;
+}
+
+int ps_keras_parse(ps_model *m, const cJSON *root, char *err, size_t errlen) {
+    static const char *const top_keys[] = {"module",          "class_name",     "config",
+                                           "registered_name", "build_config",   "keras_version",
+                                           "backend",         "compile_config", NULL};
+    static const char *const cfg_keys[] = {
+        "name",          "trainable",         "dtype", "layers", "input_layers",
+        "output_layers", "build_input_shape", NULL};
+    kerr ke = {err, errlen}, *e = &ke;
+    const cJSON *cls = item(root, "class_name"), *cfg = item(root, "config"), *k;
+    if (!cJSON_IsString(cls) || !cJSON_IsObject(cfg))
+        return fail(e, "a Keras model file needs 'class_name' and a 'config' object");
+    bool functional = !strcmp(cls->valuestring, "Functional") || !strcmp(cls->valuestring, "Model");
+    if (!functional && strcmp(cls->valuestring, "Sequential"))
+        return fail(e, "model class '%s' is not supported (Sequential or Functional)",
+                    cls->valuestring);
+    cJSON_ArrayForEach(k, root) {
+        if (!key_in(k->string, top_keys))
+            return fail(e, "the Keras model's key '%s' is not supported", k->string);
+    }
+    cJSON_ArrayForEach(k, cfg) {
+        if (!key_in(k->string, cfg_keys))
+            return fail(e, "the Keras model's config key '%s' is not supported", k->string);
+        if (!strcmp(k->string, "trainable") && !cJSON_IsTrue(k))
+            return fail(e, "a model with trainable = false is not supported");
+        if (!strcmp(k->string, "dtype") && !is_float32(k))
+            return fail(e, "the model's dtype must be float32");
+    }
+    const cJSON *name = item(cfg, "name"), *layers = item(cfg, "layers");
+    if (cJSON_IsString(name)) snprintf(m->name, sizeof m->name, "%s", name->valuestring);
+    int n = cJSON_IsArray(layers) ? cJSON_GetArraySize(layers) : 0;
+    if (n < 1 || n > MAX_LAYERS)
+        return fail(e, "the Keras model's 'layers' must be an array of 1 to %d layers", MAX_LAYERS);
+    m->keras = true;
+    const cJSON *ver = item(root, "keras_version");
+    m->keras2 = cJSON_IsString(ver) && strncmp(ver->valuestring, "2.", 2) == 0;
+    kctx K = {.m = m, .e = e, .b = {.m = m, .err = err, .errlen = errlen}};
+    K.names = calloc((size_t)n, sizeof *K.names);
+    K.tensor = calloc((size_t)n, sizeof *K.tensor);
+    int rc = K.names && K.tensor ? PS_OK : PS_ENOMEM;
+    if (rc != PS_OK) fail(e, "out of memory");
+    size_t cur = 0, index = 0;
+    const cJSON *l;
+    cJSON_ArrayForEach(l, layers) {
+        if (rc != PS_OK) break;
+        rc = parse_one(&K, l, index++, functional, &cur);
+    }
+    if (rc == PS_OK && !K.have_input) rc = fail(e, "the model has no InputLayer");
+    if (rc == PS_OK && functional) {
+        const char *in = single_ref(item(cfg, "input_layers"));
+        const char *out = single_ref(item(cfg, "output_layers"));
+        size_t t = 0;
+        if (!in || !out)
+            rc = fail(e, "only models with one input and one output are supported "
+                         "('input_layers', 'output_layers')");
+        else if ((rc = find_layer(&K, in, "'input_layers'", &t)) == PS_OK && t != 0)
+            rc = fail(e, "'input_layers' names '%s', not the InputLayer", in);
+        if (rc == PS_OK && (rc = find_layer(&K, out, "'output_layers'", &t)) == PS_OK &&
+            t != m->nops)
+            rc = fail(e, "the output layer '%s' must be the last layer", out);
+    }
+    if (rc == PS_OK) rc = ps_build_finish(&K.b);
+    free(K.names);
+    free(K.tensor);
+    return rc;
+}
