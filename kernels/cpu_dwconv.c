@@ -114,6 +114,11 @@ static PS_INLINE taps pixel(const ps_k_conv *p, const float *xi, size_t oy, size
     return (taps){xi, xo_own, wo_own, pixel_taps(p, oy, ox, xo_own, wo_own)};
 }
 
+/* Whether no tap of output column ox falls in the padding. */
+static PS_INLINE bool interior_x(const ps_k_conv *p, size_t ox) {
+    return ox * p->sw >= p->pad_left && ox * p->sw - p->pad_left + p->kw <= p->w;
+}
+
 /* Multiplier 1, one output pixel: yo = b + sum over the taps of x * w, in
  * blocks of 4, 2 and 1 vectors, then single channels. */
 static PS_INLINE void dw_pixel(float *restrict yo, const float *restrict xb,
@@ -187,6 +192,52 @@ static PS_INLINE void dw_pixel_backward(float *restrict dxb, float *restrict dw,
     }
 }
 
+/* Multiplier 1, two interior output pixels side by side (gradients g0, g1;
+ * the second's input is `step` floats after the first's): dw += g0 * x0 +
+ * g1 * x1 per tap, one load and store of dw for both. */
+static PS_INLINE void dw_pair_backward(float *restrict dw, const float *restrict g0,
+                                       const float *restrict g1, const float *restrict xb,
+                                       size_t step, size_t C, const size_t *xo, const size_t *wo,
+                                       size_t nt) {
+    size_t cv = C / VL * VL;
+    for (size_t t = 0; t < nt; t++) {
+        const float *x0 = xb + xo[t], *x1 = x0 + step;
+        float *dwr = dw + wo[t];
+        for (size_t c0 = 0; c0 < cv; c0 += VL)
+            ST(dwr + c0, LD(dwr + c0) + LD(g0 + c0) * LD(x0 + c0) + LD(g1 + c0) * LD(x1 + c0));
+        for (size_t c0 = cv; c0 < C; c0++)
+            dwr[c0] += g0[c0] * x0[c0] + g1[c0] * x1[c0];
+    }
+}
+
+/* Stride 1: the taps of an input cell that all kh*kw windows read, as offsets
+ * from the dy pixel of its last window (tap (kh-1, kw-1)). */
+static size_t window_taps_t(const ps_k_conv *p, size_t *go, size_t *wo) {
+    size_t n = 0;
+    for (size_t ky = 0; ky < p->kh; ky++)
+        for (size_t kx = 0; kx < p->kw; kx++) {
+            go[n] = ((p->kh - 1 - ky) * p->ow + (p->kw - 1 - kx)) * p->c;
+            wo[n++] = (ky * p->kw + kx) * p->c;
+        }
+    return n;
+}
+
+/* The output pixels whose windows read input cell (iy, ix): offsets into the
+ * image's dy (pixel * c) and the kernel's taps ((ky * kw + kx) * c). */
+static PS_INLINE size_t covering_taps(const ps_k_conv *p, size_t iy, size_t ix, size_t *go,
+                                      size_t *wo) {
+    size_t y0, y1, x0, x1, n = 0;
+    ps_ew_windows_covering(iy, p->kh, p->sh, p->pad_top, p->oh, &y0, &y1);
+    ps_ew_windows_covering(ix, p->kw, p->sw, p->pad_left, p->ow, &x0, &x1);
+    for (size_t oy = y0; oy < y1; oy++)
+        for (size_t ox = x0; ox < x1; ox++) {
+            size_t ky = iy + p->pad_top - oy * p->sh, kx = ix + p->pad_left - ox * p->sw;
+            go[n] = (oy * p->ow + ox) * p->c;
+            wo[n++] = (ky * p->kw + kx) * p->c;
+        }
+    return n;
+}
+
 /* Multiplier > 1 (or a huge kernel), one output pixel: the taps in place. */
 static PS_INLINE void dw_pixel_mult(const ps_k_conv *p, float *yo, const float *xi, const float *w,
                                     const float *b, size_t oy, size_t ox) {
@@ -248,23 +299,48 @@ void ps__cpu_dwconv2d_backward_overwrite(const ps_k_conv *p, float *dx, float *d
     bool listed = CO == C && p->kh * p->kw <= MAX_TAPS;
     size_t xw[MAX_TAPS], ww[MAX_TAPS], xo[MAX_TAPS], wo[MAX_TAPS];
     if (listed) window_taps(p, xw, ww);
+    size_t gt[MAX_TAPS], wt[MAX_TAPS];
+    bool unit = p->sh == 1 && p->sw == 1; /* stride 1: interior cells share one tap list */
+    if (listed && unit) window_taps_t(p, gt, wt);
     memset(dw, 0, p->kh * p->kw * CO * sizeof *dw);
     if (db) memset(db, 0, CO * sizeof *db);
-    if (dx) memset(dx, 0, p->n * p->h * p->w * C * sizeof *dx);
+    if (dx && !listed) memset(dx, 0, p->n * p->h * p->w * C * sizeof *dx);
     for (size_t img = 0; img < p->n; img++) {
-        const float *xi = x + img * p->h * p->w * C;
+        const float *xi = x + img * p->h * p->w * C, *gi = dy + img * p->oh * p->ow * CO;
         float *dxi = dx ? dx + img * p->h * p->w * C : NULL;
         for (size_t oy = 0; oy < p->oh; oy++)
             for (size_t ox = 0; ox < p->ow; ox++) {
-                const float *g = dy + ((img * p->oh + oy) * p->ow + ox) * CO;
+                const float *g = gi + (oy * p->ow + ox) * CO;
                 if (db) madd_scalar(db, g, CO);
                 if (!listed) {
                     dw_pixel_mult_backward(p, dxi, dw, g, xi, w, oy, ox);
                     continue;
                 }
                 taps t = pixel(p, xi, oy, ox, xw, ww, xo, wo);
-                float *dxb = dxi ? dxi + (t.xb - xi) : NULL;
-                dw_pixel_backward(dxb, dw, g, t.xb, w, C, t.xo, t.wo, t.nt);
+                if (t.xo == xw && ox + 1 < p->ow && interior_x(p, ox + 1)) {
+                    if (db) madd_scalar(db, g + CO, CO);
+                    dw_pair_backward(dw, g, g + CO, t.xb, p->sw * C, C, xw, ww, t.nt);
+                    ox++;
+                    continue;
+                }
+                dw_pixel_backward(NULL, dw, g, t.xb, w, C, t.xo, t.wo, t.nt);
+            }
+        if (!listed || !dxi) continue;
+        /* dx of this image as a gather (while its dy is in cache): each input
+         * cell sums dy * w over the windows that read it, in registers */
+        for (size_t iy = 0; iy < p->h; iy++)
+            for (size_t ix = 0; ix < p->w; ix++) {
+                float *d = dxi + (iy * p->w + ix) * C;
+                bool full = unit && iy + p->pad_top + 1 >= p->kh && iy + p->pad_top < p->oh &&
+                            ix + p->pad_left + 1 >= p->kw && ix + p->pad_left < p->ow;
+                if (full) { /* dy pixel of the last window (tap kh-1, kw-1) */
+                    size_t last =
+                        (iy + p->pad_top + 1 - p->kh) * p->ow + ix + p->pad_left + 1 - p->kw;
+                    dw_pixel(d, gi + last * C, w, NULL, C, gt, wt, p->kh * p->kw);
+                    continue;
+                }
+                size_t nt = covering_taps(p, iy, ix, xo, wo);
+                dw_pixel(d, gi, w, NULL, C, xo, wo, nt);
             }
     }
 }
