@@ -1,10 +1,13 @@
 /* CPU backend of kernels/: depthwise 2-D convolution, a direct kernel (no
- * im2col). Loops run oy, ox, then the window's real taps ky, kx, then the
- * channels innermost: in NHWC one tap of one output pixel is a contiguous
- * run of input channels times a contiguous row of the kernel, which the
- * compiler vectorises (simd.h). With multiplier 1 the channels go in blocks
- * whose sums stay in registers across the taps. The backward pass is one
- * sweep over dy that adds into dx and dw (and db) at once. Same sums as ps_ew_dwconv_*_at up to
+ * im2col). Loops run oy, ox, then the window's real taps, then the channels
+ * innermost: in NHWC one tap of one output pixel is a contiguous run of input
+ * channels times a contiguous row of the kernel. With multiplier 1 the
+ * channels go in 8-wide vector blocks whose sums stay in registers across the
+ * taps, two interior pixels share each kernel load, and the hot functions are
+ * compiled for AVX2+FMA too (simd.h). Backward, per image: one sweep over dy
+ * adds into dw (two pixels per update) and db, then dx is a gather, each input
+ * cell summing dy * w over the windows that read it (the forward's loop).
+ * Other multipliers take plain loops. Same sums as ps_ew_dwconv_*_at up to
  * order. */
 #include <string.h>
 
@@ -166,6 +169,32 @@ static PS_INLINE void dw_pixel(float *restrict yo, const float *restrict xb,
     }
 }
 
+/* Multiplier 1, two interior output pixels side by side (outputs yo and
+ * yo + C; the second's input is `step` floats after the first's): each kernel
+ * load serves both, in blocks of 2 vectors and 1 vector per pixel. */
+static PS_INLINE void dw_pair(float *restrict yo, const float *restrict xb, size_t step,
+                              const float *restrict w, const float *restrict b, size_t C,
+                              const size_t *xo, const size_t *wo, size_t nt) {
+    size_t c0 = 0;
+    for (; c0 + 2 * VL <= C; c0 += 2 * VL) {
+        v8 a0 = {0}, a1 = {0}, e0 = {0}, e1 = {0};
+        if (b) a0 = e0 = LD(b + c0), a1 = e1 = LD(b + c0 + VL);
+        for (size_t t = 0; t < nt; t++) {
+            const float *xr = xb + xo[t] + c0, *wr = w + wo[t] + c0;
+            v8 w0 = LD(wr), w1 = LD(wr + VL);
+            a0 += LD(xr) * w0;
+            a1 += LD(xr + VL) * w1;
+            e0 += LD(xr + step) * w0;
+            e1 += LD(xr + step + VL) * w1;
+        }
+        ST(yo + c0, a0), ST(yo + c0 + VL, a1), ST(yo + C + c0, e0), ST(yo + C + c0 + VL, e1);
+    }
+    if (c0 < C) { /* the last < 2 vectors of channels: one pixel at a time */
+        dw_pixel(yo + c0, xb + c0, w + c0, b ? b + c0 : NULL, C - c0, xo, wo, nt);
+        dw_pixel(yo + C + c0, xb + step + c0, w + c0, b ? b + c0 : NULL, C - c0, xo, wo, nt);
+    }
+}
+
 /* Multiplier 1, one output pixel's gradient g: for each tap, dw += g * x and
  * (dxb not NULL) dx += g * w; dxb is dx at the same offset as xb. */
 static PS_INLINE void dw_pixel_backward(float *restrict dxb, float *restrict dw,
@@ -287,6 +316,11 @@ void ps__cpu_dwconv2d_forward_overwrite(const ps_k_conv *p, float *y, const floa
                     continue;
                 }
                 taps t = pixel(p, xi, oy, ox, xw, ww, xo, wo);
+                if (t.xo == xw && ox + 1 < p->ow && interior_x(p, ox + 1)) {
+                    dw_pair(yo, t.xb, p->sw * C, w, b, C, xw, ww, t.nt);
+                    ox++;
+                    continue;
+                }
                 dw_pixel(yo, t.xb, w, b, C, t.xo, t.wo, t.nt);
             }
     }
