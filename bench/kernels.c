@@ -8,6 +8,9 @@
  *   col2im), against cblas_sgemm alone on the GEMMs those calls make (same
  *   chunks, same shapes, same workspace), so the ratio is the GEMM share of the
  *   layer; then im2col and col2im alone, and a memcpy of the same size.
+ * - Depthwise conv and batch norm (--only layers): ps_k_dwconv2d_* and ps_k_bn_*
+ *   on MobileNetV2-like shapes (alpha 0.35, 32x32 input, batch 64), GF/s and the
+ *   bytes each pass must move per second, against a memcpy moving as many.
  *
  * Each measurement is a warm-up, a calibration (a rep repeats the call until it
  * lasts at least --min-ms), then --reps reps; the two contestants of a row are
