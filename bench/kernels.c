@@ -8,6 +8,9 @@
  *   col2im), against cblas_sgemm alone on the GEMMs those calls make (same
  *   chunks, same shapes, same workspace), so the ratio is the GEMM share of the
  *   layer; then im2col and col2im alone, and a memcpy of the same size.
+ * - Depthwise conv and batch norm (--only layers): ps_k_dwconv2d_* and ps_k_bn_*
+ *   on MobileNetV2-like shapes (alpha 0.35, 32x32 input, batch 64), GF/s and the
+ *   bytes each pass must move per second, against a memcpy moving as many.
  *
  * Each measurement is a warm-up, a calibration (a rep repeats the call until it
  * lasts at least --min-ms), then --reps reps; the two contestants of a row are
@@ -43,6 +46,7 @@ typedef struct {
     int threads, reps;
     long chunk; /* images per im2col pass; 0 = the planner's */
     double min_s;
+    bool models_on, layers_on; /* --only */
     const char *models[MAX_MODELS];
     int nmodels;
 } opts;
@@ -50,6 +54,7 @@ typedef struct {
 static void usage(FILE *f, const char *argv0) {
     fprintf(f,
             "usage: %s [--model FILE]... [--reps N] [--threads N] [--min-ms MS] [--chunk N]\n"
+            "          [--only models|layers]\n"
             "Times the CPU backend of kernels/ (ps_k_gemm, ps_k_conv2d_*, im2col, col2im)\n"
             "on the Dense and Conv2D layer shapes of model JSON files, against\n"
             "cblas_sgemm on the same GEMMs in the same run.\n"
@@ -61,6 +66,9 @@ static void usage(FILE *f, const char *argv0) {
             "50)\n"
             "  --chunk N     images per im2col pass of the conv layers (default: the one\n"
             "                ps_k_conv_plan picks, as the worker runs)\n"
+            "  --only WHAT   models: the Dense/Conv2D layers of the model files only; layers:\n"
+            "                the depthwise conv and batch norm kernels on MobileNetV2-like\n"
+            "                shapes only (GF/s and GB/s against a memcpy of the same bytes)\n"
             "  --help        this text\n",
             argv0, PS_BENCH_EXAMPLES);
 }
@@ -75,7 +83,7 @@ static bool parse_int(const char *s, long lo, long hi, long *out) {
 }
 
 static int parse_opts(int argc, char **argv, opts *o) {
-    *o = (opts){.threads = 1, .reps = 7, .min_s = 0.050};
+    *o = (opts){.threads = 1, .reps = 7, .min_s = 0.050, .models_on = true, .layers_on = true};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long v;
@@ -100,6 +108,10 @@ static int parse_opts(int argc, char **argv, opts *o) {
             o->threads = (int)v;
         } else if (strcmp(a, "--chunk") == 0 && parse_int(val, 1, 1 << 20, &v)) {
             o->chunk = v;
+        } else if (strcmp(a, "--only") == 0 &&
+                   (strcmp(val, "models") == 0 || strcmp(val, "layers") == 0)) {
+            o->models_on = strcmp(val, "models") == 0;
+            o->layers_on = !o->models_on;
         } else if (strcmp(a, "--min-ms") == 0 && parse_int(val, 1, 60000, &v)) {
             o->min_s = (double)v / 1000.0;
         } else {
@@ -601,31 +613,16 @@ static void bench_conv(const model *m, const layer *L, const opts *o, summary *s
         ps_k_free(d, bufs[i]);
 }
 
-int main(int argc, char **argv) {
-    opts o;
-    if (parse_opts(argc, argv, &o) != 0) {
-        usage(stderr, argv[0]);
-        return 2;
-    }
-    static model models[MAX_MODELS];
-    for (int i = 0; i < o.nmodels; i++)
-        if (load_model(o.models[i], &models[i]) != 0) return 1;
-    for (int i = 0; i < o.nmodels && o.chunk; i++)
-        for (size_t j = 0; j < models[i].nl; j++) {
-            ps_k_conv *p = &models[i].l[j].p;
-            p->chunk = (size_t)o.chunk < p->n ? (size_t)o.chunk : p->n;
-        }
-    ps_k_set_threads(o.threads);
-    print_header(argc, argv, &o);
-
+/* The Dense and Conv2D layers of the model files against OpenBLAS. */
+static void bench_models(const model *models, const opts *o) {
     summary s_dense = {0}, s_fwd = {0}, s_bwd = {0};
     printf("\nDense layers: the three GEMMs of a training step, ps_k_gemm vs cblas_sgemm "
            "(M x N x K; * = first layer, whose dx the worker skips)\n");
     printf("%-12s %-22s %-10s %-15s %9s %9s %9s %6s\n", "model", "layer", "gemm", "MxNxK",
            "ps_k ms", "ps_k GF/s", "blas GF/s", "ratio");
-    for (int i = 0; i < o.nmodels; i++)
+    for (int i = 0; i < o->nmodels; i++)
         for (size_t j = 0; j < models[i].nl; j++)
-            if (!models[i].l[j].conv) bench_dense(&models[i], &models[i].l[j], &o, &s_dense);
+            if (!models[i].l[j].conv) bench_dense(&models[i], &models[i].l[j], o, &s_dense);
 
     static conv_times ct[MAX_MODELS * MAX_LAYERS];
     size_t nct = 0;
@@ -634,10 +631,10 @@ int main(int argc, char **argv) {
            "the layer (* = first layer, whose dx the worker skips)\n");
     printf("%-12s %-29s %-8s %-15s %9s %9s %9s %6s\n", "model", "layer (batch = model's)", "pass",
            "GEMM MxNxK", "ps_k ms", "ps_k GF/s", "blas GF/s", "ratio");
-    for (int i = 0; i < o.nmodels; i++)
+    for (int i = 0; i < o->nmodels; i++)
         for (size_t j = 0; j < models[i].nl; j++)
             if (models[i].l[j].conv)
-                bench_conv(&models[i], &models[i].l[j], &o, &s_fwd, &s_bwd, &ct[nct++]);
+                bench_conv(&models[i], &models[i].l[j], o, &s_fwd, &s_bwd, &ct[nct++]);
 
     if (nct) {
         printf("\nThe other parts alone, over the batch: im2col and col2im (GB/s = (image + im2col "
@@ -667,5 +664,158 @@ int main(int argc, char **argv) {
     print_summary("Dense GEMMs (ps_k_gemm):", &s_dense);
     print_summary("Conv2D forward (GEMM share):", &s_fwd);
     print_summary("Conv2D backward (GEMM share):", &s_bwd);
+}
+
+/* ---- depthwise conv and batch norm ----------------------------------------- */
+
+typedef struct {
+    ps_k_conv p;
+    float *x, *w, *b, *y, *dy, *dx, *dw, *db;
+} dw_ctx;
+
+static void dw_fwd(const void *v) {
+    const dw_ctx *c = v;
+    ps_k_dwconv2d_forward_overwrite(ps_k_cpu(), &c->p, c->y, c->x, c->w, c->b);
+}
+
+static void dw_bwd(const void *v) {
+    const dw_ctx *c = v;
+    ps_k_dwconv2d_backward_overwrite(ps_k_cpu(), &c->p, c->dx, c->dw, c->db, c->dy, c->x, c->w);
+}
+
+typedef struct {
+    size_t rows, c;
+    float *x, *y, *dy, *dx, *gamma, *beta, *mean, *var, *dgamma, *dbeta;
+} bn_ctx;
+
+static void bn_train(const void *v) {
+    const bn_ctx *c = v;
+    ps_k_bn_forward_train_overwrite(ps_k_cpu(), c->y, c->mean, c->var, c->x, c->gamma, c->beta,
+                                    c->rows, c->c, 1e-3f);
+}
+
+static void bn_infer(const void *v) {
+    const bn_ctx *c = v;
+    ps_k_bn_forward_infer_overwrite(ps_k_cpu(), c->y, c->x, c->mean, c->var, c->gamma, c->beta,
+                                    c->rows, c->c, 1e-3f);
+}
+
+static void bn_bwd(const void *v) {
+    const bn_ctx *c = v;
+    ps_k_bn_backward_overwrite(ps_k_cpu(), c->dx, c->dgamma, c->dbeta, c->dy, c->x, c->mean, c->var,
+                               c->gamma, c->rows, c->c, 1e-3f);
+}
+
+/* A memcpy that moves `bytes` bytes in all: bytes / 2 read, bytes / 2 written. */
+typedef struct {
+    float *dst, *src;
+    size_t bytes;
+} copy_ctx;
+
+static void copy_half(const void *v) {
+    const copy_ctx *c = v;
+    memcpy(c->dst, c->src, c->bytes / 2);
+}
+
+/* Times fn against a memcpy moving the same bytes, interleaved; prints a row
+ * (flops 0: no GF/s). */
+static void layer_row(const char *shape, const char *pass, job fn, double flops, double bytes,
+                      const opts *o) {
+    size_t half = (size_t)(bytes / 2 / sizeof(float)) + 1;
+    copy_ctx cc = {alloc_floats(half, 40), alloc_floats(half, 41), (size_t)bytes};
+    pair_res r = time_pair(fn, (job){copy_half, &cc, 0}, o);
+    char gf[16] = "-";
+    if (flops > 0) snprintf(gf, sizeof gf, "%.2f", gflops(flops, r.ta));
+    printf("%-28s %-10s %8.3f %7s %8.2f %8.2f %6.3f %8.2f\n", shape, pass, r.ta * 1e3, gf,
+           bytes / r.ta * 1e-9, bytes / r.tb * 1e-9, r.ratio, bytes / 1e6);
+    fflush(stdout);
+    ps_k_free(ps_k_cpu(), cc.dst), ps_k_free(ps_k_cpu(), cc.src);
+}
+
+/* MobileNetV2 (alpha 0.35) on 32x32 inputs, batch 64: its depthwise 3x3
+ * convolutions and the batch norms after them. */
+static void bench_layers(const opts *o) {
+    static const size_t dws[][5] = {/* n, h, w, c, stride */
+                                    {64, 16, 16, 48, 1},
+                                    {64, 16, 16, 48, 2},
+                                    {64, 8, 8, 96, 1},
+                                    {64, 8, 8, 96, 2},
+                                    {64, 4, 4, 192, 1}};
+    printf("\nDepthwise conv 3x3 same (ps_k_dwconv2d_*, direct) and batch norm (ps_k_bn_*):\n"
+           "GB/s = the bytes a pass must read and write (fwd x, w, y; bwd dy, x, w, dx, dw;\n"
+           "bn fwd x, y; bn bwd dy, x, dx) / time; memcpy = a memcpy moving as many bytes,\n"
+           "interleaved; ratio = t(memcpy) / t(kernel)\n");
+    printf("%-28s %-10s %8s %7s %8s %8s %6s %8s\n", "shape", "pass", "ms", "GF/s", "GB/s", "memcpy",
+           "ratio", "MB");
+    for (size_t i = 0; i < sizeof dws / sizeof dws[0]; i++) {
+        const size_t *k = dws[i];
+        dw_ctx c;
+        if (ps_k_dwconv_plan(&c.p, k[0], k[1], k[2], k[3], 3, 3, 1, k[4], k[4], true) != 0) {
+            fprintf(stderr, "bad depthwise shape\n");
+            exit(1);
+        }
+        size_t nx = k[0] * k[1] * k[2] * k[3], ny = k[0] * c.p.oh * c.p.ow * c.p.cout;
+        size_t nw = 9 * c.p.cout;
+        c.x = alloc_floats(nx, 21), c.w = alloc_floats(nw, 22), c.b = alloc_floats(c.p.cout, 23);
+        c.y = alloc_floats(ny, 24), c.dy = alloc_floats(ny, 25), c.dx = alloc_floats(nx, 26);
+        c.dw = alloc_floats(nw, 27), c.db = alloc_floats(c.p.cout, 28);
+        double fl = 2.0 * (double)ny * 9;
+        char shape[48];
+        snprintf(shape, sizeof shape, "dw [%zu,%zu,%zu,%zu] s%zu", k[0], k[1], k[2], k[3], k[4]);
+        layer_row(shape, "fwd", (job){dw_fwd, &c, 0}, fl, 4.0 * (double)(nx + nw + ny), o);
+        layer_row(shape, "bwd dx+dw", (job){dw_bwd, &c, 0}, 2 * fl,
+                  4.0 * (double)(ny + nx + nw + nx + nw), o);
+        float *bufs[] = {c.x, c.w, c.b, c.y, c.dy, c.dx, c.dw, c.db};
+        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++)
+            ps_k_free(ps_k_cpu(), bufs[j]);
+    }
+    static const size_t bns[][2] = {
+        {64 * 32 * 32, 16}, {64 * 16 * 16, 48}, {64 * 8 * 8, 96}, {64 * 4 * 4, 192}};
+    for (size_t i = 0; i < sizeof bns / sizeof bns[0]; i++) {
+        size_t rows = bns[i][0], C = bns[i][1], n = rows * C;
+        bn_ctx c = {rows,
+                    C,
+                    alloc_floats(n, 31),
+                    alloc_floats(n, 32),
+                    alloc_floats(n, 33),
+                    alloc_floats(n, 34),
+                    alloc_floats(C, 35),
+                    alloc_floats(C, 36),
+                    alloc_floats(C, 37),
+                    alloc_floats(C, 38),
+                    alloc_floats(C, 39),
+                    alloc_floats(C, 40)};
+        bn_train(&c); /* real statistics (var >= 0) for inference and backward */
+        char shape[48];
+        snprintf(shape, sizeof shape, "bn [%zu,%zu]", rows, C);
+        double b = 4.0 * (double)n;
+        layer_row(shape, "fwd train", (job){bn_train, &c, 0}, 0, 2 * b, o);
+        layer_row(shape, "fwd infer", (job){bn_infer, &c, 0}, 0, 2 * b, o);
+        layer_row(shape, "bwd", (job){bn_bwd, &c, 0}, 0, 3 * b, o);
+        float *bufs[] = {c.x, c.y, c.dy, c.dx, c.gamma, c.beta, c.mean, c.var, c.dgamma, c.dbeta};
+        for (size_t j = 0; j < sizeof bufs / sizeof *bufs; j++)
+            ps_k_free(ps_k_cpu(), bufs[j]);
+    }
+}
+
+int main(int argc, char **argv) {
+    opts o;
+    if (parse_opts(argc, argv, &o) != 0) {
+        usage(stderr, argv[0]);
+        return 2;
+    }
+    static model models[MAX_MODELS];
+    for (int i = 0; i < o.nmodels && o.models_on; i++)
+        if (load_model(o.models[i], &models[i]) != 0) return 1;
+    for (int i = 0; i < o.nmodels && o.chunk; i++)
+        for (size_t j = 0; j < models[i].nl; j++) {
+            ps_k_conv *p = &models[i].l[j].p;
+            p->chunk = (size_t)o.chunk < p->n ? (size_t)o.chunk : p->n;
+        }
+    ps_k_set_threads(o.threads);
+    print_header(argc, argv, &o);
+
+    if (o.models_on) bench_models(models, &o);
+    if (o.layers_on) bench_layers(&o);
     return 0;
 }

@@ -8,14 +8,16 @@
 #include <string.h>
 
 #include "backend.h"
+#include "simd.h"
 
 #define CB 256 /* channels per block */
 
 /* Per-channel sums over the rows of x[:, c0 .. c0+cb) (row stride ld), in
  * float, of x - shift (the batch's first row: sums of values near the mean
  * keep the variance from cancelling) and of its square. */
-static void shifted_sums(const float *restrict x, size_t rows, size_t ld, size_t cb,
-                         const float *restrict shift, float *restrict s1, float *restrict s2) {
+static PS_INLINE void shifted_sums(const float *restrict x, size_t rows, size_t ld, size_t cb,
+                                   const float *restrict shift, float *restrict s1,
+                                   float *restrict s2) {
     memset(s1, 0, cb * sizeof *s1);
     memset(s2, 0, cb * sizeof *s2);
     for (size_t r = 0; r < rows; r++) {
@@ -29,9 +31,9 @@ static void shifted_sums(const float *restrict x, size_t rows, size_t ld, size_t
 }
 
 /* y = (x - mean) * a + b per channel, over rows of a channel block. */
-static void normalize(float *y, const float *x, size_t rows, size_t ld, size_t cb,
-                      const float *restrict mean, const float *restrict a,
-                      const float *restrict b) {
+static PS_INLINE void normalize(float *y, const float *x, size_t rows, size_t ld, size_t cb,
+                                const float *restrict mean, const float *restrict a,
+                                const float *restrict b) {
     for (size_t r = 0; r < rows; r++) {
         const float *xr = x + r * ld;
         float *yr = y + r * ld;
@@ -41,14 +43,15 @@ static void normalize(float *y, const float *x, size_t rows, size_t ld, size_t c
 }
 
 /* a = gamma / sqrt(var + eps), b = beta (gamma 1 and beta 0 when NULL). */
-static void scale_shift(size_t cb, const float *var, const float *gamma, const float *beta,
-                        float eps, float *a, float *b) {
+static PS_INLINE void scale_shift(size_t cb, const float *var, const float *gamma,
+                                  const float *beta, float eps, float *a, float *b) {
     for (size_t j = 0; j < cb; j++) {
         a[j] = (gamma ? gamma[j] : 1.0f) / sqrtf(var[j] + eps);
         b[j] = beta ? beta[j] : 0.0f;
     }
 }
 
+PS_SIMD_CLONES
 void ps__cpu_bn_forward_train_overwrite(float *y, float *mean, float *var, const float *x,
                                         const float *gamma, const float *beta, size_t rows,
                                         size_t c, float eps) {
@@ -75,6 +78,7 @@ void ps__cpu_bn_forward_train_overwrite(float *y, float *mean, float *var, const
     }
 }
 
+PS_SIMD_CLONES
 void ps__cpu_bn_forward_infer_overwrite(float *y, const float *x, const float *mean,
                                         const float *var, const float *gamma, const float *beta,
                                         size_t rows, size_t c, float eps) {
@@ -87,9 +91,9 @@ void ps__cpu_bn_forward_infer_overwrite(float *y, const float *x, const float *m
 }
 
 /* Sums over the rows of a channel block of dy and of dy (x - mean). */
-static void grad_sums(const float *restrict dy, const float *restrict x, size_t rows, size_t ld,
-                      size_t cb, const float *restrict mean, float *restrict sdy,
-                      float *restrict sdyx) {
+static PS_INLINE void grad_sums(const float *restrict dy, const float *restrict x, size_t rows,
+                                size_t ld, size_t cb, const float *restrict mean,
+                                float *restrict sdy, float *restrict sdyx) {
     memset(sdy, 0, cb * sizeof *sdy);
     memset(sdyx, 0, cb * sizeof *sdyx);
     for (size_t r = 0; r < rows; r++) {
@@ -106,6 +110,7 @@ static void grad_sums(const float *restrict dy, const float *restrict x, size_t 
  *   dx = gamma s (dy - dbeta / N - xhat dgamma / N)
  *      = k1 dy + k2 (x - mean) + k3,
  * k1 = gamma s, k2 = -gamma s^2 dgamma / N, k3 = -gamma s dbeta / N. */
+PS_SIMD_CLONES
 void ps__cpu_bn_backward_overwrite(float *dx, float *dgamma, float *dbeta, const float *dy,
                                    const float *x, const float *mean, const float *var,
                                    const float *gamma, size_t rows, size_t c, float eps) {

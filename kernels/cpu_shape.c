@@ -4,7 +4,9 @@
 #include <string.h>
 
 #include "backend.h"
+#include "simd.h"
 
+PS_SIMD_CLONES
 void ps__cpu_gap_forward_overwrite(float *y, const float *x, size_t n, size_t hw, size_t c) {
     float inv = 1.0f / (float)hw;
     for (size_t img = 0; img < n; img++) {
@@ -21,6 +23,7 @@ void ps__cpu_gap_forward_overwrite(float *y, const float *x, size_t n, size_t hw
     }
 }
 
+PS_SIMD_CLONES
 void ps__cpu_gap_backward_overwrite(float *dx, const float *dy, size_t n, size_t hw, size_t c) {
     float inv = 1.0f / (float)hw;
     for (size_t img = 0; img < n; img++) {
@@ -56,11 +59,13 @@ void ps__cpu_pad2d_backward_overwrite(float *dx, const float *dy, size_t n, size
                    w * c * sizeof *dx);
 }
 
+PS_SIMD_CLONES
 void ps__cpu_add_overwrite(float *y, const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++)
         y[i] = a[i] + b[i];
 }
 
+PS_SIMD_CLONES
 void ps__cpu_add_acc(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
         y[i] += x[i];

@@ -388,8 +388,8 @@ START_TEST(dwconv_plans) {
     ck_assert_int_eq(ps_k_dwconv_plan(&p, 1, 4, 4, 1, 3, 3, 0, 1, 1, true), PS_EINVAL);
     ck_assert_int_eq(ps_k_dwconv_plan(&p, 1, 4, 4, 1, 3, 3, 1, 0, 1, true), PS_EINVAL);
     ck_assert_int_eq(ps_k_dwconv_plan(&p, 1, 2, 4, 1, 3, 3, 1, 1, 1, false), PS_EINVAL);
-    ck_assert_int_eq(ps_k_dwconv_plan(&p, 1, 4, 4, SIZE_MAX / 2, 3, 3, 4, 1, 1, true),
-                     PS_EINVAL); /* c * mult overflows */
+    ck_assert_int_eq(ps_k_dwconv_plan(&p, 1, 1, 1, SIZE_MAX / 2 + 1, 1, 1, 2, 1, 1, true),
+                     PS_EINVAL); /* c * mult overflows (to 0), every other size fits */
     ck_assert_int_eq(ps_k_dwconv_plan(&p, SIZE_MAX / 8, 1024, 1024, 1, 1, 1, 1, 1, 1, true),
                      PS_EINVAL); /* x too large */
 }
