@@ -239,10 +239,12 @@ START_TEST(test_allreduce_flags_passed_on) {
     ck_assert_int_eq(n, 1);
     snprintf(want, sizeof want,
              "--strategy mirrored --communication nccl --checkpoint-dir %s --checkpoint-every 0 "
-             "--" PSCTL_CKPT_STEPS_FLAG_TEST " 50 --worker-timeout 3000 --epochs ",
+             "--" PSCTL_CKPT_STEPS_FLAG_TEST " 50 --worker-timeout 3000 --device cpu ",
              ckpt);
     ck_assert_contains(lines[0], want);
     ck_assert_contains(lines[0], " --job-id j1");
+    /* no --epochs given: the workers take the model spec's (or their default) */
+    ck_assert_msg(!strstr(lines[0], "--epochs"), "--epochs passed on: %s", lines[0]);
     free_lines(lines, n);
     struct stat st;
     ck_assert_msg(stat(ckpt, &st) == 0 && S_ISDIR(st.st_mode), "%s was not made", ckpt);
