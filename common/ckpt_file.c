@@ -16,6 +16,7 @@
 
 #include "log.h"
 #include "optim.h"
+#include "errf.h"
 #include "ps_error.h"
 #include "tensorfile.h"
 #include "utf8.h"
@@ -29,17 +30,6 @@ _Static_assert(4 + PS_OPT_ATTR_BYTES == 44,
                "the optimizer spec fills bytes 4..43 of the attribute");
 #define SLOT_SUFFIX "@slot"
 
-static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(int code, char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 static void put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++)
@@ -63,18 +53,18 @@ static int attr_decode(const ps_tf_owned *t, ps_opt_spec *o, uint32_t *nslots, u
                        char *err, size_t errlen) {
     const uint8_t *a = t->attr;
     if (t->attr_len != ATTR_BYTES)
-        return fail(PS_EFORMAT, err, errlen, "variable '%s': attribute of %u bytes, want %u",
+        return ps_errf(PS_EFORMAT, err, errlen, "variable '%s': attribute of %u bytes, want %u",
                     t->name, t->attr_len, ATTR_BYTES);
     if (get32(a) != ATTR_VERSION)
-        return fail(PS_EFORMAT, err, errlen, "variable '%s': unsupported attribute version %u",
+        return ps_errf(PS_EFORMAT, err, errlen, "variable '%s': unsupported attribute version %u",
                     t->name, get32(a));
     char why[160];
     if (ps_opt_spec_from_attr(a + 4, o, why, sizeof why) != PS_OK)
-        return fail(PS_EFORMAT, err, errlen, "variable '%s': %s", t->name, why);
+        return ps_errf(PS_EFORMAT, err, errlen, "variable '%s': %s", t->name, why);
     *nslots = get32(a + 44);
     *updates = (uint64_t)get32(a + 48) | (uint64_t)get32(a + 52) << 32;
     if (*nslots != (uint32_t)ps_optim_num_slots(o->kind))
-        return fail(PS_EFORMAT, err, errlen, "variable '%s': %u slots, %s has %d", t->name, *nslots,
+        return ps_errf(PS_EFORMAT, err, errlen, "variable '%s': %u slots, %s has %d", t->name, *nslots,
                     ps_opt_kind_name(o->kind), ps_optim_num_slots(o->kind));
     return PS_OK;
 }
@@ -130,7 +120,7 @@ static int list_checkpoints(const char *dir, ckpt_entry **out, size_t *n_out, ch
     DIR *d = opendir(dir);
     if (!d) {
         int e = errno;
-        return fail(e == ENOENT ? PS_ENOENT : PS_EIO, err, errlen, "open directory %s: %s", dir,
+        return ps_errf(e == ENOENT ? PS_ENOENT : PS_EIO, err, errlen, "open directory %s: %s", dir,
                     strerror(e));
     }
     ckpt_entry *v = NULL;
@@ -158,7 +148,7 @@ static int list_checkpoints(const char *dir, ckpt_entry **out, size_t *n_out, ch
     closedir(d);
     if (rc != PS_OK) {
         entries_free(v, n);
-        return fail(rc, err, errlen, "out of memory");
+        return ps_errf(rc, err, errlen, "out of memory");
     }
     if (n > 1) qsort(v, n, sizeof *v, newest_first);
     *out = v;
@@ -215,21 +205,21 @@ int ps_ckpt_write(const char *dir, int keep, const ps_ckpt_var *vars, size_t n,
                   const ps_ckpt_meta *m, char *path_out, size_t path_len, uint64_t *bytes,
                   char *err, size_t errlen) {
     if (!dir || !*dir || keep < 1 || (!vars && n) || !m)
-        return fail(PS_EINVAL, err, errlen, "checkpoint: bad arguments (keep must be >= 1)");
+        return ps_errf(PS_EINVAL, err, errlen, "checkpoint: bad arguments (keep must be >= 1)");
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return fail(PS_EIO, err, errlen, "create checkpoint directory %s: %s", dir,
+        return ps_errf(PS_EIO, err, errlen, "create checkpoint directory %s: %s", dir,
                     strerror(errno));
 
     size_t job_len = strlen(m->job_id);
     if (job_len > PS_WIRE_MAX_JOB_ID)
-        return fail(PS_EINVAL, err, errlen, "job id longer than %u bytes", PS_WIRE_MAX_JOB_ID);
+        return ps_errf(PS_EINVAL, err, errlen, "job id longer than %u bytes", PS_WIRE_MAX_JOB_ID);
     size_t nt = job_len ? 1 : 0; /* the "@job" tensor */
     for (size_t i = 0; i < n; i++) {
         if (strlen(vars[i].name) > PS_WIRE_MAX_NAME)
-            return fail(PS_EINVAL, err, errlen, "variable name longer than %u bytes",
+            return ps_errf(PS_EINVAL, err, errlen, "variable name longer than %u bytes",
                         PS_WIRE_MAX_NAME);
         if (vars[i].rank < 1 || vars[i].rank > PS_WIRE_MAX_RANK)
-            return fail(PS_EINVAL, err, errlen, "variable '%s': rank %zu", vars[i].name,
+            return ps_errf(PS_EINVAL, err, errlen, "variable '%s': rank %zu", vars[i].name,
                         vars[i].rank);
         nt += 1 + (size_t)ps_optim_num_slots(vars[i].opt.kind);
     }
@@ -240,7 +230,7 @@ int ps_ckpt_write(const char *dir, int keep, const ps_ckpt_var *vars, size_t n,
     char *path = malloc(plen);
     int rc = PS_OK;
     if (!t || !attrs || !names || !path) {
-        rc = fail(PS_ENOMEM, err, errlen, "out of memory");
+        rc = ps_errf(PS_ENOMEM, err, errlen, "out of memory");
         goto out;
     }
 
@@ -317,17 +307,17 @@ static int load_job(const ps_tf_file *f, char *job_id, size_t *nvars, char *err,
     *nvars = f->n;
     if (f->h.meta[7] == PS_CKPT_LAYOUT_VERSION) return PS_OK;
     if (f->h.meta[7] != PS_CKPT_LAYOUT_JOB)
-        return fail(PS_EFORMAT, err, errlen, "unsupported checkpoint layout %" PRIu64,
+        return ps_errf(PS_EFORMAT, err, errlen, "unsupported checkpoint layout %" PRIu64,
                     f->h.meta[7]);
     const ps_tf_owned *t = f->n ? &f->t[f->n - 1] : NULL;
     if (!t || strcmp(t->name, PS_CKPT_JOB_TENSOR) != 0 || t->attr_len < 1 ||
         t->attr_len > PS_WIRE_MAX_JOB_ID)
-        return fail(PS_EFORMAT, err, errlen, "layout 2 without a valid last tensor '%s'",
+        return ps_errf(PS_EFORMAT, err, errlen, "layout 2 without a valid last tensor '%s'",
                     PS_CKPT_JOB_TENSOR);
     memcpy(job_id, t->attr, t->attr_len);
     job_id[t->attr_len] = '\0';
     if (!ps_job_id_valid(job_id))
-        return fail(PS_EFORMAT, err, errlen, "malformed job id in tensor '%s'", PS_CKPT_JOB_TENSOR);
+        return ps_errf(PS_EFORMAT, err, errlen, "malformed job id in tensor '%s'", PS_CKPT_JOB_TENSOR);
     *nvars = f->n - 1;
     return PS_OK;
 }
@@ -339,12 +329,12 @@ static int parse_vars(const ps_tf_file *f, char *job_id, ps_ckpt_loaded_var **ou
     *out = NULL;
     *n_out = 0;
     if (f->h.kind != PS_TF_CHECKPOINT)
-        return fail(PS_EFORMAT, err, errlen, "not a checkpoint (file kind %u)", f->h.kind);
+        return ps_errf(PS_EFORMAT, err, errlen, "not a checkpoint (file kind %u)", f->h.kind);
     size_t nvars;
     int rc = load_job(f, job_id, &nvars, err, errlen);
     if (rc != PS_OK) return rc;
     ps_ckpt_loaded_var *v = calloc(nvars ? nvars : 1, sizeof *v);
-    if (!v) return fail(PS_ENOMEM, err, errlen, "out of memory");
+    if (!v) return ps_errf(PS_ENOMEM, err, errlen, "out of memory");
     size_t n = 0;
     for (size_t i = 0; i < nvars;) {
         const ps_tf_owned *t = &f->t[i];
@@ -353,25 +343,25 @@ static int parse_vars(const ps_tf_file *f, char *job_id, ps_ckpt_loaded_var **ou
         if (rc != PS_OK) break;
         /* as a name from the wire (ps_header_decode): Stats replies carry it */
         if (ps_utf8_check(t->name, strlen(t->name), NULL) != strlen(t->name)) {
-            rc = fail(PS_EFORMAT, err, errlen, "variable %zu: name is not UTF-8 text", i);
+            rc = ps_errf(PS_EFORMAT, err, errlen, "variable %zu: name is not UTF-8 text", i);
             break;
         }
         if (strlen(t->name) > PS_WIRE_MAX_NAME || t->rank < 1 || t->rank > PS_WIRE_MAX_RANK) {
-            rc = fail(PS_EFORMAT, err, errlen, "variable '%s': bad name length or rank %u",
+            rc = ps_errf(PS_EFORMAT, err, errlen, "variable '%s': bad name length or rank %u",
                       t->name, t->rank);
             break;
         }
         for (uint32_t d = 0; d < t->rank && rc == PS_OK; d++)
             if (t->shape[d] == 0)
-                rc = fail(PS_EFORMAT, err, errlen, "variable '%s': zero dimension", t->name);
+                rc = ps_errf(PS_EFORMAT, err, errlen, "variable '%s': zero dimension", t->name);
         if (rc == PS_OK && i + 1 + lv->nslots > nvars)
-            rc = fail(PS_EFORMAT, err, errlen, "variable '%s': missing slot tensors", t->name);
+            rc = ps_errf(PS_EFORMAT, err, errlen, "variable '%s': missing slot tensors", t->name);
         for (uint32_t s = 0; s < lv->nslots && rc == PS_OK; s++) {
             const ps_tf_owned *sl = &f->t[i + 1 + s];
             char want[PS_WIRE_MAX_NAME + 16];
             snprintf(want, sizeof want, "%s" SLOT_SUFFIX "%u", t->name, s);
             if (strcmp(sl->name, want) != 0 || !same_shape(sl, t) || sl->attr_len != 0)
-                rc = fail(PS_EFORMAT, err, errlen,
+                rc = ps_errf(PS_EFORMAT, err, errlen,
                           "variable '%s': tensor %zu is '%s', want "
                           "its slot '%s' of the same shape",
                           t->name, i + 1 + s, sl->name, want);
@@ -397,7 +387,7 @@ static int parse_vars(const ps_tf_file *f, char *job_id, ps_ckpt_loaded_var **ou
 int ps_ckpt_read_newest(const char *dir, ps_ckpt_accept_fn accept, void *user, ps_ckpt_meta *m,
                         char *path_out, size_t path_len, char *err, size_t errlen) {
     if (!dir || !accept)
-        return fail(PS_EINVAL, err, errlen, "checkpoint read: needs a directory and a reader");
+        return ps_errf(PS_EINVAL, err, errlen, "checkpoint read: needs a directory and a reader");
     ckpt_entry *e;
     size_t n;
     int rc = list_checkpoints(dir, &e, &n, err, errlen);
@@ -433,7 +423,7 @@ int ps_ckpt_read_newest(const char *dir, ps_ckpt_accept_fn accept, void *user, p
             break;
         }
         if (r != PS_EFORMAT && r != PS_ENOENT && r != PS_EIO) {
-            rc = fail(r, err, errlen, "%s: %s", path, why);
+            rc = ps_errf(r, err, errlen, "%s: %s", path, why);
             break;
         }
         PS_WARN("checkpoint %s skipped: %s", path, why);
@@ -442,9 +432,9 @@ int ps_ckpt_read_newest(const char *dir, ps_ckpt_accept_fn accept, void *user, p
     }
     entries_free(e, n);
     if (rc == PS_ENOENT && unreadable > 0)
-        rc = fail(PS_EIO, err, errlen, "no valid checkpoint in %s: %zu of %zu could not be read",
+        rc = ps_errf(PS_EIO, err, errlen, "no valid checkpoint in %s: %zu of %zu could not be read",
                   dir, unreadable, n);
     else if (rc == PS_ENOENT)
-        fail(PS_ENOENT, err, errlen, "no valid checkpoint in %s (%zu skipped)", dir, skipped);
+        ps_errf(PS_ENOENT, err, errlen, "no valid checkpoint in %s (%zu skipped)", dir, skipped);
     return rc;
 }

@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "optim_spec_fields.h"
+#include "errf.h"
 #include "ps_error.h"
 
 #define NAME_(k, name, slots) name,
@@ -92,17 +93,6 @@ static bool json_applies(const field *f, ps_opt_kind kind) {
     return (f->kinds & K(kind)) || (kind == PS_OPT_SGD && (f->kinds & K(PS_OPT_MOMENTUM)));
 }
 
-static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(int code, char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 /* ---- kinds, defaults, validation, comparison ------------------------------- */
 
@@ -134,7 +124,7 @@ int ps_opt_kind_parse(const char *name, ps_opt_kind *out) {
 
 int ps_opt_spec_validate(const ps_opt_spec *s, char *err, size_t errlen) {
     if ((unsigned)s->kind >= PS_OPT_COUNT)
-        return fail(PS_EINVAL, err, errlen, "%s optimizer: unknown optimizer kind",
+        return ps_errf(PS_EINVAL, err, errlen, "%s optimizer: unknown optimizer kind",
                     ps_opt_kind_name(s->kind));
     for (size_t i = 0; i < NFIELDS; i++) {
         const field *f = &fields[i];
@@ -144,9 +134,9 @@ int ps_opt_spec_validate(const ps_opt_spec *s, char *err, size_t errlen) {
             (f->hi_open ? v < f->hi : v <= f->hi))
             continue;
         if (isinf(f->hi))
-            return fail(PS_EINVAL, err, errlen, "%s optimizer: %s must be %s %g",
+            return ps_errf(PS_EINVAL, err, errlen, "%s optimizer: %s must be %s %g",
                         ps_opt_kind_name(s->kind), f->key, f->lo_open ? ">" : ">=", (double)f->lo);
-        return fail(PS_EINVAL, err, errlen, "%s optimizer: %s must be in %c%g, %g%c",
+        return ps_errf(PS_EINVAL, err, errlen, "%s optimizer: %s must be in %c%g, %g%c",
                     ps_opt_kind_name(s->kind), f->key, f->lo_open ? '(' : '[', (double)f->lo,
                     (double)f->hi, f->hi_open ? ')' : ']');
     }
@@ -230,7 +220,7 @@ void ps_opt_spec_to_attr(const ps_opt_spec *s, uint8_t out[PS_OPT_ATTR_BYTES]) {
 int ps_opt_spec_from_attr(const uint8_t in[PS_OPT_ATTR_BYTES], ps_opt_spec *out, char *err,
                           size_t errlen) {
     uint32_t kind = get32(in);
-    if (kind >= PS_OPT_COUNT) return fail(PS_EFORMAT, err, errlen, "bad optimizer kind %u", kind);
+    if (kind >= PS_OPT_COUNT) return ps_errf(PS_EFORMAT, err, errlen, "bad optimizer kind %u", kind);
     ps_opt_spec s = {.kind = (ps_opt_kind)kind};
     for (size_t i = 0; i < NFIELDS; i++) {
         const field *f = &fields[i];
@@ -238,7 +228,7 @@ int ps_opt_spec_from_attr(const uint8_t in[PS_OPT_ATTR_BYTES], ps_opt_spec *out,
         if (f->type == F_FLOAT) {
             memcpy(fp(&s, f), &u, 4);
         } else if (u > 1) {
-            return fail(PS_EFORMAT, err, errlen, "bad %s %u (want 0 or 1)", f->name, u);
+            return ps_errf(PS_EFORMAT, err, errlen, "bad %s %u (want 0 or 1)", f->name, u);
         } else {
             *bp(&s, f) = u == 1;
         }
@@ -278,12 +268,12 @@ int ps_opt_spec_from_json(const cJSON *o, ps_opt_spec *out, char *err, size_t er
     }
     const cJSON *name = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "name") : o;
     if (!cJSON_IsString(name))
-        return fail(PS_EFORMAT, err, errlen,
+        return ps_errf(PS_EFORMAT, err, errlen,
                     "'optimizer' must be a name or an object with a string key 'name'");
     ps_opt_kind kind;
     char list[80];
     if (ps_opt_kind_parse(name->valuestring, &kind) != PS_OK)
-        return fail(PS_EFORMAT, err, errlen, "optimizer: unknown name '%s' (want %s)",
+        return ps_errf(PS_EFORMAT, err, errlen, "optimizer: unknown name '%s' (want %s)",
                     name->valuestring, kind_list(list, sizeof list));
     ps_opt_spec s = ps_opt_spec_default(kind);
     const cJSON *k;
@@ -291,18 +281,18 @@ int ps_opt_spec_from_json(const cJSON *o, ps_opt_spec *out, char *err, size_t er
         cJSON_ArrayForEach(k, o) {
             if (strcmp(k->string, "name") == 0) continue;
             const field *f = field_by_key(k->string);
-            if (!f) return fail(PS_EFORMAT, err, errlen, "optimizer: unknown key '%s'", k->string);
+            if (!f) return ps_errf(PS_EFORMAT, err, errlen, "optimizer: unknown key '%s'", k->string);
             if (!json_applies(f, kind))
-                return fail(PS_EFORMAT, err, errlen, "optimizer %s: '%s' does not apply",
+                return ps_errf(PS_EFORMAT, err, errlen, "optimizer %s: '%s' does not apply",
                             ps_opt_kind_name(kind), f->key);
             if (f->type == F_BOOL) {
                 if (!cJSON_IsBool(k))
-                    return fail(PS_EFORMAT, err, errlen, "optimizer: '%s' must be true or false",
+                    return ps_errf(PS_EFORMAT, err, errlen, "optimizer: '%s' must be true or false",
                                 f->key);
                 *bp(&s, f) = cJSON_IsTrue(k);
             } else {
                 if (!cJSON_IsNumber(k))
-                    return fail(PS_EFORMAT, err, errlen, "optimizer: '%s' must be a number",
+                    return ps_errf(PS_EFORMAT, err, errlen, "optimizer: '%s' must be a number",
                                 f->key);
                 *fp(&s, f) = (float)k->valuedouble;
             }

@@ -1,5 +1,9 @@
 /* Names and descriptions for the ps_err codes. */
+#include "errf.h"
 #include "ps_error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
 
 static const struct {
     int code;
@@ -38,4 +42,14 @@ const char *ps_errname(int err) {
     for (unsigned i = 0; i < sizeof errors / sizeof errors[0]; i++)
         if (errors[i].code == err) return errors[i].name;
     return "EUNKNOWN";
+}
+
+int ps_errf(int code, char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "crc32c.h"
+#include "errf.h"
 #include "ps_error.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -29,17 +30,6 @@
 static const char HEADER_MAGIC[8] = {'P', 'S', 'T', 'E', 'N', 'S', 'O', 'R'};
 static const char FOOTER_MAGIC[8] = {'P', 'S', 'E', 'N', 'D', 0, 0, 0};
 
-static int fail(int code, char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(int code, char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 static void put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++)
@@ -131,18 +121,18 @@ static int check_tensor(const ps_tf_tensor *t, size_t i, char *err, size_t errle
     size_t nl = t->name ? strlen(t->name) : 0;
     uint64_t numel;
     if (nl == 0 || nl > PS_TF_MAX_NAME)
-        return fail(PS_EINVAL, err, errlen, "tensor %zu: name must have 1..%u bytes", i,
+        return ps_errf(PS_EINVAL, err, errlen, "tensor %zu: name must have 1..%u bytes", i,
                     PS_TF_MAX_NAME);
     if (t->rank > PS_TF_MAX_RANK)
-        return fail(PS_EINVAL, err, errlen, "tensor %zu '%s': rank %u > %u", i, t->name, t->rank,
+        return ps_errf(PS_EINVAL, err, errlen, "tensor %zu '%s': rank %u > %u", i, t->name, t->rank,
                     PS_TF_MAX_RANK);
     if (!shape_numel(t->shape, t->rank, &numel) || numel != t->numel)
-        return fail(PS_EINVAL, err, errlen, "tensor %zu '%s': numel %zu is not the shape's product",
+        return ps_errf(PS_EINVAL, err, errlen, "tensor %zu '%s': numel %zu is not the shape's product",
                     i, t->name, t->numel);
     if (t->numel > 0 && !t->data)
-        return fail(PS_EINVAL, err, errlen, "tensor %zu '%s': no data", i, t->name);
+        return ps_errf(PS_EINVAL, err, errlen, "tensor %zu '%s': no data", i, t->name);
     if (t->attr_len > PS_TF_MAX_ATTR || (t->attr_len > 0 && !t->attr))
-        return fail(PS_EINVAL, err, errlen, "tensor %zu '%s': bad attribute (%u bytes, max %u)", i,
+        return ps_errf(PS_EINVAL, err, errlen, "tensor %zu '%s': bad attribute (%u bytes, max %u)", i,
                     t->name, t->attr_len, PS_TF_MAX_ATTR);
     return PS_OK;
 }
@@ -188,12 +178,12 @@ static void write_all(writer *w, const ps_tf_header *h, const ps_tf_tensor *t, s
 /* fsync of the directory holding path, so the rename itself is durable. */
 static int fsync_parent(const char *path, char *err, size_t errlen) {
     char *copy = strdup(path);
-    if (!copy) return fail(PS_ENOMEM, err, errlen, "out of memory");
+    if (!copy) return ps_errf(PS_ENOMEM, err, errlen, "out of memory");
     const char *dir = dirname(copy);
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     int rc = PS_OK;
     if (fd < 0 || fsync(fd) != 0)
-        rc = fail(PS_EIO, err, errlen, "fsync of directory %s: %s", dir, strerror(errno));
+        rc = ps_errf(PS_EIO, err, errlen, "fsync of directory %s: %s", dir, strerror(errno));
     if (fd >= 0) close(fd);
     free(copy);
     return rc;
@@ -201,7 +191,7 @@ static int fsync_parent(const char *path, char *err, size_t errlen) {
 
 int ps_tf_write(const char *path, const ps_tf_header *h, const ps_tf_tensor *t, size_t n, char *err,
                 size_t errlen) {
-    if (!path || !h || (n > 0 && !t)) return fail(PS_EINVAL, err, errlen, "bad arguments");
+    if (!path || !h || (n > 0 && !t)) return ps_errf(PS_EINVAL, err, errlen, "bad arguments");
     for (size_t i = 0; i < n; i++) {
         int rc = check_tensor(&t[i], i, err, errlen);
         if (rc != PS_OK) return rc;
@@ -212,25 +202,25 @@ int ps_tf_write(const char *path, const ps_tf_header *h, const ps_tf_tensor *t, 
     if (!tmp || !w.buf) {
         free(tmp);
         free(w.buf);
-        return fail(PS_ENOMEM, err, errlen, "out of memory");
+        return ps_errf(PS_ENOMEM, err, errlen, "out of memory");
     }
     snprintf(tmp, tl, "%s.tmp.%ld", path, (long)getpid());
 
     int rc = PS_OK;
     w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w.fd < 0) {
-        rc = fail(PS_EIO, err, errlen, "create %s: %s", tmp, strerror(errno));
+        rc = ps_errf(PS_EIO, err, errlen, "create %s: %s", tmp, strerror(errno));
         goto out;
     }
     write_all(&w, h, t, n);
     if (w.errnum != 0)
-        rc = fail(PS_EIO, err, errlen, "write %s: %s", tmp, strerror(w.errnum));
+        rc = ps_errf(PS_EIO, err, errlen, "write %s: %s", tmp, strerror(w.errnum));
     else if (fsync(w.fd) != 0)
-        rc = fail(PS_EIO, err, errlen, "fsync %s: %s", tmp, strerror(errno));
+        rc = ps_errf(PS_EIO, err, errlen, "fsync %s: %s", tmp, strerror(errno));
     if (close(w.fd) != 0 && rc == PS_OK)
-        rc = fail(PS_EIO, err, errlen, "close %s: %s", tmp, strerror(errno));
+        rc = ps_errf(PS_EIO, err, errlen, "close %s: %s", tmp, strerror(errno));
     if (rc == PS_OK && rename(tmp, path) != 0)
-        rc = fail(PS_EIO, err, errlen, "rename %s to %s: %s", tmp, path, strerror(errno));
+        rc = ps_errf(PS_EIO, err, errlen, "rename %s to %s: %s", tmp, path, strerror(errno));
     if (rc != PS_OK) {
         unlink(tmp);
         goto out;
@@ -280,7 +270,7 @@ static int r_raw(reader *r, void *dst, size_t n, const char *what, char *err, si
             if (need >= IO_BUF) {
                 k = read_full(r->fd, d, need);
                 if (k < 0)
-                    return fail(PS_EIO, err, errlen, "read %s: %s", r->path, strerror(errno));
+                    return ps_errf(PS_EIO, err, errlen, "read %s: %s", r->path, strerror(errno));
                 d += k;
                 need -= (size_t)k;
                 r->off += (uint64_t)k;
@@ -288,7 +278,7 @@ static int r_raw(reader *r, void *dst, size_t n, const char *what, char *err, si
                 continue;
             }
             k = read_full(r->fd, r->buf, IO_BUF);
-            if (k < 0) return fail(PS_EIO, err, errlen, "read %s: %s", r->path, strerror(errno));
+            if (k < 0) return ps_errf(PS_EIO, err, errlen, "read %s: %s", r->path, strerror(errno));
             if (k == 0) break;
             r->pos = 0;
             r->len = (size_t)k;
@@ -301,7 +291,7 @@ static int r_raw(reader *r, void *dst, size_t n, const char *what, char *err, si
         need -= c;
     }
     if (need > 0)
-        return fail(PS_EFORMAT, err, errlen, "truncated at byte %" PRIu64 " reading %s", r->off,
+        return ps_errf(PS_EFORMAT, err, errlen, "truncated at byte %" PRIu64 " reading %s", r->off,
                     what);
     return PS_OK;
 }
@@ -347,41 +337,41 @@ static int read_record(reader *r, size_t i, ps_tf_owned *o, uint32_t *crc_out, c
     snprintf(what, sizeof what, "tensor %zu", i);
     if ((rc = r_u32(r, &nl, what, err, errlen)) != PS_OK) return rc;
     if (nl == 0 || nl > PS_TF_MAX_NAME)
-        return fail(PS_EFORMAT, err, errlen, "tensor %zu: bad name length %u at byte %" PRIu64, i,
+        return ps_errf(PS_EFORMAT, err, errlen, "tensor %zu: bad name length %u at byte %" PRIu64, i,
                     nl, r->off - 4);
-    if (!(o->name = malloc(nl + 1))) return fail(PS_ENOMEM, err, errlen, "out of memory");
+    if (!(o->name = malloc(nl + 1))) return ps_errf(PS_ENOMEM, err, errlen, "out of memory");
     if ((rc = r_bytes(r, o->name, nl, what, err, errlen)) != PS_OK) return rc;
     o->name[nl] = '\0';
     if (strlen(o->name) != nl)
-        return fail(PS_EFORMAT, err, errlen, "tensor %zu: name contains a NUL byte", i);
+        return ps_errf(PS_EFORMAT, err, errlen, "tensor %zu: name contains a NUL byte", i);
     snprintf(what, sizeof what, "tensor %zu '%s'", i, o->name);
     if ((rc = r_u32(r, &rank, what, err, errlen)) != PS_OK) return rc;
-    if (rank > PS_TF_MAX_RANK) return fail(PS_EFORMAT, err, errlen, "%s: bad rank %u", what, rank);
+    if (rank > PS_TF_MAX_RANK) return ps_errf(PS_EFORMAT, err, errlen, "%s: bad rank %u", what, rank);
     o->rank = rank;
     for (uint32_t d = 0; d < rank; d++)
         if ((rc = r_u64(r, &o->shape[d], what, err, errlen)) != PS_OK) return rc;
     if ((rc = r_u32(r, &alen, what, err, errlen)) != PS_OK) return rc;
     if (alen > PS_TF_MAX_ATTR)
-        return fail(PS_EFORMAT, err, errlen, "%s: attribute length %u > %u", what, alen,
+        return ps_errf(PS_EFORMAT, err, errlen, "%s: attribute length %u > %u", what, alen,
                     PS_TF_MAX_ATTR);
     if (alen > 0) {
-        if (!(o->attr = malloc(alen))) return fail(PS_ENOMEM, err, errlen, "out of memory");
+        if (!(o->attr = malloc(alen))) return ps_errf(PS_ENOMEM, err, errlen, "out of memory");
         if ((rc = r_bytes(r, o->attr, alen, what, err, errlen)) != PS_OK) return rc;
         o->attr_len = alen;
     }
     if ((rc = r_u64(r, &numel, what, err, errlen)) != PS_OK) return rc;
     if (!shape_numel(o->shape, rank, &want) || want != numel)
-        return fail(PS_EFORMAT, err, errlen, "%s: numel %" PRIu64 " does not match its shape", what,
+        return ps_errf(PS_EFORMAT, err, errlen, "%s: numel %" PRIu64 " does not match its shape", what,
                     numel);
     if (numel > remaining(r) / sizeof(float))
-        return fail(PS_EFORMAT, err, errlen,
+        return ps_errf(PS_EFORMAT, err, errlen,
                     "truncated at byte %" PRIu64 ": %s needs %" PRIu64
                     " data bytes from byte %" PRIu64,
                     r->size, what, numel * sizeof(float), r->off);
     o->numel = (size_t)numel;
     if (numel > 0) {
         if (!(o->data = malloc(o->numel * sizeof(float))))
-            return fail(PS_ENOMEM, err, errlen, "out of memory for %s", what);
+            return ps_errf(PS_ENOMEM, err, errlen, "out of memory for %s", what);
         if ((rc = r_bytes(r, o->data, o->numel * sizeof(float), what, err, errlen)) != PS_OK)
             return rc;
     }
@@ -390,7 +380,7 @@ static int read_record(reader *r, size_t i, ps_tf_owned *o, uint32_t *crc_out, c
     if ((rc = r_raw(r, cb, 4, what, err, errlen)) != PS_OK) return rc;
     stored = get32(cb);
     if (stored != computed)
-        return fail(PS_EFORMAT, err, errlen, "bad CRC in %s (stored 0x%08x, computed 0x%08x)", what,
+        return ps_errf(PS_EFORMAT, err, errlen, "bad CRC in %s (stored 0x%08x, computed 0x%08x)", what,
                     stored, computed);
     *crc_out = stored;
     return PS_OK;
@@ -401,15 +391,15 @@ static int read_all(reader *r, ps_tf_file *out, char *err, size_t errlen) {
     int rc = r_raw(r, hb, 8, "the header", err, errlen);
     if (rc != PS_OK) return rc;
     if (memcmp(hb, HEADER_MAGIC, 8) != 0)
-        return fail(PS_EFORMAT, err, errlen, "not a tensor file (bad magic)");
+        return ps_errf(PS_EFORMAT, err, errlen, "not a tensor file (bad magic)");
     if ((rc = r_raw(r, hb + 8, HEADER_BYTES - 8, "the header", err, errlen)) != PS_OK) return rc;
     uint32_t version = get32(hb + 8);
     if (version != PS_TF_FORMAT_VERSION)
-        return fail(PS_EFORMAT, err, errlen, "unsupported format version %u (this build reads %u)",
+        return ps_errf(PS_EFORMAT, err, errlen, "unsupported format version %u (this build reads %u)",
                     version, PS_TF_FORMAT_VERSION);
     uint32_t hcrc = ps_crc32c(hb, 88);
     if (get32(hb + 88) != hcrc)
-        return fail(PS_EFORMAT, err, errlen, "bad header CRC (stored 0x%08x, computed 0x%08x)",
+        return ps_errf(PS_EFORMAT, err, errlen, "bad header CRC (stored 0x%08x, computed 0x%08x)",
                     get32(hb + 88), hcrc);
     out->h.kind = get32(hb + 12);
     for (int k = 0; k < 8; k++)
@@ -418,7 +408,7 @@ static int read_all(reader *r, ps_tf_file *out, char *err, size_t errlen) {
     uint64_t room =
         r->size > HEADER_BYTES + FOOTER_BYTES ? r->size - HEADER_BYTES - FOOTER_BYTES : 0;
     if (n > room / MIN_RECORD)
-        return fail(PS_EFORMAT, err, errlen,
+        return ps_errf(PS_EFORMAT, err, errlen,
                     "truncated at byte %" PRIu64 ": the header claims %" PRIu64
                     " tensors, more than the file can hold",
                     r->size, n);
@@ -429,7 +419,7 @@ static int read_all(reader *r, ps_tf_file *out, char *err, size_t errlen) {
         if (out->n == cap) {
             cap = cap ? cap * 2 : 16;
             ps_tf_owned *t = realloc(out->t, cap * sizeof *t);
-            if (!t) return fail(PS_ENOMEM, err, errlen, "out of memory");
+            if (!t) return ps_errf(PS_ENOMEM, err, errlen, "out of memory");
             out->t = t;
         }
         ps_tf_owned *o = &out->t[out->n++];
@@ -444,22 +434,22 @@ static int read_all(reader *r, ps_tf_file *out, char *err, size_t errlen) {
     uint8_t fb[FOOTER_BYTES];
     if ((rc = r_raw(r, fb, FOOTER_BYTES, "the footer", err, errlen)) != PS_OK) return rc;
     if (memcmp(fb, FOOTER_MAGIC, 8) != 0)
-        return fail(PS_EFORMAT, err, errlen, "bad footer magic at byte %" PRIu64,
+        return ps_errf(PS_EFORMAT, err, errlen, "bad footer magic at byte %" PRIu64,
                     r->off - FOOTER_BYTES);
     if (get64(fb + 8) != n)
-        return fail(PS_EFORMAT, err, errlen,
+        return ps_errf(PS_EFORMAT, err, errlen,
                     "footer counts %" PRIu64 " tensors, the header %" PRIu64, get64(fb + 8), n);
     if (get32(fb + 16) != all)
-        return fail(PS_EFORMAT, err, errlen, "bad footer CRC (stored 0x%08x, computed 0x%08x)",
+        return ps_errf(PS_EFORMAT, err, errlen, "bad footer CRC (stored 0x%08x, computed 0x%08x)",
                     get32(fb + 16), all);
     uint64_t end = r->off;
     if (r->size > end)
-        return fail(PS_EFORMAT, err, errlen,
+        return ps_errf(PS_EFORMAT, err, errlen,
                     "%" PRIu64 " bytes of trailing garbage after the footer (byte %" PRIu64 ")",
                     r->size - end, end);
     uint8_t extra;
     if (r_raw(r, &extra, 1, "", NULL, 0) == PS_OK)
-        return fail(PS_EFORMAT, err, errlen,
+        return ps_errf(PS_EFORMAT, err, errlen,
                     "trailing garbage after the footer (byte %" PRIu64 "; the file grew)", end);
     return PS_OK;
 }
@@ -469,17 +459,17 @@ int ps_tf_read(const char *path, ps_tf_file *out, char *err, size_t errlen) {
     reader r = {.fd = open(path, O_RDONLY | O_CLOEXEC), .path = path};
     if (r.fd < 0) {
         int e = errno;
-        return fail(e == ENOENT ? PS_ENOENT : PS_EIO, err, errlen, "open %s: %s", path,
+        return ps_errf(e == ENOENT ? PS_ENOENT : PS_EIO, err, errlen, "open %s: %s", path,
                     strerror(e));
     }
     struct stat sb;
     int rc = PS_OK;
     if (fstat(r.fd, &sb) != 0)
-        rc = fail(PS_EIO, err, errlen, "stat %s: %s", path, strerror(errno));
+        rc = ps_errf(PS_EIO, err, errlen, "stat %s: %s", path, strerror(errno));
     else if (!S_ISREG(sb.st_mode))
-        rc = fail(PS_EIO, err, errlen, "%s is not a regular file", path);
+        rc = ps_errf(PS_EIO, err, errlen, "%s is not a regular file", path);
     else if (!(r.buf = malloc(IO_BUF)))
-        rc = fail(PS_ENOMEM, err, errlen, "out of memory");
+        rc = ps_errf(PS_ENOMEM, err, errlen, "out of memory");
     if (rc == PS_OK) {
         r.size = (uint64_t)sb.st_size;
         rc = read_all(&r, out, err, errlen);

@@ -7,19 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errf.h"
 #include "ps_error.h"
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return PS_EINVAL;
-}
 
 void ps_adapt_data_shape(const ps_dataset *d, size_t *h, size_t *w, size_t *c) {
     if (d->h && d->w && d->c && d->h * d->w * d->c == d->dim) {
@@ -45,27 +35,27 @@ int ps_adapt_plan_make(size_t h, size_t w, size_t c, size_t mh, size_t mw, size_
             return PS_OK;
         }
         if (model_flat)
-            return fail(err, errlen,
+            return ps_errf(PS_EINVAL, err, errlen,
                         "the data has %zu values per sample (%zux%zux%zu), the model's flat input "
                         "takes %zu (only an image input, [height, width, channels], is adapted)",
                         n, h, w, c, mn);
-        return fail(err, errlen,
+        return ps_errf(PS_EINVAL, err, errlen,
                     "the data's samples are flat vectors of %zu values, the model expects "
                     "%zux%zux%zu images",
                     n, mh, mw, mc);
     }
     if (mode == PS_ADAPT_REFUSE)
-        return fail(err, errlen,
+        return ps_errf(PS_EINVAL, err, errlen,
                     "the data's images are %zux%zux%zu, the model's input is %zux%zux%zu "
                     "(--input-adapt refuse)",
                     h, w, c, mh, mw, mc);
     if (c != mc) {
         if (c == 3 && mc == 1 && !rgb_to_gray)
-            return fail(err, errlen,
+            return ps_errf(PS_EINVAL, err, errlen,
                         "the data's images have 3 channels, the model's input 1: give "
                         "--rgb-to-gray yes to feed it their luminance");
         if (!(c == 1 || (c == 3 && mc == 1)))
-            return fail(err, errlen,
+            return ps_errf(PS_EINVAL, err, errlen,
                         "the data's images have %zu channels, the model's input %zu: only 1 "
                         "channel can be repeated (and 3 made gray with --rgb-to-gray yes)",
                         c, mc);
@@ -78,7 +68,7 @@ int ps_adapt_plan_make(size_t h, size_t w, size_t c, size_t mh, size_t mw, size_
             p->top = (mh - h) / 2;
             p->left = (mw - w) / 2;
         } else {
-            return fail(err, errlen,
+            return ps_errf(PS_EINVAL, err, errlen,
                         "the data's images (%zux%zu) are larger than the model's input "
                         "(%zux%zu): padding cannot shrink them (--input-adapt resize scales "
                         "them)",

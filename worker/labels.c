@@ -9,19 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errf.h"
 #include "ps_error.h"
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 static void spec_init(ps_label_spec *s, ps_labels_kind kind) {
     memset(s, 0, sizeof *s);
@@ -50,12 +40,12 @@ int ps_labels_parse_positive(const char *text, ps_label_spec *out, char *err, si
     for (;;) {
         int c;
         if (read_num(&p, &c) != 0 || (*p != ',' && *p != '\0'))
-            return fail(err, errlen, PS_EINVAL,
+            return ps_errf(PS_EINVAL, err, errlen,
                         "--positive-classes '%s': want distinct class numbers 0..%d separated by "
                         "commas, like 5,7,9",
                         text, PS_LABELS_MAX - 1);
         if (out->to[c])
-            return fail(err, errlen, PS_EINVAL, "--positive-classes '%s': class %d is listed twice",
+            return ps_errf(PS_EINVAL, err, errlen, "--positive-classes '%s': class %d is listed twice",
                         text, c);
         out->to[c] = 1;
         out->n_named++;
@@ -71,12 +61,12 @@ int ps_labels_parse_map(const char *text, ps_label_spec *out, char *err, size_t 
         int c, l;
         if (read_num(&p, &c) != 0 || *p++ != ':' || read_num(&p, &l) != 0 ||
             (*p != ',' && *p != '\0'))
-            return fail(err, errlen, PS_EINVAL,
+            return ps_errf(PS_EINVAL, err, errlen,
                         "--label-map '%s': want CLASS:LABEL pairs (numbers 0..%d) separated by "
                         "commas, like 0:0,1:0,2:1",
                         text, PS_LABELS_MAX - 1);
         if (out->to[c] >= 0)
-            return fail(err, errlen, PS_EINVAL, "--label-map '%s': class %d is mapped twice", text,
+            return ps_errf(PS_EINVAL, err, errlen, "--label-map '%s': class %d is mapped twice", text,
                         c);
         out->to[c] = (int16_t)l;
         out->n_named++;
@@ -98,16 +88,16 @@ static int json_num(const cJSON *item, int *v) {
 static int json_positive(const cJSON *arr, ps_label_spec *out, char *err, size_t errlen) {
     spec_init(out, PS_LABELS_POSITIVE);
     if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) == 0)
-        return fail(err, errlen, PS_EFORMAT,
+        return ps_errf(PS_EFORMAT, err, errlen,
                     "'labels': 'positive' must be a non-empty array of class numbers");
     const cJSON *k;
     cJSON_ArrayForEach(k, arr) {
         int c;
         if (json_num(k, &c) != 0)
-            return fail(err, errlen, PS_EFORMAT,
+            return ps_errf(PS_EFORMAT, err, errlen,
                         "'labels': 'positive' must hold whole numbers 0..%d", PS_LABELS_MAX - 1);
         if (out->to[c])
-            return fail(err, errlen, PS_EFORMAT, "'labels': 'positive' lists class %d twice", c);
+            return ps_errf(PS_EFORMAT, err, errlen, "'labels': 'positive' lists class %d twice", c);
         out->to[c] = 1;
         out->n_named++;
     }
@@ -118,23 +108,23 @@ static int json_positive(const cJSON *arr, ps_label_spec *out, char *err, size_t
 static int json_map(const cJSON *obj, ps_label_spec *out, char *err, size_t errlen) {
     spec_init(out, PS_LABELS_MAP);
     if (!cJSON_IsObject(obj) || !obj->child)
-        return fail(err, errlen, PS_EFORMAT,
+        return ps_errf(PS_EFORMAT, err, errlen,
                     "'labels': 'map' must be a non-empty object {\"CLASS\": LABEL, ...}");
     const cJSON *k;
     cJSON_ArrayForEach(k, obj) {
         const char *p = k->string;
         int c, l;
         if (read_num(&p, &c) != 0 || *p != '\0')
-            return fail(err, errlen, PS_EFORMAT,
+            return ps_errf(PS_EFORMAT, err, errlen,
                         "'labels': 'map' key '%s' is not a class number 0..%d", k->string,
                         PS_LABELS_MAX - 1);
         if (json_num(k, &l) != 0)
-            return fail(err, errlen, PS_EFORMAT,
+            return ps_errf(PS_EFORMAT, err, errlen,
                         "'labels': 'map' gives class %d a label that is not a whole number "
                         "0..%d",
                         c, PS_LABELS_MAX - 1);
         if (out->to[c] >= 0)
-            return fail(err, errlen, PS_EFORMAT, "'labels': 'map' maps class %d twice", c);
+            return ps_errf(PS_EFORMAT, err, errlen, "'labels': 'map' maps class %d twice", c);
         out->to[c] = (int16_t)l;
         out->n_named++;
     }
@@ -144,13 +134,13 @@ static int json_map(const cJSON *obj, ps_label_spec *out, char *err, size_t errl
 int ps_labels_from_json(const cJSON *item, ps_label_spec *out, char *err, size_t errlen) {
     spec_init(out, PS_LABELS_NONE);
     if (!cJSON_IsObject(item) || cJSON_GetArraySize(item) != 1)
-        return fail(err, errlen, PS_EFORMAT,
+        return ps_errf(PS_EFORMAT, err, errlen,
                     "'labels' must be an object with one key: {\"positive\": [5, 7, 9]} or "
                     "{\"map\": {\"0\": 0, \"1\": 1, ...}}");
     const cJSON *k = item->child;
     if (strcmp(k->string, "positive") == 0) return json_positive(k, out, err, errlen);
     if (strcmp(k->string, "map") == 0) return json_map(k, out, err, errlen);
-    return fail(err, errlen, PS_EFORMAT, "'labels': unknown key '%s' (want positive or map)",
+    return ps_errf(PS_EFORMAT, err, errlen, "'labels': unknown key '%s' (want positive or map)",
                 k->string);
 }
 
@@ -165,35 +155,35 @@ int ps_labels_resolve(const ps_label_spec *spec, const char *what, int data_clas
                       size_t model_classes, int32_t table[PS_LABELS_MAX], char *err,
                       size_t errlen) {
     if (data_classes < 1 || data_classes > PS_LABELS_MAX)
-        return fail(err, errlen, PS_EINVAL, "the data has %d classes: at most %d can be mapped",
+        return ps_errf(PS_EINVAL, err, errlen, "the data has %d classes: at most %d can be mapped",
                     data_classes, PS_LABELS_MAX);
     for (int c = 0; c < PS_LABELS_MAX; c++)
         table[c] = c;
     if (spec->kind == PS_LABELS_NONE) {
         if ((size_t)data_classes <= model_classes) return PS_OK;
         if (model_classes == 2)
-            return fail(err, errlen, PS_EINVAL,
+            return ps_errf(PS_EINVAL, err, errlen,
                         "the data has %d classes, the model has a binary output: say which "
                         "classes are positive (--positive-classes 5,7,9, or \"labels\": "
                         "{\"positive\": [...]} in the model spec)",
                         data_classes);
-        return fail(err, errlen, PS_EINVAL,
+        return ps_errf(PS_EINVAL, err, errlen,
                     "the data has %d classes, the model outputs %zu (map them with "
                     "--label-map or the model spec's \"labels\")",
                     data_classes, model_classes);
     }
     int top = max_named(spec);
     if (top >= data_classes)
-        return fail(err, errlen, PS_EINVAL, "%s names class %d, but the data has classes 0..%d",
+        return ps_errf(PS_EINVAL, err, errlen, "%s names class %d, but the data has classes 0..%d",
                     what, top, data_classes - 1);
     if (spec->kind == PS_LABELS_POSITIVE) {
         if (model_classes != 2)
-            return fail(err, errlen, PS_EINVAL,
+            return ps_errf(PS_EINVAL, err, errlen,
                         "%s makes a binary task, but the model outputs %zu classes (a binary "
                         "model ends with Dense 1 and binary_crossentropy, or Dense 2)",
                         what, model_classes);
         if (spec->n_named >= data_classes)
-            return fail(err, errlen, PS_EINVAL,
+            return ps_errf(PS_EINVAL, err, errlen,
                         "%s makes every one of the %d classes positive: nothing is left to tell "
                         "apart",
                         what, data_classes);
@@ -204,12 +194,12 @@ int ps_labels_resolve(const ps_label_spec *spec, const char *what, int data_clas
     int used[PS_LABELS_MAX] = {0};
     for (int c = 0; c < data_classes; c++) {
         if (spec->to[c] < 0)
-            return fail(err, errlen, PS_EINVAL,
+            return ps_errf(PS_EINVAL, err, errlen,
                         "%s gives class %d no label: the map must cover all %d classes of the "
                         "data",
                         what, c, data_classes);
         if ((size_t)spec->to[c] >= model_classes)
-            return fail(err, errlen, PS_EINVAL,
+            return ps_errf(PS_EINVAL, err, errlen,
                         "%s maps class %d to label %d, but the model's labels are 0..%zu", what, c,
                         spec->to[c], model_classes - 1);
         table[c] = spec->to[c];
@@ -217,7 +207,7 @@ int ps_labels_resolve(const ps_label_spec *spec, const char *what, int data_clas
     }
     for (size_t l = 0; l < model_classes; l++)
         if (!used[l])
-            return fail(err, errlen, PS_EINVAL,
+            return ps_errf(PS_EINVAL, err, errlen,
                         "%s maps no class to label %zu: that output of the model would never "
                         "be trained",
                         what, l);
