@@ -53,8 +53,9 @@ int job_run(const char *dir, const job_spec *j) {
     for (unsigned w = 0; w < j->workers; w++) {
         snprintf(logs[w], sizeof logs[w], "%s/%s-%u.log", dir, j->tag, w);
         snprintf(idx[w], sizeof idx[w], "%u", w);
-        const char *argv[64] = {getenv("PSWORKER"), "--epochs", "1", "--max-test", "500",
-                                "--progress", "none", "--timeout", "60", NULL};
+        const char *argv[64] = {getenv("PSWORKER"), "--epochs", j->epochs ? j->epochs : "1",
+                                "--max-test", "500", "--progress", "none", "--timeout", "60",
+                                NULL};
         int k = 9;
         if (w == 0) argv[k++] = "--save", argv[k++] = save;
         if (j->kind == JOB_MIRRORED) {

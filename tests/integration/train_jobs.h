@@ -17,10 +17,11 @@ typedef struct {
     const char *ps;            /* psd: the shards' endpoints ("a,b"); NULL: start 2 fresh ones */
     const char *const *args;   /* every worker's arguments after the common ones (NULL-ended) */
     const char *tag;           /* names the files: DIR/TAG.pstf, DIR/TAG-W.log */
+    const char *epochs;        /* --epochs; NULL: "1" */
 } job_spec;
 
 /* Runs the job in dir to its end (bounded: 120 s); the common arguments are
- * --epochs 1 --max-test 500 --progress none --timeout 60, and --save on the
+ * --epochs (1 unless given) --max-test 500 --progress none --timeout 60, and --save on the
  * chief. Returns the workers' highest exit status (0: all well; a failed
  * worker's log is printed). */
 int job_run(const char *dir, const job_spec *j);
