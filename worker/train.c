@@ -44,6 +44,8 @@ static int write_summary(const ps_train_config *cfg, const ps_train_result *res,
     cJSON_AddNumberToObject(o, "workers", cfg->workers);
     cJSON_AddNumberToObject(o, "shards", (double)cfg->n_ps);
     cJSON_AddNumberToObject(o, "samples_per_sec", res->samples_per_sec);
+    cJSON_AddNumberToObject(o, "accumulate_steps", cfg->accumulate_steps > 1 ? cfg->accumulate_steps : 1);
+    cJSON_AddNumberToObject(o, "sync_every", cfg->sync_every > 1 ? cfg->sync_every : 1);
     cJSON_AddNumberToObject(o, "wall_seconds", res->wall_seconds);
     if (cfg->job_id) cJSON_AddStringToObject(o, "job_id", cfg->job_id);
     /* shards whose lost variables were re-created with initial values (recovery flag) */
