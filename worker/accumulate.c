@@ -9,14 +9,14 @@
 enum { PHASE_SUM, PHASE_LAST, PHASE_PASS }; /* what the hook does with a final range */
 
 struct ps_accum {
-    ps_model *m;      /* borrowed */
-    ps_exchange *ex;  /* borrowed */
-    float *sum;       /* owned: sum of nb x gradient over the step's earlier micro-batches */
-    uint8_t *done;    /* owned: per float, made final during the last micro-batch */
-    size_t n;         /* floats */
-    size_t samples;   /* samples of the step's earlier micro-batches */
+    ps_model *m;     /* borrowed */
+    ps_exchange *ex; /* borrowed */
+    float *sum;      /* owned: sum of nb x gradient over the step's earlier micro-batches */
+    uint8_t *done;   /* owned: per float, made final during the last micro-batch */
+    size_t n;        /* floats */
+    size_t samples;  /* samples of the step's earlier micro-batches */
     int phase;
-    float w, inv;     /* last micro-batch: its weight (nb) and 1 / the step's samples */
+    float w, inv; /* last micro-batch: its weight (nb) and 1 / the step's samples */
 };
 
 /* The step's gradient over [lo, hi): (sum + nb x g) / samples, in place. */
@@ -45,8 +45,7 @@ int ps_accum_new(ps_model *m, ps_exchange *ex, ps_accum **out) {
     *out = NULL;
     ps_accum *a = calloc(1, sizeof *a);
     size_t n = ps_model_num_params(m);
-    if (!a || !(a->sum = malloc((n ? n : 1) * sizeof *a->sum)) ||
-        !(a->done = malloc(n ? n : 1))) {
+    if (!a || !(a->sum = malloc((n ? n : 1) * sizeof *a->sum)) || !(a->done = malloc(n ? n : 1))) {
         ps_accum_free(a);
         return PS_ENOMEM;
     }

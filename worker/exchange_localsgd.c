@@ -60,9 +60,9 @@ static int ls_join(void *self, ps_exchange_job *job, char *err, size_t errlen) {
     if (rc == PS_OK && x->cfg->index == 0)
         PS_INFO("local SGD: %s every %llu local steps (%llu rounds per epoch of %llu steps); "
                 "%s in each worker between",
-                in.async ? "each worker's variables delta applied" : "variables averaged",
-                (unsigned long long)x->k, (unsigned long long)x->rpe,
-                (unsigned long long)x->spe, ps_opt_kind_name(ps_model_optimizer(x->model)->kind));
+                in.async ? "each worker's change applied as it comes" : "variables averaged",
+                (unsigned long long)x->k, (unsigned long long)x->rpe, (unsigned long long)x->spe,
+                ps_opt_kind_name(ps_model_optimizer(x->model)->kind));
     return rc;
 }
 
@@ -103,8 +103,8 @@ static int ls_eval_sync(void *self, int newest, uint64_t clock, uint64_t want, c
                         size_t errlen) {
     lsgd *x = self;
     uint64_t w = x->cfg->workers ? x->cfg->workers : 1;
-    return ps_exchange_eval_sync(&x->inner, newest, rounds_of(x, clock),
-                                 rounds_of(x, want / w) * w, err, errlen);
+    return ps_exchange_eval_sync(&x->inner, newest, rounds_of(x, clock), rounds_of(x, want / w) * w,
+                                 err, errlen);
 }
 
 static void ls_finish(void *self) {
@@ -146,8 +146,10 @@ int ps_exchange_localsgd_open(const ps_train_config *cfg, ps_model *m, ps_exchan
     }
     if (!x || !(x->anchor = malloc((n ? n : 1) * sizeof *x->anchor)) ||
         ps_local_opt_new(m, &x->opt) != PS_OK) {
-        if (x) ls_free(x);
-        else ps_exchange_free(inner);
+        if (x)
+            ls_free(x);
+        else
+            ps_exchange_free(inner);
         snprintf(err, errlen, "local SGD: cannot allocate the optimizer's slots: %s",
                  ps_strerror(PS_ENOMEM));
         return PS_ENOMEM;

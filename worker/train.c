@@ -44,7 +44,8 @@ static int write_summary(const ps_train_config *cfg, const ps_train_result *res,
     cJSON_AddNumberToObject(o, "workers", cfg->workers);
     cJSON_AddNumberToObject(o, "shards", (double)cfg->n_ps);
     cJSON_AddNumberToObject(o, "samples_per_sec", res->samples_per_sec);
-    cJSON_AddNumberToObject(o, "accumulate_steps", cfg->accumulate_steps > 1 ? cfg->accumulate_steps : 1);
+    cJSON_AddNumberToObject(o, "accumulate_steps",
+                            cfg->accumulate_steps > 1 ? cfg->accumulate_steps : 1);
     cJSON_AddNumberToObject(o, "sync_every", cfg->sync_every > 1 ? cfg->sync_every : 1);
     cJSON_AddNumberToObject(o, "wall_seconds", res->wall_seconds);
     if (cfg->job_id) cJSON_AddStringToObject(o, "job_id", cfg->job_id);
@@ -423,7 +424,7 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
         ps_progress_begin_epoch(&prog, epoch, steps - s0);
         double te = now_s();
         for (size_t s = s0; s < steps; s++) {
-            size_t micro = micro_per_epoch - s * accum < accum ? micro_per_epoch - s * accum : accum;
+            size_t left = micro_per_epoch - s * accum, micro = left < accum ? left : accum;
             float loss = 0;
             size_t correct = 0, nb = 0;
             rc = train_one(cfg, &st, clock, micro, &loss, &correct, &nb, err, errlen);

@@ -22,10 +22,11 @@ static char model[600];
 static void check_equal(job_kind kind, unsigned workers, const char *max_train,
                         const char *max_steps) {
     char *dir = ps_test_mkdtemp();
-    const char *big[] = {"--model", model, "--max-train", max_train, "--max-steps", max_steps,
-                         "--batch", "64", NULL};
-    const char *acc[] = {"--model", model, "--max-train", max_train, "--max-steps", max_steps,
-                         "--batch", "16", "--accumulate-steps", "4", NULL};
+    const char *big[] = {"--model", model,     "--max-train", max_train, "--max-steps",
+                         max_steps, "--batch", "64",          NULL};
+    const char *acc[] = {
+        "--model", model, "--max-train",        max_train, "--max-steps", max_steps,
+        "--batch", "16",  "--accumulate-steps", "4",       NULL};
     job_spec a = {.kind = kind, .workers = workers, .args = big, .tag = "big"};
     job_spec b = {.kind = kind, .workers = workers, .args = acc, .tag = "acc"};
     size_t na = 0, nb = 0;

@@ -72,8 +72,7 @@ static float *reference(unsigned workers, double *spread, size_t *n) {
                 sum += ps_model_params(m[w])[i];
             mean[i] = (float)(sum / workers);
         }
-        *spread = workers > 1 ? max_abs_diff(ps_model_params(m[0]), ps_model_params(m[1]), *n)
-                              : 0;
+        *spread = workers > 1 ? max_abs_diff(ps_model_params(m[0]), ps_model_params(m[1]), *n) : 0;
     }
     for (unsigned w = 0; w < workers; w++) {
         ps_local_opt_free(o[w]);
@@ -86,9 +85,9 @@ static float *reference(unsigned workers, double *spread, size_t *n) {
     return mean;
 }
 
-static const char *const averaging_args[] = {
-    "--model", model, "--max-train", "2000", "--max-steps", "8", "--batch", "16",
-    "--sync-every", "4", NULL};
+static const char *const averaging_args[] = {"--model",      model, "--max-train", "2000",
+                                             "--max-steps",  "8",   "--batch",     "16",
+                                             "--sync-every", "4",   NULL};
 
 static void check_averaging(job_kind kind) {
     ck_assert_int_eq(K * ROUNDS, 8);
@@ -101,8 +100,10 @@ static void check_averaging(job_kind kind) {
     ck_assert_uint_eq(n, nref);
     double d = max_abs_diff(got, ref, n);
     ck_assert_msg(spread > 1e-3, "the workers' local results barely differ (%g)", spread);
-    ck_assert_msg(d <= 1e-5, "kind %d: max |combined - mean of local results| = %g (the workers "
-                  "differ by %g)", (int)kind, d, spread);
+    ck_assert_msg(d <= 1e-5,
+                  "kind %d: max |combined - mean of local results| = %g (the workers "
+                  "differ by %g)",
+                  (int)kind, d, spread);
     free(got);
     free(ref);
     ps_test_rmdir(dir);
@@ -121,8 +122,8 @@ END_TEST
 
 START_TEST(one_worker_is_plain_training) {
     char *dir = ps_test_mkdtemp();
-    const char *plain[] = {"--model", model, "--max-train", "2000", "--max-steps", "8",
-                           "--batch", "16", "--sync-every", "1", NULL};
+    const char *plain[] = {"--model", model, "--max-train",  "2000", "--max-steps", "8",
+                           "--batch", "16",  "--sync-every", "1",    NULL};
     job_spec a = {.kind = JOB_PSD, .workers = 1, .args = averaging_args, .tag = "k4"};
     job_spec b = {.kind = JOB_PSD, .workers = 1, .args = plain, .tag = "k1"};
     size_t na = 0, nb = 0;
@@ -168,14 +169,18 @@ START_TEST(resumes_on_the_same_psd) {
     ps_test_psd psd;
     const char *pa[] = {"--workers", "1", "--mode", "sync", NULL};
     ck_assert_int_eq(ps_test_psd_start(&psd, pa, 10000), 0);
-    job_spec first = {.kind = JOB_PSD, .workers = 1, .ps = psd.endpoint, .args = averaging_args,
-                      .tag = "first"};
+    job_spec first = {
+        .kind = JOB_PSD, .workers = 1, .ps = psd.endpoint, .args = averaging_args, .tag = "first"};
     job_spec again = first;
     again.epochs = "2", again.tag = "again";
-    const char *plain[] = {"--model", model, "--max-train", "2000", "--max-steps", "8",
-                           "--batch", "16", NULL};
-    job_spec other = {.kind = JOB_PSD, .workers = 1, .ps = psd.endpoint, .args = plain,
-                      .epochs = "2", .tag = "plain"};
+    const char *plain[] = {"--model", model,     "--max-train", "2000", "--max-steps",
+                           "8",       "--batch", "16",          NULL};
+    job_spec other = {.kind = JOB_PSD,
+                      .workers = 1,
+                      .ps = psd.endpoint,
+                      .args = plain,
+                      .epochs = "2",
+                      .tag = "plain"};
     ck_assert_int_eq(job_run(dir, &first), 0);
     ck_assert_int_eq(job_run(dir, &again), 0);
     ck_assert_int_eq(job_run(dir, &other), 2);

@@ -25,8 +25,7 @@ static void tf_config(char *buf, size_t n, char eps[][32], unsigned workers, uns
     int len = snprintf(buf, n, "{\"cluster\": {\"worker\": [");
     for (unsigned j = 0; j < workers; j++)
         len += snprintf(buf + len, n - (size_t)len, "%s\"%s\"", j ? ", " : "", eps[j]);
-    snprintf(buf + len, n - (size_t)len, "]}, \"task\": {\"type\": \"worker\", \"index\": %u}}",
-             w);
+    snprintf(buf + len, n - (size_t)len, "]}, \"task\": {\"type\": \"worker\", \"index\": %u}}", w);
 }
 
 int job_run(const char *dir, const job_spec *j) {
@@ -38,8 +37,9 @@ int job_run(const char *dir, const job_spec *j) {
     for (int s = 0; own_shards && s < SHARDS; s++) {
         char sh[16];
         snprintf(sh, sizeof sh, "%d", s);
-        const char *pa[] = {"--shard", sh,  "--num-shards", "2", "--workers", wn, "--mode",
-                            j->mode ? j->mode : "sync", NULL};
+        const char *pa[] = {"--shard",   sh, "--num-shards", "2",
+                            "--workers", wn, "--mode",       j->mode ? j->mode : "sync",
+                            NULL};
         ck_assert_int_eq(ps_test_psd_start(&psd[s], pa, 10000), 0);
         size_t len = strlen(ps_list);
         snprintf(ps_list + len, sizeof ps_list - len, "%s%s", s ? "," : "", psd[s].endpoint);
@@ -53,8 +53,15 @@ int job_run(const char *dir, const job_spec *j) {
     for (unsigned w = 0; w < j->workers; w++) {
         snprintf(logs[w], sizeof logs[w], "%s/%s-%u.log", dir, j->tag, w);
         snprintf(idx[w], sizeof idx[w], "%u", w);
-        const char *argv[64] = {getenv("PSWORKER"), "--epochs", j->epochs ? j->epochs : "1",
-                                "--max-test", "500", "--progress", "none", "--timeout", "60",
+        const char *argv[64] = {getenv("PSWORKER"),
+                                "--epochs",
+                                j->epochs ? j->epochs : "1",
+                                "--max-test",
+                                "500",
+                                "--progress",
+                                "none",
+                                "--timeout",
+                                "60",
                                 NULL};
         int k = 9;
         if (w == 0) argv[k++] = "--save", argv[k++] = save;

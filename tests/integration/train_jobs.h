@@ -13,11 +13,11 @@ typedef enum { JOB_PSD, JOB_MIRRORED, JOB_ALONE } job_kind;
 typedef struct {
     job_kind kind;
     unsigned workers;
-    const char *mode;          /* psd: "sync" or "async" */
-    const char *ps;            /* psd: the shards' endpoints ("a,b"); NULL: start 2 fresh ones */
-    const char *const *args;   /* every worker's arguments after the common ones (NULL-ended) */
-    const char *tag;           /* names the files: DIR/TAG.pstf, DIR/TAG-W.log */
-    const char *epochs;        /* --epochs; NULL: "1" */
+    const char *mode;        /* psd: "sync" or "async" */
+    const char *ps;          /* psd: the shards' endpoints ("a,b"); NULL: start 2 fresh ones */
+    const char *const *args; /* every worker's arguments after the common ones (NULL-ended) */
+    const char *tag;         /* names the files: DIR/TAG.pstf, DIR/TAG-W.log */
+    const char *epochs;      /* --epochs; NULL: "1" */
 } job_spec;
 
 /* Runs the job in dir to its end (bounded: 120 s); the common arguments are
