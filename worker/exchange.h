@@ -17,6 +17,8 @@
 /* Joining the job: what the loop says (in) and where the job is (out). */
 typedef struct {
     uint64_t total_steps; /* in: this worker's steps over the whole job (epochs x steps) */
+    uint64_t steps_per_epoch; /* in: this worker's steps per epoch (local SGD rounds end with
+                               *     each epoch); 0: not known */
     unsigned *recreated;  /* in: where the chief lists shards whose lost variables it */
     size_t recreated_cap; /*     re-created (may be NULL / 0) */
     size_t n_recreated;   /* out: how many it listed */
@@ -94,6 +96,23 @@ int ps_exchange_local_open(ps_model *m, ps_exchange *out, char *err, size_t errl
  * run, e.g. --communication nccl without NCCL). */
 int ps_exchange_collective_open(const ps_train_config *cfg, ps_model *m, ps_exchange *out,
                                 char *err, size_t errlen);
+
+/* Local SGD (exchange_localsgd.c, --sync-every K > 1): wraps the strategy
+ * `inner` (psd, or all-reduce opened with cfg->sync_every > 1; taken over: freed
+ * with the wrapper, also on failure). Every worker takes K steps with the
+ * optimizer in this process (local_opt.c), then hands inner its K-step delta
+ * (the variables at the round's start minus its own now) as the gradient of one
+ * inner step, with the variables put back to the round's start: psd applies
+ * the deltas with SGD rate 1 (sync: their mean, so the result is the mean of
+ * the workers' variables; async: each as it arrives), the all-reduce
+ * subtracts their mean. A round also ends with each epoch (its last round may
+ * be shorter). The inner strategy's clock counts rounds. Returns PS_OK with
+ * *out set, or PS_ENOMEM with a reason in err. */
+int ps_exchange_localsgd_open(const ps_train_config *cfg, ps_model *m, ps_exchange *inner,
+                              ps_exchange *out, char *err, size_t errlen);
+/* The optimizer the variables get on psd under local SGD: SGD with learning
+ * rate 1 (w -= the workers' mean delta), like the moving statistics'. */
+ps_opt_spec ps_localsgd_delta_opt(void);
 
 /* 1 when this build can sum with NCCL (--communication nccl), else 0. */
 int ps_exchange_nccl_built(void);

@@ -399,7 +399,13 @@ static int coll_step_end(void *self, char *err, size_t errlen) {
         for (size_t i = 0; i < n; i++)
             g[i] *= scale;
     }
-    ps_local_opt_step(x->opt);
+    if (x->cfg->sync_every > 1) { /* local SGD (exchange_localsgd.c): minus the mean delta */
+        float *w = ps_model_params(x->model), *g = ps_model_grads(x->model);
+        for (size_t i = 0, n = ps_model_num_params(x->model); i < n; i++)
+            w[i] -= g[i];
+    } else {
+        ps_local_opt_step(x->opt);
+    }
     uint64_t steps = x->done = x->clock + 1;
     if (x->cfg->perturb_at_step && steps == x->cfg->perturb_at_step) {
         /* fault injection for tests (--perturb-at-step): this replica drifts */

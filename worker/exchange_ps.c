@@ -26,7 +26,9 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-int ps_train_register_vars(ps_model *m, ps_client *c, unsigned n_shards, char *err, size_t errlen) {
+/* all: every variable's optimizer on psd (local SGD's delta rule); NULL: the model's. */
+static int register_vars(ps_model *m, ps_client *c, unsigned n_shards, const ps_opt_spec *all,
+                         char *err, size_t errlen) {
     size_t n = ps_model_num_vars(m);
     ps_place_var *in = calloc(n, sizeof *in);
     if (!in) return PS_ENOMEM;
@@ -51,13 +53,17 @@ int ps_train_register_vars(ps_model *m, ps_client *c, unsigned n_shards, char *e
         t.shape[1] = v->rank > 1 ? v->shape[1] : 0;
         t.param = ps_model_params(m) + v->offset + pc->row_begin * row;
         t.grad = ps_model_grads(m) + v->offset + pc->row_begin * row;
-        t.opt = *ps_model_var_optimizer(m, pc->var); /* the moving statistics: SGD, rate 1 */
+        t.opt = all ? *all : *ps_model_var_optimizer(m, pc->var); /* moving statistics: SGD 1 */
         rc = ps_client_add(c, &t);
         PS_DEBUG("%s -> psd %u", t.name, t.shard);
     }
     ps_placement_free(&pl);
     free(in);
     return rc;
+}
+
+int ps_train_register_vars(ps_model *m, ps_client *c, unsigned n_shards, char *err, size_t errlen) {
+    return register_vars(m, c, n_shards, NULL, err, errlen);
 }
 
 /* Before the chief creates anything: variables are created once per job, so a shard
@@ -282,7 +288,10 @@ static int open_client(const ps_train_config *cfg, ps_model *m, ps_client **out,
         snprintf(err, errlen, "%s", ps_client_error(c));
         return PS_EINVAL;
     }
-    return ps_train_register_vars(m, c, (unsigned)cfg->n_ps, err, errlen);
+    /* local SGD: the workers push deltas, which psd subtracts (sync: their mean) */
+    ps_opt_spec delta = ps_localsgd_delta_opt();
+    return register_vars(m, c, (unsigned)cfg->n_ps, cfg->sync_every > 1 ? &delta : NULL, err,
+                         errlen);
 }
 
 int ps_exchange_ps_open(const ps_train_config *cfg, ps_model *m, ps_exchange *out, char *err,

@@ -48,6 +48,7 @@ typedef struct {
     long strategy, communication, worker_timeout, ring_connect_timeout, bucket_kb, check_every;
     char checkpoint_dir[1024], loss[64];
     long checkpoint_every, checkpoint_every_steps, keep_checkpoints, perturb_at_step;
+    long accumulate_steps, sync_every;
 } worker_opts;
 
 enum { PROGRESS_AUTO, PROGRESS_TTY, PROGRESS_PLAIN, PROGRESS_NONE };
@@ -172,6 +173,19 @@ static const ps_option table[] = {
      NULL, "N", "all-reduce chief: a checkpoint every N steps (0: not by steps)"},
     {"keep-checkpoints", PS_OPTION_LONG, F(keep_checkpoints), 1, 1000, "3", NULL, "K",
      "all-reduce chief: newest checkpoint files kept in --checkpoint-dir"},
+    {"accumulate-steps", PS_OPTION_LONG, F(accumulate_steps), 1, 65536, "1", NULL, "N",
+     "gradient accumulation: each step sums the gradients of N micro-batches of --batch and "
+     "exchanges once (their mean: the gradient of one batch of N x --batch, the global batch "
+     "workers x batch x N; BatchNormalization still normalises each micro-batch alone); an "
+     "epoch still covers the data once, its last step taking what is left, and a step "
+     "(--max-steps, psd's clock) is N micro-batches"},
+    {"sync-every", PS_OPTION_LONG, F(sync_every), 1, 1L << 20, "1", NULL, "K",
+     "local SGD: each worker takes K steps with the model's optimizer in this process, then "
+     "the workers combine: parameter_server pushes the K-step change of the variables (psd "
+     "holds them with SGD rate 1: sync averages the workers' variables, async applies each "
+     "worker's change as it comes), all-reduce averages the variables; a round also ends "
+     "with each epoch. The optimizer's state stays in each worker and is not checkpointed. "
+     "1: combine every step, the strategy's own way. Not with --no-ps"},
     {"slow-ms", PS_OPTION_LONG, F(slow_ms), 0, 3600000, "0", NULL, "MS",
      "for tests: sleep MS every step, to play a slow worker"},
     {"perturb-at-step", PS_OPTION_LONG, F(perturb_at_step), 0, 1L << 40, "0", NULL, "N",
@@ -389,6 +403,8 @@ int main(int argc, char **argv) {
         .checkpoint_every_steps = (uint64_t)o.checkpoint_every_steps,
         .keep_checkpoints = (unsigned)o.keep_checkpoints,
         .perturb_at_step = (uint64_t)o.perturb_at_step,
+        .accumulate_steps = (unsigned)o.accumulate_steps,
+        .sync_every = (unsigned)o.sync_every,
     };
     if (cfg.positive_classes && cfg.label_map) {
         fprintf(stderr, "psworker: give --positive-classes or --label-map, not both\n");
@@ -452,6 +468,13 @@ int main(int argc, char **argv) {
     const char *peers[PS_MAX_PEERS];
     size_t n_peers = 0;
     if (cfg.no_ps) {
+        if (o.sync_every > 1) {
+            fprintf(stderr, "psworker: --sync-every %ld combines workers' variables: --no-ps "
+                            "trains alone, so there is nothing to combine\n",
+                    o.sync_every);
+            ps_cluster_free(&cl);
+            return 2;
+        }
         if (n_ps || (workers > 1) || GIVEN("strategy")) {
             fprintf(stderr, "psworker: --no-ps trains alone: give no --ps, TF_CONFIG, --workers "
                             "or --strategy\n");

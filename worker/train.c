@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "accumulate.h"
 #include "adapt.h"
 #include "cifar.h"
 #include "data.h"
@@ -43,6 +44,9 @@ static int write_summary(const ps_train_config *cfg, const ps_train_result *res,
     cJSON_AddNumberToObject(o, "workers", cfg->workers);
     cJSON_AddNumberToObject(o, "shards", (double)cfg->n_ps);
     cJSON_AddNumberToObject(o, "samples_per_sec", res->samples_per_sec);
+    cJSON_AddNumberToObject(o, "accumulate_steps",
+                            cfg->accumulate_steps > 1 ? cfg->accumulate_steps : 1);
+    cJSON_AddNumberToObject(o, "sync_every", cfg->sync_every > 1 ? cfg->sync_every : 1);
     cJSON_AddNumberToObject(o, "wall_seconds", res->wall_seconds);
     if (cfg->job_id) cJSON_AddStringToObject(o, "job_id", cfg->job_id);
     /* shards whose lost variables were re-created with initial values (recovery flag) */
@@ -69,6 +73,7 @@ typedef struct {
     ps_model *model;
     ps_k_dev *dev;
     ps_exchange ex; /* where the gradients go: psd, or the optimizer here (--no-ps) */
+    ps_accum *acc;  /* --accumulate-steps N > 1: sums the micro-batches' gradients; else NULL */
     ps_dataset train, test;
     ps_batcher batcher;
     ps_prefetch *pf; /* owned: copies the next batch out of batcher meanwhile */
@@ -81,6 +86,7 @@ static void state_free(train_state *st) {
     ps_batcher_free(&st->batcher);
     ps_dataset_free(&st->train);
     ps_dataset_free(&st->test);
+    ps_accum_free(st->acc);
     ps_exchange_free(&st->ex); /* before the model it borrows */
     ps_model_free(st->model);
     ps_k_dev_close(st->dev);
@@ -229,13 +235,19 @@ static void grads_final(void *ex, const float *begin, const float *end) {
 }
 
 /* The one place the exchange strategy is chosen; the loop only sees the
- * interface (exchange.h). */
+ * interface (exchange.h). --sync-every K > 1 wraps it in local SGD. */
 static int open_exchange(const ps_train_config *cfg, ps_model *m, ps_exchange *ex, char *err,
                          size_t errlen) {
     if (cfg->no_ps) return ps_exchange_local_open(m, ex, err, errlen);
-    if (cfg->strategy != PS_STRATEGY_PARAMETER_SERVER)
-        return ps_exchange_collective_open(cfg, m, ex, err, errlen);
-    return ps_exchange_ps_open(cfg, m, ex, err, errlen);
+    ps_exchange inner = {0};
+    int rc = cfg->strategy != PS_STRATEGY_PARAMETER_SERVER
+                 ? ps_exchange_collective_open(cfg, m, &inner, err, errlen)
+                 : ps_exchange_ps_open(cfg, m, &inner, err, errlen);
+    if (rc != PS_OK || cfg->sync_every <= 1) {
+        *ex = inner;
+        return rc;
+    }
+    return ps_exchange_localsgd_open(cfg, m, &inner, ex, err, errlen);
 }
 
 /* --epochs when given, else the spec's "epochs", else the default; logged. */
@@ -294,7 +306,11 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, uns
     rc = open_exchange(cfg, st->model, &st->ex, err, errlen);
     if (rc != PS_OK) return rc;
     PS_DEBUG("exchange: %s", st->ex.ops->name);
-    ps_model_set_grad_hook(st->model, grads_final, &st->ex);
+    if (cfg->accumulate_steps > 1 && ps_accum_new(st->model, &st->ex, &st->acc) != PS_OK) {
+        snprintf(err, errlen, "--accumulate-steps: no memory for the gradient sums");
+        return PS_ENOMEM;
+    }
+    if (!st->acc) ps_model_set_grad_hook(st->model, grads_final, &st->ex);
     return PS_OK;
 }
 
@@ -318,18 +334,33 @@ static void sleep_ms(unsigned ms) {
 
 /* One training step: the exchange makes the parameters the step's (psd: a
  * pull, unless the last step's exchange brought the values back), then
- * forward/backward (the hook passes on the final gradients), then the
- * exchange applies or sends the gradients. */
-static int train_one(const ps_train_config *cfg, train_state *st, uint64_t clock, size_t nb,
-                     float *loss, size_t *correct, char *err, size_t errlen) {
+ * forward/backward on each of its `micro` micro-batches (--accumulate-steps;
+ * the hook passes on the final gradients of the last), then the exchange
+ * applies or sends the gradients. *loss: the mean over the step's *samples;
+ * *correct: its hits. */
+static int train_one(const ps_train_config *cfg, train_state *st, uint64_t clock, size_t micro,
+                     float *loss, size_t *correct, size_t *samples, char *err, size_t errlen) {
     int rc = ps_exchange_step_begin(&st->ex, clock, err, errlen);
     if (rc != PS_OK) return rc;
     if (cfg->slow_ms) sleep_ms(cfg->slow_ms); /* a slow worker: slow to compute */
-    rc = ps_model_train_step(st->model, st->x, st->y, nb, loss, correct);
-    if (rc != PS_OK) {
-        snprintf(err, errlen, "training step failed: %s", ps_strerror(rc));
-        return rc;
+    double loss_sum = 0;
+    *samples = *correct = 0;
+    for (size_t i = 0; i < micro; i++) {
+        size_t nb = ps_prefetch_next(st->pf, &st->x, &st->y), hits = 0;
+        float l = 0;
+        rc = !nb     ? PS_EINVAL
+             : st->acc ? ps_accum_micro_step(st->acc, st->x, st->y, nb, i == 0, i + 1 == micro,
+                                             &l, &hits)
+                       : ps_model_train_step(st->model, st->x, st->y, nb, &l, &hits);
+        if (rc != PS_OK) {
+            snprintf(err, errlen, "training step failed: %s", ps_strerror(rc));
+            return rc;
+        }
+        loss_sum += (double)l * (double)nb;
+        *samples += nb;
+        *correct += hits;
     }
+    *loss = (float)(loss_sum / (double)*samples);
     return ps_exchange_step_end(&st->ex, err, errlen);
 }
 
@@ -344,7 +375,11 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     ps_train_config run = *cfg; /* with the epochs chosen */
     run.epochs = epochs;
     cfg = &run;
-    size_t steps = ps_batcher_steps_per_epoch(&st.batcher);
+    /* a step takes N micro-batches (--accumulate-steps), the epoch's last step the
+     * remainder: an epoch still covers the data once */
+    size_t accum = cfg->accumulate_steps > 1 ? cfg->accumulate_steps : 1;
+    size_t micro_per_epoch = ps_batcher_steps_per_epoch(&st.batcher);
+    size_t steps = (micro_per_epoch + accum - 1) / accum;
     if (cfg->max_steps && steps > cfg->max_steps) steps = cfg->max_steps;
     uint64_t total = (uint64_t)steps * cfg->epochs;
     /* Where the job is: a worker (re)starting into a running job continues at
@@ -352,7 +387,10 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
      * restarted chief still evaluates); sync, past total only when backup
      * workers or a laggard closed steps alone. */
     ps_exchange_job job = {
-        .total_steps = total, .recreated = res->recreated, .recreated_cap = PS_TRAIN_MAX_RECREATED};
+        .total_steps = total,
+        .steps_per_epoch = steps,
+        .recreated = res->recreated,
+        .recreated_cap = PS_TRAIN_MAX_RECREATED};
     if (rc == PS_OK) rc = ps_exchange_join(&st.ex, &job, err, errlen);
     res->async = job.async;
     res->n_recreated = job.n_recreated;
@@ -365,7 +403,12 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     if (rc == PS_OK && clock > 0)
         PS_INFO("joining a running job: epoch %u, step %zu of %zu", first_epoch + 1, first_step,
                 steps);
-    if (rc == PS_OK && cfg->index == 0)
+    if (rc == PS_OK && cfg->index == 0 && accum > 1)
+        PS_INFO("%s training: %u workers x batch %zu x %zu accumulated micro-batches = global "
+                "batch %zu; %zu samples per worker, %zu steps per epoch",
+                async ? "async" : "sync", cfg->workers, batch, accum,
+                batch * accum * cfg->workers, st.batcher.shard_n, steps);
+    else if (rc == PS_OK && cfg->index == 0)
         PS_INFO("%s training: %u workers x batch %zu = global batch %zu; %zu samples per worker",
                 async ? "async" : "sync", cfg->workers, batch, batch * cfg->workers,
                 st.batcher.shard_n);
@@ -376,14 +419,15 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     size_t job_samples = 0;
     for (unsigned epoch = first_epoch; rc == PS_OK && epoch < cfg->epochs; epoch++) {
         size_t s0 = epoch == first_epoch ? first_step : 0;
-        ps_prefetch_start_epoch(st.pf, epoch, s0); /* skips what the job already did this epoch */
+        /* skips what the job already did this epoch */
+        ps_prefetch_start_epoch(st.pf, epoch, s0 * accum);
         ps_progress_begin_epoch(&prog, epoch, steps - s0);
         double te = now_s();
         for (size_t s = s0; s < steps; s++) {
-            size_t nb = ps_prefetch_next(st.pf, &st.x, &st.y);
+            size_t left = micro_per_epoch - s * accum, micro = left < accum ? left : accum;
             float loss = 0;
-            size_t correct = 0;
-            rc = train_one(cfg, &st, clock, nb, &loss, &correct, err, errlen);
+            size_t correct = 0, nb = 0;
+            rc = train_one(cfg, &st, clock, micro, &loss, &correct, &nb, err, errlen);
             if (rc != PS_OK) break;
             clock++;
             res->steps++;

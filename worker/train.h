@@ -61,6 +61,9 @@ typedef struct {
     uint64_t checkpoint_every_steps;  /* chief: a checkpoint every N steps (0: no) */
     unsigned keep_checkpoints;        /* newest checkpoint files kept */
     uint64_t perturb_at_step;         /* tests (fault injection): nudge a variable after step N */
+    unsigned accumulate_steps; /* micro-batches summed per step (accumulate.h); 0, 1: none */
+    unsigned sync_every;       /* local SGD: combine every K local steps (exchange_localsgd.c);
+                                * 0, 1: every step (the strategies' own way) */
 } ps_train_config;
 
 /* How the workers combine gradients (psworker --strategy). */
