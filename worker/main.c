@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "exchange.h"
+#include "half.h"
 #include "job_id.h"
 #include "kernels.h"
 #include "lifetime.h"
@@ -48,6 +49,7 @@ typedef struct {
     long strategy, communication, worker_timeout, ring_connect_timeout, bucket_kb, check_every;
     char checkpoint_dir[1024], loss[64];
     long checkpoint_every, checkpoint_every_steps, keep_checkpoints, perturb_at_step;
+    char compression[64];
 } worker_opts;
 
 enum { PROGRESS_AUTO, PROGRESS_TTY, PROGRESS_PLAIN, PROGRESS_NONE };
@@ -172,6 +174,11 @@ static const ps_option table[] = {
      NULL, "N", "all-reduce chief: a checkpoint every N steps (0: not by steps)"},
     {"keep-checkpoints", PS_OPTION_LONG, F(keep_checkpoints), 1, 1000, "3", NULL, "K",
      "all-reduce chief: newest checkpoint files kept in --checkpoint-dir"},
+    {"compression", PS_OPTION_STR, F(compression), 0, 0, "none", NULL, "none|fp16|bf16|topk:R",
+     "gradients on the wire (psd pushes, the all-reduce): fp16 / bf16 rounded to nearest "
+     "even (fp16 saturates beyond 65504); topk:R sends each tensor's (all-reduce: each "
+     "bucket's) max(1, ceil(R x n)) largest entries and keeps the rest for later steps "
+     "(error feedback), 0 < R <= 1. Parameters and psd's state stay float32"},
     {"slow-ms", PS_OPTION_LONG, F(slow_ms), 0, 3600000, "0", NULL, "MS",
      "for tests: sleep MS every step, to play a slow worker"},
     {"perturb-at-step", PS_OPTION_LONG, F(perturb_at_step), 0, 1L << 40, "0", NULL, "N",
@@ -390,6 +397,15 @@ int main(int argc, char **argv) {
         .keep_checkpoints = (unsigned)o.keep_checkpoints,
         .perturb_at_step = (uint64_t)o.perturb_at_step,
     };
+    if (ps_compression_parse(o.compression, &cfg.compression, &cfg.topk_ratio, err,
+                             sizeof err) != 0) {
+        fprintf(stderr, "psworker: --compression %s\n", err);
+        return 2;
+    }
+    if (cfg.no_ps && cfg.compression != PS_COMPRESSION_NONE) {
+        fprintf(stderr, "psworker: --compression %s: --no-ps sends no gradients\n", o.compression);
+        return 2;
+    }
     if (cfg.positive_classes && cfg.label_map) {
         fprintf(stderr, "psworker: give --positive-classes or --label-map, not both\n");
         return 2;

@@ -61,6 +61,8 @@ typedef struct {
     uint64_t checkpoint_every_steps;  /* chief: a checkpoint every N steps (0: no) */
     unsigned keep_checkpoints;        /* newest checkpoint files kept */
     uint64_t perturb_at_step;         /* tests (fault injection): nudge a variable after step N */
+    int compression;                  /* gradients on the wire: a PS_COMPRESSION_* (half.h) */
+    float topk_ratio;                 /* PS_COMPRESSION_TOPK: 0 < ratio <= 1 */
 } ps_train_config;
 
 /* How the workers combine gradients (psworker --strategy). */
@@ -88,6 +90,7 @@ typedef struct {
     unsigned recreated[PS_TRAIN_MAX_RECREATED];
     size_t n_recreated;
     int peer_failed; /* the failure was another worker's (a broken ring, diverged replicas) */
+    double bytes_sent_per_step; /* gradient bytes this worker put on the wire per step (-1: n/a) */
 } ps_train_result;
 
 /* Places the model's variables on n_shards shards (the same on every worker)
