@@ -174,11 +174,7 @@ static const ps_option table[] = {
      NULL, "N", "all-reduce chief: a checkpoint every N steps (0: not by steps)"},
     {"keep-checkpoints", PS_OPTION_LONG, F(keep_checkpoints), 1, 1000, "3", NULL, "K",
      "all-reduce chief: newest checkpoint files kept in --checkpoint-dir"},
-    {"compression", PS_OPTION_STR, F(compression), 0, 0, "none", NULL, "none|fp16|bf16|topk:R",
-     "gradients on the wire (psd pushes, the all-reduce): fp16 / bf16 rounded to nearest "
-     "even (fp16 saturates beyond 65504); topk:R sends each tensor's (all-reduce: each "
-     "bucket's) max(1, ceil(R x n)) largest entries and keeps the rest for later steps "
-     "(error feedback), 0 < R <= 1. Parameters and psd's state stay float32"},
+    {.like = &ps_flag_compression, PS_OPTION_AT(worker_opts, compression)},
     {"slow-ms", PS_OPTION_LONG, F(slow_ms), 0, 3600000, "0", NULL, "MS",
      "for tests: sleep MS every step, to play a slow worker"},
     {"perturb-at-step", PS_OPTION_LONG, F(perturb_at_step), 0, 1L << 40, "0", NULL, "N",
