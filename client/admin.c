@@ -63,6 +63,7 @@ static int stats_from_reply(const Ps__StatsReply *r, ps_stats *out) {
     out->dropped_replies = r->dropped_replies;
     out->loop_turns_cut = r->loop_turns_cut;
     out->checkpoint_failures = r->checkpoint_failures;
+    out->push_bytes = r->push_bytes;
     out->job_id = dup_str(r->job_id);
     if (!out->job_id) goto nomem;
     if (r->n_vars) {

@@ -38,6 +38,15 @@ typedef struct {
 
 enum { PROBE_WAIT = 0, PROBE_RESEND, PROBE_STALE };
 
+/* A tensor's pushed gradient as encoded for the wire (compress.c). */
+typedef struct {
+    unsigned char *buf; /* the encoded payload (sent zero-copy, kept until the next push) */
+    size_t cap, bytes;
+    uint64_t nnz; /* top-k: pairs in buf */
+    uint64_t gen; /* c->push_gen it was encoded for: a re-send reuses it */
+    float *residual; /* top-k: what was not sent yet (numel floats) */
+} enc_state;
+
 struct ps_client {
     void *zctx;
     shard_conn *shards;
@@ -57,6 +66,14 @@ struct ps_client {
     int step_open;  /* between ps_client_step_begin and ps_client_step_end */
     int step_rc;    /* the first send error of the open step exchange */
     uint64_t step_clock;
+    ps_compression compress; /* push encoding (ps_client_set_compression) */
+    float topk_ratio;
+    enc_state *enc;      /* per tensor (cap_tensors entries, zeroed) */
+    uint64_t push_gen;   /* counts push rounds: encodings are made once per round */
+    uint64_t push_bytes; /* gradient payload bytes sent in pushes */
+    float *enc_scratch;  /* top-k selection scratch */
+    size_t enc_scratch_cap;
+    int warned_saturated;
     ps_curve_client curve;               /* secret: wiped on close */
     char job_id[PS_WIRE_MAX_JOB_ID + 1]; /* "" : none named */
     char error[512];
@@ -98,6 +115,13 @@ int ps__take_values(ps_client *c, size_t shard, const Ps__PullReply *p, ps_frame
                     const char *what);
 /* Sends shard i's gradients as a Push, or (with_pull) a PushPull. */
 int ps__send_grads(ps_client *c, size_t i, uint64_t step, uint64_t clock, int with_pull);
+/* The payload of tensor ti's gradient as this round pushes it: the grad buffer
+ * itself (no compression) or its encoding, made once per c->push_gen. Fills the meta's
+ * dtype, nbytes and nnz. PS_OK or PS_ENOMEM (message set). */
+int ps__grad_payload(ps_client *c, size_t ti, Ps__TensorMeta *m, ps_payload *pl);
+/* Frees the encoding state (ps_client_close). */
+void ps__compress_free(ps_client *c);
+
 /* PS_EINVAL (message set) unless ps_client_hello succeeded. */
 int ps__need_hello(ps_client *c, const char *what);
 

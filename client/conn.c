@@ -153,6 +153,7 @@ void ps_client_close(ps_client *c) {
     if (c->zctx) zmq_ctx_term(c->zctx);
     ps_curve_wipe(&c->curve, sizeof c->curve);
     free(c->shards);
+    ps__compress_free(c);
     free(c->tensors);
     free(c->ready);
     free(c);
@@ -206,6 +207,10 @@ int ps_client_add(ps_client *c, const ps_client_tensor *t) {
         unsigned char *nr = realloc(c->ready, cap);
         if (!nr) return ps__fail(c, PS_ENOMEM, "out of memory");
         c->ready = nr;
+        enc_state *ne = realloc(c->enc, cap * sizeof *ne);
+        if (!ne) return ps__fail(c, PS_ENOMEM, "out of memory");
+        memset(ne + c->cap_tensors, 0, (cap - c->cap_tensors) * sizeof *ne);
+        c->enc = ne;
         c->cap_tensors = cap;
     }
     shard_conn *s = &c->shards[t->shard];

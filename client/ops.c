@@ -210,9 +210,14 @@ static int frame_set_build(ps_client *c, size_t i, int use_grad, frame_set *fs) 
         const ps_client_tensor *t = &c->tensors[c->shards[i].tensors[k]];
         ps_tensor_meta_f32(&fs->metas[k], t->name, t->shape, t->rank, fs->shapes + 2 * k);
         fs->ptrs[k] = &fs->metas[k];
-        /* zero-copy: the frame is the caller's buffer, which stays unchanged until the reply */
-        fs->pl[k] = (ps_payload){use_grad ? t->grad : t->param, ps__tensor_numel(t) * sizeof(float),
-                                 NULL, NULL};
+        /* zero-copy: the frame is the caller's buffer, which stays unchanged until the reply
+         * (or, with compression, the client's encoding of it) */
+        if (use_grad) {
+            int rc = ps__grad_payload(c, c->shards[i].tensors[k], &fs->metas[k], &fs->pl[k]);
+            if (rc != PS_OK) return rc;
+        } else {
+            fs->pl[k] = (ps_payload){t->param, ps__tensor_numel(t) * sizeof(float), NULL, NULL};
+        }
         Ps__Optimizer *o = &fs->opts[k];
         ps_opt_spec_to_proto(&t->opt, o);
         fs->optptrs[k] = o;
@@ -394,6 +399,7 @@ int ps_client_push(ps_client *c, uint64_t step, int *applied_all) {
     push_ctx ctx = {1, 0, 0, step, 0};
     if (ps__need_hello(c, "push") != PS_OK || c->step_open)
         return c->step_open ? ps__fail(c, PS_EINVAL, "push during a step exchange") : PS_EINVAL;
+    c->push_gen++; /* a new round: gradients are encoded afresh */
     op_spec op = {"push", send_push, on_pushed, 1, 1, &ctx};
     int rc = ps__round_trip(c, &op, 0);
     if (applied_all) *applied_all = ctx.applied;
@@ -404,6 +410,7 @@ int ps_client_push_next(ps_client *c, uint64_t clock, size_t *dropped) {
     push_ctx ctx = {1, 0, 1, 0, clock};
     if (ps__need_hello(c, "push") != PS_OK || c->step_open)
         return c->step_open ? ps__fail(c, PS_EINVAL, "push during a step exchange") : PS_EINVAL;
+    c->push_gen++; /* a new round: gradients are encoded afresh */
     op_spec op = {"push", send_push, on_pushed, 1, 1, &ctx};
     int rc = ps__round_trip(c, &op, 0);
     if (dropped) *dropped = (size_t)ctx.dropped;

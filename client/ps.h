@@ -185,6 +185,27 @@ PS_API int ps_client_push(ps_client *c, uint64_t step, int *applied_all);
  * shard restarted from a checkpoint meanwhile (pull again and go on). */
 PS_API int ps_client_push_next(ps_client *c, uint64_t clock, size_t *dropped);
 
+/* ---- gradient compression ---------------------------------------------------------- */
+
+typedef enum {
+    PS_COMPRESS_NONE = 0, /* float32, as computed (the default) */
+    PS_COMPRESS_F16,      /* IEEE binary16, round to nearest even; |g| > 65504 saturates */
+    PS_COMPRESS_BF16,     /* bfloat16, round to nearest even */
+    PS_COMPRESS_TOPK      /* per tensor, the k = max(1, ceil(ratio * numel)) entries of largest
+                           * magnitude as (u32 index, f32 value) pairs, with error feedback */
+} ps_compression;
+
+/* How pushes (ps_client_push, ps_client_push_next, the step exchange) encode the
+ * gradients; pulls and psd's state stay float32 (psd decodes before it sums or applies).
+ * TOPK keeps a residual per registered tensor: each push adds the gradient to it, sends
+ * its top k entries and zeroes them there, so what is not sent goes out in later pushes
+ * (the residuals start at zero and are dropped by a change of kind). ratio: TOPK only,
+ * 0 < ratio <= 1 (ignored otherwise). Not during a step exchange. PS_OK or PS_EINVAL. */
+PS_API int ps_client_set_compression(ps_client *c, ps_compression kind, float ratio);
+/* Gradient payload bytes this client's pushes have put on the wire (every attempt,
+ * encoded as sent), since it was opened. */
+PS_API uint64_t ps_client_push_bytes(const ps_client *c);
+
 /* ---- the training step's exchange ------------------------------------------------- */
 
 /* One round trip per shard instead of a push and a pull: each shard gets a PushPull of
@@ -239,6 +260,7 @@ typedef struct {
     uint64_t pending_pulls_timed_out, pending_pulls_released, dropped_replies;
     uint64_t loop_turns_cut, checkpoint_failures;
     char *job_id; /* "" : none */
+    uint64_t push_bytes; /* gradient payload bytes of pushes received, as sent (encoded) */
 } ps_stats;
 
 /* Frees what s owns and zeroes it (the struct itself is the caller's); NULL is ignored.

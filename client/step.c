@@ -31,6 +31,7 @@ int ps_client_step_begin(ps_client *c, uint64_t clock) {
     if (c->step_open) return ps__fail(c, PS_EINVAL, "step_begin: a step is already open");
     c->step_open = 1;
     c->step_clock = clock;
+    c->push_gen++; /* a new round: gradients are encoded afresh */
     c->step_rc = ps__connect_all(c);
     for (size_t i = 0; i < c->n_shards; i++) {
         c->shards[i].n_ready = 0;

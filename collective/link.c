@@ -87,6 +87,10 @@ const char *ps__op_name(int op) {
         return "broadcast";
     case PS_OP_ALLGATHER:
         return "allgather";
+    case PS_OP_ALLREDUCE_F16:
+        return "all-reduce (fp16)";
+    case PS_OP_ALLREDUCE_BF16:
+        return "all-reduce (bf16)";
     default:
         return "no operation";
     }

@@ -30,7 +30,14 @@ enum {
     PS_FRAME_BYE = 6,       /* no payload: the sender closes the ring */
 };
 
-enum { PS_OP_NONE = 0, PS_OP_ALLREDUCE = 1, PS_OP_BROADCAST = 2, PS_OP_ALLGATHER = 3 };
+enum {
+    PS_OP_NONE = 0,
+    PS_OP_ALLREDUCE = 1,
+    PS_OP_BROADCAST = 2,
+    PS_OP_ALLGATHER = 3,
+    PS_OP_ALLREDUCE_F16 = 4,  /* all-reduce whose pieces travel as binary16 */
+    PS_OP_ALLREDUCE_BF16 = 5, /* ... as bfloat16 */
+};
 
 typedef struct {
     uint8_t type;

@@ -37,6 +37,7 @@ static void ring_free(ps_ring *r) {
         free(r->endpoints[i]);
     free(r->endpoints);
     free(r->tmp);
+    free(r->tx_enc);
     if (r->wake_fd >= 0) close(r->wake_fd);
     if (r->tx_stop_fd >= 0) close(r->tx_stop_fd);
     pthread_cond_destroy(&r->tx_cv);
@@ -83,7 +84,8 @@ int ps_ring_open(const ps_ring_config *cfg, ps_ring **out, char *err, size_t err
     r->chunk = chunk < 4 ? 4 : chunk & ~(size_t)3;
     r->endpoints = calloc(cfg->size, sizeof *r->endpoints);
     r->tmp = malloc(r->chunk);
-    if (!r->endpoints || !r->tmp) {
+    r->tx_enc = malloc(r->chunk / 2);
+    if (!r->endpoints || !r->tmp || !r->tx_enc) {
         ring_free(r);
         return PS_ENOMEM;
     }
@@ -164,14 +166,30 @@ static int enqueue(ps_ring *r, int kind, void *data, size_t bytes, size_t unit, 
 }
 
 int ps_ring_allreduce_start(ps_ring *r, float *data, size_t n) {
-    if (!r || (!data && n > 0) || n > SIZE_MAX / 4) return PS_EINVAL;
+    return ps_ring_allreduce_start_enc(r, data, n, PS_RING_F32);
+}
+
+int ps_ring_allreduce_start_enc(ps_ring *r, float *data, size_t n, ps_ring_enc enc) {
+    if (!r || (!data && n > 0) || n > SIZE_MAX / 4 || enc < PS_RING_F32 || enc > PS_RING_BF16)
+        return PS_EINVAL;
     if (r->size == 1) {
         pthread_mutex_lock(&r->mu);
         int e = r->err;
         pthread_mutex_unlock(&r->mu);
         return e;
     }
-    return enqueue(r, PS_OP_ALLREDUCE, data, n * 4, 4, 0);
+    int kind = enc == PS_RING_F16    ? PS_OP_ALLREDUCE_F16
+               : enc == PS_RING_BF16 ? PS_OP_ALLREDUCE_BF16
+                                     : PS_OP_ALLREDUCE;
+    return enqueue(r, kind, data, n * 4, 4, 0);
+}
+
+uint64_t ps_ring_bytes_sent(ps_ring *r) {
+    if (!r) return 0;
+    pthread_mutex_lock(&r->mu);
+    uint64_t b = r->bytes_sent;
+    pthread_mutex_unlock(&r->mu);
+    return b;
 }
 
 int ps_ring_wait(ps_ring *r, char *err, size_t errlen) {
@@ -213,16 +231,27 @@ int ps_ring_broadcast(ps_ring *r, unsigned root, void *data, size_t len, char *e
     return ps_ring_wait(r, err, errlen);
 }
 
-int ps_ring_allgather(ps_ring *r, const void *mine, size_t len, void *all, char *err,
-                      size_t errlen) {
-    if (!r || ((!mine || !all) && len > 0) || (r->size > 0 && len > SIZE_MAX / r->size)) {
-        set_err(err, errlen, "bad allgather arguments");
+int ps_ring_allgather_start(ps_ring *r, const void *mine, size_t len, void *all) {
+    if (!r || ((!mine || !all) && len > 0) || (r->size > 0 && len > SIZE_MAX / r->size))
         return PS_EINVAL;
-    }
     unsigned char *dst = (unsigned char *)all + (size_t)r->rank * len;
     if (len > 0 && dst != mine) memmove(dst, mine, len);
-    if (r->size == 1) return ps_ring_wait(r, err, errlen);
-    int rc = enqueue(r, PS_OP_ALLGATHER, all, len * r->size, len, 0);
+    if (r->size == 1) {
+        pthread_mutex_lock(&r->mu);
+        int e = r->err;
+        pthread_mutex_unlock(&r->mu);
+        return e;
+    }
+    return enqueue(r, PS_OP_ALLGATHER, all, len * r->size, len, 0);
+}
+
+int ps_ring_allgather(ps_ring *r, const void *mine, size_t len, void *all, char *err,
+                      size_t errlen) {
+    int rc = ps_ring_allgather_start(r, mine, len, all);
+    if (rc == PS_EINVAL) {
+        set_err(err, errlen, "bad allgather arguments");
+        return rc;
+    }
     if (rc == PS_ENOMEM) return rc;
     return ps_ring_wait(r, err, errlen);
 }

@@ -28,6 +28,7 @@
 #define PS_RING_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct ps_ring ps_ring;
 
@@ -61,6 +62,24 @@ int ps_ring_open(const ps_ring_config *cfg, ps_ring **out, char *err, size_t err
  * ring until ps_ring_wait returns. Returns PS_OK, or the ring's sticky error
  * (the reason is given by ps_ring_wait). */
 int ps_ring_allreduce_start(ps_ring *r, float *data, size_t n);
+
+/* How an all-reduce's pieces travel: float32, or rounded to nearest even as
+ * binary16 / bfloat16 (2 bytes a value; received pieces are decoded and summed
+ * in float, so a partial sum is re-rounded at every hop; the rank completing a
+ * segment's sum rounds it too, so every rank ends with the same values). */
+typedef enum { PS_RING_F32 = 0, PS_RING_F16, PS_RING_BF16 } ps_ring_enc;
+
+/* ps_ring_allreduce_start with the pieces encoded as enc (every rank must
+ * give the same; a rank that differs fails the ring). */
+int ps_ring_allreduce_start_enc(ps_ring *r, float *data, size_t n, ps_ring_enc enc);
+
+/* Starts ps_ring_allgather: mine is copied into all at once; all belongs to
+ * the ring until ps_ring_wait returns. PS_OK, PS_EINVAL, PS_ENOMEM or the
+ * ring's sticky error. */
+int ps_ring_allgather_start(ps_ring *r, const void *mine, size_t len, void *all);
+
+/* Bytes of data frames (headers included) this rank has sent to the next one. */
+uint64_t ps_ring_bytes_sent(ps_ring *r);
 
 /* Waits until every started operation is done. Returns PS_OK or the ring's
  * error with its reason in err. */

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "half.h"
 #include "link.h"
 #include "ring.h"
 
@@ -45,6 +46,8 @@ typedef struct {
     unsigned char *dst; /* where the payload goes */
     size_t got;
     int add; /* DATA: sum into the op's floats when complete */
+    int enc; /* DATA of an encoded all-reduce: the payload (in tmp) is decoded */
+    int last_add; /* the last reduce-scatter step: the sum is final here (rounded) */
     unsigned char *sum_into;
     int held; /* a DATA header read with no operation to take it */
     int hup;  /* while held: the peer hung up (read the rest later) */
@@ -84,6 +87,11 @@ struct ps_ring {
     int next_left; /* under mu: next sent BYE (no keep-alives to it) */
     int tx_err;    /* under mu: a send failed, tx_msg says why */
     char tx_msg[256];
+    uint64_t bytes_sent; /* under mu: DATA frames' bytes (header + payload) sent to next */
+    unsigned char *tx_enc; /* send thread: an encoded piece (chunk / 2 bytes) */
+    const float *enc_src;  /* send thread: the piece to encode into tx_enc before sending */
+    size_t enc_n;
+    int enc_kind;
     unsigned s_step; /* send thread: next piece to send, (step, chunk) */
     size_t s_chunk;
     tx_state tx_next; /* send thread (progress thread once it stopped) */
@@ -96,6 +104,14 @@ struct ps_ring {
     rx_state rx_prev, rx_next;
     unsigned char *tmp; /* one chunk: a received piece before it is summed */
 };
+
+/* An all-reduce, in float32 or encoded on the wire (2 bytes a value). */
+static inline int ps__is_allreduce(int kind) {
+    return kind == PS_OP_ALLREDUCE || kind == PS_OP_ALLREDUCE_F16 || kind == PS_OP_ALLREDUCE_BF16;
+}
+static inline int ps__is_encoded(int kind) {
+    return kind == PS_OP_ALLREDUCE_F16 || kind == PS_OP_ALLREDUCE_BF16;
+}
 
 static inline long long now_ms(void) {
     struct timespec ts;

@@ -17,7 +17,7 @@ static unsigned mod(const ps_ring *r, long v) {
 }
 
 unsigned ps__ring_send_steps(const ps_ring *r, const ring_op *op) {
-    if (op->kind == PS_OP_ALLREDUCE) return 2 * (r->size - 1);
+    if (ps__is_allreduce(op->kind)) return 2 * (r->size - 1);
     if (op->kind == PS_OP_ALLGATHER) return r->size - 1;
     return next_rank(r) == op->root ? 0 : 1; /* the last rank of a broadcast forwards nothing */
 }
@@ -30,7 +30,7 @@ unsigned ps__ring_recv_steps(const ps_ring *r, const ring_op *op) {
  * allgather) or recv step t (broadcast), so a piece may go once it came in. */
 span ps__ring_send_span(const ps_ring *r, const ring_op *op, unsigned t) {
     long me = (long)r->rank, n1 = (long)r->size - 1;
-    if (op->kind == PS_OP_ALLREDUCE)
+    if (ps__is_allreduce(op->kind))
         return ar_segment(r, op, (long)t < n1 ? mod(r, me - t) : mod(r, me + 1 - (t - n1)));
     if (op->kind == PS_OP_ALLGATHER) return (span){op->data + mod(r, me - t) * op->unit, op->unit};
     return (span){op->data, op->bytes};
@@ -38,7 +38,7 @@ span ps__ring_send_span(const ps_ring *r, const ring_op *op, unsigned t) {
 span ps__ring_recv_span(const ps_ring *r, const ring_op *op, unsigned t, int *add) {
     long me = (long)r->rank, n1 = (long)r->size - 1;
     *add = 0;
-    if (op->kind == PS_OP_ALLREDUCE) {
+    if (ps__is_allreduce(op->kind)) {
         *add = (long)t < n1;
         return ar_segment(r, op, (long)t < n1 ? mod(r, me - t - 1) : mod(r, me - (t - n1)));
     }

@@ -154,18 +154,22 @@ static int rx_accept_data(ps_ring *r, rx_state *rx, char *msg, size_t msglen) {
                  ps__op_name(op->kind), (unsigned)op->seq, op->bytes);
         return PS_EPROTO;
     }
+    int enc = ps__is_encoded(op->kind);
+    size_t want = enc ? exp.bytes / 2 : exp.bytes; /* encoded: 2 bytes a float */
     if (r->r_step >= ps__ring_recv_steps(r, op) || f->step != r->r_step || f->chunk != r->r_chunk ||
-        f->len != exp.bytes) {
+        f->len != want) {
         snprintf(msg, msglen,
                  "sent a %u-byte frame for %s #%u step %u chunk %u; expected %zu bytes for step %u "
                  "chunk %zu",
                  f->len, ps__op_name(op->kind), (unsigned)op->seq, (unsigned)f->step,
-                 (unsigned)f->chunk, exp.bytes, r->r_step, r->r_chunk);
+                 (unsigned)f->chunk, want, r->r_step, r->r_chunk);
         return PS_EPROTO;
     }
     rx->add = add;
+    rx->enc = enc;
+    rx->last_add = add && r->r_step + 2 == r->size; /* step size-2: the last reduce step */
     rx->sum_into = exp.p;
-    rx->dst = add ? r->tmp : exp.p;
+    rx->dst = add || enc ? r->tmp : exp.p;
     rx->got = 0;
     rx->in_payload = 1;
     return PS_OK;
@@ -284,8 +288,17 @@ static int rx_pump(ps_ring *r, int is_prev) {
             fail(r, code, 0, "%.*s [relayed by %s]", (int)(rx->f.len - 4), rx->ctrl + 4, who);
             return code;
         }
-        if (rx->add)
+        if (rx->enc) {
+            /* decoded and summed in float; the rank that completes a segment's sum rounds
+             * it as the wire will carry it, so every rank ends with the same values */
+            ps_half_kind k =
+                r->cur->kind == PS_OP_ALLREDUCE_F16 ? PS_HALF_F16 : PS_HALF_BF16;
+            float *into = (float *)(void *)rx->sum_into;
+            ps_half_decode(k, (const uint16_t *)(void *)r->tmp, rx->f.len / 2, into, rx->add);
+            if (rx->last_add) ps_half_round(k, into, rx->f.len / 2);
+        } else if (rx->add) {
             sum_into((float *)(void *)rx->sum_into, (const float *)(void *)r->tmp, rx->f.len / 4);
+        }
         r->r_chunk++;
         ps__ring_skip_recv(r);
         publish(r);

@@ -78,18 +78,25 @@ void ps__ring_tx_control(tx_state *tx, int type, int code, const char *text) {
 static void tx_start_piece(ps_ring *r, const ring_op *op, long long now) {
     tx_state *tx = &r->tx_next;
     span s = ps__ring_piece(r, ps__ring_send_span(r, op, r->s_step), r->s_chunk);
+    int enc = ps__is_encoded(op->kind);
+    size_t len = enc ? s.bytes / 2 : s.bytes; /* encoded: 2 bytes a float */
     ps__frame f = {.type = PS_FRAME_DATA,
                    .op = (uint8_t)op->kind,
                    .step = (uint16_t)r->s_step,
                    .seq = op->seq,
                    .chunk = (uint32_t)r->s_chunk,
-                   .len = (uint32_t)s.bytes,
+                   .len = (uint32_t)len,
                    .total = op->bytes};
     ps__frame_encode(&f, tx->hdr);
     tx->hdr_len = PS_RING_HDR;
     tx->hdr_off = 0;
-    tx->pay = s.p;
-    tx->pay_len = s.bytes;
+    tx->pay = enc ? r->tx_enc : s.p;
+    /* encoded after mu is released, before the frame goes (tx_main) */
+    r->enc_src = enc ? (const float *)(const void *)s.p : NULL;
+    r->enc_n = s.bytes / 4;
+    r->enc_kind = op->kind == PS_OP_ALLREDUCE_F16 ? PS_HALF_F16 : PS_HALF_BF16;
+    r->bytes_sent += PS_RING_HDR + len;
+    tx->pay_len = len;
     tx->pay_off = 0;
     tx->active = 1;
     tx->last_ms = now;
@@ -205,6 +212,11 @@ void *ps__ring_tx_main(void *arg) {
             continue;
         }
         pthread_mutex_unlock(&r->mu);
+        if (r->enc_src) { /* the piece's floats, rounded to 16 bits for the wire */
+            ps_half_encode((ps_half_kind)r->enc_kind, r->enc_src, r->enc_n,
+                           (uint16_t *)(void *)r->tx_enc);
+            r->enc_src = NULL;
+        }
         int rc = tx_send_frame(r, msg, sizeof msg);
         pthread_mutex_lock(&r->mu);
         if (rc == 1) break;

@@ -105,3 +105,13 @@ const ps_option ps_flag_communication = {
     .choices = "auto|ring|nccl",
     .help = "all-reduce implementation: ring (over the workers' sockets), nccl (CUDA devices, "
             "when built with NCCL), auto = nccl on a CUDA device when built in, else ring"};
+
+const ps_option ps_flag_compression = {
+    .name = "compression",
+    .type = PS_OPTION_STR,
+    .def = "none",
+    .metavar = "none|fp16|bf16|topk:R",
+    .help = "gradients on the wire (psd pushes, the all-reduce): fp16 / bf16 rounded to nearest "
+            "even (fp16 saturates beyond 65504); topk:R sends each tensor's (all-reduce: each "
+            "bucket's) max(1, ceil(R x n)) largest entries and keeps the rest for later steps "
+            "(error feedback), 0 < R <= 1. Parameters and psd's state stay float32"};

@@ -24,5 +24,7 @@ extern const ps_option ps_flag_seed;             /* --seed N (psworker) */
 extern const ps_option ps_flag_strategy;         /* --strategy parameter_server|mirrored|
                                                     multi_worker_mirrored (index: 0 PS) */
 extern const ps_option ps_flag_communication;    /* --communication auto|ring|nccl (index) */
+extern const ps_option ps_flag_compression;      /* --compression none|fp16|bf16|topk:R (text,
+                                                    read by ps_compression_parse, half.h) */
 
 #endif

@@ -331,7 +331,7 @@ static int all_finite(const float *g, size_t n) {
 /* Checks every gradient names a variable of the same shape and is finite. */
 static int check_grads(ps_server *s, const Ps__Push *p, ps_request *r, const float **data,
                        char *err, size_t errlen) {
-    int rc = ps_tensors_check(p->grads, p->n_grads, r->payloads, r->n_payloads, err, errlen);
+    int rc = ps_grads_check(p->grads, p->n_grads, r->payloads, r->n_payloads, err, errlen);
     if (rc != PS_OK) return rc;
     if (p->n_grads == 0) {
         snprintf(err, errlen, "push carries no gradients");
@@ -357,7 +357,14 @@ static int check_grads(ps_server *s, const Ps__Push *p, ps_request *r, const flo
         /* Each frame is read in place when aligned; a misaligned one is copied
          * once into its own buffer (kept until the push is applied). */
         const void *raw = zmq_msg_data(&r->payloads[i]);
-        if (((uintptr_t)raw & 3u) != 0) {
+        if (m->dtype != PS__DTYPE__DT_F32) {
+            /* encoded (--compression): decoded into float before the sum or apply */
+            float *dense = malloc(v->numel * sizeof(float));
+            if (!dense) return PS_ENOMEM;
+            data[i] = dense;
+            rc = ps_grad_decode(m, &r->payloads[i], dense, err, errlen);
+            if (rc != PS_OK) return rc;
+        } else if (((uintptr_t)raw & 3u) != 0) {
             float *copy = malloc(v->numel * sizeof(float));
             if (!copy) return PS_ENOMEM;
             memcpy(copy, raw, v->numel * sizeof(float));
@@ -522,8 +529,15 @@ static void push_commit(ps_server *s, const Ps__Push *p, push_plan *pl) {
  * once they are checked, and the worker's next request is handled only after
  * the apply anyway (one loop thread), so the apply overlaps the reply's trip
  * and the worker's next send. */
+/* The gradient payload bytes of a Push or PushPull, as they came (StatsReply.push_bytes). */
+static void count_push_bytes(ps_server *s, const ps_request *r) {
+    for (size_t i = 0; i < r->n_payloads; i++)
+        s->stats.push_bytes += zmq_msg_size((zmq_msg_t *)&r->payloads[i]);
+}
+
 int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen) {
     const Ps__Push *p = r->hdr->push;
+    count_push_bytes(s, r);
     push_plan pl;
     int rc = push_prepare(s, r, p, &pl, err, errlen);
     if (rc != PS_OK) return rc;
@@ -546,6 +560,7 @@ int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen) {
  * worker, now one clock further, back. */
 int ps__handle_push_pull(ps_server *s, ps_request *r, char *err, size_t errlen) {
     const Ps__Push *p = r->hdr->push_pull->push;
+    count_push_bytes(s, r);
     if (!p || p->n_grads == 0 || p->n_grads > PS_WIRE_MAX_FRAMES) {
         snprintf(err, errlen, "push-pull of %zu gradients (allowed 1..%u)", p ? p->n_grads : 0,
                  PS_WIRE_MAX_FRAMES);
@@ -605,6 +620,7 @@ int ps__handle_stats(ps_server *s, ps_request *r, char *err, size_t errlen) {
     st.auth_denied = s->stats.auth_denied;
     st.checkpoint_failures = s->stats.checkpoint_failures;
     st.job_id = s->job_id;
+    st.push_bytes = s->stats.push_bytes;
     st.uptime_seconds = (double)(ps__now_ns() - s->start_ns) / 1e9;
     size_t n = s->store.n;
     Ps__VarStats *vs = calloc(n ? n : 1, sizeof *vs);

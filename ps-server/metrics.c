@@ -212,6 +212,9 @@ static char *render(const ps_server *s, size_t *len) {
     render_requests(&b, s);
     counter(&b, sh, "psd_bytes_received_total", "Bytes of requests received (all frames).",
             st->bytes_in);
+    counter(&b, sh, "psd_push_bytes_received_total",
+            "Gradient payload bytes of pushes received, as sent (encoded with --compression).",
+            st->push_bytes);
     counter(&b, sh, "psd_bytes_sent_total", "Bytes of payload frames sent in replies.",
             st->bytes_out);
     counter(&b, sh, "psd_replies_dropped_total",

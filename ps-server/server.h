@@ -28,6 +28,7 @@ typedef struct {
     double lat_sum;                           /* seconds */
     uint64_t lat_count;
     uint64_t bytes_in, bytes_out, dropped_replies;
+    uint64_t push_bytes; /* gradient payload bytes of Push/PushPull requests, as sent */
     uint64_t workers_removed, dropped_pushes, max_staleness, staleness_waits, checkpoints;
     uint64_t checkpoint_failures; /* saves that failed (timer, request or shutdown) */
     uint64_t heartbeats;

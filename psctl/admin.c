@@ -492,6 +492,7 @@ static cJSON *shard_json(size_t i, const char *addr, const shard_req *s, double 
     add_u64(o, "loop_turns_cut", r->loop_turns_cut);
     add_u64(o, "checkpoints", r->checkpoints);
     add_u64(o, "checkpoint_failures", r->checkpoint_failures);
+    add_u64(o, "push_bytes", r->push_bytes);
     cJSON_AddStringToObject(o, "job_id", r->job_id ? r->job_id : "");
     if (r->checkpoint_age_seconds < 0) {
         cJSON_AddNullToObject(o, "checkpoint_version");

@@ -136,6 +136,8 @@ int psctl_worker_argv(psctl_argv *a, const psctl_local_opts *o, const char *work
     psctl_argv_add(a, "--progress");
     psctl_argv_add(a, "%s", progress_tty ? "tty" : "plain");
     if (o->job_id) psctl_argv_add(a, "--job-id"), psctl_argv_add(a, "%s", o->job_id);
+    if (o->compression[0])
+        psctl_argv_add(a, "--compression"), psctl_argv_add(a, "%s", o->compression);
     if (o->recreate_lost) psctl_argv_add(a, "--recreate-lost-variables"), psctl_argv_add(a, "yes");
     for (int e = 0; e < o->num_extra; e++)
         psctl_argv_add(a, "%s", o->extra[e]);

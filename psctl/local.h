@@ -49,6 +49,7 @@ typedef struct {
     long replicas;
     long staleness;
     long checkpoint_steps; /* all-reduce: the chief's checkpoint period in steps (-1: not given) */
+    char compression[64];  /* --compression passed to every psworker; "" when not given */
     const char *job_id;    /* --job-id ID passed to every worker (--worker-cmd: as PS_JOB_ID in
                               its environment), or NULL (their default) */
     const char *worker_cmd; /* --worker-cmd CMD: workers run /bin/sh -c 'exec CMD' with TF_CONFIG

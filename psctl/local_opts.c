@@ -2,6 +2,7 @@
  * bounds from common/shared_flags.h) drives parsing, validation and --help. */
 #include "local.h"
 
+#include "half.h"
 #include "job_id.h"
 #include "options.h"
 #include "ps_error.h"
@@ -26,6 +27,11 @@ static const ps_option table[] = {
      AT(communication_index),
      .flags = PS_OPTION_NO_DEFAULT,
      .help = "all-reduce strategies: passed to every worker (default: the workers' auto)"},
+    {.like = &ps_flag_compression,
+     AT(compression),
+     .flags = PS_OPTION_NO_DEFAULT,
+     .help = "passed to every worker: how gradients travel (psworker --compression; default: "
+             "the workers' none)"},
     {"ps", PS_OPTION_LONG, F(num_ps), 1, PS_MAX_SHARDS, NULL, NULL, "N",
      "number of psd shards (required with --strategy parameter_server, refused otherwise)"},
     {.like = &ps_flag_workers,
@@ -236,7 +242,7 @@ static int allreduce_conflict(const psctl_local_opts *o, const unsigned char *gi
 static int worker_cmd_conflict(const psctl_local_opts *o, const unsigned char *given) {
     static const char *const psworker_only[] = {"epochs",  "model", "data",
                                                 "batch",   "seed",  "summary",
-                                                "gpus",    "recreate-lost-variables"};
+                                                "gpus",    "recreate-lost-variables", "compression"};
     if (o->allreduce) {
         fprintf(stderr,
                 "psctl local: --worker-cmd applies to --strategy parameter_server only; with "
@@ -292,6 +298,13 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
     }
     o->extra = argv + rest;
     o->num_extra = argc - rest;
+    int ckind;
+    float cratio;
+    if (o->compression[0] &&
+        ps_compression_parse(o->compression, &ckind, &cratio, err, sizeof err) != 0) {
+        fprintf(stderr, "psctl local: --compression %s\n", err);
+        return 2;
+    }
     if (given[ps_options_find(table, N_OPTIONS, "mode") - table])
         o->mode = o->mode_index ? "async" : "sync";
     static const char *const strategies[] = {"parameter_server", "mirrored",

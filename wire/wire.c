@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "half.h"
 #include "proto_strings.h"
 #include "ps_error.h"
 
@@ -88,8 +89,17 @@ size_t ps_tensor_numel(const Ps__TensorMeta *m) {
     return n;
 }
 
-int ps_tensors_check(Ps__TensorMeta *const *metas, size_t n_metas, const zmq_msg_t *frames,
-                     size_t n_frames, char *err, size_t errlen) {
+/* Bytes per value of a dense dtype; 0 for top-k; -1 for one a tensor may not have. */
+static int dtype_width(int dtype, int encoded_ok) {
+    if (dtype == PS__DTYPE__DT_F32) return 4;
+    if (!encoded_ok) return -1;
+    if (dtype == PS__DTYPE__DT_F16 || dtype == PS__DTYPE__DT_BF16) return 2;
+    if (dtype == PS__DTYPE__DT_TOPK_F32) return 0;
+    return -1;
+}
+
+static int check_tensors(Ps__TensorMeta *const *metas, size_t n_metas, const zmq_msg_t *frames,
+                         size_t n_frames, int encoded_ok, char *err, size_t errlen) {
     if (n_metas != n_frames) {
         snprintf(err, errlen, "header lists %zu tensors but %zu payload frames followed", n_metas,
                  n_frames);
@@ -103,9 +113,11 @@ int ps_tensors_check(Ps__TensorMeta *const *metas, size_t n_metas, const zmq_msg
                      PS_WIRE_MAX_NAME);
             return PS_EPROTO;
         }
-        if (m->dtype != PS__DTYPE__DT_F32) {
-            snprintf(err, errlen, "tensor '%s': dtype %d not supported (only float32)", m->name,
-                     (int)m->dtype);
+        int width = dtype_width((int)m->dtype, encoded_ok);
+        if (width < 0) {
+            snprintf(err, errlen, "tensor '%s': dtype %d not supported (%s)", m->name,
+                     (int)m->dtype,
+                     encoded_ok ? "float32, float16, bfloat16 or top-k" : "only float32");
             return PS_ESHAPE;
         }
         if (m->n_shape < 1 || m->n_shape > PS_WIRE_MAX_RANK) {
@@ -113,7 +125,7 @@ int ps_tensors_check(Ps__TensorMeta *const *metas, size_t n_metas, const zmq_msg
                      PS_WIRE_MAX_RANK);
             return PS_ESHAPE;
         }
-        uint64_t bytes = sizeof(float);
+        uint64_t bytes = sizeof(float), numel = 1;
         for (size_t d = 0; d < m->n_shape; d++) {
             uint64_t dim = m->shape[d];
             if (dim == 0 || bytes > UINT64_MAX / dim || bytes * dim > (uint64_t)SIZE_MAX / 2) {
@@ -122,6 +134,23 @@ int ps_tensors_check(Ps__TensorMeta *const *metas, size_t n_metas, const zmq_msg
                 return PS_ESHAPE;
             }
             bytes *= dim;
+            numel *= dim;
+        }
+        if (width == 0) { /* top-k: nnz pairs of a dense tensor of numel values */
+            if (m->nnz < 1 || m->nnz > numel || numel > UINT32_MAX) {
+                snprintf(err, errlen, "tensor '%s': top-k of %llu entries out of %llu (allowed "
+                         "1..numel, numel < 2^32)", m->name, (unsigned long long)m->nnz,
+                         (unsigned long long)numel);
+                return PS_EPROTO;
+            }
+            bytes = m->nnz * PS_TOPK_PAIR_BYTES; /* nnz <= numel: no overflow */
+        } else {
+            if (m->nnz != 0) {
+                snprintf(err, errlen, "tensor '%s': nnz %llu on a dense tensor", m->name,
+                         (unsigned long long)m->nnz);
+                return PS_EPROTO;
+            }
+            bytes = numel * (uint64_t)width;
         }
         if (bytes != m->nbytes) {
             snprintf(err, errlen, "tensor '%s': shape gives %llu bytes but nbytes says %llu",
@@ -136,6 +165,54 @@ int ps_tensors_check(Ps__TensorMeta *const *metas, size_t n_metas, const zmq_msg
         }
     }
     return PS_OK;
+}
+
+int ps_tensors_check(Ps__TensorMeta *const *metas, size_t n_metas, const zmq_msg_t *frames,
+                     size_t n_frames, char *err, size_t errlen) {
+    return check_tensors(metas, n_metas, frames, n_frames, 0, err, errlen);
+}
+
+int ps_grads_check(Ps__TensorMeta *const *metas, size_t n_metas, const zmq_msg_t *frames,
+                   size_t n_frames, char *err, size_t errlen) {
+    return check_tensors(metas, n_metas, frames, n_frames, 1, err, errlen);
+}
+
+int ps_grad_decode(const Ps__TensorMeta *m, const zmq_msg_t *frame, float *out, char *err,
+                   size_t errlen) {
+    const void *p = zmq_msg_data((zmq_msg_t *)frame);
+    size_t numel = ps_tensor_numel(m);
+    switch (m->dtype) {
+    case PS__DTYPE__DT_F32:
+        memcpy(out, p, numel * sizeof(float));
+        return PS_OK;
+    case PS__DTYPE__DT_F16:
+    case PS__DTYPE__DT_BF16: {
+        ps_half_kind k = m->dtype == PS__DTYPE__DT_F16 ? PS_HALF_F16 : PS_HALF_BF16;
+        const unsigned char *b = p;
+        for (size_t i = 0; i < numel; i++) { /* the frame may be misaligned */
+            uint16_t h;
+            memcpy(&h, b + 2 * i, 2);
+            out[i] = k == PS_HALF_F16 ? ps_f16_to_f32(h) : ps_bf16_to_f32(h);
+        }
+        return PS_OK;
+    }
+    case PS__DTYPE__DT_TOPK_F32: {
+        size_t bad = 0;
+        if (ps_topk_check(p, (size_t)m->nnz, numel, &bad) != 0) {
+            uint32_t idx;
+            memcpy(&idx, (const unsigned char *)p + bad * PS_TOPK_PAIR_BYTES, 4);
+            snprintf(err, errlen,
+                     "tensor '%s': top-k pair %zu has index %u (indices must be < %zu and "
+                     "strictly increasing)", m->name, bad, idx, numel);
+            return PS_EPROTO;
+        }
+        ps_topk_decode(p, (size_t)m->nnz, out, numel, 0);
+        return PS_OK;
+    }
+    default:
+        snprintf(err, errlen, "tensor '%s': dtype %d not supported", m->name, (int)m->dtype);
+        return PS_ESHAPE;
+    }
 }
 
 static int send_part(void *sock, zmq_msg_t *msg, int flags) {

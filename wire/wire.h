@@ -50,6 +50,18 @@ int ps_header_decode(const void *data, size_t len, Ps__Header **out, char *err, 
 int ps_tensors_check(Ps__TensorMeta *const *metas, size_t n_metas, const zmq_msg_t *frames,
                      size_t n_frames, char *err, size_t errlen);
 
+/* ps_tensors_check for a push's gradients: dtype F32, F16, BF16 (nbytes = numel * 2)
+ * or TOPK_F32 (1 <= nnz <= numel < 2^32, nbytes = nnz * 8); nnz is 0 for dense ones.
+ * The top-k indices are checked by ps_grad_decode. */
+int ps_grads_check(Ps__TensorMeta *const *metas, size_t n_metas, const zmq_msg_t *frames,
+                   size_t n_frames, char *err, size_t errlen);
+
+/* Decodes a gradient checked by ps_grads_check into out (numel floats): F32 copied,
+ * F16/BF16 widened, TOPK_F32 scattered into zeros after checking every index is < numel
+ * and strictly increasing. PS_OK, or PS_EPROTO (a bad index, reason in err). */
+int ps_grad_decode(const Ps__TensorMeta *m, const zmq_msg_t *frame, float *out, char *err,
+                   size_t errlen);
+
 /* Number of elements of a checked tensor. */
 size_t ps_tensor_numel(const Ps__TensorMeta *m);
 

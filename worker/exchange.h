@@ -60,6 +60,9 @@ typedef struct {
     int (*peer_failed)(void *self);
     /* Frees self and everything it owns. */
     void (*free)(void *self);
+    /* Gradient payload bytes this worker has put on the wire so far (pushes to psd,
+     * all-reduce frames). NULL: none are sent. */
+    uint64_t (*bytes_sent)(void *self);
 } ps_exchange_ops;
 
 /* An exchange: the strategy's operations and its state (owned). Embedded in

@@ -13,6 +13,7 @@
 
 #include "crc32c.h"
 #include "exchange.h"
+#include "half.h"
 #include "kernels.h"
 #include "local_opt.h"
 #include "log.h"
@@ -25,6 +26,14 @@
 typedef struct {
     float *lo, *hi;
 } span;
+
+/* --compression topk: a bucket's sparse all-gather in flight. */
+typedef struct {
+    span s;
+    size_t k;            /* pairs each rank sent */
+    unsigned char *mine; /* this rank's pairs */
+    unsigned char *all;  /* every rank's, rank order (the ring's until the wait) */
+} topk_bucket;
 
 typedef struct {
     const ps_train_config *cfg; /* borrowed */
@@ -43,6 +52,11 @@ typedef struct {
     int step_failed;  /* a bucket could not be started: step_end reports the ring's error */
     double last_ckpt; /* monotonic seconds of the chief's last checkpoint */
     uint64_t ckpt_clock; /* steps done at the last checkpoint (UINT64_MAX: none yet) */
+    uint64_t bytes_at_join; /* ring bytes sent before training (the chief's broadcast) */
+    float *residual;        /* topk: what was not sent yet, per parameter (owned) */
+    float *scratch;         /* topk: selection scratch, one float per parameter (owned) */
+    topk_bucket *tk;        /* topk: this step's buckets (owned) */
+    size_t n_tk, cap_tk;
 } coll_ex;
 
 static double now_s(void) {
@@ -61,6 +75,66 @@ static int ring_failed(coll_ex *x, int rc) {
 
 /* ---- buckets ---- */
 
+/* --compression topk: the bucket's top k of (residual + gradients) go round the
+ * ring as (index, value) pairs (a sparse all-gather: a reduce-scatter would
+ * not stay sparse); the rest stays in the residual for later steps. */
+static int start_topk(coll_ex *x, span s) {
+    size_t n = (size_t)(s.hi - s.lo), off = (size_t)(s.lo - ps_model_grads(x->model));
+    if (x->n_tk == x->cap_tk) {
+        size_t cap = x->cap_tk ? x->cap_tk * 2 : 16;
+        topk_bucket *t = realloc(x->tk, cap * sizeof *t);
+        if (!t) return PS_ENOMEM;
+        x->tk = t;
+        x->cap_tk = cap;
+    }
+    topk_bucket *b = &x->tk[x->n_tk];
+    b->s = s;
+    b->k = ps_topk_k(n, x->cfg->topk_ratio);
+    b->mine = malloc(b->k * PS_TOPK_PAIR_BYTES);
+    b->all = malloc((size_t)x->size * b->k * PS_TOPK_PAIR_BYTES);
+    if (!b->mine || !b->all) {
+        free(b->mine);
+        free(b->all);
+        return PS_ENOMEM;
+    }
+    x->n_tk++;
+    ps_topk_compress(x->residual + off, s.lo, n, b->k, b->mine, x->scratch);
+    return ps_ring_allgather_start(x->ring, b->mine, b->k * PS_TOPK_PAIR_BYTES, b->all);
+}
+
+/* After the wait: each topk bucket becomes the sum of every rank's pairs (checked:
+ * they came from other processes). */
+static int finish_topk(coll_ex *x, char *err, size_t errlen) {
+    int rc = PS_OK;
+    for (size_t i = 0; i < x->n_tk; i++) {
+        topk_bucket *b = &x->tk[i];
+        size_t n = (size_t)(b->s.hi - b->s.lo), len = b->k * PS_TOPK_PAIR_BYTES;
+        memset(b->s.lo, 0, n * sizeof(float));
+        for (unsigned r = 0; rc == PS_OK && r < x->size; r++) {
+            const unsigned char *pairs = b->all + (size_t)r * len;
+            size_t bad = 0;
+            if (ps_topk_check(pairs, b->k, n, &bad) != 0) {
+                snprintf(err, errlen,
+                         "worker %u sent a top-k list with a bad index at pair %zu (bucket of "
+                         "%zu values)", r, bad, n);
+                x->failed_peer = 1;
+                rc = PS_EPROTO;
+            } else {
+                ps_topk_decode(pairs, b->k, b->s.lo, n, 1);
+            }
+        }
+    }
+    return rc;
+}
+
+static void free_topk(coll_ex *x) {
+    for (size_t i = 0; i < x->n_tk; i++) {
+        free(x->tk[i].mine);
+        free(x->tk[i].all);
+    }
+    x->n_tk = 0;
+}
+
 /* Hands [lo, hi) to the ring (asynchronously). */
 static void start_span(coll_ex *x, span s) {
     if (s.lo == s.hi) return;
@@ -75,7 +149,14 @@ static void start_span(coll_ex *x, span s) {
         x->cap_started = cap;
     }
     x->started[x->n_started++] = s;
-    int rc = ps_ring_allreduce_start(x->ring, s.lo, (size_t)(s.hi - s.lo));
+    int rc;
+    if (x->cfg->compression == PS_COMPRESSION_TOPK)
+        rc = start_topk(x, s);
+    else
+        rc = ps_ring_allreduce_start_enc(x->ring, s.lo, (size_t)(s.hi - s.lo),
+                                         x->cfg->compression == PS_COMPRESSION_F16    ? PS_RING_F16
+                                         : x->cfg->compression == PS_COMPRESSION_BF16 ? PS_RING_BF16
+                                                                                      : PS_RING_F32);
     if (rc != PS_OK && !x->step_failed) x->step_failed = rc;
 }
 
@@ -297,6 +378,10 @@ static int coll_join(void *self, ps_exchange_job *job, char *err, size_t errlen)
     if (rc != PS_OK) return rc;
     x->last_ckpt = now_s();
     job->clock = x->done = clock;
+    x->bytes_at_join = ps_ring_bytes_sent(x->ring);
+    if (cfg->compression != PS_COMPRESSION_NONE)
+        PS_INFO("all-reduce pieces travel as %s%s", ps_compression_name(cfg->compression),
+                cfg->compression == PS_COMPRESSION_TOPK ? " (sparse all-gather per bucket)" : "");
     return PS_OK;
 }
 
@@ -390,6 +475,8 @@ static int coll_step_end(void *self, char *err, size_t errlen) {
         rc = x->step_failed;
         snprintf(err, errlen, "starting an all-reduce: %s", ps_strerror(rc));
     }
+    if (rc == PS_OK && x->n_tk) rc = finish_topk(x, err, errlen);
+    free_topk(x);
     if (rc != PS_OK) return rc;
     /* the mean of the replicas' gradients, as psd's sync mode computes it */
     if (x->size > 1) {
@@ -438,9 +525,18 @@ static int coll_peer_failed(void *self) {
     return ((coll_ex *)self)->failed_peer;
 }
 
+static uint64_t coll_bytes_sent(void *self) {
+    coll_ex *x = self;
+    return ps_ring_bytes_sent(x->ring) - x->bytes_at_join;
+}
+
 static void coll_free(void *self) {
     coll_ex *x = self;
     if (!x) return;
+    free_topk(x);
+    free(x->tk);
+    free(x->residual);
+    free(x->scratch);
     if (x->d_sum) ps_k_free(ps_model_device(x->model), x->d_sum);
     ps_nccl_close(x->nccl);
     ps_ring_close(x->ring);
@@ -458,6 +554,7 @@ static const ps_exchange_ops coll_ops = {
     .finish = coll_finish,
     .peer_failed = coll_peer_failed,
     .free = coll_free,
+    .bytes_sent = coll_bytes_sent,
 };
 
 int ps_exchange_nccl_built(void) {
@@ -476,6 +573,11 @@ int ps_exchange_collective_open(const ps_train_config *cfg, ps_model *m, ps_exch
                  "--communication nccl: this psworker was built without NCCL (use ring)");
         return PS_EINVAL;
     }
+    if (cfg->communication == PS_COMM_NCCL && cfg->compression != PS_COMPRESSION_NONE) {
+        snprintf(err, errlen, "--compression %s: not with --communication nccl (ring only)",
+                 ps_compression_name(cfg->compression));
+        return PS_EINVAL;
+    }
     if (!cfg->peers || cfg->n_peers != cfg->workers || cfg->index >= cfg->workers) {
         snprintf(err, errlen, "%s needs every worker's address (TF_CONFIG cluster.worker)",
                  ps_strategy_name(cfg->strategy));
@@ -489,7 +591,15 @@ int ps_exchange_collective_open(const ps_train_config *cfg, ps_model *m, ps_exch
     x->cfg = cfg;
     x->model = m;
     x->ckpt_clock = UINT64_MAX;
-    if (ps_local_opt_new(m, &x->opt) != PS_OK) {
+    if (cfg->compression == PS_COMPRESSION_TOPK) {
+        size_t n = ps_model_num_params(m);
+        x->residual = calloc(n ? n : 1, sizeof(float));
+        x->scratch = malloc((n ? n : 1) * sizeof(float));
+    }
+    if ((cfg->compression == PS_COMPRESSION_TOPK && (!x->residual || !x->scratch)) ||
+        ps_local_opt_new(m, &x->opt) != PS_OK) {
+        free(x->residual);
+        free(x->scratch);
         free(x);
         snprintf(err, errlen, "cannot allocate the optimizer's slots: %s", ps_strerror(PS_ENOMEM));
         return PS_ENOMEM;

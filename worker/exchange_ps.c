@@ -8,6 +8,7 @@
 
 #include "ps.h"
 #include "exchange.h"
+#include "half.h"
 #include "log.h"
 #include "placement.h"
 
@@ -245,7 +246,12 @@ static void ps_free(void *self) {
     free(x);
 }
 
+static uint64_t ps_bytes_sent(void *self) {
+    return ps_client_push_bytes(((ps_ex *)self)->client);
+}
+
 static const ps_exchange_ops push_pull_ops = {
+    .bytes_sent = ps_bytes_sent,
     .name = "psd (push-pull)",
     .join = ps_join,
     .step_begin = ps_pp_step_begin,
@@ -257,6 +263,7 @@ static const ps_exchange_ops push_pull_ops = {
 };
 
 static const ps_exchange_ops separate_ops = {
+    .bytes_sent = ps_bytes_sent,
     .name = "psd (pull, push)",
     .join = ps_join,
     .step_begin = ps_step_begin,
@@ -284,6 +291,13 @@ static int open_client(const ps_train_config *cfg, ps_model *m, ps_client **out,
     }
     ps_client_set_timeout(c, cfg->timeout_ms);
     if (cfg->retry_ms > 0) ps_client_set_retry(c, cfg->retry_ms);
+    /* PS_COMPRESSION_* are ps_compression's numbers (half.h) */
+    if (ps_client_set_compression(c, (ps_compression)cfg->compression, cfg->topk_ratio) != PS_OK) {
+        snprintf(err, errlen, "--compression: %s", ps_client_error(c));
+        return PS_EINVAL;
+    }
+    if (cfg->compression != PS_COMPRESSION_NONE)
+        PS_INFO("pushes encode the gradients as %s", ps_compression_name(cfg->compression));
     if (ps_client_set_job(c, cfg->job_id) != PS_OK) {
         snprintf(err, errlen, "%s", ps_client_error(c));
         return PS_EINVAL;

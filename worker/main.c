@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "exchange.h"
+#include "half.h"
 #include "job_id.h"
 #include "kernels.h"
 #include "lifetime.h"
@@ -49,6 +50,7 @@ typedef struct {
     char checkpoint_dir[1024], loss[64];
     long checkpoint_every, checkpoint_every_steps, keep_checkpoints, perturb_at_step;
     long accumulate_steps, sync_every;
+    char compression[64];
 } worker_opts;
 
 enum { PROGRESS_AUTO, PROGRESS_TTY, PROGRESS_PLAIN, PROGRESS_NONE };
@@ -186,6 +188,7 @@ static const ps_option table[] = {
      "worker's change as it comes), all-reduce averages the variables; a round also ends "
      "with each epoch. The optimizer's state stays in each worker and is not checkpointed. "
      "1: combine every step, the strategy's own way. Not with --no-ps"},
+    {.like = &ps_flag_compression, PS_OPTION_AT(worker_opts, compression)},
     {"slow-ms", PS_OPTION_LONG, F(slow_ms), 0, 3600000, "0", NULL, "MS",
      "for tests: sleep MS every step, to play a slow worker"},
     {"perturb-at-step", PS_OPTION_LONG, F(perturb_at_step), 0, 1L << 40, "0", NULL, "N",
@@ -406,6 +409,15 @@ int main(int argc, char **argv) {
         .accumulate_steps = (unsigned)o.accumulate_steps,
         .sync_every = (unsigned)o.sync_every,
     };
+    if (ps_compression_parse(o.compression, &cfg.compression, &cfg.topk_ratio, err,
+                             sizeof err) != 0) {
+        fprintf(stderr, "psworker: --compression %s\n", err);
+        return 2;
+    }
+    if (cfg.no_ps && cfg.compression != PS_COMPRESSION_NONE) {
+        fprintf(stderr, "psworker: --compression %s: --no-ps sends no gradients\n", o.compression);
+        return 2;
+    }
     if (cfg.positive_classes && cfg.label_map) {
         fprintf(stderr, "psworker: give --positive-classes or --label-map, not both\n");
         return 2;

@@ -12,6 +12,7 @@
 #include "cifar.h"
 #include "data.h"
 #include "exchange.h"
+#include "half.h"
 #include "kernels.h"
 #include "labels.h"
 #include "log.h"
@@ -49,6 +50,10 @@ static int write_summary(const ps_train_config *cfg, const ps_train_result *res,
     cJSON_AddNumberToObject(o, "sync_every", cfg->sync_every > 1 ? cfg->sync_every : 1);
     cJSON_AddNumberToObject(o, "wall_seconds", res->wall_seconds);
     if (cfg->job_id) cJSON_AddStringToObject(o, "job_id", cfg->job_id);
+    cJSON_AddStringToObject(o, "compression", ps_compression_name(cfg->compression));
+    /* this worker's gradient bytes on the wire per step (pushes, or all-reduce frames) */
+    if (res->bytes_sent_per_step >= 0)
+        cJSON_AddNumberToObject(o, "bytes_sent_per_step", res->bytes_sent_per_step);
     /* shards whose lost variables were re-created with initial values (recovery flag) */
     cJSON *rec = cJSON_AddArrayToObject(o, "recreated_lost_variables");
     for (size_t i = 0; rec && i < res->n_recreated; i++)
@@ -450,6 +455,14 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
         }
         ps_progress_end_epoch(&prog, extra);
     }
+    /* gradient bytes on the wire per step, before finish's own messages */
+    res->bytes_sent_per_step = -1;
+    if (st.ex.ops && st.ex.ops->bytes_sent && res->steps)
+        res->bytes_sent_per_step =
+            (double)st.ex.ops->bytes_sent(st.ex.self) / (double)res->steps;
+    if (res->bytes_sent_per_step >= 0)
+        PS_INFO("gradients sent: %.0f bytes per step (--compression %s)",
+                res->bytes_sent_per_step, ps_compression_name(cfg->compression));
     if (rc == PS_OK && cfg->index == 0 && res->test_accuracy < 0 && st.test.n > 0) {
         /* started after the last epoch had ended: evaluate what the job made */
         float vloss = 0;

@@ -64,6 +64,8 @@ typedef struct {
     unsigned accumulate_steps; /* micro-batches summed per step (accumulate.h); 0, 1: none */
     unsigned sync_every;       /* local SGD: combine every K local steps (exchange_localsgd.c);
                                 * 0, 1: every step (the strategies' own way) */
+    int compression;                  /* gradients on the wire: a PS_COMPRESSION_* (half.h) */
+    float topk_ratio;                 /* PS_COMPRESSION_TOPK: 0 < ratio <= 1 */
 } ps_train_config;
 
 /* How the workers combine gradients (psworker --strategy). */
@@ -91,6 +93,7 @@ typedef struct {
     unsigned recreated[PS_TRAIN_MAX_RECREATED];
     size_t n_recreated;
     int peer_failed; /* the failure was another worker's (a broken ring, diverged replicas) */
+    double bytes_sent_per_step; /* gradient bytes this worker put on the wire per step (-1: n/a) */
 } ps_train_result;
 
 /* Places the model's variables on n_shards shards (the same on every worker)

@@ -64,7 +64,7 @@ class Stats(Structure):
                 + [(n, _U64) for n in STATS_U64_FIELDS[1]]
                 + [("checkpoint_age_seconds", c_double)]
                 + [(n, _U64) for n in STATS_U64_FIELDS[2]]
-                + [("job_id", c_char_p)])
+                + [("job_id", c_char_p), ("push_bytes", _U64)])
 
 
 class CheckpointInfo(Structure):

@@ -75,6 +75,20 @@ def tensor_meta(name, shape, nbytes=None, dtype=1):
             + f_varint(4, n if nbytes is None else nbytes))
 
 
+def encoded_meta(name, shape, dtype, nbytes, nnz=0):
+    """A TensorMeta of an encoded gradient (--compression): DT_F16 2, DT_BF16 3, DT_TOPK_F32 4."""
+    return (f_bytes(1, name.encode()) + f_varint(2, dtype) + f_packed(3, shape)
+            + f_varint(4, nbytes) + (f_varint(5, nnz) if nnz else b""))
+
+
+def encoded_push(meta, payload, worker=0):
+    return [header(PUSH, f_bytes(1, meta) + f_varint(3, worker), request_id=4), payload]
+
+
+def pairs(*iv):
+    return b"".join(struct.pack("<If", i, v) for i, v in iv)
+
+
 def optimizer(kind=0, lr=0.1, momentum=0.0, beta1=0.0, beta2=0.0, epsilon=0.0, nesterov=0,
               rho=0.0, weight_decay=0.0, initial_accumulator=0.0):
     return (f_varint(1, kind) + f_float(2, lr) + f_float(3, momentum) + f_varint(4, nesterov)
@@ -241,6 +255,27 @@ def seeds():
     yield "bad-push-twice", framed(ASYNC, [header(PUSH, f_bytes(1, tensor_meta("b", [3])) * 2,
                                                   request_id=4), twice[1], twice[1]])
     yield "bad-push-nan", framed(ASYNC, push(["b"], values=struct.pack("<3f", 1, float("nan"), 2)))
+    # encoded gradients (--compression): half and bfloat16 values, top-k pairs
+    halves = struct.pack("<3H", 0x3C00, 0xB800, 0x0001)
+    yield "ok-push-f16", framed(ASYNC, encoded_push(encoded_meta("b", [3], 2, 6), halves),
+                                [pull(["b"])])
+    yield "ok-push-bf16", framed(SYNC | FRESH, encoded_push(encoded_meta("b", [3], 3, 6), halves),
+                                 encoded_push(encoded_meta("b", [3], 3, 6), halves, 1))
+    yield "ok-push-topk", framed(ASYNC, encoded_push(encoded_meta("w", [4, 3], 4, 16, 2),
+                                                     pairs((1, 0.5), (11, -0.25))),
+                                 [pull(["w"])])
+    yield "bad-push-f16-nbytes", framed(ASYNC, encoded_push(encoded_meta("b", [3], 2, 12),
+                                                            floats(3)))
+    yield "bad-push-f16-inf", framed(ASYNC, encoded_push(encoded_meta("b", [3], 2, 6),
+                                                         struct.pack("<3H", 0, 0x7C00, 0)))
+    yield "bad-push-topk-index", framed(ASYNC, encoded_push(encoded_meta("w", [4, 3], 4, 16, 2),
+                                                            pairs((1, 0.5), (12, 1.0))))
+    yield "bad-push-topk-order", framed(ASYNC, encoded_push(encoded_meta("w", [4, 3], 4, 16, 2),
+                                                            pairs((5, 0.5), (5, 1.0))))
+    yield "bad-push-topk-nnz", framed(ASYNC, encoded_push(encoded_meta("b", [3], 4, 32, 4),
+                                                          pairs((0, 1), (1, 1), (2, 1), (2, 1))))
+    yield "bad-push-topk-dense-nnz", framed(ASYNC, encoded_push(encoded_meta("b", [3], 2, 6, 1),
+                                                                halves))
     yield "bad-push-worker-range", framed(SYNC, push(["b"], 0, 9))
     yield "bad-push-future-step", framed(SYNC, push(["b"], 3, 0))
     yield "bad-create-twice", framed(SYNC, [header(

@@ -24,7 +24,7 @@ START_TEST(test_happy_path_prefixes_and_sigterm) {
     const char *args[] = {
         "psctl", "local",        "--ps", "2",         "--workers", "2",      "--mode",
         "sync",  "--epochs",     "3",    "--summary", summary,     "--seed", "7",
-        "--",    "--extra-flag", NULL};
+        "--compression", "topk:0.5", "--",    "--extra-flag", NULL};
     ps_test_run_result r;
     run_psctl(args, NULL, NULL, &r);
     ck_assert(r.finished);
@@ -40,8 +40,8 @@ START_TEST(test_happy_path_prefixes_and_sigterm) {
                               "--workers 2 --epochs 3 --seed 7 --summary ");
     ck_assert_contains(r.out, "[worker 1] args: --ps 127.0.0.1:21000,127.0.0.1:21001 --index 1 "
                               "--workers 2 --epochs 3 --seed 7 --device cpu --progress plain "
-                              "--extra-flag\n");
-    ck_assert_contains(r.out, "--progress plain --extra-flag\n");
+                              "--compression topk:0.5 --extra-flag\n");
+    ck_assert_contains(r.out, "--progress plain --compression topk:0.5 --extra-flag\n");
     /* '\r' ends a line when stdout is not a terminal. */
     ck_assert_contains(r.out, "[worker 0] epoch 1 10%\n[worker 0] epoch 1 50%\n"
                               "[worker 0] epoch 1 done\n");

@@ -73,11 +73,20 @@ START_TEST(push_wrong_dtype) {
     static const bad_push cases[] = {
         {.id = 107, .n_metas = 1, .meta = {W_23}, .has_dtype = 1, .dtype = PS__DTYPE__DT_INVALID,
          .n_frames = 1, .frame_len = {GW},
-         .code = PS_ESHAPE, .text = "tensor 'w': dtype 0 not supported (only float32)"},
+         .code = PS_ESHAPE,
+         .text = "tensor 'w': dtype 0 not supported (float32, float16, bfloat16 or top-k)"},
         /* not a dtype psd knows */
-        {.id = 108, .n_metas = 1, .meta = {W_23}, .has_dtype = 1, .dtype = 2,
+        {.id = 108, .n_metas = 1, .meta = {W_23}, .has_dtype = 1, .dtype = 9,
          .n_frames = 1, .frame_len = {GW},
-         .code = PS_ESHAPE, .text = "tensor 'w': dtype 2 not supported"},
+         .code = PS_ESHAPE, .text = "tensor 'w': dtype 9 not supported"},
+        /* float16 (--compression fp16) takes 2 bytes a value, not 4 */
+        {.id = 1108, .n_metas = 1, .meta = {W_23}, .has_dtype = 1, .dtype = PS__DTYPE__DT_F16,
+         .n_frames = 1, .frame_len = {GW},
+         .code = PS_EPROTO, .text = "tensor 'w': shape gives 12 bytes but nbytes says 24"},
+        /* top-k with no pairs (nnz 0) */
+        {.id = 1109, .n_metas = 1, .meta = {W_23}, .has_dtype = 1,
+         .dtype = PS__DTYPE__DT_TOPK_F32, .n_frames = 1, .frame_len = {GW},
+         .code = PS_EPROTO, .text = "tensor 'w': top-k of 0 entries out of 6"},
     };
     expect_bad_pushes(cases, sizeof cases / sizeof cases[0]);
 }

@@ -112,6 +112,7 @@ int main(int argc, char **argv) {
     F(ps_stats, loop_turns_cut);
     F(ps_stats, checkpoint_failures);
     F(ps_stats, job_id);
+    F(ps_stats, push_bytes);
     end();
 
     BEGIN(ps_checkpoint_info);

@@ -491,6 +491,122 @@ START_TEST(frame_floats_misaligned_copied) {
 }
 END_TEST
 
+/* ---- ps_grads_check and ps_grad_decode: encoded gradients (--compression) ---- */
+
+static int grads_check_one(Ps__TensorMeta *m, size_t frame_len, char *err, size_t errlen) {
+    zmq_msg_t f;
+    frames_init(&f, &frame_len, 1);
+    Ps__TensorMeta *metas[1] = {m};
+    err[0] = 0;
+    int rc = ps_grads_check(metas, 1, &f, 1, err, errlen);
+    frames_fini(&f, 1);
+    return rc;
+}
+
+#define EXPECT_GRADS(meta, frame_len, want)                                                        \
+    do {                                                                                           \
+        char err_[256];                                                                            \
+        int rc_ = grads_check_one((meta), (frame_len), err_, sizeof err_);                         \
+        ck_assert_msg(rc_ == (want), "got %s, want %s (%s)", ps_errname(rc_), ps_errname(want),    \
+                      err_);                                                                       \
+        if ((want) != PS_OK) ck_assert_msg(err_[0] != 0, "no reason given");                       \
+    } while (0)
+
+START_TEST(grads_encoded_lengths) {
+    meta_buf b;
+    Ps__TensorMeta *m = meta_set(&b, "w", (const uint64_t[]){3, 5}, 2, 60);
+    EXPECT_GRADS(m, 60, PS_OK); /* float32 as before */
+    m->dtype = PS__DTYPE__DT_F16;
+    EXPECT_CHECK(m, 60, PS_ESHAPE); /* pulls and creates stay float32 */
+    EXPECT_GRADS(m, 60, PS_EPROTO); /* nbytes must be numel * 2 */
+    m->nbytes = 30;
+    EXPECT_GRADS(m, 30, PS_OK);
+    EXPECT_GRADS(m, 29, PS_EPROTO); /* frame length */
+    EXPECT_GRADS(m, 60, PS_EPROTO);
+    m->dtype = PS__DTYPE__DT_BF16;
+    EXPECT_GRADS(m, 30, PS_OK);
+    m->nnz = 1; /* nnz on a dense tensor */
+    EXPECT_GRADS(m, 30, PS_EPROTO);
+    m->dtype = PS__DTYPE__DT_TOPK_F32;
+    m->nnz = 4;
+    m->nbytes = 32;
+    EXPECT_GRADS(m, 32, PS_OK);
+    EXPECT_GRADS(m, 31, PS_EPROTO);
+    m->nbytes = 31;
+    EXPECT_GRADS(m, 31, PS_EPROTO); /* nbytes != nnz * 8 */
+    m->nnz = 0;
+    m->nbytes = 0;
+    EXPECT_GRADS(m, 0, PS_EPROTO); /* nnz 0 */
+    m->nnz = 16; /* > numel (15) */
+    m->nbytes = 128;
+    EXPECT_GRADS(m, 128, PS_EPROTO);
+    m->nnz = 15;
+    m->nbytes = 120;
+    EXPECT_GRADS(m, 120, PS_OK);
+    m->nnz = UINT64_MAX; /* nnz * 8 would overflow */
+    m->nbytes = 0;
+    EXPECT_GRADS(m, 0, PS_EPROTO);
+    m->dtype = (Ps__DType)9;
+    m->nnz = 0;
+    m->nbytes = 60;
+    EXPECT_GRADS(m, 60, PS_ESHAPE);
+}
+END_TEST
+
+static void put_pair(unsigned char *p, size_t i, uint32_t idx, float v) {
+    memcpy(p + 8 * i, &idx, 4);
+    memcpy(p + 8 * i + 4, &v, 4);
+}
+
+START_TEST(grads_decode) {
+    meta_buf b;
+    Ps__TensorMeta *m = meta_set(&b, "w", (const uint64_t[]){6}, 1, 12);
+    m->dtype = PS__DTYPE__DT_F16;
+    zmq_msg_t f;
+    ck_assert_int_eq(zmq_msg_init_size(&f, 12), 0);
+    const uint16_t h[6] = {0x3C00, 0xC000, 0x0001, 0x7BFF, 0x8000, 0x3555};
+    memcpy(zmq_msg_data(&f), h, 12);
+    float out[6];
+    char err[256] = "";
+    ck_assert_int_eq(ps_grad_decode(m, &f, out, err, sizeof err), PS_OK);
+    ck_assert_float_eq(out[0], 1.0f);
+    ck_assert_float_eq(out[1], -2.0f);
+    ck_assert_float_eq(out[2], 0x1p-24f);
+    ck_assert_float_eq(out[3], 65504.0f);
+    ck_assert_float_eq(out[5], 0.333251953125f);
+    m->dtype = PS__DTYPE__DT_BF16;
+    ck_assert_int_eq(ps_grad_decode(m, &f, out, err, sizeof err), PS_OK);
+    ck_assert_float_eq(out[0], 0x1p-7f); /* 0x3C00 as bfloat16: 0x3C000000 as float */
+    ck_assert_float_eq(out[1], -2.0f); /* 0xC000: 0xC0000000 */
+    zmq_msg_close(&f);
+    /* top-k: 3 pairs into 6 values; then bad indices refused */
+    m->dtype = PS__DTYPE__DT_TOPK_F32;
+    m->nnz = 3;
+    m->nbytes = 24;
+    ck_assert_int_eq(zmq_msg_init_size(&f, 24), 0);
+    unsigned char *p = zmq_msg_data(&f);
+    put_pair(p, 0, 0, 1.5f);
+    put_pair(p, 1, 2, -3.0f);
+    put_pair(p, 2, 5, 7.0f);
+    for (int i = 0; i < 6; i++)
+        out[i] = 99;
+    ck_assert_int_eq(ps_grad_decode(m, &f, out, err, sizeof err), PS_OK);
+    const float want[6] = {1.5f, 0, -3.0f, 0, 0, 7.0f};
+    for (int i = 0; i < 6; i++)
+        ck_assert_float_eq(out[i], want[i]);
+    put_pair(p, 2, 6, 7.0f); /* index == numel */
+    ck_assert_int_eq(ps_grad_decode(m, &f, out, err, sizeof err), PS_EPROTO);
+    ck_assert_msg(strstr(err, "index 6"), "%s", err);
+    put_pair(p, 2, 2, 7.0f); /* repeated */
+    ck_assert_int_eq(ps_grad_decode(m, &f, out, err, sizeof err), PS_EPROTO);
+    put_pair(p, 2, 1, 7.0f); /* decreasing */
+    ck_assert_int_eq(ps_grad_decode(m, &f, out, err, sizeof err), PS_EPROTO);
+    put_pair(p, 2, UINT32_MAX, 7.0f);
+    ck_assert_int_eq(ps_grad_decode(m, &f, out, err, sizeof err), PS_EPROTO);
+    zmq_msg_close(&f);
+}
+END_TEST
+
 static Suite *wire_frames_suite(void) {
     Suite *s = suite_create("wire");
     TCase *tc;
@@ -498,6 +614,8 @@ static Suite *wire_frames_suite(void) {
     tcase_add_test(tc, tensors_good);
     tcase_add_test(tc, tensors_count_mismatch);
     tcase_add_test(tc, tensors_bad_dtype);
+    tcase_add_test(tc, grads_encoded_lengths);
+    tcase_add_test(tc, grads_decode);
     tcase_add_test(tc, tensors_bad_rank);
     tcase_add_test(tc, tensors_zero_dim);
     tcase_add_test(tc, tensors_nbytes_mismatch);

@@ -1,0 +1,221 @@
+/* fp16 / bf16 conversions and top-k selection (see half.h). */
+#include "half.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t bits_of(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+
+static float float_of(uint32_t u) {
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+uint16_t ps_f32_to_f16(float x, int *saturated) {
+    uint32_t u = bits_of(x);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u); /* NaN */
+    /* 65520 and above round to infinity in binary16: saturate instead */
+    if (a >= 0x477FF000u) {
+        if (saturated) *saturated = 1;
+        return (uint16_t)(sign | 0x7BFFu);
+    }
+    if (a < 0x38800000u) { /* below 2^-14: subnormal half (or zero), step 2^-24 */
+        if (a < 0x33000000u) return sign; /* below 2^-25: rounds to zero (tie at 2^-25 too) */
+        uint32_t mant = (a & 0x7FFFFFu) | 0x800000u;
+        int shift = 126 - (int)(a >> 23); /* 14 .. 24: the bits below the half's last */
+        uint32_t h = mant >> shift;
+        uint32_t rest = mant & ((1u << shift) - 1u), half = 1u << (shift - 1);
+        if (rest > half || (rest == half && (h & 1u))) h++;
+        return (uint16_t)(sign | h);
+    }
+    /* normal: rebias the exponent (127 -> 15), keep 10 mantissa bits, round the 13 below */
+    uint32_t h = ((a >> 13) - (112u << 10));
+    uint32_t rest = a & 0x1FFFu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++; /* a carry bumps the exponent */
+    return (uint16_t)(sign | h);
+}
+
+float ps_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    if (e == 0x1F) return float_of(sign | 0x7F800000u | (m << 13)); /* inf, NaN */
+    if (e == 0) { /* zero or subnormal: m * 2^-24, exact in float */
+        float v = (float)m * 5.9604644775390625e-08f;
+        return sign ? -v : v;
+    }
+    return float_of(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+uint16_t ps_f32_to_bf16(float x, int *saturated) {
+    uint32_t u = bits_of(x);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    if ((u & 0x7FFFFFFFu) == 0x7F800000u) return (uint16_t)(u >> 16);          /* infinity */
+    uint32_t r = u + 0x7FFFu + ((u >> 16) & 1u);
+    if ((r & 0x7F800000u) == 0x7F800000u) { /* a finite value rounded up to infinity */
+        if (saturated) *saturated = 1;
+        return (uint16_t)(((u >> 16) & 0x8000u) | 0x7F7Fu);
+    }
+    return (uint16_t)(r >> 16);
+}
+
+float ps_bf16_to_f32(uint16_t h) {
+    return float_of((uint32_t)h << 16);
+}
+
+size_t ps_half_encode(ps_half_kind kind, const float *x, size_t n, uint16_t *out) {
+    size_t sat = 0;
+    for (size_t i = 0; i < n; i++) {
+        int s = 0;
+        out[i] = kind == PS_HALF_F16 ? ps_f32_to_f16(x[i], &s) : ps_f32_to_bf16(x[i], &s);
+        sat += (size_t)s;
+    }
+    return sat;
+}
+
+void ps_half_decode(ps_half_kind kind, const uint16_t *in, size_t n, float *out, int add) {
+    for (size_t i = 0; i < n; i++) {
+        float v = kind == PS_HALF_F16 ? ps_f16_to_f32(in[i]) : ps_bf16_to_f32(in[i]);
+        out[i] = add ? out[i] + v : v;
+    }
+}
+
+void ps_half_round(ps_half_kind kind, float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = kind == PS_HALF_F16 ? ps_f16_to_f32(ps_f32_to_f16(x[i], NULL))
+                                   : ps_bf16_to_f32(ps_f32_to_bf16(x[i], NULL));
+}
+
+/* ---- top-k ---- */
+
+size_t ps_topk_k(size_t numel, float ratio) {
+    if (numel == 0) return 0;
+    double k = ceil((double)ratio * (double)numel);
+    if (!(k >= 1.0)) return 1;
+    return k >= (double)numel ? numel : (size_t)k;
+}
+
+static void swapf(float *a, float *b) {
+    float t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* The k-th largest of m[0..n) (1 <= k <= n), reordering m: quickselect with a
+ * three-way partition (duplicates cannot stall it), median-of-three pivot. */
+static float kth_largest(float *m, size_t n, size_t k) {
+    size_t lo = 0, hi = n, want = k - 1; /* [lo, hi): position want in descending order */
+    for (;;) {
+        if (hi - lo == 1) return m[lo];
+        float a = m[lo], b = m[lo + (hi - lo) / 2], c = m[hi - 1];
+        float pivot = a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+        /* [lo, gt) > pivot, [gt, i) == pivot, [lt, hi) < pivot */
+        size_t gt = lo, i = lo, lt = hi;
+        while (i < lt) {
+            if (m[i] > pivot)
+                swapf(&m[i++], &m[gt++]);
+            else if (m[i] < pivot)
+                swapf(&m[i], &m[--lt]);
+            else
+                i++;
+        }
+        if (want < gt)
+            hi = gt;
+        else if (want < lt)
+            return pivot;
+        else
+            lo = lt;
+    }
+}
+
+static float magnitude(float v) {
+    float a = fabsf(v);
+    return a != a ? INFINITY : a; /* a NaN goes out (and the receiver refuses it) */
+}
+
+void ps_topk_compress(float *residual, const float *grad, size_t n, size_t k,
+                      unsigned char *pairs, float *scratch) {
+    if (grad)
+        for (size_t i = 0; i < n; i++)
+            residual[i] += grad[i];
+    for (size_t i = 0; i < n; i++)
+        scratch[i] = magnitude(residual[i]);
+    float thr = kth_largest(scratch, n, k);
+    size_t above = 0;
+    for (size_t i = 0; i < n; i++)
+        above += magnitude(residual[i]) > thr;
+    size_t ties = k - above, out = 0; /* entries equal to thr: the lowest indices */
+    for (size_t i = 0; i < n && out < k; i++) {
+        float a = magnitude(residual[i]);
+        if (a < thr || (a == thr && ties == 0)) continue;
+        if (a == thr) ties--;
+        uint32_t idx = (uint32_t)i;
+        memcpy(pairs + out * PS_TOPK_PAIR_BYTES, &idx, 4);
+        memcpy(pairs + out * PS_TOPK_PAIR_BYTES + 4, &residual[i], 4);
+        residual[i] = 0.0f;
+        out++;
+    }
+}
+
+int ps_topk_check(const unsigned char *pairs, size_t nnz, size_t numel, size_t *bad) {
+    uint64_t prev = 0;
+    for (size_t i = 0; i < nnz; i++) {
+        uint32_t idx;
+        memcpy(&idx, pairs + i * PS_TOPK_PAIR_BYTES, 4);
+        if ((uint64_t)idx >= numel || (i > 0 && (uint64_t)idx <= prev)) {
+            if (bad) *bad = i;
+            return -1;
+        }
+        prev = idx;
+    }
+    return 0;
+}
+
+void ps_topk_decode(const unsigned char *pairs, size_t nnz, float *dense, size_t numel, int add) {
+    if (!add) memset(dense, 0, numel * sizeof *dense);
+    for (size_t i = 0; i < nnz; i++) {
+        uint32_t idx;
+        float v;
+        memcpy(&idx, pairs + i * PS_TOPK_PAIR_BYTES, 4);
+        memcpy(&v, pairs + i * PS_TOPK_PAIR_BYTES + 4, 4);
+        dense[idx] = add ? dense[idx] + v : v;
+    }
+}
+
+int ps_compression_parse(const char *text, int *kind, float *ratio, char *err, size_t errlen) {
+    *ratio = 0.0f;
+    if (strcmp(text, "none") == 0) {
+        *kind = PS_COMPRESSION_NONE;
+    } else if (strcmp(text, "fp16") == 0) {
+        *kind = PS_COMPRESSION_F16;
+    } else if (strcmp(text, "bf16") == 0) {
+        *kind = PS_COMPRESSION_BF16;
+    } else if (strncmp(text, "topk:", 5) == 0) {
+        char *end = NULL;
+        double r = strtod(text + 5, &end);
+        if (end == text + 5 || *end || !(r > 0.0 && r <= 1.0) || (float)r <= 0.0f) {
+            snprintf(err, errlen, "'%.60s': the top-k ratio must be a number with 0 < RATIO <= 1",
+                     text);
+            return -1;
+        }
+        *kind = PS_COMPRESSION_TOPK;
+        *ratio = (float)r;
+    } else {
+        snprintf(err, errlen, "'%.60s': want none, fp16, bf16 or topk:RATIO", text);
+        return -1;
+    }
+    return 0;
+}
+
+const char *ps_compression_name(int kind) {
+    static const char *const names[] = {"none", "fp16", "bf16", "topk"};
+    return kind >= 0 && kind <= PS_COMPRESSION_TOPK ? names[kind] : "?";
+}
