@@ -101,7 +101,7 @@ int ps__handle_create_vars(ps_server *s, ps_request *r, char *err, size_t errlen
             return PS_EEXIST;
         }
         if (v && !ps_opt_spec_same(&v->opt, &opt)) {
-            char have[160], want[160];
+            char have[400], want[400];
             snprintf(err, errlen, "variable '%s' exists with optimizer %s, the request says %s",
                      m->name, ps_opt_spec_describe(&v->opt, have, sizeof have),
                      ps_opt_spec_describe(&opt, want, sizeof want));
