@@ -183,7 +183,7 @@ typedef struct {
     Ps__TensorMeta **ptrs;
     uint64_t *shapes;
     ps_payload *pl;
-    Ps__Optimizer *opts;
+    ps_opt_proto *opts;
     Ps__Optimizer **optptrs;
 } frame_set;
 
@@ -218,9 +218,8 @@ static int frame_set_build(ps_client *c, size_t i, int use_grad, frame_set *fs) 
         } else {
             fs->pl[k] = (ps_payload){t->param, ps__tensor_numel(t) * sizeof(float), NULL, NULL};
         }
-        Ps__Optimizer *o = &fs->opts[k];
-        ps_opt_spec_to_proto(&t->opt, o);
-        fs->optptrs[k] = o;
+        ps_opt_spec_to_proto(&t->opt, &fs->opts[k]);
+        fs->optptrs[k] = &fs->opts[k].msg;
     }
     return PS_OK;
 }

@@ -24,10 +24,13 @@
 _Static_assert(PS_TF_MAX_RANK >= PS_WIRE_MAX_RANK, "a variable's rank must fit a tensor file");
 _Static_assert(PS_TF_MAX_NAME >= PS_WIRE_MAX_NAME + 16, "slot names must fit a tensor file");
 
-#define ATTR_VERSION 1u
-#define ATTR_BYTES 56u /* docs/FORMATS.md: the variable attribute */
-_Static_assert(4 + PS_OPT_ATTR_BYTES == 44,
-               "the optimizer spec fills bytes 4..43 of the attribute");
+/* docs/FORMATS.md: the variable attribute. Version 2 (written): u32 version, the
+ * optimizer spec (PS_OPT_ATTR_BYTES), u32 slot count, u64 updates. Version 1 (read
+ * too) is the same with the spec's first PS_OPT_ATTR_V1_BYTES only. */
+#define ATTR_VERSION 2u
+#define ATTR_BYTES (4u + PS_OPT_ATTR_BYTES + 12u)
+#define ATTR_V1_BYTES (4u + PS_OPT_ATTR_V1_BYTES + 12u)
+_Static_assert(ATTR_V1_BYTES == 56, "attribute version 1 is 56 bytes");
 #define SLOT_SUFFIX "@slot"
 
 
@@ -42,27 +45,33 @@ static uint32_t get32(const uint8_t *p) {
 
 /* The variable attribute: optimizer spec, slot count and update count. */
 static void attr_encode(uint8_t a[ATTR_BYTES], const ps_ckpt_var *v, uint32_t nslots) {
+    const unsigned o = 4 + PS_OPT_ATTR_BYTES;
     put32(a, ATTR_VERSION);
     ps_opt_spec_to_attr(&v->opt, a + 4);
-    put32(a + 44, nslots);
-    put32(a + 48, (uint32_t)v->updates);
-    put32(a + 52, (uint32_t)(v->updates >> 32));
+    put32(a + o, nslots);
+    put32(a + o + 4, (uint32_t)v->updates);
+    put32(a + o + 8, (uint32_t)(v->updates >> 32));
 }
 
 static int attr_decode(const ps_tf_owned *t, ps_opt_spec *o, uint32_t *nslots, uint64_t *updates,
                        char *err, size_t errlen) {
     const uint8_t *a = t->attr;
-    if (t->attr_len != ATTR_BYTES)
-        return ps_errf(PS_EFORMAT, err, errlen, "variable '%s': attribute of %u bytes, want %u",
-                    t->name, t->attr_len, ATTR_BYTES);
-    if (get32(a) != ATTR_VERSION)
+    uint32_t version = t->attr_len >= 4 ? get32(a) : 0;
+    uint32_t want = version == 1 ? ATTR_V1_BYTES : ATTR_BYTES;
+    if (version != 1 && version != ATTR_VERSION)
         return ps_errf(PS_EFORMAT, err, errlen, "variable '%s': unsupported attribute version %u",
-                    t->name, get32(a));
+                    t->name, version);
+    if (t->attr_len != want)
+        return ps_errf(PS_EFORMAT, err, errlen,
+                       "variable '%s': attribute version %u of %u bytes, want %u", t->name,
+                       version, t->attr_len, want);
     char why[160];
-    if (ps_opt_spec_from_attr(a + 4, o, why, sizeof why) != PS_OK)
+    size_t spec_len = want - 16;
+    if (ps_opt_spec_from_attr(a + 4, spec_len, o, why, sizeof why) != PS_OK)
         return ps_errf(PS_EFORMAT, err, errlen, "variable '%s': %s", t->name, why);
-    *nslots = get32(a + 44);
-    *updates = (uint64_t)get32(a + 48) | (uint64_t)get32(a + 52) << 32;
+    const uint8_t *tail = a + 4 + spec_len;
+    *nslots = get32(tail);
+    *updates = (uint64_t)get32(tail + 4) | (uint64_t)get32(tail + 8) << 32;
     if (*nslots != (uint32_t)ps_optim_num_slots(o->kind))
         return ps_errf(PS_EFORMAT, err, errlen, "variable '%s': %u slots, %s has %d", t->name, *nslots,
                     ps_opt_kind_name(o->kind), ps_optim_num_slots(o->kind));

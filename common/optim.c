@@ -44,6 +44,48 @@ float ps_optim_slot_init(const ps_opt_spec *spec, int slot) {
     return 0.0f;
 }
 
+/* The schedules (optim.h): scalar math in double, once per call. */
+static double cosine_decay(double step, double d, double from, double alpha) {
+    double cosine = 0.5 * (1.0 + cos(M_PI * (step / d)));
+    return from * ((1.0 - alpha) * cosine + alpha);
+}
+
+float ps_optim_lr(const ps_opt_spec *spec, uint64_t step) {
+    const ps_lr_schedule *c = &spec->schedule;
+    double lr = spec->lr, x = (double)step, p;
+    switch (c->kind) {
+    case PS_LR_EXPONENTIAL:
+        p = x / c->decay_steps;
+        if (c->staircase) p = floor(p);
+        return (float)(lr * pow(c->decay_rate, p));
+    case PS_LR_INVERSE_TIME:
+        p = x / c->decay_steps;
+        if (c->staircase) p = floor(p);
+        return (float)(lr / (1.0 + c->decay_rate * p));
+    case PS_LR_PIECEWISE: {
+        float r = spec->lr;
+        for (uint32_t i = 0; i < c->n_boundaries && i < PS_LR_MAX_BOUNDARIES; i++)
+            if (step > c->boundaries[i]) r = c->values[i];
+        return r;
+    }
+    case PS_LR_COSINE: {
+        double w = c->warmup_steps, d = c->decay_steps;
+        x = fmin(x, d + w);
+        if (x < w) return (float)(lr + ((double)c->warmup_target - lr) * (x / w));
+        return (float)cosine_decay(x - w, d, c->warmup_target, c->alpha);
+    }
+    default:
+        return spec->lr;
+    }
+}
+
+/* w -= decay*w (Keras 3's weight decay, for the kinds other than adamw) */
+PS_OPTIM_CLONES
+static void decay(float decay, float *restrict w, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        w[i] -= decay * w[i];
+}
+
 /* w -= lr*g */
 PS_OPTIM_CLONES
 static void sgd(float lr, float *restrict w, const float *restrict g, size_t n) {
@@ -103,10 +145,10 @@ typedef struct {
     float b1, b2, one_b1, one_b2, lr_t, eps;
 } adam_consts;
 
-static adam_consts adam_setup(const ps_opt_spec *s, uint64_t t) {
+static adam_consts adam_setup(const ps_opt_spec *s, float lr, uint64_t t) {
     /* lr_t is one scalar per call: computed in double, then rounded once. */
     double td = (double)(t ? t : 1); /* t is 1-based; treat a stray 0 as the first step */
-    double lr_t = s->lr * sqrt(1.0 - pow(s->beta2, td)) / (1.0 - pow(s->beta1, td));
+    double lr_t = lr * sqrt(1.0 - pow(s->beta2, td)) / (1.0 - pow(s->beta1, td));
     return (adam_consts){.b1 = s->beta1,
                          .b2 = s->beta2,
                          .one_b1 = 1.0f - s->beta1,
@@ -148,29 +190,34 @@ static void adamw(adam_consts c, float decay, float *restrict w, const float *re
 void ps_optim_apply(const ps_opt_spec *spec, float *w, const float *g, float *const *slots,
                     size_t n, uint64_t t) {
     const ps_opt_spec *s = spec;
+    if (t == 0) t = 1;
+    /* the step's rate: the schedule's at the updates done before this one */
+    const float lr = s->schedule.kind == PS_LR_CONSTANT ? s->lr : ps_optim_lr(s, t - 1);
+    /* the decay factor lr*wd in double, rounded once (adamw's, as before) */
+    const float wd = (float)((double)lr * s->weight_decay);
+    if (s->weight_decay != 0 && s->kind != PS_OPT_ADAMW && (unsigned)s->kind < PS_OPT_COUNT)
+        decay(wd, w, n);
     switch (s->kind) {
     case PS_OPT_SGD:
-        sgd(s->lr, w, g, n);
+        sgd(lr, w, g, n);
         break;
     case PS_OPT_MOMENTUM:
         if (s->nesterov)
-            nesterov(s->lr, s->momentum, w, g, slots[0], n);
+            nesterov(lr, s->momentum, w, g, slots[0], n);
         else
-            momentum(s->lr, s->momentum, w, g, slots[0], n);
+            momentum(lr, s->momentum, w, g, slots[0], n);
         break;
     case PS_OPT_ADAGRAD:
-        adagrad(s->lr, s->epsilon, w, g, slots[0], n);
+        adagrad(lr, s->epsilon, w, g, slots[0], n);
         break;
     case PS_OPT_RMSPROP:
-        rmsprop(s->lr, s->epsilon, s->rho, w, g, slots[0], n);
+        rmsprop(lr, s->epsilon, s->rho, w, g, slots[0], n);
         break;
     case PS_OPT_ADAM:
-        adam(adam_setup(s, t), w, g, slots[0], slots[1], n);
+        adam(adam_setup(s, lr, t), w, g, slots[0], slots[1], n);
         break;
     case PS_OPT_ADAMW:
-        /* the decay factor lr*wd in double, rounded once, as before */
-        adamw(adam_setup(s, t), (float)((double)s->lr * s->weight_decay), w, g, slots[0], slots[1],
-              n);
+        adamw(adam_setup(s, lr, t), wd, w, g, slots[0], slots[1], n);
         break;
     default:
         break;

@@ -15,5 +15,8 @@ typedef struct {
 
 /* Field i of the table (in its order) into *out: 1, or 0 past the last field. */
 int ps__opt_spec_field(size_t i, ps_opt_field_info *out);
+/* The same for the schedule's scalar fields (off is in ps_lr_schedule; ps.proto's
+ * LrSchedule has the same names); its kind, boundaries and values are not listed. */
+int ps__lr_schedule_field(size_t i, ps_opt_field_info *out);
 
 #endif

@@ -101,7 +101,7 @@ int ps__handle_create_vars(ps_server *s, ps_request *r, char *err, size_t errlen
             return PS_EEXIST;
         }
         if (v && !ps_opt_spec_same(&v->opt, &opt)) {
-            char have[160], want[160];
+            char have[400], want[400];
             snprintf(err, errlen, "variable '%s' exists with optimizer %s, the request says %s",
                      m->name, ps_opt_spec_describe(&v->opt, have, sizeof have),
                      ps_opt_spec_describe(&opt, want, sizeof want));
@@ -134,8 +134,9 @@ int ps__handle_create_vars(ps_server *s, ps_request *r, char *err, size_t errlen
         rc = init ? ps_store_create(&s->store, m, init, &opt, &v) : PS_ENOMEM;
         if (rc == PS_OK) {
             created[i] = 1;
-            PS_INFO("created %s [%zu floats] with %s lr=%g", v->name, v->numel,
-                    ps_opt_kind_name(opt.kind), (double)opt.lr);
+            char d[400];
+            PS_INFO("created %s [%zu floats] with %s", v->name, v->numel,
+                    ps_opt_spec_describe(&opt, d, sizeof d));
         }
     }
     if (rc == PS_OK && job[0] && !s->job_id[0]) {

@@ -4,11 +4,14 @@
  * per shard or, with --push-pull no, a pull then a push. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "ps.h"
+#include "clip.h"
 #include "exchange.h"
 #include "half.h"
+#include "local_opt.h"
 #include "log.h"
 #include "placement.h"
 
@@ -19,6 +22,12 @@ typedef struct {
     int async;                  /* the shards' mode, from the hello */
     uint64_t clock;             /* the current step's: steps done before it */
     int fresh;                  /* the params hold the values the last step exchange brought back */
+    /* clipping (the model's clipnorm, clipvalue or global_clipnorm), on this worker's
+     * own gradient before it is pushed: NULL / 0 when the optimizer does not clip */
+    const ps_opt_spec *clip;
+    ps_clip_range *ranges;  /* the trainable variables' gradients */
+    size_t n_ranges;
+    unsigned char *clipped; /* per range: clipped this step */
 } ps_ex;
 
 static double now_s(void) {
@@ -154,10 +163,66 @@ static int ps_join(void *self, ps_exchange_job *job, char *err, size_t errlen) {
     return rc;
 }
 
+/* ---- clipping before the push ----
+ * Per variable (clipnorm, clipvalue): a variable is clipped as soon as the backward
+ * pass has made its gradient final, so each shard's push still leaves as early as
+ * without clipping. global_clipnorm needs every gradient first: the pushes wait
+ * for the end of the backward pass. */
+
+/* Clips the trainable variables lying wholly in [begin, end). Returns 1 when the
+ * range may be pushed (every trainable variable it touches is clipped), 0 when it
+ * waits for the step's end (global_clipnorm, or a variable only partly inside). */
+static int clip_ready(ps_ex *x, const float *begin, const float *end) {
+    if (ps_clip_needed(x->clip) == 2) return 0;
+    float *g = ps_model_grads(x->model);
+    int whole = 1;
+    for (size_t i = 0; i < x->n_ranges; i++) {
+        const float *a = g + x->ranges[i].off, *b = a + x->ranges[i].len;
+        if (b <= begin || a >= end) continue;
+        if (a < begin || b > end) {
+            whole = 0;
+            continue;
+        }
+        if (!x->clipped[i]) ps_clip_apply(x->clip, g, &x->ranges[i], 1);
+        x->clipped[i] = 1;
+    }
+    return whole;
+}
+
+/* At the step's end: clips what is not clipped yet (global_clipnorm: everything). */
+static void clip_rest(ps_ex *x) {
+    float *g = ps_model_grads(x->model);
+    if (ps_clip_needed(x->clip) == 2) {
+        ps_clip_apply(x->clip, g, x->ranges, x->n_ranges);
+        return;
+    }
+    for (size_t i = 0; i < x->n_ranges; i++)
+        if (!x->clipped[i]) ps_clip_apply(x->clip, g, &x->ranges[i], 1);
+}
+
+static int clip_open(ps_ex *x, char *err, size_t errlen) {
+    const ps_opt_spec *o = ps_model_optimizer(x->model);
+    /* local SGD pushes a K-step delta, not a gradient: the local optimizer clipped
+     * each of those steps' gradients already (local_opt.c) */
+    if (!ps_clip_needed(o) || x->cfg->sync_every > 1) return PS_OK;
+    if (ps_trainable_ranges(x->model, &x->ranges, &x->n_ranges) != PS_OK ||
+        !(x->clipped = calloc(x->n_ranges ? x->n_ranges : 1, 1))) {
+        snprintf(err, errlen, "out of memory");
+        return PS_ENOMEM;
+    }
+    x->clip = o;
+    PS_INFO("each worker's gradient is clipped before the push (%s)",
+            o->global_clipnorm > 0 ? "global_clipnorm: pushes wait for the whole backward pass"
+            : o->clipnorm > 0      ? "clipnorm, per variable"
+                                   : "clipvalue");
+    return PS_OK;
+}
+
 /* Pulls, unless the last step's exchange brought the values back. */
 static int ps_step_begin(void *self, uint64_t clock, char *err, size_t errlen) {
     ps_ex *x = self;
     x->clock = clock;
+    if (x->clip) memset(x->clipped, 0, x->n_ranges);
     int rc = x->fresh ? PS_OK : ps_client_pull_next(x->client, x->async, clock, NULL);
     if (rc != PS_OK) {
         snprintf(err, errlen, "%s", ps_client_error(x->client));
@@ -190,12 +255,19 @@ static int ps_pp_step_begin(void *self, uint64_t clock, char *err, size_t errlen
 }
 
 static void ps_pp_grads_ready(void *self, const float *begin, const float *end) {
-    ps_client_grads_ready(((ps_ex *)self)->client, begin, end);
+    ps_ex *x = self;
+    if (x->clip && !clip_ready(x, begin, end)) return;
+    ps_client_grads_ready(x->client, begin, end);
 }
 
 static int ps_pp_step_end(void *self, char *err, size_t errlen) {
     ps_ex *x = self;
     size_t dropped = 0;
+    if (x->clip) {
+        clip_rest(x);
+        const float *g = ps_model_grads(x->model);
+        ps_client_grads_ready(x->client, g, g + ps_model_num_params(x->model)); /* errors: below */
+    }
     int rc = ps_client_step_end(x->client, &dropped, &x->fresh);
     return step_result(x, rc, dropped, err, errlen);
 }
@@ -205,6 +277,7 @@ static int ps_pp_step_end(void *self, char *err, size_t errlen) {
 static int ps_push_step_end(void *self, char *err, size_t errlen) {
     ps_ex *x = self;
     size_t dropped = 0;
+    if (x->clip) clip_rest(x);
     int rc = ps_client_push_next(x->client, x->clock, &dropped);
     return step_result(x, rc, dropped, err, errlen);
 }
@@ -243,6 +316,8 @@ static void ps_finish(void *self) {
 static void ps_free(void *self) {
     ps_ex *x = self;
     ps_client_close(x->client);
+    free(x->ranges);
+    free(x->clipped);
     free(x);
 }
 
@@ -317,7 +392,8 @@ int ps_exchange_ps_open(const ps_train_config *cfg, ps_model *m, ps_exchange *ou
         return PS_ENOMEM;
     }
     *x = (ps_ex){.cfg = cfg, .model = m};
-    int rc = open_client(cfg, m, &x->client, err, errlen);
+    int rc = clip_open(x, err, errlen);
+    if (rc == PS_OK) rc = open_client(cfg, m, &x->client, err, errlen);
     if (rc != PS_OK) {
         ps_free(x);
         return rc;

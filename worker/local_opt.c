@@ -8,9 +8,24 @@
 
 struct ps_local_opt {
     ps_model *m;
-    float **slots; /* [var * PS_OPT_MAX_SLOTS + k] */
-    uint64_t t;    /* updates applied (the same for every variable) */
+    float **slots;         /* [var * PS_OPT_MAX_SLOTS + k] */
+    uint64_t t;            /* updates applied (the same for every variable) */
+    ps_clip_range *ranges; /* the trainable variables' gradients: clipped when the */
+    size_t n_ranges;       /* model's optimizer asks for it (else NULL / 0) */
 };
+
+int ps_trainable_ranges(const ps_model *m, ps_clip_range **out, size_t *n) {
+    size_t nv = ps_model_num_vars(m), k = 0;
+    *n = 0;
+    *out = malloc((nv ? nv : 1) * sizeof **out);
+    if (!*out) return PS_ENOMEM;
+    for (size_t i = 0; i < nv; i++) {
+        const ps_model_var *v = ps_model_var_at(m, i);
+        if (v->trainable) (*out)[k++] = (ps_clip_range){v->offset, v->numel};
+    }
+    *n = k;
+    return PS_OK;
+}
 
 int ps_local_opt_new(ps_model *m, ps_local_opt **out) {
     *out = NULL;
@@ -21,6 +36,11 @@ int ps_local_opt_new(ps_model *m, ps_local_opt **out) {
         return PS_ENOMEM;
     }
     o->m = m;
+    if (ps_clip_needed(ps_model_optimizer(m)) &&
+        ps_trainable_ranges(m, &o->ranges, &o->n_ranges) != PS_OK) {
+        ps_local_opt_free(o);
+        return PS_ENOMEM;
+    }
     for (size_t i = 0; i < n; i++) {
         const ps_opt_spec *spec = ps_model_var_optimizer(m, i);
         int k = ps_optim_num_slots(spec->kind);
@@ -47,12 +67,14 @@ void ps_local_opt_free(ps_local_opt *o) {
     for (size_t i = 0; i < PS_OPT_MAX_SLOTS * n; i++)
         free(o->slots[i]);
     free(o->slots);
+    free(o->ranges);
     free(o);
 }
 
 void ps_local_opt_step(ps_local_opt *o) {
     float *params = ps_model_params(o->m);
-    const float *grads = ps_model_grads(o->m);
+    float *grads = ps_model_grads(o->m);
+    if (o->ranges) ps_clip_apply(ps_model_optimizer(o->m), grads, o->ranges, o->n_ranges);
     o->t++;
     for (size_t i = 0; i < ps_model_num_vars(o->m); i++) {
         const ps_model_var *v = ps_model_var_at(o->m, i);

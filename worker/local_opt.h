@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clip.h"
 #include "model.h"
 
 typedef struct ps_local_opt ps_local_opt;
@@ -16,8 +17,16 @@ typedef struct ps_local_opt ps_local_opt;
 int ps_local_opt_new(ps_model *m, ps_local_opt **out);
 void ps_local_opt_free(ps_local_opt *o);
 /* Applies the model's gradients to its parameters (each variable with its
- * optimizer spec, ps_model_var_optimizer). */
+ * optimizer spec, ps_model_var_optimizer), in Keras' order: the clipping the
+ * model's optimizer asks for (common/clip.h, over the trainable variables'
+ * gradients, which it changes in place), then weight decay and the update
+ * (ps_optim_apply). */
 void ps_local_opt_step(ps_local_opt *o);
+
+/* The trainable variables' gradient ranges in ps_model_grads (what clipping
+ * covers; the moving statistics are left out). On PS_OK *out (caller frees) holds
+ * *n ranges in variable order (may be 0: *out is then still freeable). PS_ENOMEM. */
+int ps_trainable_ranges(const ps_model *m, ps_clip_range **out, size_t *n);
 
 /* The optimizer's state, for checkpoints and the all-reduce broadcast: slot k
  * (0 .. ps_optim_num_slots - 1) of variable i, numel floats owned by o; NULL

@@ -14,12 +14,26 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char, c_char_p, c_d
 NAME_MAX = 96  # ps_client_tensor.name, ps_piece.name
 
 
+LR_MAX_BOUNDARIES = 16  # PS_LR_MAX_BOUNDARIES
+
+
+class LrSchedule(Structure):
+    """ps_lr_schedule (common/optim_spec.h): a learning-rate schedule."""
+    _fields_ = [("kind", c_int), ("decay_steps", c_float), ("decay_rate", c_float),
+                ("staircase", c_bool), ("alpha", c_float), ("warmup_target", c_float),
+                ("warmup_steps", c_float), ("n_boundaries", c_uint),
+                ("boundaries", c_uint * LR_MAX_BOUNDARIES),
+                ("values", c_float * LR_MAX_BOUNDARIES)]
+
+
 class OptSpec(Structure):
     """ps_opt_spec (common/optim_spec.h)."""
     _fields_ = [("kind", c_int), ("lr", c_float), ("momentum", c_float),
                 ("nesterov", c_bool), ("beta1", c_float), ("beta2", c_float),
                 ("epsilon", c_float), ("rho", c_float), ("weight_decay", c_float),
-                ("initial_accumulator", c_float)]
+                ("initial_accumulator", c_float), ("clipnorm", c_float),
+                ("clipvalue", c_float), ("global_clipnorm", c_float),
+                ("schedule", LrSchedule)]
 
 
 class ClientTensor(Structure):

@@ -41,7 +41,9 @@ def optimizer_spec(optimizer: OptimizerLike = None) -> _lib.OptSpec:
     """An optimizer spec in the model file's form: None (Adam's Keras defaults), a name
     ("sgd", "momentum", "adagrad", "rmsprop", "adam", "adamw"), or a dict with "name" and
     Keras's keys (learning_rate, momentum, nesterov, beta_1, beta_2, epsilon, rho,
-    weight_decay, initial_accumulator_value). Read by libps, with psworker's rules."""
+    weight_decay, initial_accumulator_value, clipnorm, clipvalue, global_clipnorm;
+    learning_rate may be a Keras schedule dict). Read by libps, with psworker's rules.
+    The clipping is the worker's to do: psd never clips."""
     if isinstance(optimizer, _lib.OptSpec):
         return optimizer
     if optimizer is None:
@@ -58,8 +60,8 @@ def optimizer_spec(optimizer: OptimizerLike = None) -> _lib.OptSpec:
 
 def describe_optimizer(spec: _lib.OptSpec) -> str:
     """e.g. "adam lr=0.001 beta1=0.9 beta2=0.999 epsilon=1e-07" (what psd's stats show)."""
-    buf = ctypes.create_string_buffer(256)
-    return lib.ps_opt_spec_describe(byref(spec), buf, 256).decode()
+    buf = ctypes.create_string_buffer(1024)  # a schedule's boundaries make it long
+    return lib.ps_opt_spec_describe(byref(spec), buf, 1024).decode()
 
 
 def _f32(a: Any, what: str, writable: bool) -> np.ndarray:

@@ -44,6 +44,22 @@ int main(int argc, char **argv) {
     F(ps_opt_spec, rho);
     F(ps_opt_spec, weight_decay);
     F(ps_opt_spec, initial_accumulator);
+    F(ps_opt_spec, clipnorm);
+    F(ps_opt_spec, clipvalue);
+    F(ps_opt_spec, global_clipnorm);
+    F(ps_opt_spec, schedule);
+    end();
+    BEGIN(ps_lr_schedule);
+    F(ps_lr_schedule, kind);
+    F(ps_lr_schedule, decay_steps);
+    F(ps_lr_schedule, decay_rate);
+    F(ps_lr_schedule, staircase);
+    F(ps_lr_schedule, alpha);
+    F(ps_lr_schedule, warmup_target);
+    F(ps_lr_schedule, warmup_steps);
+    F(ps_lr_schedule, n_boundaries);
+    F(ps_lr_schedule, boundaries);
+    F(ps_lr_schedule, values);
     end();
 
     BEGIN(ps_client_tensor);

@@ -22,6 +22,7 @@ from ps import _lib, errors
 
 # C name -> the ctypes class that mirrors it
 MIRRORS = {
+    "ps_lr_schedule": _lib.LrSchedule,
     "ps_opt_spec": _lib.OptSpec,
     "ps_client_tensor": _lib.ClientTensor,
     "ps_var_desc": _lib.VarDesc,

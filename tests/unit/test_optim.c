@@ -1,6 +1,8 @@
 /* Optimizer tests: three steps of each kind against closed-form values written
  * out by hand in double, plus slot counts/initial values, Adam/AdamW details and
- * the vector loops against their scalar tails, bit for bit. */
+ * the vector loops against their scalar tails, bit for bit; the learning-rate
+ * schedules against Keras' formulas, the rate each update uses, and weight decay
+ * for the kinds other than adamw. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -361,6 +363,236 @@ START_TEST(vector_matches_scalar_bitwise) {
 }
 END_TEST
 
+/* ---- schedules ---- */
+
+/* The rate is the closed form's, rounded once to float (so within 1e-7 relative). */
+static void expect_rate(const ps_opt_spec *s, uint64_t step, double want, const char *what) {
+    double got = ps_optim_lr(s, step);
+    ck_assert_msg(fabs(got - want) <= 1e-7 * fabs(want) + 1e-12,
+                  "%s: rate at step %llu = %.9g, want %.9g", what, (unsigned long long)step, got,
+                  want);
+}
+
+static ps_opt_spec scheduled(ps_lr_kind kind, float lr) {
+    ps_opt_spec s = ps_opt_spec_default(PS_OPT_SGD);
+    s.lr = lr;
+    s.schedule.kind = kind;
+    return s;
+}
+
+START_TEST(schedule_constant_is_lr_exactly) {
+    ps_opt_spec s = ps_opt_spec_default(PS_OPT_ADAM);
+    s.lr = nextafterf(0.1f, 1.0f);
+    for (uint64_t t = 0; t < 1000000; t += 99999)
+        ck_assert(ps_optim_lr(&s, t) == s.lr);
+}
+END_TEST
+
+/* lr * rate^(step/k), and with staircase rate^floor(step/k): steps 0, k, 2k and between. */
+START_TEST(schedule_exponential) {
+    const double lr = 0.1, rate = 0.5, k = 10;
+    ps_opt_spec s = scheduled(PS_LR_EXPONENTIAL, (float)lr);
+    s.schedule.decay_steps = (float)k;
+    s.schedule.decay_rate = (float)rate;
+    for (int stair = 0; stair < 2; stair++) {
+        s.schedule.staircase = stair;
+        const char *what = stair ? "exponential staircase" : "exponential";
+        expect_rate(&s, 0, (double)(float)lr, what);
+        expect_rate(&s, 10, (double)(float)lr * 0.5, what);
+        expect_rate(&s, 20, (double)(float)lr * 0.25, what);
+        expect_rate(&s, 15, (double)(float)lr * (stair ? 0.5 : pow(0.5, 1.5)), what);
+        expect_rate(&s, 29, (double)(float)lr * (stair ? 0.25 : pow(0.5, 2.9)), what);
+    }
+}
+END_TEST
+
+/* lr / (1 + rate * step/k), with staircase floor(step/k). */
+START_TEST(schedule_inverse_time) {
+    const float lr = 0.1f;
+    ps_opt_spec s = scheduled(PS_LR_INVERSE_TIME, lr);
+    s.schedule.decay_steps = 10;
+    s.schedule.decay_rate = 2;
+    for (int stair = 0; stair < 2; stair++) {
+        s.schedule.staircase = stair;
+        const char *what = stair ? "inverse time staircase" : "inverse time";
+        expect_rate(&s, 0, lr, what);
+        expect_rate(&s, 10, lr / 3.0, what);
+        expect_rate(&s, 20, lr / 5.0, what);
+        expect_rate(&s, 15, lr / (stair ? 3.0 : 4.0), what);
+    }
+}
+END_TEST
+
+/* values[0] while step <= boundaries[0], values[i] while boundaries[i-1] < step <=
+ * boundaries[i], the last value after the last boundary (Keras' comparisons). */
+START_TEST(schedule_piecewise) {
+    ps_opt_spec s = scheduled(PS_LR_PIECEWISE, 0.1f);
+    s.schedule.n_boundaries = 2;
+    s.schedule.boundaries[0] = 10;
+    s.schedule.boundaries[1] = 20;
+    s.schedule.values[0] = 0.05f;
+    s.schedule.values[1] = 0.01f;
+    const uint64_t steps[] = {0, 9, 10, 11, 20, 21, 1000000};
+    const float want[] = {0.1f, 0.1f, 0.1f, 0.05f, 0.05f, 0.01f, 0.01f};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
+        ck_assert_msg(ps_optim_lr(&s, steps[i]) == want[i], "piecewise: step %llu: %g, want %g",
+                      (unsigned long long)steps[i], (double)ps_optim_lr(&s, steps[i]),
+                      (double)want[i]);
+}
+END_TEST
+
+/* Keras' CosineDecay: without warm-up lr * ((1-alpha) (1+cos(pi min(step,k)/k))/2 + alpha). */
+START_TEST(schedule_cosine) {
+    const float lr = 0.1f, alpha = 0.1f;
+    const double k = 100, a = alpha;
+    ps_opt_spec s = scheduled(PS_LR_COSINE, lr);
+    s.schedule.decay_steps = (float)k;
+    s.schedule.alpha = alpha;
+    s.schedule.warmup_target = lr; /* no warm-up */
+    for (uint64_t step = 0; step <= 300; step += 25) {
+        double x = step < k ? (double)step : k;
+        expect_rate(&s, step, lr * ((1 - a) * 0.5 * (1 + cos(M_PI * x / k)) + a), "cosine");
+    }
+    expect_rate(&s, 0, lr, "cosine");
+    expect_rate(&s, 50, lr * ((1 - a) * 0.5 + a), "cosine");
+    expect_rate(&s, 100, lr * a, "cosine");
+}
+END_TEST
+
+/* Keras 3's warm-up: linear from lr to warmup_target over warmup_steps, then the
+ * cosine decay from warmup_target over decay_steps, then alpha * warmup_target. */
+START_TEST(schedule_cosine_warmup) {
+    const float target = 0.2f, lr = 0.02f;
+    const double w = 10, k = 100;
+    ps_opt_spec s = scheduled(PS_LR_COSINE, lr);
+    s.schedule.decay_steps = (float)k;
+    s.schedule.warmup_target = target;
+    s.schedule.warmup_steps = (float)w;
+    expect_rate(&s, 0, lr, "warm-up");
+    expect_rate(&s, 5, lr + ((double)target - lr) * 0.5, "warm-up");
+    expect_rate(&s, 10, target, "warm-up");
+    expect_rate(&s, 60, target * 0.5 * (1 + cos(M_PI * 0.5)), "warm-up");
+    expect_rate(&s, 110, 0, "warm-up");
+    expect_rate(&s, 5000, 0, "warm-up");
+    s.lr = 0; /* a warm-up from 0 */
+    expect_rate(&s, 0, 0, "warm-up from 0");
+    expect_rate(&s, 2, (double)target * 0.2, "warm-up from 0");
+}
+END_TEST
+
+/* Update t uses the rate after t - 1 updates (Keras: learning_rate(iterations)). */
+START_TEST(schedule_rate_of_each_update) {
+    ps_opt_spec s = scheduled(PS_LR_EXPONENTIAL, 0.1f);
+    s.schedule.decay_steps = 1;
+    s.schedule.decay_rate = 0.5f;
+    float w = 1, g = 1;
+    double want = 1;
+    for (uint64_t t = 1; t <= 4; t++) {
+        ps_optim_apply(&s, &w, &g, NULL, 1, t);
+        want -= 0.1 * pow(0.5, (double)(t - 1));
+        ck_assert_msg(fabs(w - want) < 1e-6, "after update %llu: %.9g, want %.9g",
+                      (unsigned long long)t, (double)w, want);
+    }
+}
+END_TEST
+
+/* ---- weight decay for every kind (Keras 3): w -= lr*wd*w, then the update ---- */
+
+START_TEST(weight_decay_sgd) {
+    ps_opt_spec s = ps_opt_spec_default(PS_OPT_SGD);
+    s.lr = 0.1f;
+    s.weight_decay = 0.5f;
+    float w[N];
+    run_steps(&s, w);
+    double c = 1 - D(s.lr) * D(s.weight_decay), want[N];
+    for (int i = 0; i < N; i++) {
+        double x = W0[i];
+        for (int k = 0; k < STEPS; k++)
+            x = c * x - D(s.lr) * G[k][i];
+        want[i] = x;
+    }
+    expect_close("sgd weight decay", w, want);
+}
+END_TEST
+
+START_TEST(weight_decay_momentum) {
+    ps_opt_spec s = ps_opt_spec_default(PS_OPT_MOMENTUM);
+    s.lr = 0.1f;
+    s.momentum = 0.7f;
+    s.weight_decay = 0.25f;
+    float w[N];
+    run_steps(&s, w);
+    double c = 1 - D(s.lr) * D(s.weight_decay), want[N];
+    for (int i = 0; i < N; i++) {
+        double x = W0[i], v = 0;
+        for (int k = 0; k < STEPS; k++) {
+            v = D(s.momentum) * v - D(s.lr) * G[k][i];
+            x = c * x + v;
+        }
+        want[i] = x;
+    }
+    expect_close("momentum weight decay", w, want);
+}
+END_TEST
+
+/* Adam with weight_decay is AdamW's formula (Keras 3: the same decay in the base class). */
+START_TEST(weight_decay_adam) {
+    ps_opt_spec s = ps_opt_spec_default(PS_OPT_ADAM);
+    s.lr = 0.1f;
+    s.beta1 = 0.8f;
+    s.beta2 = 0.95f;
+    s.epsilon = 0.01f;
+    s.weight_decay = 0.5f;
+    float w[N];
+    run_steps(&s, w);
+    double c = 1 - D(s.lr) * D(s.weight_decay), want[N], u[STEPS];
+    for (int i = 0; i < N; i++) {
+        adam_steps(&s, i, u);
+        want[i] = W0[i] * c * c * c - u[0] * c * c - u[1] * c - u[2];
+    }
+    expect_close("adam weight decay", w, want);
+    ps_opt_spec aw = s;
+    aw.kind = PS_OPT_ADAMW;
+    float w2[N];
+    run_steps(&aw, w2);
+    ck_assert_msg(memcmp(w, w2, sizeof w) == 0, "adam + weight_decay and adamw differ");
+}
+END_TEST
+
+/* AdamW gives the bits it gave before schedules and weight decay for every kind:
+ * the same float operations, written out here as they were. */
+START_TEST(adamw_bits_as_before) {
+    ps_opt_spec s = ps_opt_spec_default(PS_OPT_ADAMW);
+    s.lr = 0.003f;
+    s.weight_decay = 0.07f;
+    float w[N], m[N] = {0}, v[N] = {0}, w2[N], m2[N] = {0}, v2[N] = {0};
+    for (int i = 0; i < N; i++)
+        w[i] = w2[i] = (float)W0[i];
+    for (uint64_t t = 1; t <= STEPS; t++) {
+        float g[N];
+        for (int i = 0; i < N; i++)
+            g[i] = (float)G[t - 1][i];
+        float *sl[2] = {m, v};
+        ps_optim_apply(&s, w, g, sl, N, t);
+        double td = (double)t;
+        float lr_t = (float)(s.lr * sqrt(1.0 - pow(s.beta2, td)) / (1.0 - pow(s.beta1, td)));
+        float decay = (float)((double)s.lr * s.weight_decay);
+        float b1 = s.beta1, b2 = s.beta2, ob1 = 1.0f - s.beta1, ob2 = 1.0f - s.beta2;
+        for (int i = 0; i < N; i++) {
+            volatile float wi = w2[i] - decay * w2[i];
+            volatile float mi = b1 * m2[i] + ob1 * g[i];
+            volatile float vi = b2 * v2[i] + ob2 * g[i] * g[i];
+            m2[i] = mi;
+            v2[i] = vi;
+            w2[i] = wi - lr_t * mi / (sqrtf(vi) + s.epsilon);
+        }
+    }
+    ck_assert_msg(memcmp(w, w2, sizeof w) == 0 && memcmp(m, m2, sizeof m) == 0 &&
+                      memcmp(v, v2, sizeof v) == 0,
+                  "adamw: other bits than before");
+}
+END_TEST
+
 static Suite *optim_suite(void) {
     Suite *s = suite_create("optim");
     TCase *tc = tcase_create("formulas");
@@ -380,6 +612,19 @@ static Suite *optim_suite(void) {
     tcase_add_test(tc, adamw_decays_with_zero_gradient);
     tcase_add_test(tc, vector_matches_scalar_bitwise);
     tcase_add_test(tc, spec_same_and_describe);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("schedules_and_weight_decay");
+    tcase_add_test(tc, schedule_constant_is_lr_exactly);
+    tcase_add_test(tc, schedule_exponential);
+    tcase_add_test(tc, schedule_inverse_time);
+    tcase_add_test(tc, schedule_piecewise);
+    tcase_add_test(tc, schedule_cosine);
+    tcase_add_test(tc, schedule_cosine_warmup);
+    tcase_add_test(tc, schedule_rate_of_each_update);
+    tcase_add_test(tc, weight_decay_sgd);
+    tcase_add_test(tc, weight_decay_momentum);
+    tcase_add_test(tc, weight_decay_adam);
+    tcase_add_test(tc, adamw_bits_as_before);
     suite_add_tcase(s, tc);
     return s;
 }
