@@ -71,7 +71,7 @@ struct ps_client {
     enc_state *enc;      /* per tensor (cap_tensors entries, zeroed) */
     uint64_t push_gen;   /* counts push rounds: encodings are made once per round */
     uint64_t push_bytes; /* gradient payload bytes sent in pushes */
-    float *enc_scratch;  /* top-k selection scratch */
+    uint32_t *enc_scratch; /* top-k selection scratch */
     size_t enc_scratch_cap;
     int warned_saturated;
     ps_curve_client curve;               /* secret: wiped on close */

@@ -61,7 +61,7 @@ static int encode(ps_client *c, size_t ti) {
     if (!e->residual && !(e->residual = calloc(n, sizeof(float))))
         return ps__fail(c, PS_ENOMEM, "out of memory for the top-k residual");
     if (c->enc_scratch_cap < n) {
-        float *s = realloc(c->enc_scratch, n * sizeof *s);
+        uint32_t *s = realloc(c->enc_scratch, n * sizeof *s);
         if (!s) return ps__fail(c, PS_ENOMEM, "out of memory");
         c->enc_scratch = s;
         c->enc_scratch_cap = n;

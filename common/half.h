@@ -41,9 +41,10 @@ size_t ps_topk_k(size_t numel, float ratio);
 /* Error feedback step: residual[i] += grad[i] (grad may be NULL: nothing added), then
  * the k entries of residual with the largest magnitude (ties: the lower index) are
  * written to pairs (k * PS_TOPK_PAIR_BYTES bytes, indices strictly increasing) and
- * zeroed in residual. scratch holds n floats. n <= UINT32_MAX, 1 <= k <= n. */
+ * zeroed in residual. scratch holds n values (the magnitudes' bits). n <= UINT32_MAX,
+ * 1 <= k <= n. */
 void ps_topk_compress(float *residual, const float *grad, size_t n, size_t k,
-                      unsigned char *pairs, float *scratch);
+                      unsigned char *pairs, uint32_t *scratch);
 
 /* Checks nnz pairs against a dense tensor of numel values: every index < numel
  * and strictly increasing. Returns 0, or -1 with *bad = the first bad pair. */

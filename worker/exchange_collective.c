@@ -54,7 +54,7 @@ typedef struct {
     uint64_t ckpt_clock; /* steps done at the last checkpoint (UINT64_MAX: none yet) */
     uint64_t bytes_at_join; /* ring bytes sent before training (the chief's broadcast) */
     float *residual;        /* topk: what was not sent yet, per parameter (owned) */
-    float *scratch;         /* topk: selection scratch, one float per parameter (owned) */
+    uint32_t *scratch;      /* topk: selection scratch, one per parameter (owned) */
     topk_bucket *tk;        /* topk: this step's buckets (owned) */
     size_t n_tk, cap_tk;
 } coll_ex;
@@ -594,7 +594,7 @@ int ps_exchange_collective_open(const ps_train_config *cfg, ps_model *m, ps_exch
     if (cfg->compression == PS_COMPRESSION_TOPK) {
         size_t n = ps_model_num_params(m);
         x->residual = calloc(n ? n : 1, sizeof(float));
-        x->scratch = malloc((n ? n : 1) * sizeof(float));
+        x->scratch = malloc((n ? n : 1) * sizeof *x->scratch);
     }
     if ((cfg->compression == PS_COMPRESSION_TOPK && (!x->residual || !x->scratch)) ||
         ps_local_opt_new(m, &x->opt) != PS_OK) {

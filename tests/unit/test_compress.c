@@ -138,7 +138,8 @@ END_TEST
 /* The selection equals a brute-force one: repeatedly the largest magnitude, lowest index. */
 START_TEST(topk_selects_largest) {
     enum { N = 500 };
-    float r[N], before[N], scratch[N];
+    float r[N], before[N];
+    uint32_t scratch[N];
     unsigned char pairs[N * PS_TOPK_PAIR_BYTES];
     for (int round = 0; round < 200; round++) {
         size_t n = 1 + next_u32() % N, k = 1 + next_u32() % n;
@@ -173,7 +174,8 @@ END_TEST
 
 START_TEST(topk_error_feedback) {
     enum { N = 300, STEPS = 400 };
-    static float residual[N], g[N], scratch[N], dense[N];
+    static float residual[N], g[N], dense[N];
+    static uint32_t scratch[N];
     static double sum_g[N], sum_sent[N];
     static unsigned sent_count[N];
     unsigned char pairs[N * PS_TOPK_PAIR_BYTES];
