@@ -57,6 +57,7 @@ struct ps_client {
     int step_open;  /* between ps_client_step_begin and ps_client_step_end */
     int step_rc;    /* the first send error of the open step exchange */
     uint64_t step_clock;
+    int push_skipped; /* pushes carry Push.skipped (ps_client_set_push_skipped) */
     ps_curve_client curve;               /* secret: wiped on close */
     char job_id[PS_WIRE_MAX_JOB_ID + 1]; /* "" : none named */
     char error[512];

@@ -16,6 +16,7 @@
 #include "kernels.h"
 #include "local_opt.h"
 #include "log.h"
+#include "loss_scale.h"
 #include "model_ckpt.h"
 #include "optim.h"
 #include "ps_nccl.h"
@@ -43,6 +44,8 @@ typedef struct {
     int step_failed;  /* a bucket could not be started: step_end reports the ring's error */
     double last_ckpt; /* monotonic seconds of the chief's last checkpoint */
     uint64_t ckpt_clock; /* steps done at the last checkpoint (UINT64_MAX: none yet) */
+    int check_finite;    /* loss scaling: skip the update when the reduced gradient overflowed */
+    int skipped;         /* ... and it did, this step */
 } coll_ex;
 
 static double now_s(void) {
@@ -399,7 +402,10 @@ static int coll_step_end(void *self, char *err, size_t errlen) {
         for (size_t i = 0; i < n; i++)
             g[i] *= scale;
     }
-    ps_local_opt_step(x->opt);
+    /* loss scaling: checked on the reduced gradient, the same on every replica */
+    x->skipped = x->check_finite &&
+                 !ps_all_finite(ps_model_grads(x->model), ps_model_num_params(x->model));
+    if (!x->skipped) ps_local_opt_step(x->opt);
     uint64_t steps = x->done = x->clock + 1;
     if (x->cfg->perturb_at_step && steps == x->cfg->perturb_at_step) {
         /* fault injection for tests (--perturb-at-step): this replica drifts */
@@ -413,6 +419,19 @@ static int coll_step_end(void *self, char *err, size_t errlen) {
     }
     maybe_checkpoint(x, steps);
     return PS_OK;
+}
+
+/* Loss scaling: this replica's own check does not matter (an inf reaches the
+ * sum, so every replica sees it there). */
+static int coll_step_end_checked(void *self, int bad, int *skipped, char *err, size_t errlen) {
+    coll_ex *x = self;
+    (void)bad;
+    x->check_finite = 1;
+    x->skipped = 0;
+    int rc = coll_step_end(self, err, errlen);
+    x->check_finite = 0;
+    *skipped = x->skipped;
+    return rc;
 }
 
 /* The chief's last checkpoint, a last comparison, then a barrier: no rank
@@ -449,6 +468,7 @@ static const ps_exchange_ops coll_ops = {
     .step_begin = coll_step_begin,
     .grads_ready = coll_grads_ready,
     .step_end = coll_step_end,
+    .step_end_checked = coll_step_end_checked,
     .finish = coll_finish,
     .peer_failed = coll_peer_failed,
     .free = coll_free,

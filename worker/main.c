@@ -48,6 +48,7 @@ typedef struct {
     long strategy, communication, worker_timeout, ring_connect_timeout, bucket_kb, check_every;
     char checkpoint_dir[1024], loss[64];
     long checkpoint_every, checkpoint_every_steps, keep_checkpoints, perturb_at_step;
+    long dtype_policy, inject_overflow_at_step;
 } worker_opts;
 
 enum { PROGRESS_AUTO, PROGRESS_TTY, PROGRESS_PLAIN, PROGRESS_NONE };
@@ -177,6 +178,16 @@ static const ps_option table[] = {
     {"perturb-at-step", PS_OPTION_LONG, F(perturb_at_step), 0, 1L << 40, "0", NULL, "N",
      "for tests (fault injection): after step N, change this worker's first variable a "
      "little, so the --check-every comparison has a divergence to find"},
+    {"dtype-policy", PS_OPTION_CHOICE, F(dtype_policy), 0, 0, "spec",
+     "spec|float32|mixed_float16|mixed_bfloat16", NULL,
+     "Keras' dtype policy for every layer, over the model spec's \"dtype_policy\" (or a Keras "
+     "file's layers'): mixed_*: layers compute in float16 / bfloat16, variables stay float32; "
+     "mixed_float16 adds dynamic loss scaling (2^15, halved on an overflow, the step skipped; "
+     "doubled after 2000 good steps). spec: as the model says (default float32)"},
+    {"inject-overflow-at-step", PS_OPTION_LONG, F(inject_overflow_at_step), 0, 1L << 40, "0",
+     NULL, "N",
+     "for tests (mixed_float16): step N's gradient on this worker gets an inf, as an fp16 "
+     "overflow would: the step is skipped and the loss scale halved"},
 };
 #define N_OPTIONS (sizeof table / sizeof table[0])
 
@@ -389,6 +400,11 @@ int main(int argc, char **argv) {
         .checkpoint_every_steps = (uint64_t)o.checkpoint_every_steps,
         .keep_checkpoints = (unsigned)o.keep_checkpoints,
         .perturb_at_step = (uint64_t)o.perturb_at_step,
+        .dtype_policy = o.dtype_policy == 0   ? NULL
+                        : o.dtype_policy == 1 ? "float32"
+                        : o.dtype_policy == 2 ? "mixed_float16"
+                                              : "mixed_bfloat16",
+        .inject_overflow_at_step = (uint64_t)o.inject_overflow_at_step,
     };
     if (cfg.positive_classes && cfg.label_map) {
         fprintf(stderr, "psworker: give --positive-classes or --label-map, not both\n");

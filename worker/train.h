@@ -61,6 +61,8 @@ typedef struct {
     uint64_t checkpoint_every_steps;  /* chief: a checkpoint every N steps (0: no) */
     unsigned keep_checkpoints;        /* newest checkpoint files kept */
     uint64_t perturb_at_step;         /* tests (fault injection): nudge a variable after step N */
+    const char *dtype_policy;         /* --dtype-policy: over the spec's; NULL: the spec's */
+    uint64_t inject_overflow_at_step; /* tests: step N's gradient gets an inf (mixed_float16) */
 } ps_train_config;
 
 /* How the workers combine gradients (psworker --strategy). */
@@ -88,6 +90,9 @@ typedef struct {
     unsigned recreated[PS_TRAIN_MAX_RECREATED];
     size_t n_recreated;
     int peer_failed; /* the failure was another worker's (a broken ring, diverged replicas) */
+    int dtype_policy;       /* the model's ps_dtype_policy */
+    float loss_scale;       /* mixed_float16: the loss scale at the end (0: none) */
+    uint64_t skipped_steps; /* mixed_float16: steps skipped for inf / NaN gradients */
 } ps_train_result;
 
 /* Places the model's variables on n_shards shards (the same on every worker)
