@@ -384,7 +384,9 @@ static int scaled_step_end(const ps_train_config *cfg, train_state *st, uint64_t
     ps_loss_scale_update(&st->scaler, !skipped);
     if (skipped)
         PS_INFO("step %llu: %s gradients held an inf or NaN: step skipped, loss scale %g -> %g",
-                (unsigned long long)(clock + 1), finite ? "the reduced" : "this worker's",
+                (unsigned long long)(clock + 1),
+                !cfg->no_ps && cfg->strategy != PS_STRATEGY_PARAMETER_SERVER ? "the all-reduced"
+                                                                              : "this worker's",
                 (double)before, (double)st->scaler.scale);
     else if (st->scaler.scale != before)
         PS_DEBUG("loss scale %g -> %g after %u good steps", (double)before,
