@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "loss_scale.h"
 #include "model.h"
 #include "ps_error.h"
 #include "train.h"
@@ -22,6 +23,9 @@ typedef struct {
     size_t n_recreated;   /* out: how many it listed */
     int async;            /* out: the job's mode (1 async, 0 sync) */
     uint64_t clock;       /* out: steps this worker's job has done (0: a fresh job) */
+    ps_loss_scale *scaler; /* in/out: the loop's loss scaler (mixed_float16), NULL: none;
+                            * all-reduce restores it from the chief's checkpoint and
+                            * gives every rank the chief's, and checkpoints it */
 } ps_exchange_job;
 
 /* One strategy's operations, each on the implementation's state `self`.

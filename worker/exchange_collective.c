@@ -46,6 +46,9 @@ typedef struct {
     uint64_t ckpt_clock; /* steps done at the last checkpoint (UINT64_MAX: none yet) */
     int check_finite;    /* loss scaling: skip the update when the reduced gradient overflowed */
     int skipped;         /* ... and it did, this step */
+    ps_loss_scale *scaler;        /* the loop's (borrowed), NULL: no loss scaling */
+    ps_loss_scale scaler_next;    /* during step_end: the scaler after this step's outcome */
+    const ps_loss_scale *ckpt_ls; /* what a checkpoint written now holds */
 } coll_ex;
 
 static double now_s(void) {
@@ -174,8 +177,8 @@ static int check_models(coll_ex *x, char *err, size_t errlen) {
 static int load_checkpoint(coll_ex *x, uint64_t *clock, char *err, size_t errlen) {
     const ps_train_config *cfg = x->cfg;
     char path[1200];
-    int rc = ps_model_ckpt_load(cfg->checkpoint_dir, x->model, x->opt, cfg->job_id, clock, path,
-                                sizeof path, err, errlen);
+    int rc = ps_model_ckpt_load_scaled(cfg->checkpoint_dir, x->model, x->opt, x->scaler,
+                                       cfg->job_id, clock, path, sizeof path, err, errlen);
     if (rc == PS_ENOENT) {
         PS_INFO("no checkpoint in %s: starting afresh", cfg->checkpoint_dir);
         *err = '\0';
@@ -190,8 +193,17 @@ static int load_checkpoint(coll_ex *x, uint64_t *clock, char *err, size_t errlen
 
 /* The chief's variables, optimizer state and clock go to every rank. */
 static int broadcast_state(coll_ex *x, uint64_t *clock, char *err, size_t errlen) {
-    uint64_t head[2] = {*clock, ps_local_opt_updates(x->opt)};
+    /* with the loss scaler's state: every replica scales (and skips) alike */
+    uint32_t scale_bits = 0;
+    if (x->scaler) memcpy(&scale_bits, &x->scaler->scale, sizeof scale_bits);
+    uint64_t head[4] = {*clock, ps_local_opt_updates(x->opt), scale_bits,
+                        x->scaler ? x->scaler->good_steps : 0};
     int rc = ring_failed(x, ps_ring_broadcast(x->ring, 0, head, sizeof head, err, errlen));
+    if (rc == PS_OK && x->scaler && head[2]) {
+        scale_bits = (uint32_t)head[2];
+        memcpy(&x->scaler->scale, &scale_bits, sizeof scale_bits);
+        x->scaler->good_steps = (uint32_t)head[3];
+    }
     size_t n = ps_model_num_params(x->model);
     if (rc == PS_OK)
         rc = ring_failed(x, ps_ring_broadcast(x->ring, 0, ps_model_params(x->model),
@@ -261,6 +273,8 @@ static int coll_join(void *self, ps_exchange_job *job, char *err, size_t errlen)
     job->async = 0;
     job->clock = 0;
     job->n_recreated = 0;
+    x->scaler = job->scaler;
+    x->ckpt_ls = job->scaler;
     ps_ring_config rc_cfg = {
         .rank = cfg->index,
         .size = cfg->workers,
@@ -354,8 +368,9 @@ static int checkpoint_now(coll_ex *x, uint64_t steps, char *err, size_t errlen) 
     const ps_train_config *cfg = x->cfg;
     char path[1200];
     double t0 = now_s();
-    int rc = ps_model_ckpt_save(cfg->checkpoint_dir, cfg->keep_checkpoints, x->model, x->opt,
-                                steps, cfg->job_id, path, sizeof path, err, errlen);
+    int rc = ps_model_ckpt_save_scaled(cfg->checkpoint_dir, cfg->keep_checkpoints, x->model, x->opt,
+                                       x->ckpt_ls, steps, cfg->job_id, path, sizeof path, err,
+                                       errlen);
     if (rc != PS_OK) return rc;
     x->last_ckpt = now_s();
     x->ckpt_clock = steps;
@@ -406,6 +421,11 @@ static int coll_step_end(void *self, char *err, size_t errlen) {
     x->skipped = x->check_finite &&
                  !ps_all_finite(ps_model_grads(x->model), ps_model_num_params(x->model));
     if (!x->skipped) ps_local_opt_step(x->opt);
+    if (x->check_finite && x->scaler) { /* the loop updates its scaler after this returns */
+        x->scaler_next = *x->scaler;
+        ps_loss_scale_update(&x->scaler_next, !x->skipped);
+        x->ckpt_ls = &x->scaler_next;
+    }
     uint64_t steps = x->done = x->clock + 1;
     if (x->cfg->perturb_at_step && steps == x->cfg->perturb_at_step) {
         /* fault injection for tests (--perturb-at-step): this replica drifts */
@@ -430,6 +450,7 @@ static int coll_step_end_checked(void *self, int bad, int *skipped, char *err, s
     x->skipped = 0;
     int rc = coll_step_end(self, err, errlen);
     x->check_finite = 0;
+    x->ckpt_ls = x->scaler; /* outside a step: the loop's own, up to date */
     *skipped = x->skipped;
     return rc;
 }

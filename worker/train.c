@@ -431,11 +431,19 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
      * the current epoch of its data shard. clock >= total: the job has ended (a
      * restarted chief still evaluates); sync, past total only when backup
      * workers or a laggard closed steps alone. */
-    ps_exchange_job job = {
-        .total_steps = total, .recreated = res->recreated, .recreated_cap = PS_TRAIN_MAX_RECREATED};
+    ps_exchange_job job = {.total_steps = total,
+                           .recreated = res->recreated,
+                           .recreated_cap = PS_TRAIN_MAX_RECREATED,
+                           .scaler = st.scaling ? &st.scaler : NULL};
     if (rc == PS_OK) rc = ps_exchange_join(&st.ex, &job, err, errlen);
     res->async = job.async;
     res->n_recreated = job.n_recreated;
+    if (st.scaling) { /* the scale may come from a checkpoint (all-reduce) */
+        ps_model_set_loss_scale(st.model, st.scaler.scale);
+        if (rc == PS_OK && st.scaler.scale != PS_LOSS_SCALE_INITIAL)
+            PS_INFO("loss scale %g (%u good steps) from the chief's checkpoint",
+                    (double)st.scaler.scale, st.scaler.good_steps);
+    }
     int async = job.async;
     uint64_t clock = job.clock;
     if (rc != PS_OK) clock = 0;

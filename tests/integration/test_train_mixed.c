@@ -7,7 +7,8 @@
  *   step closes on the other worker's gradient; async, the skipped push still
  *   counts, so the chief's evaluation does not wait for it);
  * - multi_worker_mirrored: one replica's overflow makes every replica skip
- *   (checked on the reduced gradient), and their variables stay equal;
+ *   (checked on the reduced gradient), and their variables stay equal; the
+ *   scale is in the chief's checkpoint: a restart resumes with it;
  * - mixed_float16 and mixed_bfloat16 training of the MLP and of a small CNN
  *   (Keras' own mixed_float16 file) reaches the float32 run's accuracy. */
 #include <check.h>
@@ -174,12 +175,13 @@ START_TEST(one_worker_overflows_sync_and_async) {
 }
 END_TEST
 
-START_TEST(mirrored_replicas_skip_together) {
-    char *dir = ps_test_mkdtemp();
+/* Two multi_worker_mirrored workers (TF_CONFIG), checkpoints in ckdir;
+ * worker 1 injects an overflow at step `inject` (0: none). Logs dir/TAG-w.log. */
+static void mirrored_job(const char *dir, const char *tag, const char *ckdir, const char *inject) {
     char eps[2][64], log[2][600], sum[600];
     for (int w = 0; w < 2; w++)
         snprintf(eps[w], sizeof eps[w], "127.0.0.1:%d", ps_test_free_port());
-    snprintf(sum, sizeof sum, "%s/mirrored.json", dir);
+    snprintf(sum, sizeof sum, "%s/%s.json", dir, tag);
     pid_t pid[2];
     for (int w = 0; w < 2; w++) {
         char tf[512];
@@ -187,10 +189,11 @@ START_TEST(mirrored_replicas_skip_together) {
                  "{\"cluster\": {\"worker\": [\"%s\", \"%s\"]}, \"task\": {\"type\": \"worker\", "
                  "\"index\": %d}}",
                  eps[0], eps[1], w);
-        snprintf(log[w], sizeof log[w], "%s/mirrored-%d.log", dir, w);
+        snprintf(log[w], sizeof log[w], "%s/%s-%d.log", dir, tag, w);
         const char *argv[] = {getenv("PSWORKER"), "--progress", "none", SHORT, "--max-steps", "6",
                               "--dtype-policy", "mixed_float16", "--check-every", "1",
-                              "--summary", sum, w ? "--inject-overflow-at-step" : NULL, "3", NULL};
+                              "--checkpoint-dir", ckdir, "--summary", sum,
+                              w && inject ? "--inject-overflow-at-step" : NULL, inject, NULL};
         setenv("TF_CONFIG", tf, 1);
         pid[w] = ps_test_spawn(argv, log[w]);
         unsetenv("TF_CONFIG");
@@ -201,13 +204,34 @@ START_TEST(mirrored_replicas_skip_together) {
     for (int w = 0; w < 2; w++) {
         if (st[w] != 0) ps_test_dump(log[w]);
         ck_assert_int_eq(st[w], 0); /* --check-every 1: the replicas stayed equal */
-        expect_log(log[w], "step 3: the all-reduced gradients held an inf or NaN: step skipped, loss "
-                           "scale 32768 -> 16384");
     }
+}
+
+START_TEST(mirrored_replicas_skip_together) {
+    char *dir = ps_test_mkdtemp();
+    char ckdir[600], log[600], sum[600];
+    snprintf(ckdir, sizeof ckdir, "%s/ck", dir);
+    mirrored_job(dir, "mirrored", ckdir, "3");
+    for (int w = 0; w < 2; w++) {
+        snprintf(log, sizeof log, "%s/mirrored-%d.log", dir, w);
+        expect_log(log, "step 3: the all-reduced gradients held an inf or NaN: step skipped, loss "
+                        "scale 32768 -> 16384");
+    }
+    snprintf(sum, sizeof sum, "%s/mirrored.json", dir);
     cJSON *j = summary(sum);
     ck_assert_str_eq(cJSON_GetObjectItem(j, "strategy")->valuestring, "multi_worker_mirrored");
     ck_assert_double_eq(num(j, "loss_scale"), 16384); /* the chief's, though its own was finite */
     ck_assert_double_eq(num(j, "skipped_steps"), 1);
+    cJSON_Delete(j);
+    /* restarted: the chief's checkpoint brings the scale (and 3 good steps) back, to both */
+    mirrored_job(dir, "again", ckdir, NULL);
+    for (int w = 0; w < 2; w++) {
+        snprintf(log, sizeof log, "%s/again-%d.log", dir, w);
+        expect_log(log, "loss scale 16384 (3 good steps) from the chief's checkpoint");
+    }
+    snprintf(sum, sizeof sum, "%s/again.json", dir);
+    j = summary(sum);
+    ck_assert_double_eq(num(j, "loss_scale"), 16384);
     cJSON_Delete(j);
     ps_test_rmdir(dir);
     free(dir);
