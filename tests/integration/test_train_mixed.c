@@ -52,7 +52,7 @@ static void expect_log(const char *log, const char *text) {
 static void ps_job(const char *dir, const char *tag, const char *mode, int workers,
                    const char *const *common, const char *const *w1) {
     ps_test_psd psd;
-    char nw[8];
+    char nw[16];
     snprintf(nw, sizeof nw, "%d", workers);
     const char *pargs[] = {"--workers", nw, "--mode", mode, NULL};
     ck_assert_int_eq(ps_test_psd_start(&psd, pargs, 10000), 0);
@@ -60,7 +60,7 @@ static void ps_job(const char *dir, const char *tag, const char *mode, int worke
     char log[2][600], sum[600];
     snprintf(sum, sizeof sum, "%s/%s.json", dir, tag);
     for (int w = 0; w < workers; w++) {
-        char idx[8];
+        char idx[16];
         snprintf(idx, sizeof idx, "%d", w);
         snprintf(log[w], sizeof log[w], "%s/%s-%d.log", dir, tag, w);
         const char *argv[64] = {getenv("PSWORKER"), "--ps", psd.endpoint, "--index", idx,
