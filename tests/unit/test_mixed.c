@@ -5,6 +5,7 @@
  * overflow), and the dtype policy in specs and Keras files. */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,35 @@ START_TEST(round_and_scale_kernels) {
         ck_assert_float_eq(y[i], x[i] * 0.25f);
     free(x);
     free(y);
+}
+END_TEST
+
+/* fp16 rounding by its definition: 11 significant bits, nearest even. */
+static float f16_by_definition(float x) {
+    float a = fabsf(x);
+    if (!(a < 65520.0f)) return a != a ? x : copysignf(INFINITY, x);
+    if (a < 6.103515625e-05f) return copysignf(rintf(a * 16777216.0f) * 0x1p-24f, x);
+    int e;
+    frexpf(a, &e);
+    float step = ldexpf(1.0f, e - 11);
+    return copysignf(rintf(a / step) * step, x);
+}
+
+/* ps_ew_round_f16 (bit operations) against the definition: every float with
+ * the low 9 bits of a sample pattern (all exponents and signs, the rounding
+ * bits around the cut), 2^23 of them. */
+START_TEST(f16_rounding_matches_definition) {
+    uint64_t bad = 0;
+    uint32_t first = 0;
+    for (uint64_t i = 0; i < (1u << 23); i++) {
+        uint32_t u = (uint32_t)(i << 9) | (uint32_t)((i * 0x9E3779B9u) & 0x1FFu);
+        float x, got, want;
+        memcpy(&x, &u, 4);
+        got = ps_ew_round_f16(x);
+        want = f16_by_definition(x);
+        if (memcmp(&got, &want, 4) != 0 && !bad++) first = u;
+    }
+    ck_assert_msg(bad == 0, "%llu floats differ, the first %08x", (unsigned long long)bad, first);
 }
 END_TEST
 
@@ -350,6 +380,7 @@ int main(void) {
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, scaler_follows_keras_rules);
     tcase_add_test(tc, unscale_divides_and_checks);
+    tcase_add_test(tc, f16_rounding_matches_definition);
     tcase_add_test(tc, round_and_scale_kernels);
     tcase_add_test(tc, conv_half_is_f32_on_rounded_inputs);
     tcase_add_test(tc, dense_gradient_matches_rounded_reference);
