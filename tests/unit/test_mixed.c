@@ -131,14 +131,16 @@ static float f16_by_definition(float x) {
     return copysignf(rintf(a / step) * step, x);
 }
 
-/* ps_ew_round_f16 (bit operations) against the definition: every float with
- * the low 9 bits of a sample pattern (all exponents and signs, the rounding
- * bits around the cut), 2^23 of them. */
+/* ps_ew_round_f16 (bit operations) against the definition: every setting of
+ * a float's upper 23 bits (all signs, exponents and the bits around the cut:
+ * every tie), with the low 9 bits zero and with a hash, 2^24 floats. */
 START_TEST(f16_rounding_matches_definition) {
     uint64_t bad = 0;
     uint32_t first = 0;
-    for (uint64_t i = 0; i < (1u << 23); i++) {
-        uint32_t u = (uint32_t)(i << 9) | (uint32_t)((i * 0x9E3779B9u) & 0x1FFu);
+    for (uint64_t i = 0; i < (1u << 24); i++) {
+        /* even i: the low 9 bits zero (ties included); odd: a hash of i there */
+        uint32_t u = (uint32_t)((i >> 1) << 9) |
+                     (i & 1 ? (uint32_t)(((i >> 1) * 0x9E3779B97F4A7C15ull) >> 55) : 0u);
         float x, got, want;
         memcpy(&x, &u, 4);
         got = ps_ew_round_f16(x);
