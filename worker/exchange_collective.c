@@ -121,7 +121,7 @@ static void start_rest(coll_ex *x) {
     x->pending = (span){NULL, NULL};
     float *g = ps_model_grads(x->model), *gend = g + ps_model_num_params(x->model);
     size_t n = x->n_started;
-    qsort(x->started, n, sizeof *x->started, by_lo);
+    if (n) qsort(x->started, n, sizeof *x->started, by_lo); /* none yet: started is NULL */
     float *at = g;
     for (size_t i = 0; i < n && !x->step_failed; i++) {
         if (x->started[i].lo > at) start_span(x, (span){at, x->started[i].lo});
