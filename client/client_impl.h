@@ -74,6 +74,7 @@ struct ps_client {
     uint32_t *enc_scratch; /* top-k selection scratch */
     size_t enc_scratch_cap;
     int warned_saturated;
+    int push_skipped; /* pushes carry Push.skipped (ps_client_set_push_skipped) */
     ps_curve_client curve;               /* secret: wiped on close */
     char job_id[PS_WIRE_MAX_JOB_ID + 1]; /* "" : none named */
     char error[512];

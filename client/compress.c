@@ -75,7 +75,9 @@ static int encode(ps_client *c, size_t ti) {
 
 int ps__grad_payload(ps_client *c, size_t ti, Ps__TensorMeta *m, ps_payload *pl) {
     const ps_client_tensor *t = &c->tensors[ti];
-    if (c->compress == PS_COMPRESS_NONE) {
+    if (c->compress == PS_COMPRESS_NONE || c->push_skipped) {
+        /* a skipped push (ps_client_set_push_skipped) is not applied: nothing is
+         * encoded, so top-k's residual keeps what it holds for the next push */
         *pl = (ps_payload){t->grad, ps__tensor_numel(t) * sizeof(float), NULL, NULL};
     } else {
         enc_state *e = &c->enc[ti];

@@ -374,6 +374,7 @@ int ps__send_grads(ps_client *c, size_t i, uint64_t step, uint64_t clock, int wi
         push.step = step;
         push.clock = clock;
         push.worker_index = c->worker_index;
+        push.skipped = c->push_skipped != 0;
         if (with_pull) {
             pp.push = &push;
             h.body_case = PS__HEADER__BODY_PUSH_PULL;
@@ -392,6 +393,10 @@ static int send_push(ps_client *c, size_t i, void *vctx) {
     push_ctx *ctx = vctx;
     return ps__send_grads(c, i, ctx->per_shard_step ? c->shards[i].version : ctx->step, ctx->clock,
                           0);
+}
+
+void ps_client_set_push_skipped(ps_client *c, int skipped) {
+    c->push_skipped = skipped != 0;
 }
 
 int ps_client_push(ps_client *c, uint64_t step, int *applied_all) {

@@ -184,6 +184,12 @@ PS_API int ps_client_push(ps_client *c, uint64_t step, int *applied_all);
  * counts shards that dropped it (its step had closed). PS_ERESTARTED when a
  * shard restarted from a checkpoint meanwhile (pull again and go on). */
 PS_API int ps_client_push_next(ps_client *c, uint64_t clock, size_t *dropped);
+/* skipped = 1: the pushes that follow (ps_client_push, _push_next, the step
+ * exchange's PushPulls) carry Push.skipped: the step's gradients overflowed
+ * (mixed_float16 loss scaling), so psd counts the push (sync: towards closing
+ * the step; async: the worker's clock and the version) but applies nothing and
+ * does not check the values. 0 (the default) turns it off. */
+PS_API void ps_client_set_push_skipped(ps_client *c, int skipped);
 
 /* ---- gradient compression ---------------------------------------------------------- */
 

@@ -19,6 +19,10 @@ struct ps_k_dev {
     ps__cuda_ctx *cuda; /* CUDA state (handle, stream, scratch); NULL on the CPU */
 };
 
+/* Records rc (not PS_OK) as d's pending error, returned and cleared by the
+ * next ps_k_sync (the first one wins); safe from several threads on the CPU. */
+void ps__dev_fail(ps_k_dev *d, int rc);
+
 /* CPU backend (cpu.c): host pointers, synchronous, infallible. Each mirrors
  * the ps_k_* function of the same name in kernels.h; a bool acc selects the
  * _acc (+=) behaviour over _overwrite (=), a bool squares ps_k_sumsq over
@@ -39,6 +43,8 @@ int ps__cpu_argmax_correct(const float *logits, const int32_t *labels, size_t ro
                            size_t *correct);
 int ps__cpu_gemm_ex(ps_k_prec prec, bool trans_a, bool trans_b, size_t M, size_t N, size_t K,
                     float alpha, const float *A, const float *B, float beta, float *C);
+void ps__cpu_round(ps_k_prec prec, float *x, size_t n);
+void ps__cpu_scale(float *x, float alpha, size_t n);
 int ps__cpu_bce_overwrite(float *dlogits, const float *logits, const float *targets, size_t rows,
                           size_t cols, float *loss);
 int ps__cpu_mse_overwrite(float *dpred, const float *pred, const float *targets, size_t rows,
@@ -115,6 +121,8 @@ int ps__cuda_host_alloc(ps_k_dev *d, size_t bytes, void **out);
 void ps__cuda_host_free(ps_k_dev *d, void *p);
 int ps__cuda_gemm_ex(ps_k_dev *d, ps_k_prec prec, bool trans_a, bool trans_b, size_t M, size_t N,
                      size_t K, float alpha, const float *A, const float *B, float beta, float *C);
+void ps__cuda_round(ps_k_dev *d, ps_k_prec prec, float *x, size_t n);
+void ps__cuda_scale(ps_k_dev *d, float *x, float alpha, size_t n);
 int ps__cuda_bce_overwrite(ps_k_dev *d, float *dlogits, const float *logits, const float *targets,
                            size_t rows, size_t cols, float *loss);
 int ps__cuda_mse_overwrite(ps_k_dev *d, float *dpred, const float *pred, const float *targets,

@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "kernels.h"
 #include "ps_error.h"
 
@@ -88,13 +89,22 @@ int ps_k_pool_plan(ps_k_pool *p, size_t n, size_t h, size_t w, size_t c, size_t 
     return PS_OK;
 }
 
+/* ps_k_gemm in p->prec: a reduced-precision GEMM's failure is kept for ps_k_sync. */
+static void conv_gemm(ps_k_dev *d, const ps_k_conv *p, bool ta, bool tb, size_t M, size_t N,
+                      size_t K, const float *A, const float *B, float beta, float *C) {
+    if (p->prec == PS_K_PREC_F32)
+        ps_k_gemm(d, ta, tb, M, N, K, 1.0f, A, B, beta, C);
+    else
+        ps__dev_fail(d, ps_k_gemm_ex(d, p->prec, ta, tb, M, N, K, 1.0f, A, B, beta, C));
+}
+
 void ps_k_conv2d_forward_overwrite(ps_k_dev *d, const ps_k_conv *p, float *y, const float *x,
                                    const float *w, const float *b, float *ws) {
     size_t pix = p->oh * p->ow, K = p->kh * p->kw * p->c, img_in = p->h * p->w * p->c;
     for (size_t i0 = 0; i0 < p->n; i0 += p->chunk) {
         size_t nb = p->n - i0 < p->chunk ? p->n - i0 : p->chunk;
         ps_k_im2col_overwrite(d, p, ws, x + i0 * img_in, nb);
-        ps_k_gemm(d, false, false, nb * pix, p->cout, K, 1.0f, ws, w, 0.0f, y + i0 * pix * p->cout);
+        conv_gemm(d, p, false, false, nb * pix, p->cout, K, ws, w, 0.0f, y + i0 * pix * p->cout);
     }
     if (b) ps_k_bias_add_rows_acc(d, y, b, p->n * pix, p->cout);
 }
@@ -116,9 +126,9 @@ static void conv2d_backward(ps_k_dev *d, const ps_k_conv *p, float *dx, float *d
         ps_k_im2col_overwrite(d, p, ws, x + i0 * img_in, nb);
         /* dw[K, cout] (+)= cols^T @ dy */
         float beta = (i0 == 0 && !acc) ? 0.0f : 1.0f;
-        ps_k_gemm(d, true, false, K, p->cout, rows, 1.0f, ws, dyc, beta, dw);
+        conv_gemm(d, p, true, false, K, p->cout, rows, ws, dyc, beta, dw);
         if (dx) { /* dcols[rows, K] = dy @ w^T, then scattered back onto the images */
-            ps_k_gemm(d, false, true, rows, K, p->cout, 1.0f, dyc, w, 0.0f, ws);
+            conv_gemm(d, p, false, true, rows, K, p->cout, dyc, w, 0.0f, ws);
             ps_k_col2im_overwrite(d, p, dx + i0 * img_in, ws, nb);
         }
     }

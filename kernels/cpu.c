@@ -159,6 +159,21 @@ int ps__cpu_gemm_ex(ps_k_prec prec, bool trans_a, bool trans_b, size_t M, size_t
     return PS_OK;
 }
 
+void ps__cpu_round(ps_k_prec prec, float *x, size_t n) {
+    if (prec == PS_K_PREC_BF16) {
+        for (size_t i = 0; i < n; i++)
+            x[i] = ps_ew_round_bf16(x[i]);
+    } else if (prec == PS_K_PREC_F16) {
+        for (size_t i = 0; i < n; i++)
+            x[i] = ps_ew_round_f16(x[i]);
+    }
+}
+
+void ps__cpu_scale(float *x, float alpha, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        x[i] *= alpha;
+}
+
 int ps__cpu_bce_overwrite(float *dlogits, const float *logits, const float *targets, size_t rows,
                           size_t cols, float *loss) {
     if (rows == 0 || cols == 0) return PS_EINVAL;

@@ -247,3 +247,24 @@ extern "C" void ps__cuda_concat_cols(ps_k_dev *d, float *out, const float *in, s
                                      size_t c_total, size_t c_off, size_t c_x, bool split) {
     launch(d, concat_kernel, rows * c_x, out, in, rows, c_total, c_off, c_x, split);
 }
+
+/* ---- mixed precision -------------------------------------------------------- */
+
+/* The same rounding as the CPU (ew.h), so both backends emulate fp16 / bf16
+ * storage identically; overflow to infinity as a conversion would. */
+__global__ void round_kernel(int prec, float *x, size_t n) {
+    GRID_STRIDE_LOOP(i, n)
+    x[i] = prec == PS_K_PREC_BF16 ? ps_ew_round_bf16(x[i]) : ps_ew_round_f16(x[i]);
+}
+
+__global__ void scale_kernel(float *x, float alpha, size_t n) {
+    GRID_STRIDE_LOOP(i, n) x[i] *= alpha;
+}
+
+extern "C" void ps__cuda_round(ps_k_dev *d, ps_k_prec prec, float *x, size_t n) {
+    launch(d, round_kernel, n, (int)prec, x, n);
+}
+
+extern "C" void ps__cuda_scale(ps_k_dev *d, float *x, float alpha, size_t n) {
+    launch(d, scale_kernel, n, x, alpha, n);
+}

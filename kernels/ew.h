@@ -209,16 +209,23 @@ static inline PS_HD float ps_ew_round_bf16(float x) {
 /* The float nearest to x among IEEE binary16 values (round to nearest even,
  * subnormals kept, beyond 65504 rounding to infinity as a conversion would). */
 static inline PS_HD float ps_ew_round_f16(float x) {
-    float a = fabsf(x);
-    if (!(a < 65520.0f)) return a != a ? x : copysignf(INFINITY, x); /* NaN, overflow */
-    if (a < 6.103515625e-05f) {                                      /* subnormal: step 2^-24 */
-        float q = a * 16777216.0f;                                   /* exact */
+    union {
+        float f;
+        uint32_t u;
+    } v = {x};
+    uint32_t sign = v.u & 0x80000000u, a = v.u & 0x7FFFFFFFu;
+    if (a >= 0x477FF000u) return a > 0x7F800000u ? x : copysignf(INFINITY, x); /* >= 65520; NaN */
+    if (a < 0x38800000u) { /* below 2^-14: a subnormal half, step 2^-24 */
+        float q = fabsf(x) * 16777216.0f; /* exact */
         return copysignf(rintf(q) * 5.9604644775390625e-08f, x);
     }
-    int e;
-    frexpf(a, &e); /* a = m 2^e, m in [0.5, 1): 11 significant bits = step 2^(e-11) */
-    float step = ldexpf(1.0f, e - 11);
-    return copysignf(rintf(a / step) * step, x);
+    /* a normal half: 11 significant bits, so the float's low 13 mantissa bits
+     * go, rounding to nearest even (a carry moves the exponent up, as it should).
+     * The same values as rintf(a / 2^(e-11)) * 2^(e-11) for every float (checked
+     * over all 2^32), without frexpf/ldexpf and a division. */
+    a += 0xFFFu + ((a >> 13) & 1u);
+    v.u = sign | (a & 0xFFFFE000u);
+    return v.f;
 }
 
 /* ---- convolution and pooling: one output (or input) cell each ------------- */

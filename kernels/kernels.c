@@ -118,7 +118,13 @@ const char *ps_k_dev_name(const ps_k_dev *d) {
 
 int ps_k_sync(ps_k_dev *d) {
     IF_CUDA_RET(d, ps__cuda_sync(d));
-    return PS_OK;
+    return __atomic_exchange_n(&d->err, PS_OK, __ATOMIC_ACQ_REL);
+}
+
+void ps__dev_fail(ps_k_dev *d, int rc) {
+    int none = PS_OK;
+    if (rc != PS_OK)
+        __atomic_compare_exchange_n(&d->err, &none, rc, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
 int ps_k_malloc(ps_k_dev *d, size_t bytes, void **out) {
@@ -217,6 +223,17 @@ int ps_k_argmax_correct(ps_k_dev *d, const float *logits, const int32_t *labels,
                         size_t cols, size_t *correct) {
     IF_CUDA_RET(d, ps__cuda_argmax_correct(d, logits, labels, rows, cols, correct));
     return ps__cpu_argmax_correct(logits, labels, rows, cols, correct);
+}
+
+void ps_k_round(ps_k_dev *d, ps_k_prec prec, float *x, size_t n) {
+    if (prec == PS_K_PREC_F32 || n == 0) return;
+    IF_CUDA(d, ps__cuda_round(d, prec, x, n));
+    ps__cpu_round(prec, x, n);
+}
+
+void ps_k_scale(ps_k_dev *d, float *x, float alpha, size_t n) {
+    IF_CUDA(d, ps__cuda_scale(d, x, alpha, n));
+    ps__cpu_scale(x, alpha, n);
 }
 
 int ps_k_gemm_ex(ps_k_dev *d, ps_k_prec prec, bool trans_a, bool trans_b, size_t M, size_t N,

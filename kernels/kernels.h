@@ -57,6 +57,10 @@ typedef struct {
     size_t chunk;             /* images per im2col pass (bounds the workspace); a
                                * caller (tests) may lower or raise it to any value in
                                * [1, n] after planning: ps_k_conv_workspace follows */
+    ps_k_prec prec;           /* conv2d's GEMMs (ps_k_gemm_ex); the plan sets F32, a
+                               * caller may set F16 / BF16 after planning. A failure of
+                               * the reduced-precision GEMM (out of memory for its
+                               * scratch) is reported by the next ps_k_sync. */
 } ps_k_conv;
 
 /* Geometry of a 2-D pooling over NHWC input, filled by ps_k_pool_plan. */
@@ -89,7 +93,8 @@ ps_k_kind ps_k_dev_kind(const ps_k_dev *d);
 /* "cpu" or "cuda:N"; owned by the device. */
 const char *ps_k_dev_name(const ps_k_dev *d);
 /* Waits for queued work; returns PS_OK or the first error since the last
- * ps_k_sync (PS_EINTERNAL for a failed launch), then clears it. */
+ * ps_k_sync (PS_EINTERNAL for a failed launch; on the CPU, only a failed
+ * reduced-precision conv2d GEMM, see ps_k_conv.prec), then clears it. */
 int ps_k_sync(ps_k_dev *d);
 /* Sets the number of OpenBLAS threads for the CPU backend (n < 1 means 1).
  * Process-wide; workers run with 1 by default and parallelise across processes. */
@@ -126,6 +131,12 @@ void ps_k_gemm(ps_k_dev *d, bool trans_a, bool trans_b, size_t M, size_t N, size
  * Returns PS_OK, PS_ENOMEM (conversion scratch) or, on CUDA, a device error. */
 int ps_k_gemm_ex(ps_k_dev *d, ps_k_prec prec, bool trans_a, bool trans_b, size_t M, size_t N,
                  size_t K, float alpha, const float *A, const float *B, float beta, float *C);
+/* x[i] = x[i] rounded to prec (ps_ew_round_f16 / _bf16: round to nearest even,
+ * fp16 beyond 65504 to infinity) for i < n, in place; PS_K_PREC_F32 does nothing.
+ * Mixed precision: a layer's output and the gradients between layers. */
+void ps_k_round(ps_k_dev *d, ps_k_prec prec, float *x, size_t n);
+/* x[i] *= alpha for i < n, in place (loss scaling). */
+void ps_k_scale(ps_k_dev *d, float *x, float alpha, size_t n);
 /* x[r, c] += bias[c] for every row r of x[rows, cols]. */
 void ps_k_bias_add_rows_acc(ps_k_dev *d, float *x, const float *bias, size_t rows, size_t cols);
 /* out[c] = sum over r of x[r, c]  (column sums of x[rows, cols]). */

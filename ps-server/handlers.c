@@ -373,7 +373,7 @@ static int check_grads(ps_server *s, const Ps__Push *p, ps_request *r, const flo
         } else {
             data[i] = raw;
         }
-        if (!all_finite(data[i], v->numel)) {
+        if (!p->skipped && !all_finite(data[i], v->numel)) { /* skipped: never read */
             size_t k = 0;
             while (isfinite(data[i][k]))
                 k++;
@@ -501,18 +501,24 @@ static int push_prepare(ps_server *s, ps_request *r, const Ps__Push *p, push_pla
 }
 
 /* Uses the gradients of a prepared push: async, applies them (a new version);
- * sync, adds them to the step (closing it when this push completes it). */
+ * sync, adds them to the step (closing it when this push completes it). A
+ * skipped push (the worker's gradients overflowed) counts the same but adds
+ * nothing: a sync step averages over the pushes that carry gradients (none: it
+ * closes with no update, the version advancing); async, the version and the
+ * worker's clock advance without an update. */
 static void push_commit(ps_server *s, const Ps__Push *p, push_plan *pl) {
     if (pl->dropped) return;
     uint64_t t0 = ps__now_ns();
-    for (size_t i = 0; i < p->n_grads; i++) {
+    if (p->skipped)
+        PS_DEBUG("push from worker %u skipped (its gradients overflowed)", p->worker_index);
+    for (size_t i = 0; i < p->n_grads && !p->skipped; i++) {
         ps_var *v = ps_store_find(&s->store, p->grads[i]->name);
         if (s->cfg.mode == PS_MODE_ASYNC || pl->direct)
             warn_nomem(ps_var_apply(v, pl->data[i]));
         else
             warn_nomem(ps_var_accumulate(v, pl->data[i]));
     }
-    s->stats.pushes_applied++;
+    if (!p->skipped) s->stats.pushes_applied++;
     if (s->cfg.mode == PS_MODE_SYNC) {
         s->pushed[p->worker_index] = 1;
         s->pushes_in_step++;
@@ -521,7 +527,7 @@ static void push_commit(ps_server *s, const Ps__Push *p, push_plan *pl) {
         ps__stats_apply_latency(s, (double)(ps__now_ns() - t0) / 1e9);
         note_clock(s, p->worker_index, p->clock);
         s->version++;
-        s->stats.updates_applied++;
+        if (!p->skipped) s->stats.updates_applied++;
         if (s->pending.head) ps__server_answer_pending(s);
     }
 }

@@ -97,7 +97,9 @@ int ps_accum_micro_step(ps_accum *a, const float *x, const int32_t *y, size_t nb
             while (j < a->n && !a->done[j])
                 j++;
             combine(a, i, j);
-            ps_exchange_grads_ready(a->ex, g + i, g + j);
+            /* loss scaling: the loop unscales and checks the whole gradient, then
+             * hands it on (step_end_checked) */
+            if (ps_model_loss_scale(a->m) <= 0.0f) ps_exchange_grads_ready(a->ex, g + i, g + j);
             i = j;
         }
     }

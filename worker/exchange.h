@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "loss_scale.h"
 #include "model.h"
 #include "ps_error.h"
 #include "train.h"
@@ -24,6 +25,9 @@ typedef struct {
     size_t n_recreated;   /* out: how many it listed */
     int async;            /* out: the job's mode (1 async, 0 sync) */
     uint64_t clock;       /* out: steps this worker's job has done (0: a fresh job) */
+    ps_loss_scale *scaler; /* in/out: the loop's loss scaler (mixed_float16), NULL: none;
+                            * all-reduce restores it from the chief's checkpoint and
+                            * gives every rank the chief's, and checkpoints it */
 } ps_exchange_job;
 
 /* One strategy's operations, each on the implementation's state `self`.
@@ -46,6 +50,14 @@ typedef struct {
     /* After the backward pass: the step's gradients are complete; apply or
      * exchange them. A step a shard dropped or lost to a restart is not an error. */
     int (*step_end)(void *self, char *err, size_t errlen);
+    /* Loss scaling (mixed_float16), in place of step_end: the gradients are
+     * unscaled and complete (grads_ready was not called: step_end_checked hands
+     * them all on), bad = 1 when this worker's hold an inf or NaN. The strategy
+     * decides whether the step updates the variables and sets *skipped = 1 when
+     * it did not: --no-ps and psd, this worker's bad (psd: the push still goes,
+     * flagged skipped, so a sync step can close); all-reduce, the reduced
+     * gradient's check, so every replica skips together. */
+    int (*step_end_checked)(void *self, int bad, int *skipped, char *err, size_t errlen);
     /* Before an evaluation: the parameters become the values to evaluate
      * (NULL: they already are). newest = 0: those after this worker's `clock` steps (sync) or once
      * every worker's pushes up to version `want` are in (async); newest = 1: the newest there are.
@@ -134,6 +146,10 @@ static inline void ps_exchange_grads_ready(ps_exchange *ex, const float *begin, 
 }
 static inline int ps_exchange_step_end(ps_exchange *ex, char *err, size_t errlen) {
     return ex->ops->step_end(ex->self, err, errlen);
+}
+static inline int ps_exchange_step_end_checked(ps_exchange *ex, int bad, int *skipped, char *err,
+                                               size_t errlen) {
+    return ex->ops->step_end_checked(ex->self, bad, skipped, err, errlen);
 }
 static inline int ps_exchange_eval_sync(ps_exchange *ex, int newest, uint64_t clock, uint64_t want,
                                         char *err, size_t errlen) {

@@ -17,6 +17,7 @@
 #include "kernels.h"
 #include "local_opt.h"
 #include "log.h"
+#include "loss_scale.h"
 #include "model_ckpt.h"
 #include "optim.h"
 #include "ps_nccl.h"
@@ -57,6 +58,11 @@ typedef struct {
     uint32_t *scratch;      /* topk: selection scratch, one per parameter (owned) */
     topk_bucket *tk;        /* topk: this step's buckets (owned) */
     size_t n_tk, cap_tk;
+    int check_finite;    /* loss scaling: skip the update when the reduced gradient overflowed */
+    int skipped;         /* ... and it did, this step */
+    ps_loss_scale *scaler;        /* the loop's (borrowed), NULL: no loss scaling */
+    ps_loss_scale scaler_next;    /* during step_end: the scaler after this step's outcome */
+    const ps_loss_scale *ckpt_ls; /* what a checkpoint written now holds */
 } coll_ex;
 
 static double now_s(void) {
@@ -196,7 +202,7 @@ static void start_rest(coll_ex *x) {
     x->pending = (span){NULL, NULL};
     float *g = ps_model_grads(x->model), *gend = g + ps_model_num_params(x->model);
     size_t n = x->n_started;
-    qsort(x->started, n, sizeof *x->started, by_lo);
+    if (n) qsort(x->started, n, sizeof *x->started, by_lo); /* none yet: started is NULL */
     float *at = g;
     for (size_t i = 0; i < n && !x->step_failed; i++) {
         if (x->started[i].lo > at) start_span(x, (span){at, x->started[i].lo});
@@ -252,8 +258,8 @@ static int check_models(coll_ex *x, char *err, size_t errlen) {
 static int load_checkpoint(coll_ex *x, uint64_t *clock, char *err, size_t errlen) {
     const ps_train_config *cfg = x->cfg;
     char path[1200];
-    int rc = ps_model_ckpt_load(cfg->checkpoint_dir, x->model, x->opt, cfg->job_id, clock, path,
-                                sizeof path, err, errlen);
+    int rc = ps_model_ckpt_load_scaled(cfg->checkpoint_dir, x->model, x->opt, x->scaler,
+                                       cfg->job_id, clock, path, sizeof path, err, errlen);
     if (rc == PS_ENOENT) {
         PS_INFO("no checkpoint in %s: starting afresh", cfg->checkpoint_dir);
         *err = '\0';
@@ -268,8 +274,17 @@ static int load_checkpoint(coll_ex *x, uint64_t *clock, char *err, size_t errlen
 
 /* The chief's variables, optimizer state and clock go to every rank. */
 static int broadcast_state(coll_ex *x, uint64_t *clock, char *err, size_t errlen) {
-    uint64_t head[2] = {*clock, ps_local_opt_updates(x->opt)};
+    /* with the loss scaler's state: every replica scales (and skips) alike */
+    uint32_t scale_bits = 0;
+    if (x->scaler) memcpy(&scale_bits, &x->scaler->scale, sizeof scale_bits);
+    uint64_t head[4] = {*clock, ps_local_opt_updates(x->opt), scale_bits,
+                        x->scaler ? x->scaler->good_steps : 0};
     int rc = ring_failed(x, ps_ring_broadcast(x->ring, 0, head, sizeof head, err, errlen));
+    if (rc == PS_OK && x->scaler && head[2]) {
+        scale_bits = (uint32_t)head[2];
+        memcpy(&x->scaler->scale, &scale_bits, sizeof scale_bits);
+        x->scaler->good_steps = (uint32_t)head[3];
+    }
     size_t n = ps_model_num_params(x->model);
     if (rc == PS_OK)
         rc = ring_failed(x, ps_ring_broadcast(x->ring, 0, ps_model_params(x->model),
@@ -339,6 +354,8 @@ static int coll_join(void *self, ps_exchange_job *job, char *err, size_t errlen)
     job->async = 0;
     job->clock = 0;
     job->n_recreated = 0;
+    x->scaler = job->scaler;
+    x->ckpt_ls = job->scaler;
     ps_ring_config rc_cfg = {
         .rank = cfg->index,
         .size = cfg->workers,
@@ -436,8 +453,9 @@ static int checkpoint_now(coll_ex *x, uint64_t steps, char *err, size_t errlen) 
     const ps_train_config *cfg = x->cfg;
     char path[1200];
     double t0 = now_s();
-    int rc = ps_model_ckpt_save(cfg->checkpoint_dir, cfg->keep_checkpoints, x->model, x->opt,
-                                steps, cfg->job_id, path, sizeof path, err, errlen);
+    int rc = ps_model_ckpt_save_scaled(cfg->checkpoint_dir, cfg->keep_checkpoints, x->model, x->opt,
+                                       x->ckpt_ls, steps, cfg->job_id, path, sizeof path, err,
+                                       errlen);
     if (rc != PS_OK) return rc;
     x->last_ckpt = now_s();
     x->ckpt_clock = steps;
@@ -486,12 +504,22 @@ static int coll_step_end(void *self, char *err, size_t errlen) {
         for (size_t i = 0; i < n; i++)
             g[i] *= scale;
     }
-    if (x->cfg->sync_every > 1) { /* local SGD (exchange_localsgd.c): minus the mean delta */
+    /* loss scaling: checked on the reduced gradient, the same on every replica */
+    x->skipped = x->check_finite &&
+                 !ps_all_finite(ps_model_grads(x->model), ps_model_num_params(x->model));
+    if (x->skipped) {
+        /* nothing applied */
+    } else if (x->cfg->sync_every > 1) { /* local SGD (exchange_localsgd.c): minus the mean delta */
         float *w = ps_model_params(x->model), *g = ps_model_grads(x->model);
         for (size_t i = 0, n = ps_model_num_params(x->model); i < n; i++)
             w[i] -= g[i];
     } else {
         ps_local_opt_step(x->opt);
+    }
+    if (x->check_finite && x->scaler) { /* the loop updates its scaler after this returns */
+        x->scaler_next = *x->scaler;
+        ps_loss_scale_update(&x->scaler_next, !x->skipped);
+        x->ckpt_ls = &x->scaler_next;
     }
     uint64_t steps = x->done = x->clock + 1;
     if (x->cfg->perturb_at_step && steps == x->cfg->perturb_at_step) {
@@ -506,6 +534,20 @@ static int coll_step_end(void *self, char *err, size_t errlen) {
     }
     maybe_checkpoint(x, steps);
     return PS_OK;
+}
+
+/* Loss scaling: this replica's own check does not matter (an inf reaches the
+ * sum, so every replica sees it there). */
+static int coll_step_end_checked(void *self, int bad, int *skipped, char *err, size_t errlen) {
+    coll_ex *x = self;
+    (void)bad;
+    x->check_finite = 1;
+    x->skipped = 0;
+    int rc = coll_step_end(self, err, errlen);
+    x->check_finite = 0;
+    x->ckpt_ls = x->scaler; /* outside a step: the loop's own, up to date */
+    *skipped = x->skipped;
+    return rc;
 }
 
 /* The chief's last checkpoint, a last comparison, then a barrier: no rank
@@ -551,6 +593,7 @@ static const ps_exchange_ops coll_ops = {
     .step_begin = coll_step_begin,
     .grads_ready = coll_grads_ready,
     .step_end = coll_step_end,
+    .step_end_checked = coll_step_end_checked,
     .finish = coll_finish,
     .peer_failed = coll_peer_failed,
     .free = coll_free,

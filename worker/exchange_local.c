@@ -29,6 +29,11 @@ static int local_step_end(void *self, char *err, size_t errlen) {
     return PS_OK;
 }
 
+static int local_step_end_checked(void *self, int bad, int *skipped, char *err, size_t errlen) {
+    *skipped = bad;
+    return bad ? PS_OK : local_step_end(self, err, errlen);
+}
+
 static void local_free(void *self) {
     ps_local_opt_free(self);
 }
@@ -38,6 +43,7 @@ static const ps_exchange_ops local_ops = {
     .join = local_join,
     .step_begin = local_step_begin,
     .step_end = local_step_end,
+    .step_end_checked = local_step_end_checked,
     .free = local_free,
 };
 

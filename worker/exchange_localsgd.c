@@ -81,9 +81,8 @@ static int ls_step_begin(void *self, uint64_t clock, char *err, size_t errlen) {
 
 /* The local update; at a round's end the delta goes to the inner strategy as
  * one step's gradient, from the anchor. */
-static int ls_step_end(void *self, char *err, size_t errlen) {
-    lsgd *x = self;
-    ps_local_opt_step(x->opt);
+static int local_step(lsgd *x, int apply, char *err, size_t errlen) {
+    if (apply) ps_local_opt_step(x->opt);
     uint64_t s = x->clock % x->spe + 1;
     if (s % x->k != 0 && s != x->spe) return PS_OK;
     float *w = ps_model_params(x->model), *g = ps_model_grads(x->model);
@@ -95,6 +94,18 @@ static int ls_step_end(void *self, char *err, size_t errlen) {
     x->in_round = 0;
     ps_exchange_grads_ready(&x->inner, g, g + n);
     return ps_exchange_step_end(&x->inner, err, errlen);
+}
+
+static int ls_step_end(void *self, char *err, size_t errlen) {
+    return local_step(self, 1, err, errlen);
+}
+
+/* Loss scaling (mixed_float16): a local step whose gradients overflowed is
+ * skipped by this worker alone (its own scaler); the round's delta, made of
+ * the steps that were applied, is finite and goes on as usual. */
+static int ls_step_end_checked(void *self, int bad, int *skipped, char *err, size_t errlen) {
+    *skipped = bad != 0;
+    return local_step(self, !bad, err, errlen);
 }
 
 /* The loop's `clock` is in steps and `want` in pushes of steps (steps x
@@ -129,6 +140,7 @@ static const ps_exchange_ops lsgd_ops = {
     .join = ls_join,
     .step_begin = ls_step_begin,
     .step_end = ls_step_end,
+    .step_end_checked = ls_step_end_checked,
     .eval_sync = ls_eval_sync,
     .finish = ls_finish,
     .peer_failed = ls_peer_failed,

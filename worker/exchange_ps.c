@@ -313,6 +313,28 @@ static void ps_finish(void *self) {
         PS_WARN("goodbye: %s", ps_client_error(x->client)); /* the job is done anyway */
 }
 
+/* Loss scaling: an overflowing step's push still goes (a sync step waits for
+ * every worker's), flagged skipped and with zeros in place of the gradients. */
+static int step_end_checked(ps_ex *x, int bad, int *skipped, int (*end)(void *, char *, size_t),
+                            char *err, size_t errlen) {
+    if (bad) {
+        memset(ps_model_grads(x->model), 0, ps_model_num_params(x->model) * sizeof(float));
+        ps_client_set_push_skipped(x->client, 1);
+    }
+    int rc = end(x, err, errlen);
+    ps_client_set_push_skipped(x->client, 0);
+    *skipped = bad;
+    return rc;
+}
+
+static int ps_pp_step_end_checked(void *self, int bad, int *skipped, char *err, size_t errlen) {
+    return step_end_checked(self, bad, skipped, ps_pp_step_end, err, errlen);
+}
+
+static int ps_push_step_end_checked(void *self, int bad, int *skipped, char *err, size_t errlen) {
+    return step_end_checked(self, bad, skipped, ps_push_step_end, err, errlen);
+}
+
 static void ps_free(void *self) {
     ps_ex *x = self;
     ps_client_close(x->client);
@@ -332,6 +354,7 @@ static const ps_exchange_ops push_pull_ops = {
     .step_begin = ps_pp_step_begin,
     .grads_ready = ps_pp_grads_ready,
     .step_end = ps_pp_step_end,
+    .step_end_checked = ps_pp_step_end_checked,
     .eval_sync = ps_eval_sync,
     .finish = ps_finish,
     .free = ps_free,
@@ -343,6 +366,7 @@ static const ps_exchange_ops separate_ops = {
     .join = ps_join,
     .step_begin = ps_step_begin,
     .step_end = ps_push_step_end,
+    .step_end_checked = ps_push_step_end_checked,
     .eval_sync = ps_eval_sync,
     .finish = ps_finish,
     .free = ps_free,

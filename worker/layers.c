@@ -1,6 +1,8 @@
 /* Dense and activation layers (see layers.h): thin compositions of kernels/. */
 #include "layers.h"
 
+#include "ps_error.h"
+
 void ps_dense_forward(ps_k_dev *d, float *out, const float *in, const float *w, const float *b,
                       size_t B, size_t C_in, size_t C_out) {
     ps_k_gemm(d, false, false, B, C_out, C_in, 1.0f, in, w, 0.0f, out);
@@ -31,6 +33,23 @@ void ps_dense_backward_overwrite(ps_k_dev *d, float *din, float *dw, float *db, 
 void ps_dense_backward_acc(ps_k_dev *d, float *din, float *dw, float *db, const float *dout,
                            const float *in, const float *w, size_t B, size_t C_in, size_t C_out) {
     dense_backward(d, din, dw, db, dout, in, w, B, C_in, C_out, 1.0f);
+}
+
+int ps_dense_forward_ex(ps_k_dev *d, ps_k_prec prec, float *out, const float *in, const float *w,
+                        const float *b, size_t B, size_t C_in, size_t C_out) {
+    int rc = ps_k_gemm_ex(d, prec, false, false, B, C_out, C_in, 1.0f, in, w, 0.0f, out);
+    if (rc == PS_OK && b) ps_k_bias_add_rows_acc(d, out, b, B, C_out);
+    return rc;
+}
+
+int ps_dense_backward_overwrite_ex(ps_k_dev *d, ps_k_prec prec, float *din, float *dw, float *db,
+                                   const float *dout, const float *in, const float *w, size_t B,
+                                   size_t C_in, size_t C_out) {
+    int rc = ps_k_gemm_ex(d, prec, true, false, C_in, C_out, B, 1.0f, in, dout, 0.0f, dw);
+    if (rc == PS_OK && db) ps_k_bias_grad_overwrite(d, db, dout, B, C_out);
+    if (rc == PS_OK && din)
+        rc = ps_k_gemm_ex(d, prec, false, true, B, C_in, C_out, 1.0f, dout, w, 0.0f, din);
+    return rc;
 }
 
 void ps_activation_forward(ps_k_dev *d, ps_k_act act, float *out, const float *in, size_t n) {

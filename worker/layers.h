@@ -23,6 +23,15 @@ void ps_dense_backward_overwrite(ps_k_dev *d, float *din, float *dw, float *db, 
 void ps_dense_backward_acc(ps_k_dev *d, float *din, float *dw, float *db, const float *dout,
                            const float *in, const float *w, size_t B, size_t C_in, size_t C_out);
 
+/* ps_dense_forward and ps_dense_backward_overwrite with the GEMMs in prec
+ * (ps_k_gemm_ex: inputs rounded to fp16 / bf16, fp32 accumulation); the
+ * bias and its gradient stay fp32. PS_OK or the GEMM's error (PS_ENOMEM). */
+int ps_dense_forward_ex(ps_k_dev *d, ps_k_prec prec, float *out, const float *in, const float *w,
+                        const float *b, size_t B, size_t C_in, size_t C_out);
+int ps_dense_backward_overwrite_ex(ps_k_dev *d, ps_k_prec prec, float *din, float *dw, float *db,
+                                   const float *dout, const float *in, const float *w, size_t B,
+                                   size_t C_in, size_t C_out);
+
 /* Element-wise activation over n values: out = f(in); out may equal in. */
 void ps_activation_forward(ps_k_dev *d, ps_k_act act, float *out, const float *in, size_t n);
 /* Activation backward from the forward OUTPUT out: overwrites din = f' * dout;

@@ -51,6 +51,7 @@ typedef struct {
     long checkpoint_every, checkpoint_every_steps, keep_checkpoints, perturb_at_step;
     long accumulate_steps, sync_every;
     char compression[64];
+    long dtype_policy, inject_overflow_at_step;
 } worker_opts;
 
 enum { PROGRESS_AUTO, PROGRESS_TTY, PROGRESS_PLAIN, PROGRESS_NONE };
@@ -194,6 +195,16 @@ static const ps_option table[] = {
     {"perturb-at-step", PS_OPTION_LONG, F(perturb_at_step), 0, 1L << 40, "0", NULL, "N",
      "for tests (fault injection): after step N, change this worker's first variable a "
      "little, so the --check-every comparison has a divergence to find"},
+    {"dtype-policy", PS_OPTION_CHOICE, F(dtype_policy), 0, 0, "spec",
+     "spec|float32|mixed_float16|mixed_bfloat16", NULL,
+     "Keras' dtype policy for every layer, over the model spec's \"dtype_policy\" (or a Keras "
+     "file's layers'): mixed_*: layers compute in float16 / bfloat16, variables stay float32; "
+     "mixed_float16 adds dynamic loss scaling (2^15, halved on an overflow, the step skipped; "
+     "doubled after 2000 good steps). spec: as the model says (default float32)"},
+    {"inject-overflow-at-step", PS_OPTION_LONG, F(inject_overflow_at_step), 0, 1L << 40, "0",
+     NULL, "N",
+     "for tests (mixed_float16): step N's gradient on this worker gets an inf, as an fp16 "
+     "overflow would: the step is skipped and the loss scale halved"},
 };
 #define N_OPTIONS (sizeof table / sizeof table[0])
 
@@ -408,6 +419,11 @@ int main(int argc, char **argv) {
         .perturb_at_step = (uint64_t)o.perturb_at_step,
         .accumulate_steps = (unsigned)o.accumulate_steps,
         .sync_every = (unsigned)o.sync_every,
+        .dtype_policy = o.dtype_policy == 0   ? NULL
+                        : o.dtype_policy == 1 ? "float32"
+                        : o.dtype_policy == 2 ? "mixed_float16"
+                                              : "mixed_bfloat16",
+        .inject_overflow_at_step = (uint64_t)o.inject_overflow_at_step,
     };
     if (ps_compression_parse(o.compression, &cfg.compression, &cfg.topk_ratio, err,
                              sizeof err) != 0) {

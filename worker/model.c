@@ -126,6 +126,7 @@ static ps_k_conv conv_plan(const ps_op *o, size_t rows) {
     ps_k_conv p;
     ps_k_conv_plan(&p, rows, o->in.h, o->in.w, o->in.c, o->kh, o->kw, o->out.c, o->sh, o->sw,
                    o->same); /* cannot fail: the spec parser checked these sizes */
+    p.prec = o->prec;
     return p;
 }
 
@@ -357,6 +358,26 @@ size_t ps_model_batch_size(const ps_model *m) {
 const char *ps_model_name(const ps_model *m) {
     return m->name;
 }
+ps_dtype_policy ps_model_dtype_policy(const ps_model *m) {
+    return m->policy;
+}
+const char *ps_dtype_policy_name(ps_dtype_policy p) {
+    return p == PS_POLICY_MIXED_FLOAT16    ? "mixed_float16"
+           : p == PS_POLICY_MIXED_BFLOAT16 ? "mixed_bfloat16"
+                                           : "float32";
+}
+void ps_model_set_dtype_policy(ps_model *m, ps_dtype_policy p) {
+    m->policy = p;
+    for (size_t j = 0; j < m->nops; j++)
+        m->ops[j].prec = ps_dtype_policy_prec(p);
+}
+float ps_model_loss_scale(const ps_model *m) {
+    return m->loss_scale;
+}
+
+void ps_model_set_loss_scale(ps_model *m, float scale) {
+    m->loss_scale = scale > 0.0f ? scale : 0.0f;
+}
 
 /* ---- initialisation --------------------------------------------------------- */
 
@@ -449,8 +470,13 @@ static int forward(ps_model *m, const float *x, size_t rows, bool training, bool
         const float *out = o->y;
         switch (o->kind) {
         case OP_DENSE:
-            ps_dense_forward(m->dev, o->y, in, param(m, o->kernel_var), param(m, o->bias_var), rows,
-                             ps_shape_numel(o->in), o->out.c);
+            if (o->prec == PS_K_PREC_F32)
+                ps_dense_forward(m->dev, o->y, in, param(m, o->kernel_var), param(m, o->bias_var),
+                                 rows, ps_shape_numel(o->in), o->out.c);
+            else
+                rc = ps_dense_forward_ex(m->dev, o->prec, o->y, in, param(m, o->kernel_var),
+                                         param(m, o->bias_var), rows, ps_shape_numel(o->in),
+                                         o->out.c);
             break;
         case OP_CONV: {
             ps_k_conv p = conv_plan(o, rows);
@@ -519,6 +545,8 @@ static int forward(ps_model *m, const float *x, size_t rows, bool training, bool
             }
             break;
         }
+        /* mixed precision: the layer's output is stored in its precision */
+        if (o->prec != PS_K_PREC_F32 && out == o->y) ps_k_round(m->dev, o->prec, o->y, n);
         o->outp = out;
     }
     *outp = tensor(m, x, m->nrun);
@@ -530,11 +558,18 @@ static int forward(ps_model *m, const float *x, size_t rows, bool training, bool
 static int loss_of(ps_model *m, float *dout, const float *out, const int32_t *y, size_t rows,
                    float *loss) {
     size_t cols = m->ops[m->nops - 1].out.c;
-    if (m->loss == LOSS_SPARSE_CE)
-        return ps_k_softmax_ce_overwrite(m->dev, dout, out, y, rows, cols, loss);
-    ps_k_onehot_overwrite(m->dev, m->d_t, y, rows, cols);
-    if (m->loss == LOSS_BCE) return ps_k_bce_overwrite(m->dev, dout, out, m->d_t, rows, cols, loss);
-    return ps_k_mse_overwrite(m->dev, dout, out, m->d_t, rows, cols, loss);
+    int rc;
+    if (m->loss == LOSS_SPARSE_CE) {
+        rc = ps_k_softmax_ce_overwrite(m->dev, dout, out, y, rows, cols, loss);
+    } else {
+        ps_k_onehot_overwrite(m->dev, m->d_t, y, rows, cols);
+        rc = m->loss == LOSS_BCE ? ps_k_bce_overwrite(m->dev, dout, out, m->d_t, rows, cols, loss)
+                                 : ps_k_mse_overwrite(m->dev, dout, out, m->d_t, rows, cols, loss);
+    }
+    /* loss scaling: the loss (float32) times the scale, so its gradient is */
+    if (rc == PS_OK && dout && m->loss_scale > 0.0f)
+        ps_k_scale(m->dev, dout, m->loss_scale, rows * cols);
+    return rc;
 }
 
 /* Correct predictions: argmax for several outputs; for one output, its sign
@@ -561,7 +596,7 @@ void ps_model_set_grad_hook(ps_model *m, ps_model_grad_hook fn, void *ctx) {
 /* Tells the hook that op o's variables' gradients are final (CPU: d_grads is
  * grads); for batch normalization also the moving statistics' slots. */
 static void grads_final(const ps_model *m, const ps_op *o) {
-    if (!m->grad_hook || m->d_grads != m->grads) return;
+    if (!m->grad_hook || m->d_grads != m->grads || m->loss_scale > 0.0f) return;
     size_t vs[4] = {o->kernel_var, o->bias_var, o->mean_var, o->mvar_var};
     for (int k = 0; k < 4; k++) {
         if (vs[k] == PS_NO_VAR) continue;
@@ -607,22 +642,32 @@ static void pass_grad(ps_model *m, size_t s, const float *dout, size_t n) {
 
 /* The backward pass, ops in reverse topological order; the output's gradient
  * is in its buffer (from the loss). */
-static void backward(ps_model *m, const float *x, size_t rows) {
+static int backward(ps_model *m, const float *x, size_t rows) {
     memset(m->ginit, 0, (m->nops + 1) * sizeof *m->ginit);
     m->ginit[m->nrun] = true;
-    for (size_t j = m->nrun; j-- > 0;) {
+    int rc = PS_OK;
+    for (size_t j = m->nrun; j-- > 0 && rc == PS_OK;) {
         ps_op *o = &m->ops[j];
         size_t s = o->in_t[0], n = rows * ps_shape_numel(o->out), hw = o->in.h * o->in.w;
         size_t nin = rows * ps_shape_numel(o->in);
         const float *in = tensor(m, x, s), *dout = gbuf(m, j + 1);
         bool acc = false;
         float *din = NULL;
+        /* mixed precision: the gradient reaching a layer is in its precision
+         * (complete here: every reader of the output has run its backward) */
+        if (o->prec != PS_K_PREC_F32) ps_k_round(m->dev, o->prec, gbuf(m, j + 1), n);
         switch (o->kind) {
         case OP_DENSE:
             din = din_for(m, s, &acc);
-            ps_dense_backward_overwrite(m->dev, din, grad(m, o->kernel_var), grad(m, o->bias_var),
-                                        dout, in, param(m, o->kernel_var), rows,
-                                        ps_shape_numel(o->in), o->out.c);
+            if (o->prec == PS_K_PREC_F32)
+                ps_dense_backward_overwrite(m->dev, din, grad(m, o->kernel_var),
+                                            grad(m, o->bias_var), dout, in,
+                                            param(m, o->kernel_var), rows, ps_shape_numel(o->in),
+                                            o->out.c);
+            else
+                rc = ps_dense_backward_overwrite_ex(
+                    m->dev, o->prec, din, grad(m, o->kernel_var), grad(m, o->bias_var), dout, in,
+                    param(m, o->kernel_var), rows, ps_shape_numel(o->in), o->out.c);
             grads_final(m, o);
             break;
         case OP_CONV: {
@@ -702,6 +747,7 @@ static void backward(ps_model *m, const float *x, size_t rows) {
         }
         if (din) din_done(m, s, acc, nin);
     }
+    return rc;
 }
 
 static int check_labels(const ps_model *m, const int32_t *y, size_t n) {
@@ -754,12 +800,13 @@ int ps_model_train_step(ps_model *m, const float *x, const int32_t *y, size_t ba
     int rc = train_forward(m, x, y, batch, true, loss, &out, &dy, &dx);
     if (rc == PS_OK) rc = correct_of(m, out, dy, y, batch, correct);
     if (rc != PS_OK) return rc;
-    backward(m, dx, batch);
+    rc = backward(m, dx, batch);
     m->step++;
-    rc = ps_k_sync(m->dev);
+    int src = ps_k_sync(m->dev);
+    if (rc == PS_OK) rc = src;
     if (rc == PS_OK && on_cuda(m))
         rc = ps_k_copy_to_host(m->dev, m->grads, m->d_grads, m->nparams * sizeof(float));
-    if (rc == PS_OK && on_cuda(m) && m->grad_hook)
+    if (rc == PS_OK && on_cuda(m) && m->grad_hook && m->loss_scale <= 0.0f)
         m->grad_hook(m->grad_hook_ctx, m->grads, m->grads + m->nparams);
     return rc;
 }

@@ -17,6 +17,14 @@
 
 typedef struct ps_model ps_model;
 
+/* Keras' dtype policies: float32, or mixed precision (variables float32,
+ * layers computing in float16 / bfloat16; see docs/ARCHITECTURE.md). */
+typedef enum {
+    PS_POLICY_FLOAT32 = 0,
+    PS_POLICY_MIXED_FLOAT16 = 1,
+    PS_POLICY_MIXED_BFLOAT16 = 2
+} ps_dtype_policy;
+
 /* One variable: a view into the params/grads allocations. */
 typedef struct {
     char name[64];   /* e.g. "dense_0/kernel", "conv2d_0/bias"; a Keras model's own
@@ -86,6 +94,25 @@ const ps_opt_spec *ps_model_var_optimizer(const ps_model *m, size_t i);
 size_t ps_model_num_trainable_params(const ps_model *m);
 size_t ps_model_batch_size(const ps_model *m); /* spec "batch_size", default 64 */
 const char *ps_model_name(const ps_model *m);
+
+/* The model's dtype policy: the spec's "dtype_policy", or the mixed policy a
+ * Keras file's layers carry (PS_POLICY_FLOAT32 when none). */
+ps_dtype_policy ps_model_dtype_policy(const ps_model *m);
+/* "float32", "mixed_float16", "mixed_bfloat16". */
+const char *ps_dtype_policy_name(ps_dtype_policy p);
+/* A policy's name (the spec's "dtype_policy", --dtype-policy) into *out;
+ * PS_EFORMAT with the accepted names in err (may be NULL). */
+int ps_dtype_policy_parse(const char *name, ps_dtype_policy *out, char *err, size_t errlen);
+/* Sets every layer's policy (psworker --dtype-policy overrides the spec's). */
+void ps_model_set_dtype_policy(ps_model *m, ps_dtype_policy p);
+/* Loss scaling (mixed_float16): with scale > 0 each train step multiplies the
+ * loss gradient by scale, so the gradients come out scaled, and the gradient
+ * hook is not called: the caller unscales, checks them for inf / NaN and
+ * passes them on itself. 0 turns it off (the default). */
+void ps_model_set_loss_scale(ps_model *m, float scale);
+/* The loss scale set, 0: none (the gradient hook is then not called: the loop
+ * unscales and checks the gradients before the exchange sees them). */
+float ps_model_loss_scale(const ps_model *m);
 
 /* Keras default initializers: glorot_uniform kernels, zero biases, BN gamma
  * and moving variance ones, beta and moving mean zeros; seeded.

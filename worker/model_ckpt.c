@@ -13,8 +13,15 @@
 int ps_model_ckpt_save(const char *dir, unsigned keep, ps_model *m, ps_local_opt *o,
                        uint64_t clock, const char *job_id, char *path_out, size_t path_len,
                        char *err, size_t errlen) {
+    return ps_model_ckpt_save_scaled(dir, keep, m, o, NULL, clock, job_id, path_out, path_len, err,
+                                     errlen);
+}
+
+int ps_model_ckpt_save_scaled(const char *dir, unsigned keep, ps_model *m, ps_local_opt *o,
+                              const ps_loss_scale *ls, uint64_t clock, const char *job_id,
+                              char *path_out, size_t path_len, char *err, size_t errlen) {
     size_t n = ps_model_num_vars(m);
-    ps_ckpt_var *v = calloc(n ? n : 1, sizeof *v);
+    ps_ckpt_var *v = calloc(n + 1, sizeof *v);
     const float **slots = calloc(n * PS_OPT_MAX_SLOTS + 1, sizeof *slots);
     uint64_t *shapes = calloc(n * PS_WIRE_MAX_RANK + 1, sizeof *shapes);
     if (!v || !slots || !shapes) {
@@ -39,6 +46,21 @@ int ps_model_ckpt_save(const char *dir, unsigned keep, ps_model *m, ps_local_opt
                              .opt = *spec,
                              .updates = t};
     }
+    float ls_state[2];
+    uint64_t ls_shape[PS_WIRE_MAX_RANK] = {2};
+    const float *no_slots[PS_OPT_MAX_SLOTS] = {0};
+    if (ls) { /* one more entry, after the model's: the loss scaler */
+        ls_state[0] = ls->scale;
+        ls_state[1] = (float)ls->good_steps; /* < 2^24: exact */
+        v[n++] = (ps_ckpt_var){.name = PS_MODEL_CKPT_LOSS_SCALE,
+                               .rank = 1,
+                               .shape = ls_shape,
+                               .numel = 2,
+                               .w = ls_state,
+                               .slots = no_slots,
+                               .opt = ps_opt_spec_default(PS_OPT_SGD),
+                               .updates = t};
+    }
     /* one "shard" holding the whole model; mode 0: every step is synchronous */
     ps_ckpt_meta meta = {.version = clock,
                          .updates_applied = t,
@@ -56,6 +78,7 @@ int ps_model_ckpt_save(const char *dir, unsigned keep, ps_model *m, ps_local_opt
 typedef struct {
     ps_model *m;
     ps_local_opt *o;
+    ps_loss_scale *ls;
     const char *job_id;
     uint64_t updates;
 } load_ctx;
@@ -72,6 +95,10 @@ static int accept_model(void *user, ps_tf_file *f, const ps_ckpt_loaded_var *var
         return PS_EEXIST;
     }
     size_t nv = ps_model_num_vars(c->m);
+    const ps_ckpt_loaded_var *lsv = NULL; /* the loss scaler's entry, last when present */
+    if (n == nv + 1 && strcmp(vars[nv].name, PS_MODEL_CKPT_LOSS_SCALE) == 0 &&
+        vars[nv].numel == 2)
+        lsv = &vars[n-- - 1];
     if (n != nv) {
         snprintf(why, whylen, "%zu variables, the model has %zu", n, nv);
         return PS_EFORMAT;
@@ -98,6 +125,13 @@ static int accept_model(void *user, ps_tf_file *f, const ps_ckpt_loaded_var *var
             memcpy(ps_local_opt_slot(c->o, i, (int)k), f->t[vars[i].tensor + 1 + k].data,
                    mv->numel * sizeof(float));
     }
+    if (lsv && c->ls) {
+        const float *st = f->t[lsv->tensor].data;
+        if (st[0] > 0.0f && st[1] >= 0.0f && st[1] < (float)c->ls->period) {
+            c->ls->scale = st[0];
+            c->ls->good_steps = (uint32_t)st[1];
+        }
+    }
     c->updates = n ? vars[0].updates : meta->updates_applied;
     return PS_OK;
 }
@@ -105,7 +139,14 @@ static int accept_model(void *user, ps_tf_file *f, const ps_ckpt_loaded_var *var
 int ps_model_ckpt_load(const char *dir, ps_model *m, ps_local_opt *o, const char *job_id,
                        uint64_t *clock, char *path_out, size_t path_len, char *err,
                        size_t errlen) {
-    load_ctx c = {.m = m, .o = o, .job_id = job_id};
+    return ps_model_ckpt_load_scaled(dir, m, o, NULL, job_id, clock, path_out, path_len, err,
+                                     errlen);
+}
+
+int ps_model_ckpt_load_scaled(const char *dir, ps_model *m, ps_local_opt *o, ps_loss_scale *ls,
+                              const char *job_id, uint64_t *clock, char *path_out,
+                              size_t path_len, char *err, size_t errlen) {
+    load_ctx c = {.m = m, .o = o, .ls = ls, .job_id = job_id};
     ps_ckpt_meta meta;
     int rc = ps_ckpt_read_newest(dir, accept_model, &c, &meta, path_out, path_len, err, errlen);
     if (rc != PS_OK) return rc;

@@ -8,7 +8,12 @@
 #include <stdint.h>
 
 #include "local_opt.h"
+#include "loss_scale.h"
 #include "model.h"
+
+/* The loss scaler's entry in a checkpoint (mixed_float16): after the model's
+ * variables, [scale, good_steps] as floats, SGD. */
+#define PS_MODEL_CKPT_LOSS_SCALE "__loss_scale__"
 
 /* Writes one checkpoint of m and o after `clock` steps of job job_id into dir
  * (created if missing; temp file + rename), keeping the newest `keep` files.
@@ -17,6 +22,10 @@
 int ps_model_ckpt_save(const char *dir, unsigned keep, ps_model *m, ps_local_opt *o,
                        uint64_t clock, const char *job_id, char *path_out, size_t path_len,
                        char *err, size_t errlen);
+/* Same, with the loss scaler's state (ls may be NULL: none written). */
+int ps_model_ckpt_save_scaled(const char *dir, unsigned keep, ps_model *m, ps_local_opt *o,
+                              const ps_loss_scale *ls, uint64_t clock, const char *job_id,
+                              char *path_out, size_t path_len, char *err, size_t errlen);
 
 /* Loads the newest valid checkpoint of dir into m's parameters and o's slots and
  * update count, and *clock (steps done). A file whose variables do not match
@@ -27,5 +36,10 @@ int ps_model_ckpt_save(const char *dir, unsigned keep, ps_model *m, ps_local_opt
 int ps_model_ckpt_load(const char *dir, ps_model *m, ps_local_opt *o, const char *job_id,
                        uint64_t *clock, char *path_out, size_t path_len, char *err,
                        size_t errlen);
+/* Same; a checkpoint's loss scaler entry restores *ls (ls may be NULL: ignored;
+ * a checkpoint without one leaves *ls as it is). */
+int ps_model_ckpt_load_scaled(const char *dir, ps_model *m, ps_local_opt *o, ps_loss_scale *ls,
+                              const char *job_id, uint64_t *clock, char *path_out,
+                              size_t path_len, char *err, size_t errlen);
 
 #endif

@@ -66,6 +66,8 @@ typedef struct {
     size_t kernel_var;         /* OP_DENSE, OP_CONV, OP_DWCONV kernel; OP_BN gamma */
     size_t bias_var;           /* bias; OP_BN beta; PS_NO_VAR when absent */
     size_t mean_var, mvar_var; /* OP_BN moving mean / variance (non-trainable) */
+    ps_k_prec prec;            /* compute precision (dtype policy): F32, or F16 / BF16 for
+                                * the GEMMs, the output and the gradient into this op */
     /* run-time state (model.c) */
     size_t gslot;      /* gradient buffer of the output tensor (index into g[]) */
     size_t consumers;  /* ops reading the output */
@@ -94,6 +96,7 @@ struct ps_model {
     ps_label_spec labels; /* spec "labels", PS_LABELS_NONE when absent */
     ps_loss_kind loss;
     bool from_logits;
+    ps_dtype_policy policy; /* the layers' mixed policy (float32: every op computes in F32) */
     bool keras;  /* came from a Keras model file (Keras' variable names) */
     bool keras2; /* ... written by Keras 2 (tf.keras): "depthwise_kernel", not "kernel" */
     /* run-time state (model.c) */
@@ -113,6 +116,7 @@ struct ps_model {
     int32_t *d_y;     /* CUDA: labels */
     float *h_out;     /* host copy of a one-column output (MSE accuracy) */
     uint64_t dropout_seed, step;
+    float loss_scale; /* > 0: the loss gradient is multiplied by it, the hook deferred */
     ps_model_grad_hook grad_hook; /* CPU: told as each layer's gradients are final */
     void *grad_hook_ctx;
 };
@@ -166,6 +170,9 @@ int ps_build_finish(ps_build *b);
 /* The top-level training settings (loss, from_logits, optimizer, batch_size,
  * epochs, metrics, name) from obj; keys not present keep their defaults. */
 int ps_spec_parse_training(ps_model *m, const struct cJSON *obj, char *err, size_t errlen);
+
+/* The GEMM precision of a policy (F32 for float32). */
+ps_k_prec ps_dtype_policy_prec(ps_dtype_policy p);
 
 /* model_keras.c: the graph of a Keras to_json() object (Sequential or
  * Functional, Keras 3 or 2 form) into m. */

@@ -88,7 +88,6 @@ static const struct {
     dflt want;
 } defaults[] = {
     {"trainable", D_TRUE},
-    {"dtype", D_FLOAT32},
     {"data_format", D_CHANNELS_LAST},
     {"dilation_rate", D_ONE},
     {"groups", D_ONE},
@@ -142,6 +141,28 @@ static bool is_float32(const cJSON *v) {
     const cJSON *c = item(v, "class_name"), *n = item(item(v, "config"), "name");
     return cJSON_IsString(c) && strcmp(c->valuestring, "DTypePolicy") == 0 && cJSON_IsString(n) &&
            strcmp(n->valuestring, "float32") == 0;
+}
+
+/* A layer's dtype policy as Keras writes it: null or a name ("float32",
+ * "mixed_float16", "mixed_bfloat16"), Keras 3's {"module": "keras",
+ * "class_name": "DTypePolicy" (3.4-3.6: "FloatDTypePolicy"), "config": {"name":
+ * ...}} or Keras 2's {"class_name": "Policy", "config": {"name": ...}}.
+ * Returns false for anything else (another dtype, a quantized policy). */
+static bool policy_of(const cJSON *v, ps_dtype_policy *out) {
+    *out = PS_POLICY_FLOAT32;
+    if (!v || cJSON_IsNull(v)) return true;
+    const char *name = NULL;
+    if (cJSON_IsString(v)) {
+        name = v->valuestring;
+    } else {
+        const cJSON *c = item(v, "class_name"), *n = item(item(v, "config"), "name");
+        if (!cJSON_IsString(c) || !cJSON_IsString(n)) return false;
+        if (strcmp(c->valuestring, "DTypePolicy") && strcmp(c->valuestring, "FloatDTypePolicy") &&
+            strcmp(c->valuestring, "Policy"))
+            return false;
+        name = n->valuestring;
+    }
+    return ps_dtype_policy_parse(name, out, NULL, 0) == PS_OK;
 }
 
 static bool is_one(const cJSON *v) {
@@ -202,7 +223,8 @@ static int check_options(kerr *e, const char *where, size_t si, const cJSON *cfg
     const cJSON *k;
     cJSON_ArrayForEach(k, cfg) {
         const char *key = k->string;
-        if (!strcmp(key, "name") || key_in(key, supported[si].keys)) continue;
+        if (!strcmp(key, "name") || !strcmp(key, "dtype") || key_in(key, supported[si].keys))
+            continue; /* dtype: the layer's policy, read by parse_one */
         if (first && (!strcmp(key, "batch_input_shape") || !strcmp(key, "batch_shape"))) continue;
         size_t d = 0;
         while (d < N_DEFAULTS && strcmp(defaults[d].key, key))
@@ -243,14 +265,18 @@ static int parse_input_layer(ps_model *m, kerr *e, const char *where, const cJSO
         if (!key_in(k->string, keys))
             return fail(e,
                         "%s: option '%s' is not supported (InputLayer understands: "
-                        "batch_shape, batch_input_shape, dtype float32)",
+                        "batch_shape, batch_input_shape, dtype)",
                         where, k->string);
         if ((!strcmp(k->string, "sparse") || !strcmp(k->string, "ragged") ||
              !strcmp(k->string, "optional")) &&
             !cJSON_IsFalse(k))
             return fail(e, "%s: option '%s' is not supported (only false)", where, k->string);
-        if (!strcmp(k->string, "dtype") && !is_float32(k))
-            return fail(e, "%s: option 'dtype' is not supported (only float32)", where);
+        ps_dtype_policy pol;
+        if (!strcmp(k->string, "dtype") && !policy_of(k, &pol))
+            return fail(e,
+                        "%s: option 'dtype' is not supported (only float32 or a mixed_float16 / "
+                        "mixed_bfloat16 policy)",
+                        where);
     }
     const cJSON *bs = item(cfg, "batch_shape");
     if (!bs) bs = item(cfg, "batch_input_shape");
@@ -423,6 +449,22 @@ static int parse_one(kctx *K, const cJSON *l, size_t index, bool functional, siz
         if (!K->have_input) return fail(e, "%s: comes before the model's InputLayer", where);
         int rc = check_options(e, where, si, cfg, first);
         if (rc != PS_OK) return rc;
+        ps_dtype_policy pol;
+        if (!policy_of(item(cfg, "dtype"), &pol)) {
+            char val[96];
+            show(item(cfg, "dtype"), val, sizeof val);
+            return fail(e,
+                        "%s: option 'dtype' = %s is not supported (float32, mixed_float16 or "
+                        "mixed_bfloat16)",
+                        where, val);
+        }
+        if (pol != PS_POLICY_FLOAT32 && K->m->policy != PS_POLICY_FLOAT32 && pol != K->m->policy)
+            return fail(e,
+                        "%s: dtype policy %s, but an earlier layer's is %s (one mixed policy per "
+                        "model)",
+                        where, ps_dtype_policy_name(pol), ps_dtype_policy_name(K->m->policy));
+        if (pol != PS_POLICY_FLOAT32) K->m->policy = pol;
+        size_t first_op = K->m->nops;
         if (functional) {
             if ((rc = parse_inbound(K, where, item(l, "inbound_nodes")))) return rc;
         } else {
@@ -433,6 +475,8 @@ static int parse_one(kctx *K, const cJSON *l, size_t index, bool functional, siz
         snprintf(K->b.where, sizeof K->b.where, "%s", where);
         K->b.prefix = name->valuestring;
         if ((rc = ps_build_layer(&K->b, c, cfg, true, &t))) return rc;
+        for (size_t j = first_op; j < K->m->nops; j++) /* the layer's ops compute in its policy */
+            K->m->ops[j].prec = ps_dtype_policy_prec(pol);
     }
     if (functional && !strcmp(c, "InputLayer")) {
         const cJSON *in = item(l, "inbound_nodes");
@@ -481,8 +525,9 @@ int ps_keras_parse(ps_model *m, const cJSON *root, char *err, size_t errlen) {
             return fail(e, "the Keras model's config key '%s' is not supported", k->string);
         if (!strcmp(k->string, "trainable") && !cJSON_IsTrue(k))
             return fail(e, "a model with trainable = false is not supported");
-        if (!strcmp(k->string, "dtype") && !is_float32(k))
-            return fail(e, "the model's dtype must be float32");
+        ps_dtype_policy pol;
+        if (!strcmp(k->string, "dtype") && !policy_of(k, &pol))
+            return fail(e, "the model's dtype must be float32 or a mixed policy");
     }
     const cJSON *name = item(cfg, "name"), *layers = item(cfg, "layers");
     if (cJSON_IsString(name)) snprintf(m->name, sizeof m->name, "%s", name->valuestring);

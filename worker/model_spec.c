@@ -633,9 +633,40 @@ static int parse_loss(ps_model *m, const cJSON *root, perr *e) {
     return PS_OK;
 }
 
+int ps_dtype_policy_parse(const char *name, ps_dtype_policy *out, char *err, size_t errlen) {
+    static const ps_dtype_policy all[] = {PS_POLICY_FLOAT32, PS_POLICY_MIXED_FLOAT16,
+                                          PS_POLICY_MIXED_BFLOAT16};
+    for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++) {
+        if (strcmp(name, ps_dtype_policy_name(all[i])) == 0) {
+            *out = all[i];
+            return PS_OK;
+        }
+    }
+    if (err && errlen)
+        snprintf(err, errlen,
+                 "dtype policy '%.64s' is not supported (float32, mixed_float16 or mixed_bfloat16)",
+                 name ? name : "");
+    return PS_EFORMAT;
+}
+
+ps_k_prec ps_dtype_policy_prec(ps_dtype_policy p) {
+    return p == PS_POLICY_MIXED_FLOAT16    ? PS_K_PREC_F16
+           : p == PS_POLICY_MIXED_BFLOAT16 ? PS_K_PREC_BF16
+                                           : PS_K_PREC_F32;
+}
+
 int ps_spec_parse_training(ps_model *m, const cJSON *root, char *err, size_t errlen) {
     perr pe = {err, errlen}, *e = &pe;
     const cJSON *k, *bs = item(root, "batch_size");
+    const cJSON *dp = item(root, "dtype_policy");
+    if (dp) { /* every layer's, over what a Keras file's layers say */
+        ps_dtype_policy pol;
+        char why[160];
+        if (!cJSON_IsString(dp) || ps_dtype_policy_parse(dp->valuestring, &pol, why, sizeof why))
+            return fail(e, PS_EFORMAT, "'dtype_policy': %s",
+                        cJSON_IsString(dp) ? why : "must be a string");
+        ps_model_set_dtype_policy(m, pol);
+    }
     m->batch_size = 64;
     if (bs && !get_size(bs, 1, MAX_BATCH, &m->batch_size))
         return fail(e, PS_EFORMAT, "'batch_size' must be an integer in [1, %u]", MAX_BATCH);
@@ -697,7 +728,8 @@ static int parse_name(ps_model *m, const cJSON *root, perr *e) {
 static int parse_spec(ps_model *m, const cJSON *root, perr *e) {
     static const char *const top_keys[] = {"name",        "input_shape", "layers",     "loss",
                                            "from_logits", "optimizer",   "batch_size", "metrics",
-                                           "epochs",      "labels",      NULL};
+                                           "epochs",      "labels",      "dtype_policy",
+                                           NULL};
     const cJSON *k;
     cJSON_ArrayForEach(k, root) {
         if (!key_in(k->string, top_keys))
@@ -715,14 +747,14 @@ static int parse_wrapper(ps_model *m, const cJSON *root, const char *base_dir, p
     static const char *const keys[] = {"keras",       "name",      "loss",
                                        "from_logits", "optimizer", "batch_size",
                                        "epochs",      "metrics",   "labels",
-                                       NULL};
+                                       "dtype_policy", NULL};
     const cJSON *k, *kj = item(root, "keras");
     cJSON_ArrayForEach(k, root) {
         if (!key_in(k->string, keys))
             return fail(e, PS_EFORMAT, "unknown top-level key '%s' (a \"keras\" wrapper takes %s)",
                         k->string,
                         "keras, name, loss, from_logits, optimizer, batch_size, epochs, metrics, "
-                        "labels");
+                        "labels, dtype_policy");
     }
     if (!item(root, "loss"))
         return fail(e, PS_EFORMAT, "a \"keras\" wrapper needs a 'loss' (to_json() carries none)");

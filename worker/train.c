@@ -2,6 +2,7 @@
 #include "train.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "kernels.h"
 #include "labels.h"
 #include "log.h"
+#include "loss_scale.h"
 #include "model.h"
 #include "prefetch.h"
 #include "ps.h"
@@ -54,6 +56,12 @@ static int write_summary(const ps_train_config *cfg, const ps_train_result *res,
     /* this worker's gradient bytes on the wire per step (pushes, or all-reduce frames) */
     if (res->bytes_sent_per_step >= 0)
         cJSON_AddNumberToObject(o, "bytes_sent_per_step", res->bytes_sent_per_step);
+    cJSON_AddStringToObject(o, "dtype_policy",
+                            ps_dtype_policy_name((ps_dtype_policy)res->dtype_policy));
+    if (res->loss_scale > 0) { /* mixed_float16: this worker's scaler */
+        cJSON_AddNumberToObject(o, "loss_scale", res->loss_scale);
+        cJSON_AddNumberToObject(o, "skipped_steps", (double)res->skipped_steps);
+    }
     /* shards whose lost variables were re-created with initial values (recovery flag) */
     cJSON *rec = cJSON_AddArrayToObject(o, "recreated_lost_variables");
     for (size_t i = 0; rec && i < res->n_recreated; i++)
@@ -84,6 +92,8 @@ typedef struct {
     ps_prefetch *pf; /* owned: copies the next batch out of batcher meanwhile */
     float *x;        /* the current batch, borrowed from pf */
     int32_t *y;
+    bool scaling;          /* mixed_float16: dynamic loss scaling */
+    ps_loss_scale scaler;
 } train_state;
 
 static void state_free(train_state *st) {
@@ -270,6 +280,34 @@ static unsigned pick_epochs(const ps_train_config *cfg, const ps_model *m) {
     return e;
 }
 
+/* --dtype-policy over the spec's; mixed_float16 turns loss scaling on. */
+static int setup_policy(const ps_train_config *cfg, train_state *st, char *err, size_t errlen) {
+    ps_model *m = st->model;
+    if (cfg->dtype_policy) {
+        ps_dtype_policy p;
+        int rc = ps_dtype_policy_parse(cfg->dtype_policy, &p, err, errlen);
+        if (rc != PS_OK) return rc;
+        ps_model_set_dtype_policy(m, p);
+    }
+    ps_dtype_policy p = ps_model_dtype_policy(m);
+    st->scaling = p == PS_POLICY_MIXED_FLOAT16;
+    if (cfg->inject_overflow_at_step && !st->scaling) {
+        snprintf(err, errlen, "--inject-overflow-at-step needs the mixed_float16 policy (loss "
+                              "scaling)");
+        return PS_EINVAL;
+    }
+    if (st->scaling) {
+        ps_loss_scale_init(&st->scaler);
+        ps_model_set_loss_scale(m, st->scaler.scale);
+    }
+    if (p != PS_POLICY_FLOAT32 && cfg->index == 0)
+        PS_INFO("dtype policy %s (%s): layers compute in %s, variables float32%s",
+                ps_dtype_policy_name(p), cfg->dtype_policy ? "--dtype-policy" : "the model",
+                p == PS_POLICY_MIXED_FLOAT16 ? "float16" : "bfloat16",
+                st->scaling ? "; dynamic loss scaling from 2^15" : "");
+    return PS_OK;
+}
+
 static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, unsigned *epochs,
                  char *err, size_t errlen) {
     if (!cfg->model_path && cfg->loss) {
@@ -280,6 +318,8 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, uns
     int rc = cfg->model_path
                  ? ps_model_load_with(cfg->model_path, &ov, &st->model, err, errlen)
                  : ps_model_from_json(ps_model_default_spec(), &st->model, err, errlen);
+    if (rc != PS_OK) return rc;
+    rc = setup_policy(cfg, st, err, errlen);
     if (rc != PS_OK) return rc;
     *epochs = pick_epochs(cfg, st->model);
     ps_model_init_params(st->model, cfg->seed);
@@ -337,6 +377,45 @@ static void sleep_ms(unsigned ms) {
     nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL);
 }
 
+/* Loss scaling: the gradients come out of the step multiplied by the scale;
+ * divided here (the trainable ones: the moving statistics' slots are not
+ * scaled) and checked for inf / NaN (all), then the strategy decides the step
+ * (ps_exchange_step_end_checked) and the scaler follows its outcome. */
+static int scaled_step_end(const ps_train_config *cfg, train_state *st, uint64_t clock, char *err,
+                           size_t errlen) {
+    ps_model *m = st->model;
+    float *g = ps_model_grads(m);
+    if (cfg->inject_overflow_at_step && clock + 1 == cfg->inject_overflow_at_step) {
+        g[0] = INFINITY; /* fault injection for tests: as an fp16 overflow would */
+        PS_WARN("--inject-overflow-at-step %llu: an inf in this worker's gradient",
+                (unsigned long long)(clock + 1));
+    }
+    bool finite = true;
+    for (size_t i = 0; i < ps_model_num_vars(m); i++) {
+        const ps_model_var *v = ps_model_var_at(m, i);
+        if (v->trainable)
+            finite &= ps_loss_scale_unscale(&st->scaler, g + v->offset, v->numel);
+        else
+            finite &= ps_all_finite(g + v->offset, v->numel);
+    }
+    int skipped = 0;
+    int rc = ps_exchange_step_end_checked(&st->ex, !finite, &skipped, err, errlen);
+    if (rc != PS_OK) return rc;
+    float before = st->scaler.scale;
+    ps_loss_scale_update(&st->scaler, !skipped);
+    if (skipped)
+        PS_INFO("step %llu: %s gradients held an inf or NaN: step skipped, loss scale %g -> %g",
+                (unsigned long long)(clock + 1),
+                !cfg->no_ps && cfg->strategy != PS_STRATEGY_PARAMETER_SERVER ? "the all-reduced"
+                                                                              : "this worker's",
+                (double)before, (double)st->scaler.scale);
+    else if (st->scaler.scale != before)
+        PS_DEBUG("loss scale %g -> %g after %u good steps", (double)before,
+                 (double)st->scaler.scale, st->scaler.period);
+    ps_model_set_loss_scale(m, st->scaler.scale);
+    return PS_OK;
+}
+
 /* One training step: the exchange makes the parameters the step's (psd: a
  * pull, unless the last step's exchange brought the values back), then
  * forward/backward on each of its `micro` micro-batches (--accumulate-steps;
@@ -366,7 +445,8 @@ static int train_one(const ps_train_config *cfg, train_state *st, uint64_t clock
         *correct += hits;
     }
     *loss = (float)(loss_sum / (double)*samples);
-    return ps_exchange_step_end(&st->ex, err, errlen);
+    if (!st->scaling) return ps_exchange_step_end(&st->ex, err, errlen);
+    return scaled_step_end(cfg, st, clock, err, errlen);
 }
 
 int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, size_t errlen) {
@@ -391,14 +471,20 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
      * the current epoch of its data shard. clock >= total: the job has ended (a
      * restarted chief still evaluates); sync, past total only when backup
      * workers or a laggard closed steps alone. */
-    ps_exchange_job job = {
-        .total_steps = total,
-        .steps_per_epoch = steps,
-        .recreated = res->recreated,
-        .recreated_cap = PS_TRAIN_MAX_RECREATED};
+    ps_exchange_job job = {.total_steps = total,
+                           .steps_per_epoch = steps,
+                           .recreated = res->recreated,
+                           .recreated_cap = PS_TRAIN_MAX_RECREATED,
+                           .scaler = st.scaling ? &st.scaler : NULL};
     if (rc == PS_OK) rc = ps_exchange_join(&st.ex, &job, err, errlen);
     res->async = job.async;
     res->n_recreated = job.n_recreated;
+    if (st.scaling) { /* the scale may come from a checkpoint (all-reduce) */
+        ps_model_set_loss_scale(st.model, st.scaler.scale);
+        if (rc == PS_OK && st.scaler.scale != PS_LOSS_SCALE_INITIAL)
+            PS_INFO("loss scale %g (%u good steps) from the chief's checkpoint",
+                    (double)st.scaler.scale, st.scaler.good_steps);
+    }
     int async = job.async;
     uint64_t clock = job.clock;
     if (rc != PS_OK) clock = 0;
@@ -476,6 +562,9 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     if (rc == PS_OK) ps_exchange_finish(&st.ex);
     if (rc != PS_OK) res->peer_failed = ps_exchange_peer_failed(&st.ex);
     res->samples_per_sec = train_secs > 0 ? (double)job_samples / train_secs : 0;
+    if (st.model) res->dtype_policy = (int)ps_model_dtype_policy(st.model);
+    res->loss_scale = st.scaling ? st.scaler.scale : 0.0f;
+    res->skipped_steps = st.scaling ? st.scaler.skipped : 0;
     res->wall_seconds = now_s() - t0;
     if (rc == PS_OK && cfg->index == 0) {
         char where[64];

@@ -66,6 +66,8 @@ typedef struct {
                                 * 0, 1: every step (the strategies' own way) */
     int compression;                  /* gradients on the wire: a PS_COMPRESSION_* (half.h) */
     float topk_ratio;                 /* PS_COMPRESSION_TOPK: 0 < ratio <= 1 */
+    const char *dtype_policy;         /* --dtype-policy: over the spec's; NULL: the spec's */
+    uint64_t inject_overflow_at_step; /* tests: step N's gradient gets an inf (mixed_float16) */
 } ps_train_config;
 
 /* How the workers combine gradients (psworker --strategy). */
@@ -94,6 +96,9 @@ typedef struct {
     size_t n_recreated;
     int peer_failed; /* the failure was another worker's (a broken ring, diverged replicas) */
     double bytes_sent_per_step; /* gradient bytes this worker put on the wire per step (-1: n/a) */
+    int dtype_policy;       /* the model's ps_dtype_policy */
+    float loss_scale;       /* mixed_float16: the loss scale at the end (0: none) */
+    uint64_t skipped_steps; /* mixed_float16: steps skipped for inf / NaN gradients */
 } ps_train_result;
 
 /* Places the model's variables on n_shards shards (the same on every worker)

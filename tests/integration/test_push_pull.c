@@ -3,7 +3,8 @@
  * grads_ready / step_end) and by hand on a raw DEALER: sync replies wait for
  * the step and carry its values; async replies at once; dropped pushes still
  * bring values; bad requests get errors; a pull reply in flight keeps its
- * values while an update lands (copy-on-write). */
+ * values while an update lands (copy-on-write); pushes flagged skipped
+ * (mixed_float16's overflowed steps) count but are not applied. */
 #include <check.h>
 #include <math.h>
 #include <signal.h>
@@ -151,6 +152,77 @@ START_TEST(async_steps) {
     }
     for (int i = 0; i < 2 * N; i++)
         ck_assert_float_eq(w.params[i], (float)i - 10.0f * LR * (float)(i % 3));
+    ps_client_close(w.c);
+}
+END_TEST
+
+/* Sync, 2 workers: a push flagged skipped (mixed_float16: the worker's
+ * gradients overflowed; its values, an inf here, are never read) counts
+ * towards closing the step but is not averaged in: the step applies worker
+ * 0's gradient alone. When both skip, the step closes with no update and the
+ * version still advances. */
+START_TEST(sync_skipped_push_is_not_averaged) {
+    worker w0, w1;
+    worker_open(&w0, 0, 2, 1);
+    worker_open(&w1, 1, 2, 0);
+    ck_assert_int_eq(ps_client_pull_next(w0.c, 0, 0, NULL), PS_OK);
+    ck_assert_int_eq(ps_client_pull_next(w1.c, 0, 0, NULL), PS_OK);
+    for (int i = 0; i < 2 * N; i++) {
+        w0.grads[i] = 1.0f;
+        w1.grads[i] = INFINITY;
+    }
+    ps_client_set_push_skipped(w1.c, 1);
+    ps_client_step_begin(w0.c, 0);
+    size_t dropped = 9;
+    ck_assert_msg(ps_client_push_next(w1.c, 0, &dropped) == PS_OK, "%s", ps_client_error(w1.c));
+    ck_assert_uint_eq(dropped, 0);
+    int fresh = 0;
+    ck_assert_msg(ps_client_step_end(w0.c, &dropped, &fresh) == PS_OK, "%s", ps_client_error(w0.c));
+    for (int i = 0; i < 2 * N; i++)
+        ck_assert_float_eq(w0.params[i], (float)i - LR * 1.0f); /* not the mean with a zero */
+    /* both skip: no update, version 2 */
+    ps_client_set_push_skipped(w0.c, 1);
+    ps_client_step_begin(w0.c, 1);
+    ck_assert_int_eq(ps_client_pull_next(w1.c, 0, 1, NULL), PS_OK);
+    ck_assert_int_eq(ps_client_push_next(w1.c, 1, &dropped), PS_OK);
+    ck_assert_msg(ps_client_step_end(w0.c, &dropped, &fresh) == PS_OK, "%s", ps_client_error(w0.c));
+    uint64_t version = 0;
+    ck_assert_int_eq(ps_client_pull_next(w1.c, 0, 2, &version), PS_OK);
+    ck_assert_uint_eq(version, 2);
+    for (int i = 0; i < 2 * N; i++) {
+        ck_assert_float_eq(w0.params[i], (float)i - LR * 1.0f);
+        ck_assert_float_eq(w1.params[i], (float)i - LR * 1.0f);
+    }
+    ps_client_close(w0.c);
+    ps_client_close(w1.c);
+}
+END_TEST
+
+/* Async, 1 worker: a skipped push-pull (its values, NaN, never read) is
+ * answered at once, applies nothing, and still moves the version on. */
+START_TEST(async_skipped_push) {
+    worker w;
+    worker_open(&w, 0, 1, 1);
+    ck_assert_int_eq(ps_client_pull_next(w.c, 1, 0, NULL), PS_OK);
+    for (int i = 0; i < 2 * N; i++)
+        w.grads[i] = NAN;
+    ps_client_set_push_skipped(w.c, 1);
+    ps_client_step_begin(w.c, 0);
+    int fresh = 0;
+    ck_assert_msg(ps_client_step_end(w.c, NULL, &fresh) == PS_OK, "%s", ps_client_error(w.c));
+    ck_assert_int_eq(fresh, 1);
+    for (int i = 0; i < 2 * N; i++)
+        ck_assert_float_eq(w.params[i], (float)i);
+    ps_client_set_push_skipped(w.c, 0);
+    for (int i = 0; i < 2 * N; i++)
+        w.grads[i] = 2.0f;
+    ps_client_step_begin(w.c, 1);
+    ck_assert_msg(ps_client_step_end(w.c, NULL, &fresh) == PS_OK, "%s", ps_client_error(w.c));
+    uint64_t version = 0;
+    ck_assert_int_eq(ps_client_pull_next(w.c, 1, 2, &version), PS_OK);
+    ck_assert_uint_eq(version, 2);
+    for (int i = 0; i < 2 * N; i++)
+        ck_assert_float_eq(w.params[i], (float)i - 2.0f * LR);
     ps_client_close(w.c);
 }
 END_TEST
@@ -362,12 +434,14 @@ static Suite *push_pull_suite(void) {
     tcase_add_checked_fixture(tc, setup_sync2, teardown);
     tcase_add_test(tc, sync_reply_waits_for_the_step);
     tcase_add_test(tc, sync_reply_not_early);
+    tcase_add_test(tc, sync_skipped_push_is_not_averaged);
     tcase_add_test(tc, raw_dropped_push_gets_values);
     suite_add_tcase(s, tc);
     tc = tcase_create("async");
     tcase_set_timeout(tc, 30);
     tcase_add_checked_fixture(tc, setup_async1, teardown);
     tcase_add_test(tc, async_steps);
+    tcase_add_test(tc, async_skipped_push);
     tcase_add_test(tc, raw_reply_and_errors);
     tcase_add_test(tc, queued_replies_keep_their_values);
     suite_add_tcase(s, tc);
