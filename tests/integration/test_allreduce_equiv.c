@@ -14,12 +14,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "saved.h"
 #include "data.h"
 #include "exchange.h"
 #include "model.h"
 #include "proc.h"
 #include "ps_error.h"
-#include "tensorfile.h"
 #include "testutil.h"
 #include "train.h"
 
@@ -262,20 +262,7 @@ static float *run_processes(unsigned workers, int mirrored, const char *dir, siz
     }
     if (!mirrored) ck_assert_int_eq(ps_test_psd_stop(&psd, 5000), 0);
     ck_assert_msg(!bad, "a worker failed");
-    ps_tf_file f;
-    char why[300];
-    ck_assert_msg(ps_tf_read(save, &f, why, sizeof why) == PS_OK, "%s: %s", save, why);
-    size_t total = 0;
-    for (size_t i = 0; i < f.n; i++)
-        total += f.t[i].numel;
-    float *p = malloc(total * sizeof *p), *at = p;
-    for (size_t i = 0; i < f.n; i++) {
-        memcpy(at, f.t[i].data, f.t[i].numel * sizeof(float));
-        at += f.t[i].numel;
-    }
-    ps_tf_file_free(&f);
-    *n = total;
-    return p;
+    return ps_test_read_saved(save, n);
 }
 
 static void check_processes(unsigned workers) {

@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "saved.h"
 #include "ckpt_file.h"
 #include "proc.h"
 #include "ps_error.h"
@@ -215,20 +216,7 @@ END_TEST
 
 /* The saved model's values, concatenated (malloc'd). */
 static float *read_model(const char *path, size_t *n) {
-    ps_tf_file f;
-    char why[300];
-    ck_assert_msg(ps_tf_read(path, &f, why, sizeof why) == PS_OK, "%s: %s", path, why);
-    size_t total = 0;
-    for (size_t i = 0; i < f.n; i++)
-        total += f.t[i].numel;
-    float *p = malloc(total * sizeof *p), *at = p;
-    for (size_t i = 0; i < f.n; i++) {
-        memcpy(at, f.t[i].data, f.t[i].numel * sizeof(float));
-        at += f.t[i].numel;
-    }
-    ps_tf_file_free(&f);
-    *n = total;
-    return p;
+    return ps_test_read_saved(path, n);
 }
 
 /* Checkpoint-resume: epoch 1 with --checkpoint-dir, then a second run of

@@ -14,9 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "saved.h"
 #include "proc.h"
 #include "ps_error.h"
-#include "tensorfile.h"
 #include "testutil.h"
 
 #define SHARDS 2
@@ -84,20 +84,7 @@ static float *run(const char *dir, const char *opt, int no_ps, const char *tag, 
     for (int i = 0; !no_ps && i < SHARDS; i++)
         ck_assert_int_eq(ps_test_psd_stop(&psd[i], 5000), 0);
     ck_assert_msg(st == 0, "%s: psworker failed", tag);
-    ps_tf_file f;
-    char why[300];
-    ck_assert_msg(ps_tf_read(save, &f, why, sizeof why) == PS_OK, "%s: %s", save, why);
-    size_t total = 0;
-    for (size_t i = 0; i < f.n; i++)
-        total += f.t[i].numel;
-    float *p = malloc(total * sizeof *p), *at = p;
-    for (size_t i = 0; i < f.n; i++) {
-        memcpy(at, f.t[i].data, f.t[i].numel * sizeof(float));
-        at += f.t[i].numel;
-    }
-    ps_tf_file_free(&f);
-    *n = total;
-    return p;
+    return ps_test_read_saved(save, n);
 }
 
 static double max_abs_diff(const float *x, const float *y, size_t n) {

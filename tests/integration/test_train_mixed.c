@@ -19,9 +19,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "saved.h"
 #include "proc.h"
 #include "ps_error.h"
-#include "tensorfile.h"
 #include "testutil.h"
 
 static cJSON *summary(const char *path) {
@@ -87,18 +87,7 @@ static void ps_job(const char *dir, const char *tag, const char *mode, int worke
 
 /* The saved model's tensors, concatenated (malloc'd), *n floats. */
 static float *saved(const char *path, size_t *n) {
-    ps_tf_file f;
-    char why[300];
-    ck_assert_msg(ps_tf_read(path, &f, why, sizeof why) == PS_OK, "%s: %s", path, why);
-    size_t total = 0;
-    for (size_t i = 0; i < f.n; i++)
-        total += f.t[i].numel;
-    float *v = malloc(total * sizeof *v);
-    for (size_t i = 0, at = 0; i < f.n; at += f.t[i].numel, i++)
-        memcpy(v + at, f.t[i].data, f.t[i].numel * sizeof *v);
-    ps_tf_file_free(&f);
-    *n = total;
-    return v;
+    return ps_test_read_saved(path, n);
 }
 
 #define SHORT "--epochs", "1", "--max-train", "2000", "--max-test", "200", "--seed", "3"

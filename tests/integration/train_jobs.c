@@ -1,4 +1,5 @@
 /* Short psworker jobs for the training-option tests (see train_jobs.h). */
+#include "saved.h"
 #include "train_jobs.h"
 
 #include <check.h>
@@ -10,7 +11,6 @@
 
 #include "proc.h"
 #include "ps_error.h"
-#include "tensorfile.h"
 #include "testutil.h"
 
 #define MAXW 4
@@ -95,21 +95,9 @@ int job_run(const char *dir, const job_spec *j) {
 
 float *job_params(const char *dir, const job_spec *j, size_t *n) {
     ck_assert_msg(job_run(dir, j) == 0, "job %s failed", j->tag);
-    char save[700], why[300];
+    char save[700];
     snprintf(save, sizeof save, "%s/%s.pstf", dir, j->tag);
-    ps_tf_file f;
-    ck_assert_msg(ps_tf_read(save, &f, why, sizeof why) == PS_OK, "%s: %s", save, why);
-    size_t total = 0;
-    for (size_t i = 0; i < f.n; i++)
-        total += f.t[i].numel;
-    float *p = malloc((total ? total : 1) * sizeof *p), *at = p;
-    for (size_t i = 0; i < f.n; i++) {
-        memcpy(at, f.t[i].data, f.t[i].numel * sizeof(float));
-        at += f.t[i].numel;
-    }
-    ps_tf_file_free(&f);
-    *n = total;
-    return p;
+    return ps_test_read_saved(save, n);
 }
 
 double max_abs_diff(const float *x, const float *y, size_t n) {
