@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "exchange.h"
+#include "export.h"
 #include "half.h"
 #include "job_id.h"
 #include "kernels.h"
@@ -40,6 +41,7 @@ typedef struct {
     char ps[8192];
     long index, workers;
     char model[1024], data[1024], summary[1024], device[64], save[1024], init_from[1024];
+    char export_path[1024];
     char curve_secret[1024], server_key[1024], job_id[PS_WIRE_MAX_JOB_ID + 1];
     long epochs, batch, seed, progress, dataset;
     long max_train, max_test, max_steps, timeout, blas_threads, retry_ms, slow_ms, no_ps, push_pull;
@@ -119,6 +121,9 @@ static const ps_option table[] = {
      "OpenBLAS threads (one per worker: two pools on two cores slow a small MLP ~3x)"},
     {"save", PS_OPTION_STR, F(save), 0, 0, "", NULL, "FILE",
      "chief: save the final model here (tensor file, docs/FORMATS.md)"},
+    {"export", PS_OPTION_STR, F(export_path), 0, 0, "", NULL, "FILE",
+     "chief: after training, write the model to FILE as ONNX (FILE.onnx: architecture and "
+     "weights) or safetensors (FILE.safetensors: the weights, the model JSON beside them)"},
     {"init-from", PS_OPTION_STR, F(init_from), 0, 0, "", NULL, "FILE",
      "chief: start from a model saved with --save instead of seeded values"},
     {"retry-ms", PS_OPTION_LONG, F(retry_ms), 50, 3600000, "5000", NULL, "MS",
@@ -398,6 +403,7 @@ int main(int argc, char **argv) {
         .max_steps = (size_t)o.max_steps,
         .timeout_ms = (int)o.timeout * 1000,
         .save_path = o.save[0] ? o.save : NULL,
+        .export_path = o.export_path[0] ? o.export_path : NULL,
         .init_from = o.init_from[0] ? o.init_from : NULL,
         .retry_ms = (int)o.retry_ms,
         .slow_ms = (unsigned)o.slow_ms,
@@ -425,6 +431,12 @@ int main(int argc, char **argv) {
                                               : "mixed_bfloat16",
         .inject_overflow_at_step = (uint64_t)o.inject_overflow_at_step,
     };
+    ps_export_format export_format;
+    if (cfg.export_path &&
+        ps_export_format_of(cfg.export_path, &export_format, err, sizeof err) != PS_OK) {
+        fprintf(stderr, "psworker: %s\n", err);
+        return 2;
+    }
     if (ps_compression_parse(o.compression, &cfg.compression, &cfg.topk_ratio, err,
                              sizeof err) != 0) {
         fprintf(stderr, "psworker: --compression %s\n", err);

@@ -13,6 +13,7 @@
 #include "cifar.h"
 #include "data.h"
 #include "exchange.h"
+#include "export.h"
 #include "half.h"
 #include "kernels.h"
 #include "labels.h"
@@ -559,6 +560,10 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     }
     if (rc == PS_OK && cfg->index == 0 && cfg->save_path)
         rc = save_model(st.model, cfg->save_path, clock, err, errlen);
+    if (rc == PS_OK && cfg->index == 0 && cfg->export_path) {
+        rc = ps_export_model(st.model, cfg->export_path, err, errlen);
+        if (rc == PS_OK) PS_INFO("exported the model to %s", cfg->export_path);
+    }
     if (rc == PS_OK) ps_exchange_finish(&st.ex);
     if (rc != PS_OK) res->peer_failed = ps_exchange_peer_failed(&st.ex);
     res->samples_per_sec = train_secs > 0 ? (double)job_samples / train_secs : 0;

@@ -37,6 +37,7 @@ typedef struct {
     int timeout_ms;             /* per request round */
     size_t max_steps;           /* per epoch, 0: all (tests) */
     const char *save_path;      /* chief: write the final model here (tensor file); NULL: no */
+    const char *export_path;    /* chief: --export FILE.onnx | FILE.safetensors (export.h); NULL */
     const char *init_from;      /* chief: initial values from this saved model; NULL: seeded */
     unsigned slow_ms;           /* tests: sleep this long every step (a slow worker) */
     int retry_ms;               /* a shard silent this long is probed (client retry) */

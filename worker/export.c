@@ -1,0 +1,33 @@
+/* --export: the format by the file's extension (see export.h). */
+#include "export.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "ps_error.h"
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n > k && strcmp(s + n - k, suffix) == 0;
+}
+
+int ps_export_format_of(const char *path, ps_export_format *out, char *err, size_t errlen) {
+    if (ends_with(path, ".onnx")) {
+        *out = PS_EXPORT_ONNX;
+    } else if (ends_with(path, ".safetensors")) {
+        *out = PS_EXPORT_SAFETENSORS;
+    } else {
+        snprintf(err, errlen, "--export %s: the format comes from the extension: .onnx or "
+                              ".safetensors", path);
+        return PS_EINVAL;
+    }
+    return PS_OK;
+}
+
+int ps_export_model(const ps_model *m, const char *path, char *err, size_t errlen) {
+    ps_export_format f;
+    int rc = ps_export_format_of(path, &f, err, errlen);
+    if (rc != PS_OK) return rc;
+    return f == PS_EXPORT_ONNX ? ps_export_onnx(m, path, err, errlen)
+                               : ps_export_safetensors(m, path, err, errlen);
+}

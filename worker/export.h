@@ -1,0 +1,29 @@
+/* --export FILE: the trained model in a format other programs read, chosen by
+ * FILE's extension: .onnx (export_onnx.c: architecture and weights, ONNX) or
+ * .safetensors (export_safetensors.c: the weights, with the model JSON beside
+ * them). The chief writes it after training, from the values it evaluated. */
+#ifndef PS_EXPORT_H
+#define PS_EXPORT_H
+
+#include <stddef.h>
+
+#include "model.h"
+
+/* The formats, by extension. */
+typedef enum { PS_EXPORT_ONNX, PS_EXPORT_SAFETENSORS } ps_export_format;
+
+/* Picks the format from path's extension. Returns PS_OK, or PS_EINVAL with the
+ * reason in err (no or another extension: the supported ones are listed). */
+int ps_export_format_of(const char *path, ps_export_format *out, char *err, size_t errlen);
+
+/* Writes m (its architecture and current parameters) to path in the format its
+ * extension names; the file appears whole or not at all (written beside, then
+ * renamed). Returns PS_OK, or an error with a one-line reason in err (a layer
+ * the format cannot express is named). */
+int ps_export_model(const ps_model *m, const char *path, char *err, size_t errlen);
+
+/* One per format (export_onnx.c, export_safetensors.c); same contract. */
+int ps_export_onnx(const ps_model *m, const char *path, char *err, size_t errlen);
+int ps_export_safetensors(const ps_model *m, const char *path, char *err, size_t errlen);
+
+#endif
