@@ -59,6 +59,9 @@ def parse_args(argv):
                          "2 for ps")
     ap.add_argument("--spec", default=os.path.join(REPO, "examples", "fashion_cnn.json"),
                     help="model spec for fashion_cnn (default: examples/fashion_cnn.json)")
+    ap.add_argument("--keras-json", default=None,
+                    help="mobilenetv2: the Keras model JSON to read instead of the default "
+                         "(e.g. a copy with another BatchNormalization momentum)")
     ap.add_argument("--data", default=DATA, help="Fashion-MNIST directory (*.gz)")
     ap.add_argument("--epochs", type=float, default=1.0,
                     help="passes over the training set (default 1)")
@@ -245,8 +248,9 @@ def training_setup(args):
         batch = args.batch or spec.get("batch_size", 64)
         return (lambda K: build_from_spec(K, spec)), lr, batch, bool(spec.get("from_logits")), \
             os.path.relpath(args.spec, REPO)
-    path = (os.path.join(REPO, "examples", "mobilenetv2.json") if args.keras == "3" else
-            os.path.join(REPO, "tests", "fixtures", "keras", "mobilenetv2_k2.json"))
+    path = args.keras_json or (
+        os.path.join(REPO, "examples", "mobilenetv2.json") if args.keras == "3" else
+        os.path.join(REPO, "tests", "fixtures", "keras", "mobilenetv2_k2.json"))
     with open(path) as f:
         text = f.read()
     return (lambda K: K.models.model_from_json(text)), args.lr or 1e-3, args.batch or 64, \

@@ -80,9 +80,13 @@ static const char fake_worker[] =
     "if [ -z \"$idx\" ]; then\n"
     "  idx=$(printf '%s' \"$TF_CONFIG\" | sed -n 's/.*\"index\": *\\([0-9]*\\).*/\\1/p')\n"
     "fi\n"
+    /* a SIGTERM (psctl stopping the workers) waits until all three records are written,
+     * so a slow machine cannot leave one without the others */
+    "term=''; trap 'term=1' TERM\n"
     "echo \"$all|${FAKE_TOKEN-unset}|${PS_PARENT_PID-unset}\" >> \"$FAKE_DIR/worker-$idx.starts\"\n"
     "date +%s%N >> \"$FAKE_DIR/worker-$idx.times\"\n"
     "echo \"${TF_CONFIG-unset}\" >> \"$FAKE_DIR/worker-$idx.tfconfig\"\n"
+    "trap - TERM; if [ -n \"$term\" ]; then kill -TERM $$; fi\n"
     "n=$(wc -l < \"$FAKE_DIR/worker-$idx.starts\")\n"
     "echo \"worker $idx started\"\n"
     "if [ \"$die\" = \"$idx\" ]; then\n"
