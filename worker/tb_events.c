@@ -57,21 +57,23 @@ static int write_event(ps_tb_file *t, const Tb__Event *ev) {
     return w == n + PS_TFRECORD_OVERHEAD ? PS_OK : PS_EIO;
 }
 
-static int mkdir_one(const char *d) {
-    return mkdir(d, 0777) == 0 || errno == EEXIST ? 0 : -1;
+/* mkdir -p: every missing directory on the way to dir. */
+static int mkdir_all(const char *dir) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *c = p + 1; *c; c++) {
+        if (*c != '/') continue;
+        *c = 0;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) return -1;
+        *c = '/';
+    }
+    return mkdir(p, 0777) == 0 || errno == EEXIST ? 0 : -1;
 }
 
 int ps_tb_open(ps_tb_file *t, const char *dir, char *err, size_t errlen) {
     static atomic_uint counter;
     memset(t, 0, sizeof *t);
-    char parent[4096];
-    snprintf(parent, sizeof parent, "%s", dir);
-    char *slash = strrchr(parent, '/');
-    if (slash && slash != parent) {
-        *slash = 0;
-        mkdir_one(parent);
-    }
-    if (mkdir_one(dir) != 0) {
+    if (mkdir_all(dir) != 0) {
         snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
         return PS_EIO;
     }

@@ -24,7 +24,7 @@ typedef struct {
     char path[4096];
 } ps_tb_file;
 
-/* Creates dir (and its parent, when missing) and in it a new event file named as
+/* Creates dir (and the directories above it, when missing) and in it a new event file named as
  * TensorFlow names them, events.out.tfevents.<unix seconds>.<hostname>.<pid>.<n>,
  * n counting this process's files; writes the file_version record. Returns PS_OK or
  * PS_EIO with a reason in err. */

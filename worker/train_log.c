@@ -21,6 +21,8 @@ struct ps_train_log {
 
 static const char *const history_keys[] = {"loss", "accuracy", "val_loss", "val_accuracy"};
 
+static int write_history(ps_train_log *l, char *err, size_t errlen);
+
 int ps_train_log_open(const char *tb_dir, const char *history, ps_train_log **out, char *err,
                       size_t errlen) {
     *out = NULL;
@@ -37,6 +39,11 @@ int ps_train_log_open(const char *tb_dir, const char *history, ps_train_log **ou
             rc = ps_tb_open(&l->val, d, err, errlen);
         }
         l->tb = 1;
+        if (rc != PS_OK) { /* the reason names the path */
+            char why[512];
+            snprintf(why, sizeof why, "%s", err);
+            snprintf(err, errlen, "--tensorboard: %s", why);
+        }
     }
     if (rc == PS_OK && history) {
         l->history_path = strdup(history);
@@ -44,6 +51,8 @@ int ps_train_log_open(const char *tb_dir, const char *history, ps_train_log **ou
         for (size_t i = 0; l->history && i < 4; i++)
             if (!cJSON_AddArrayToObject(l->history, history_keys[i])) rc = PS_ENOMEM;
         if (!l->history_path || !l->history) rc = PS_ENOMEM;
+        /* empty lists until the first epoch, as Keras' History; a bad path fails now */
+        if (rc == PS_OK) rc = write_history(l, err, errlen);
     }
     if (rc != PS_OK) {
         ps_train_log_close(l);

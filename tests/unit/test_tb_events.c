@@ -4,6 +4,7 @@
  * first, scalar and histogram events). */
 #include <check.h>
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "tb.pb-c.h"
 #include "tb_events.h"
 #include "testutil.h"
+#include "train_log.h"
 
 /* CRC-32C one bit at a time (reflected polynomial 0x82F63B78), independent of common/. */
 static uint32_t crc_bitwise(const uint8_t *p, size_t n) {
@@ -148,6 +150,42 @@ START_TEST(open_fails_clearly) {
 }
 END_TEST
 
+/* batch_gradient_global_norm's sum: the trainable variables' gradients only (not
+ * BatchNormalization's moving statistics), the same over any split into ranges. */
+START_TEST(grad_sumsq_trainable_only) {
+    const char *spec = "{\"input_shape\": [3], \"layers\": [{\"type\": \"Dense\", \"units\": 4},"
+                       " {\"type\": \"BatchNormalization\"}, {\"type\": \"Dense\", \"units\": 2}],"
+                       " \"loss\": \"sparse_categorical_crossentropy\", \"from_logits\": true}";
+    ps_model *m = NULL;
+    char err[256] = "";
+    ck_assert_msg(ps_model_from_json(spec, &m, err, sizeof err) == PS_OK, "%s", err);
+    float *g = ps_model_grads(m);
+    size_t n = ps_model_num_params(m);
+    double want = 0;
+    size_t untrainable = 0;
+    for (size_t i = 0; i < n; i++)
+        g[i] = (float)(i % 7) - 2.5f;
+    for (size_t v = 0; v < ps_model_num_vars(m); v++) {
+        const ps_model_var *var = ps_model_var_at(m, v);
+        for (size_t k = 0; k < var->numel; k++) {
+            double x = g[var->offset + k];
+            if (var->trainable)
+                want += x * x;
+            else
+                untrainable++;
+        }
+    }
+    ck_assert_uint_gt(untrainable, 0); /* the moving statistics are in the buffer */
+    ck_assert(fabs(ps_train_log_grad_sumsq(m, g, g + n) - want) < 1e-9);
+    for (size_t cut = 1; cut < n; cut += 5) {
+        double parts = ps_train_log_grad_sumsq(m, g, g + cut) +
+                       ps_train_log_grad_sumsq(m, g + cut, g + n);
+        ck_assert(fabs(parts - want) < 1e-9);
+    }
+    ps_model_free(m);
+}
+END_TEST
+
 static Suite *tb_suite(void) {
     Suite *s = suite_create("tb_events");
     TCase *tc = tcase_create("tb_events");
@@ -156,6 +194,7 @@ static Suite *tb_suite(void) {
     tcase_add_test(tc, record_by_hand);
     tcase_add_test(tc, event_file_reads_back);
     tcase_add_test(tc, open_fails_clearly);
+    tcase_add_test(tc, grad_sumsq_trainable_only);
     suite_add_tcase(s, tc);
     return s;
 }
