@@ -115,12 +115,12 @@ START_TEST(event_file_reads_back) {
     ck_assert(ev->wall_time > 1.5e9);
     tb__event__free_unpacked(ev, NULL);
     /* Event{wall_time 1.0, step 5, summary{value{tag "a", simple_value 1.0f}}}, by hand */
-    const uint8_t want[] = {0x09, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f, /* 1: double 1.0 */
-                            0x10, 0x05,                         /* 2: varint 5 */
-                            0x2a, 10,                           /* 5: Summary, 10 bytes */
-                            0x0a, 8,                            /* 1: Value, 8 bytes */
-                            0x0a, 1, 'a',                       /* tag */
-                            0x15, 0, 0, 0x80, 0x3f};            /* 2: float 1.0 */
+    const uint8_t want[] = {0x09, 0,    0,   0,    0,   0, 0, 0xf0, 0x3f, /* 1: double 1.0 */
+                            0x10, 0x05,                                   /* 2: varint 5 */
+                            0x2a, 10,                                     /* 5: Summary, 10 bytes */
+                            0x0a, 8,                                      /* 1: Value, 8 bytes */
+                            0x0a, 1,    'a',                              /* tag */
+                            0x15, 0,    0,   0x80, 0x3f};                 /* 2: float 1.0 */
     ck_assert_uint_eq(len[1], sizeof want);
     ck_assert_mem_eq(body[1], want, sizeof want);
     ev = tb__event__unpack(NULL, len[2], body[2]);
@@ -178,8 +178,8 @@ START_TEST(grad_sumsq_trainable_only) {
     ck_assert_uint_gt(untrainable, 0); /* the moving statistics are in the buffer */
     ck_assert(fabs(ps_train_log_grad_sumsq(m, g, g + n) - want) < 1e-9);
     for (size_t cut = 1; cut < n; cut += 5) {
-        double parts = ps_train_log_grad_sumsq(m, g, g + cut) +
-                       ps_train_log_grad_sumsq(m, g + cut, g + n);
+        double parts =
+            ps_train_log_grad_sumsq(m, g, g + cut) + ps_train_log_grad_sumsq(m, g + cut, g + n);
         ck_assert(fabs(parts - want) < 1e-9);
     }
     ps_model_free(m);
