@@ -131,6 +131,10 @@ int psctl_worker_argv(psctl_argv *a, const psctl_local_opts *o, const char *work
     if (o->batch > 0) psctl_argv_add(a, "--batch"), psctl_argv_add(a, "%ld", o->batch);
     if (o->seed >= 0) psctl_argv_add(a, "--seed"), psctl_argv_add(a, "%ld", o->seed);
     if (j == 0 && o->summary) psctl_argv_add(a, "--summary"), psctl_argv_add(a, "%s", o->summary);
+    if (j == 0 && o->tensorboard)
+        psctl_argv_add(a, "--tensorboard"), psctl_argv_add(a, "%s", o->tensorboard);
+    if (j == 0) add_if_given(a, "--tensorboard-every", o->tensorboard_every);
+    if (j == 0 && o->history) psctl_argv_add(a, "--history"), psctl_argv_add(a, "%s", o->history);
     psctl_argv_add(a, "--device"); /* CPU unless --gpus: workers must not all share GPU 0 */
     psctl_argv_add(a, "%s", o->worker_device ? o->worker_device : "cpu");
     psctl_argv_add(a, "--progress");

@@ -35,6 +35,9 @@ typedef struct {
     const char *model;         /* --model FILE, or NULL for the worker's default */
     const char *data;          /* --data DIR, or NULL */
     const char *summary;       /* --summary FILE (chief only), or NULL */
+    const char *tensorboard;   /* --tensorboard DIR (chief only), or NULL */
+    long tensorboard_every;    /* --tensorboard-every N (chief only; -1: not given) */
+    const char *history;       /* --history FILE (chief only), or NULL */
     long batch;                /* --batch B, or 0 when not given */
     long seed;                 /* --seed S, or -1 when not given */
     double timeout_s;          /* --timeout SECONDS for the whole job; 0 = none */

@@ -54,6 +54,13 @@ static const ps_option table[] = {
      "dataset directory (default: the worker's)"},
     {"summary", PS_OPTION_ARG, F(summary), 1, 0, NULL, NULL, "FILE",
      "the chief writes its JSON summary here"},
+    {"tensorboard", PS_OPTION_ARG, F(tensorboard), 1, 0, NULL, NULL, "DIR",
+     "the chief writes TensorBoard event files under DIR (psworker --tensorboard)"},
+    {"tensorboard-every", PS_OPTION_LONG, F(tensorboard_every), 0, 1L << 30, NULL, NULL, "N",
+     "the chief's batch_ tags every N steps (psworker --tensorboard-every; default: the "
+     "worker's 100)"},
+    {"history", PS_OPTION_ARG, F(history), 1, 0, NULL, NULL, "FILE",
+     "the chief writes Keras' History.history here as JSON (psworker --history)"},
     {.like = &ps_flag_batch, AT(batch)},
     {.like = &ps_flag_seed,
      AT(seed),
@@ -242,6 +249,7 @@ static int allreduce_conflict(const psctl_local_opts *o, const unsigned char *gi
 static int worker_cmd_conflict(const psctl_local_opts *o, const unsigned char *given) {
     static const char *const psworker_only[] = {"epochs",  "model", "data",
                                                 "batch",   "seed",  "summary",
+                                                "tensorboard", "tensorboard-every", "history",
                                                 "gpus",    "recreate-lost-variables", "compression"};
     if (o->allreduce) {
         fprintf(stderr,
@@ -276,7 +284,7 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
     memset(o, 0, sizeof *o);
     o->seed = o->epochs = -1;
     o->checkpoint_every = o->worker_timeout_ms = o->replicas = o->staleness = -1;
-    o->checkpoint_steps = -1;
+    o->checkpoint_steps = o->tensorboard_every = -1;
     unsigned char given[N_OPTIONS] = {0};
     char err[512];
     int rest = argc;

@@ -41,7 +41,8 @@ typedef struct {
     char ps[8192];
     long index, workers;
     char model[1024], data[1024], summary[1024], device[64], save[1024], init_from[1024];
-    char export_path[1024];
+    char export_path[1024], tensorboard[1024], history[1024];
+    long tensorboard_every;
     char curve_secret[1024], server_key[1024], job_id[PS_WIRE_MAX_JOB_ID + 1];
     long epochs, batch, seed, progress, dataset;
     long max_train, max_test, max_steps, timeout, blas_threads, retry_ms, slow_ms, no_ps, push_pull;
@@ -107,6 +108,15 @@ static const ps_option table[] = {
     {.like = &ps_flag_seed, PS_OPTION_AT(worker_opts, seed)},
     {"summary", PS_OPTION_STR, F(summary), 0, 0, "", NULL, "FILE",
      "chief: write a JSON summary here at the end"},
+    {"tensorboard", PS_OPTION_STR, F(tensorboard), 0, 0, "", NULL, "DIR",
+     "chief: TensorBoard event files in DIR/train and DIR/validation (Keras' TensorBoard "
+     "callback's runs and tags: epoch_loss, epoch_accuracy, epoch_learning_rate, batch_*), "
+     "flushed after each epoch"},
+    {"tensorboard-every", PS_OPTION_LONG, F(tensorboard_every), 0, 1L << 30, "100", NULL, "N",
+     "chief, --tensorboard: the batch_ tags every N steps (Keras' update_freq; 0: none)"},
+    {"history", PS_OPTION_STR, F(history), 0, 0, "", NULL, "FILE",
+     "chief: Keras' History.history as JSON (loss, accuracy, val_loss, val_accuracy: one "
+     "entry per epoch), rewritten after each epoch"},
     {"progress", PS_OPTION_CHOICE, F(progress), 0, 0, "auto", "auto|tty|plain|none", NULL,
      "progress line: redrawn in place (tty) or plain lines; auto picks by stdout"},
     {"max-train", PS_OPTION_LONG, F(max_train), 0, 1L << 40, "0", NULL, "N",
@@ -398,6 +408,9 @@ int main(int argc, char **argv) {
         .batch = (size_t)o.batch,
         .seed = (uint64_t)o.seed,
         .summary_path = o.summary[0] ? o.summary : NULL,
+        .tensorboard_dir = o.tensorboard[0] ? o.tensorboard : NULL,
+        .tensorboard_every = (unsigned)o.tensorboard_every,
+        .history_path = o.history[0] ? o.history : NULL,
         .max_train = (size_t)o.max_train,
         .max_test = (size_t)o.max_test,
         .max_steps = (size_t)o.max_steps,

@@ -20,10 +20,12 @@
 #include "log.h"
 #include "loss_scale.h"
 #include "model.h"
+#include "optim.h"
 #include "prefetch.h"
 #include "ps.h"
 #include "ps_error.h"
 #include "tensorfile.h"
+#include "train_log.h"
 
 const char *ps_strategy_name(int strategy) {
     static const char *const names[] = {"parameter_server", "mirrored", "multi_worker_mirrored"};
@@ -95,6 +97,8 @@ typedef struct {
     int32_t *y;
     bool scaling;          /* mixed_float16: dynamic loss scaling */
     ps_loss_scale scaler;
+    bool norm_armed;   /* this step's gradient norm is wanted (--tensorboard) */
+    double grad_sumsq; /* its sum of squares so far; < 0: not known this step */
 } train_state;
 
 static void state_free(train_state *st) {
@@ -246,8 +250,11 @@ static int map_labels(const ps_train_config *cfg, train_state *st, char *err, si
 
 /* The model's gradient hook: the exchange hears of each range of gradients
  * as it becomes final (psd: a shard's push-pull goes out once all of its are). */
-static void grads_final(void *ex, const float *begin, const float *end) {
-    ps_exchange_grads_ready(ex, begin, end);
+static void grads_final(void *ctx, const float *begin, const float *end) {
+    train_state *st = ctx;
+    if (st->norm_armed) /* this worker's own gradient, before the exchange sees it */
+        st->grad_sumsq += ps_train_log_grad_sumsq(st->model, begin, end);
+    ps_exchange_grads_ready(&st->ex, begin, end);
 }
 
 /* The one place the exchange strategy is chosen; the loop only sees the
@@ -356,7 +363,7 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, uns
         snprintf(err, errlen, "--accumulate-steps: no memory for the gradient sums");
         return PS_ENOMEM;
     }
-    if (!st->acc) ps_model_set_grad_hook(st->model, grads_final, &st->ex);
+    if (!st->acc) ps_model_set_grad_hook(st->model, grads_final, st);
     return PS_OK;
 }
 
@@ -398,6 +405,10 @@ static int scaled_step_end(const ps_train_config *cfg, train_state *st, uint64_t
             finite &= ps_loss_scale_unscale(&st->scaler, g + v->offset, v->numel);
         else
             finite &= ps_all_finite(g + v->offset, v->numel);
+    }
+    if (st->norm_armed) { /* unscaled, before the exchange */
+        float *end = g + ps_model_num_params(m);
+        st->grad_sumsq = ps_train_log_grad_sumsq(m, g, end);
     }
     int skipped = 0;
     int rc = ps_exchange_step_end_checked(&st->ex, !finite, &skipped, err, errlen);
@@ -448,6 +459,36 @@ static int train_one(const ps_train_config *cfg, train_state *st, uint64_t clock
     *loss = (float)(loss_sum / (double)*samples);
     if (!st->scaling) return ps_exchange_step_end(&st->ex, err, errlen);
     return scaled_step_end(cfg, st, clock, err, errlen);
+}
+
+/* The one place that feeds an epoch's values to the logs (--tensorboard,
+ * --history): for now this worker's (the chief's) own training loss and
+ * accuracy over its shard, and its test-set evaluation as the val_ metrics. */
+static int log_epoch(ps_train_log *log, train_state *st, const ps_progress *prog, unsigned epoch,
+                     uint64_t clock, int has_val, float vloss, double vacc, char *err,
+                     size_t errlen) {
+    ps_epoch_metrics e = {.epoch = epoch,
+                          .loss = ps_progress_loss(prog),
+                          .accuracy = ps_progress_accuracy(prog),
+                          .has_val = has_val,
+                          .val_loss = vloss,
+                          .val_accuracy = vacc,
+                          .learning_rate = ps_optim_lr(ps_model_optimizer(st->model), clock)};
+    return ps_train_log_epoch(log, &e, st->model, err, errlen);
+}
+
+/* The batch_ tags after step `clock` (1-based) of nb samples: the rate the
+ * update used (Keras evaluates its schedule at the step count before it). */
+static int log_batch(ps_train_log *log, train_state *st, uint64_t clock, float loss,
+                     size_t correct, size_t nb, double samples_per_sec, char *err,
+                     size_t errlen) {
+    ps_batch_metrics b = {.step = clock,
+                          .loss = loss,
+                          .accuracy = nb ? (double)correct / (double)nb : 0,
+                          .learning_rate = ps_optim_lr(ps_model_optimizer(st->model), clock - 1),
+                          .samples_per_sec = samples_per_sec,
+                          .grad_norm = st->norm_armed ? sqrt(st->grad_sumsq) : -1};
+    return ps_train_log_batch(log, &b, err, errlen);
 }
 
 int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, size_t errlen) {
@@ -505,6 +546,10 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
                 async ? "async" : "sync", cfg->workers, batch, batch * cfg->workers,
                 st.batcher.shard_n);
 
+    ps_train_log *tlog = NULL;
+    if (rc == PS_OK && cfg->index == 0)
+        rc = ps_train_log_open(cfg->tensorboard_dir, cfg->history_path, &tlog, err, errlen);
+    unsigned tb_every = tlog && cfg->tensorboard_dir ? cfg->tensorboard_every : 0;
     ps_progress prog;
     ps_progress_init(&prog, cfg->progress, stdout, cfg->epochs, cfg->workers);
     double train_secs = 0;
@@ -514,17 +559,29 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
         /* skips what the job already did this epoch */
         ps_prefetch_start_epoch(st.pf, epoch, s0 * accum);
         ps_progress_begin_epoch(&prog, epoch, steps - s0);
-        double te = now_s();
+        double te = now_s(), tb_t = te;
+        size_t tb_samples = 0; /* job-wide, since tb_t */
         for (size_t s = s0; s < steps; s++) {
             size_t left = micro_per_epoch - s * accum, micro = left < accum ? left : accum;
             float loss = 0;
             size_t correct = 0, nb = 0;
+            bool tb_step = tb_every && (clock + 1) % tb_every == 0;
+            st.norm_armed = tb_step && !st.acc; /* accumulation: the sum is not this step's */
+            st.grad_sumsq = 0;
             rc = train_one(cfg, &st, clock, micro, &loss, &correct, &nb, err, errlen);
             if (rc != PS_OK) break;
             clock++;
             res->steps++;
             job_samples += nb * cfg->workers;
+            tb_samples += nb * cfg->workers;
             ps_progress_step(&prog, loss, nb, correct);
+            if (tb_step) {
+                double t = now_s();
+                rc = log_batch(tlog, &st, clock, loss, correct, nb,
+                               t > tb_t ? (double)tb_samples / (t - tb_t) : 0, err, errlen);
+                if (rc != PS_OK) break;
+                tb_t = t, tb_samples = 0;
+            }
         }
         train_secs += now_s() - te;
         if (rc != PS_OK) break;
@@ -540,7 +597,11 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
             snprintf(extra, sizeof extra, "val_loss: %.4f - val_accuracy: %.4f", (double)vloss,
                      vacc);
         }
+        if (tlog)
+            rc = log_epoch(tlog, &st, &prog, epoch, clock, st.test.n > 0, (float)res->test_loss,
+                           res->test_accuracy, err, errlen);
         ps_progress_end_epoch(&prog, extra);
+        if (rc != PS_OK) break;
     }
     /* gradient bytes on the wire per step, before finish's own messages */
     res->bytes_sent_per_step = -1;
@@ -587,6 +648,11 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
                     "job (--recreate-lost-variables): that part of the model started over",
                     res->recreated[i]);
         if (cfg->summary_path) rc = write_summary(cfg, res, err, errlen);
+    }
+    if (ps_train_log_close(tlog) != PS_OK && rc == PS_OK) {
+        snprintf(err, errlen, "--tensorboard: cannot write the event files under %s",
+                 cfg->tensorboard_dir);
+        rc = PS_EIO;
     }
     state_free(&st);
     return rc;

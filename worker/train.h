@@ -32,6 +32,9 @@ typedef struct {
     size_t batch; /* per worker; 0: the model spec's batch_size */
     uint64_t seed;
     const char *summary_path; /* chief writes JSON here; NULL: none */
+    const char *tensorboard_dir; /* chief: TensorBoard event files here (train_log.h); NULL */
+    unsigned tensorboard_every;  /* chief: the batch_ tags every N steps (0: none) */
+    const char *history_path;    /* chief: Keras' History.history as JSON; NULL: none */
     ps_progress_mode progress;
     size_t max_train, max_test; /* 0: all samples */
     int timeout_ms;             /* per request round */
