@@ -23,10 +23,13 @@ float ps_bf16_to_f32(uint16_t h);
 
 typedef enum { PS_HALF_F16 = 0, PS_HALF_BF16 = 1 } ps_half_kind;
 
-/* out[i] = encode(x[i]) for i < n; returns how many values saturated. */
+/* out[i] = encode(x[i]) for i < n (the same bits as ps_f32_to_f16 / ps_f32_to_bf16);
+ * returns how many values saturated. fp16 uses the CPU's conversion instructions (x86-64
+ * F16C) when it has them. */
 size_t ps_half_encode(ps_half_kind kind, const float *x, size_t n, uint16_t *out);
-/* out[i] = decode(in[i]); with add, out[i] += decode(in[i]) (summed in float). */
-void ps_half_decode(ps_half_kind kind, const uint16_t *in, size_t n, float *out, int add);
+/* out[i] = decode(in[i]); with add, out[i] += decode(in[i]) (summed in float). in: n
+ * little-endian 16-bit values, any alignment (a received frame). */
+void ps_half_decode(ps_half_kind kind, const void *in, size_t n, float *out, int add);
 /* x[i] = decode(encode(x[i])): the value a receiver would see. */
 void ps_half_round(ps_half_kind kind, float *x, size_t n);
 

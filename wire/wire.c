@@ -188,12 +188,7 @@ int ps_grad_decode(const Ps__TensorMeta *m, const zmq_msg_t *frame, float *out, 
     case PS__DTYPE__DT_F16:
     case PS__DTYPE__DT_BF16: {
         ps_half_kind k = m->dtype == PS__DTYPE__DT_F16 ? PS_HALF_F16 : PS_HALF_BF16;
-        const unsigned char *b = p;
-        for (size_t i = 0; i < numel; i++) { /* the frame may be misaligned */
-            uint16_t h;
-            memcpy(&h, b + 2 * i, 2);
-            out[i] = k == PS_HALF_F16 ? ps_f16_to_f32(h) : ps_bf16_to_f32(h);
-        }
+        ps_half_decode(k, p, numel, out, 0); /* the frame may be misaligned: any is fine */
         return PS_OK;
     }
     case PS__DTYPE__DT_TOPK_F32: {

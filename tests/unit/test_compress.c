@@ -70,6 +70,51 @@ START_TEST(every_half_round_trips) {
 }
 END_TEST
 
+/* The array encoders and decoders (which use the CPU's conversion instructions when
+ * it has them) give the scalar functions' bits: random bit patterns (NaN, infinity,
+ * subnormals, all exponents), ties, the saturation edge; a length that is not a
+ * multiple of 8; a decode from an odd address and one that adds. */
+START_TEST(arrays_match_the_scalar_functions) {
+    enum { N = 100003 };
+    static float x[N], back[N], sum[N];
+    static uint16_t h[N];
+    static unsigned char raw[2 * N + 1];
+    for (size_t i = 0; i < N; i++) {
+        uint32_t u = next_u32();
+        switch (i % 5) {
+        case 0: x[i] = bits_float(u); break;                              /* any bits */
+        case 1: x[i] = bits_float((u & 0x8FFFFFFFu) | 0x30000000u); break; /* near half's range */
+        case 2: x[i] = bits_float((float_bits(1.0f + (float)(u % 2048) / 1024.0f) & ~0x1FFFu) | 0x1000u); break; /* ties */
+        case 3: x[i] = (float)((int)(u % 131072) - 65536) + 0.5f * (float)(u & 1); break; /* the edge */
+        default: x[i] = bits_float(u & 0x807FFFFFu); break;              /* float subnormals */
+        }
+    }
+    size_t sat = ps_half_encode(PS_HALF_F16, x, N, h), want_sat = 0;
+    for (size_t i = 0; i < N; i++) {
+        int s = 0;
+        uint16_t ref = ps_f32_to_f16(x[i], &s);
+        want_sat += (size_t)s;
+        ck_assert_msg(h[i] == ref, "x[%zu] = %a (bits %08x): 0x%04x, the scalar gives 0x%04x", i,
+                      (double)x[i], float_bits(x[i]), h[i], ref);
+    }
+    ck_assert_uint_eq(sat, want_sat);
+    memcpy(raw + 1, h, sizeof h);
+    ps_half_decode(PS_HALF_F16, raw + 1, N, back, 0);
+    for (size_t i = 0; i < N; i++) {
+        float ref = ps_f16_to_f32(h[i]);
+        ck_assert_msg(float_bits(back[i]) == float_bits(ref) || (isnan(ref) && isnan(back[i])),
+                      "decode 0x%04x: %a, the scalar gives %a", h[i], (double)back[i], (double)ref);
+        sum[i] = 1.5f;
+    }
+    ps_half_decode(PS_HALF_F16, raw + 1, N, sum, 1);
+    for (size_t i = 0; i < N; i++) {
+        float ref = 1.5f + ps_f16_to_f32(h[i]);
+        ck_assert_msg(float_bits(sum[i]) == float_bits(ref) || (isnan(ref) && isnan(sum[i])),
+                      "decode-add 0x%04x", h[i]);
+    }
+}
+END_TEST
+
 START_TEST(f16_saturates_beyond_range) {
     int sat = 0;
     ck_assert_float_eq(ps_f16_to_f32(ps_f32_to_f16(65504.0f, &sat)), 65504.0f);
@@ -264,6 +309,7 @@ static Suite *compress_suite(void) {
     tcase_add_test(tc, f16_matches_reference_rounding);
     tcase_add_test(tc, every_half_round_trips);
     tcase_add_test(tc, f16_saturates_beyond_range);
+    tcase_add_test(tc, arrays_match_the_scalar_functions);
     tcase_add_test(tc, bf16_matches_reference_rounding);
     tcase_add_test(tc, topk_k);
     tcase_add_test(tc, topk_selects_largest);
