@@ -118,6 +118,13 @@ static int ls_eval_sync(void *self, int newest, uint64_t clock, uint64_t want, c
                                  err, errlen);
 }
 
+/* The inner strategy's bytes: one delta per round, so per (local) step they are
+ * the inner figure over K. */
+static uint64_t ls_bytes_sent(void *self) {
+    lsgd *x = self;
+    return x->inner.ops->bytes_sent ? x->inner.ops->bytes_sent(x->inner.self) : 0;
+}
+
 static void ls_finish(void *self) {
     ps_exchange_finish(&((lsgd *)self)->inner);
 }
@@ -141,6 +148,7 @@ static const ps_exchange_ops lsgd_ops = {
     .step_begin = ls_step_begin,
     .step_end = ls_step_end,
     .step_end_checked = ls_step_end_checked,
+    .bytes_sent = ls_bytes_sent,
     .eval_sync = ls_eval_sync,
     .finish = ls_finish,
     .peer_failed = ls_peer_failed,
