@@ -1,7 +1,9 @@
 """psworker --export FILE.onnx and --evaluate FILE [--predictions FILE], real processes.
 
-For the MLP (examples/mlp.json), the CNN (examples/fashion_cnn.json) and MobileNetV2
-(examples/mobilenetv2_train.json: 32x32x3, Fashion-MNIST padded): a short training
+For the MLP (examples/mlp.json), the CNN (examples/fashion_cnn.json), MobileNetV2
+(examples/mobilenetv2_train.json: 32x32x3, Fashion-MNIST padded), a spec holding every
+other layer and option (ALL_LAYERS) and a Keras file with Add and Concatenate (residual,
+5 outputs: labels c % 5): a short training
 (--no-ps yes, a few steps) with --export and --save, then
 - onnx.checker.check_model(full_check=True) (Debian's python3-onnx 1.12) passes, the
   declared opset is 13 and every variable of the saved model is an initializer of that name;
@@ -13,13 +15,14 @@ For the MLP (examples/mlp.json), the CNN (examples/fashion_cnn.json) and MobileN
   the one channel repeated to 3, as worker/adapt.c): its outputs match psworker's within
   1e-4 (absolute up to 1, relative above: |ort - ps| <= 1e-4 * max(1, |ps|)), and the
   accuracy of its argmax is psworker's. MLP and CNN: all 10,000 test images; MobileNetV2:
-  the first 1,000 (--max-test 1000), for time.
+  the first 1,000 (--max-test 1000), the other two the first 2,000, for time.
 And --evaluate on a missing, a corrupt, an .onnx or another architecture's file fails with
 exit status 1 or 2 and a message naming it.
 
 Environment (tests/meson.build): PSWORKER, PS_SOURCE_ROOT.
 """
 import gzip
+import json
 import os
 import re
 import struct
@@ -39,12 +42,64 @@ TOL = 1e-4
 pytestmark = pytest.mark.skipif(not (DATA / "t10k-images-idx3-ubyte.gz").exists(),
                                 reason="no Fashion-MNIST (apt-get install dataset-fashion-mnist)")
 
-# name -> (spec, training flags, test samples compared, ONNX Runtime's padding)
+# Every other layer and option the exporter maps, in one model of the project's spec:
+# asymmetric ZeroPadding2D, a stride-2 "same" Conv2D on an odd size (TensorFlow puts the
+# odd padding cell after), gelu / tanh / sigmoid / relu6, BatchNormalization without gamma
+# and beta (and on a flat input), DepthwiseConv2D with a depth multiplier and a bias,
+# AveragePooling2D "same" (padding not counted), MaxPooling2D 3x3 stride 1, Dropout,
+# Reshape of an image to another image, Dense straight on an image (read flattened), a
+# final softmax folded into the loss (from_logits false: the graph outputs probabilities).
+ALL_LAYERS = {
+    "name": "all_layers",
+    "input_shape": [28, 28, 1],
+    "layers": [
+        {"type": "ZeroPadding2D", "padding": [[1, 0], [0, 2]]},
+        {"type": "Conv2D", "filters": 8, "kernel_size": 3, "strides": 2, "padding": "same",
+         "activation": "gelu"},
+        {"type": "BatchNormalization", "center": False, "scale": False, "epsilon": 0.01},
+        {"type": "DepthwiseConv2D", "kernel_size": 3, "depth_multiplier": 2,
+         "padding": "same", "activation": "tanh"},
+        {"type": "AveragePooling2D", "pool_size": 2, "padding": "same"},
+        {"type": "MaxPooling2D", "pool_size": 3, "strides": 1},
+        {"type": "Dropout", "rate": 0.3},
+        {"type": "Reshape", "target_shape": [12, 12, 4]},
+        {"type": "Conv2D", "filters": 4, "kernel_size": 2, "activation": "sigmoid"},
+        {"type": "ReLU", "max_value": 6},
+        {"type": "Dense", "units": 32},
+        {"type": "Activation", "activation": "relu"},
+        {"type": "BatchNormalization"},
+        {"type": "Dense", "units": 10, "activation": "softmax"},
+    ],
+    "loss": "sparse_categorical_crossentropy",
+    "from_logits": False,
+    "optimizer": {"name": "adam", "learning_rate": 0.01},
+    "batch_size": 32,
+}
+
+
+def residual():
+    """Add and Concatenate: a Keras 3 file of tests/fixtures/keras (made for 6x6x3 input),
+    its input made 28x28x3 (the one channel repeated), in a wrapper."""
+    k = json.loads((SRC / "tests/fixtures/keras/residual_k3.json").read_text())
+    inputs = [l for l in k["config"]["layers"] if l["class_name"] == "InputLayer"]
+    assert len(inputs) == 1 and inputs[0]["config"]["batch_shape"][1:] == [6, 6, 3]
+    inputs[0]["config"]["batch_shape"] = [None, 28, 28, 3]
+    # 5 outputs: class c of the data is label c % 5
+    return {"keras": k, "loss": "sparse_categorical_crossentropy",
+            "labels": {"map": {str(c): c % 5 for c in range(10)}}}
+
+
+RESIDUAL = residual()
+
+# name -> (spec: a file of examples/ or a spec written here, training flags, test samples
+# compared, ONNX Runtime's padding)
 MODELS = {
     "mlp": ("mlp.json", ["--max-steps", "40"], 10000, 0),
     "cnn": ("fashion_cnn.json", ["--max-steps", "15", "--max-train", "2000"], 10000, 0),
     "mobilenetv2": ("mobilenetv2_train.json", ["--max-steps", "3", "--max-train", "500"],
                     1000, 2),
+    "all_layers": (ALL_LAYERS, ["--max-steps", "20", "--max-train", "1000"], 2000, 0),
+    "residual": (RESIDUAL, ["--max-steps", "10", "--max-train", "1000"], 2000, 0),
 }
 
 ORT_SCRIPT = r"""
@@ -131,7 +186,11 @@ def test_images(tmp_path_factory):
 @pytest.mark.parametrize("name", list(MODELS))
 def test_export_matches_onnx_runtime(name, tmp_path, ort_python, test_images):
     spec, train_flags, n, pad = MODELS[name]
-    model = str(SRC / "examples" / spec)
+    if isinstance(spec, dict):
+        (tmp_path / "spec.json").write_text(json.dumps(spec))
+        model = str(tmp_path / "spec.json")
+    else:
+        model = str(SRC / "examples" / spec)
     onnx_path, saved = tmp_path / f"{name}.onnx", tmp_path / f"{name}.pstf"
     r = run(["--no-ps", "yes", "--model", model, "--epochs", "1", *train_flags,
              "--max-test", str(n), "--progress", "none",
@@ -156,14 +215,14 @@ def test_export_matches_onnx_runtime(name, tmp_path, ort_python, test_images):
     assert '"mode":\t"evaluate"' in summary.read_text()
 
     ours = np.fromfile(pred, dtype="<f4")
-    classes = 10
+    classes = m.graph.output[0].type.tensor_type.shape.dim[1].dim_value
     assert ours.size == n * classes
     ours = ours.reshape(n, classes)
 
     ort_out = tmp_path / "ort.npy"
     script = tmp_path / "ort_run.py"
     script.write_text(ORT_SCRIPT)
-    channels = 3 if name == "mobilenetv2" else 1
+    channels = 3 if name in ("mobilenetv2", "residual") else 1
     r = subprocess.run([ort_python, str(script), str(onnx_path), str(test_images), str(n),
                         str(pad), str(channels), str(ort_out)],
                        capture_output=True, text=True, timeout=600)
@@ -175,11 +234,11 @@ def test_export_matches_onnx_runtime(name, tmp_path, ort_python, test_images):
     worst = np.unravel_index(np.argmax(err), err.shape)
     assert err.max() <= TOL, (f"{name}: worst |ort - psworker| / max(1, |psworker|) = "
                               f"{err.max():.3g} at {worst}: {theirs[worst]} vs {ours[worst]}")
-    labels = read_idx_labels(DATA / "t10k-labels-idx1-ubyte.gz")[:n]
+    labels = read_idx_labels(DATA / "t10k-labels-idx1-ubyte.gz")[:n] % classes
     ort_acc = float(np.mean(np.argmax(theirs, axis=1) == labels))
     assert round(ort_acc, 4) == acc
     assert np.array_equal(np.argmax(theirs, axis=1), np.argmax(ours, axis=1))
-    if name == "mobilenetv2":  # ends in softmax: the graph's output is probabilities
+    if name in ("mobilenetv2", "all_layers", "residual"):  # ends in softmax: the graph's output is probabilities
         np.testing.assert_allclose(theirs.sum(axis=1), 1.0, atol=1e-5)
 
 
