@@ -154,7 +154,7 @@ static Onnx__TensorProto *tensor(onnx_b *b, const char *name, int32_t type, size
     int64_t *d = ar(b, (ndims ? ndims : 1) * sizeof *d);
     if (!t || !d) return NULL;
     onnx__tensor_proto__init(t);
-    memcpy(d, dims, ndims * sizeof *d);
+    if (ndims) memcpy(d, dims, ndims * sizeof *d); /* a scalar: no dims */
     t->n_dims = ndims;
     t->dims = d;
     t->data_type = type;
