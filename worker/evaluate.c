@@ -58,9 +58,8 @@ static int load_values(ps_model *m, const char *path, char *err, size_t errlen) 
         for (size_t k = 0; k < f.n && !t; k++)
             if (strcmp(f.t[k].name, v->name) == 0) t = &f.t[k];
         if (!t || t->numel != v->numel) {
-            snprintf(err, errlen,
-                     "--evaluate %s: %s '%s' [%zu values] of the --model architecture", path,
-                     t ? "size differs for" : "no variable", v->name, v->numel);
+            snprintf(err, errlen, "--evaluate %s: %s '%s' [%zu values] of the --model architecture",
+                     path, t ? "size differs for" : "no variable", v->name, v->numel);
             rc = PS_EFORMAT;
         } else {
             memcpy(ps_model_params(m) + v->offset, t->data, v->numel * sizeof(float));
@@ -77,16 +76,15 @@ static int load_test(const ps_train_config *cfg, ps_model *m, ps_dataset *test, 
     const char *ds = cfg->dataset ? cfg->dataset : "auto";
     int cifar = strcmp(ds, "cifar10") == 0 ||
                 (strcmp(ds, "auto") == 0 && ps_cifar10_dir_detect(cfg->data_dir));
-    int rc = cifar ? ps_dataset_load_cifar10_dir(cfg->data_dir, 0, cfg->max_test, test, err,
-                                                 errlen)
+    int rc = cifar ? ps_dataset_load_cifar10_dir(cfg->data_dir, 0, cfg->max_test, test, err, errlen)
                    : ps_dataset_load_dir(cfg->data_dir, 0, cfg->max_test, test, err, errlen);
     if (rc != PS_OK) return rc;
     size_t h, w, c, mh, mw, mc;
     ps_adapt_data_shape(test, &h, &w, &c);
     ps_model_input_shape(m, &mh, &mw, &mc);
     ps_adapt_plan plan;
-    rc = ps_adapt_plan_make(h, w, c, mh, mw, mc, (ps_adapt_mode)cfg->input_adapt,
-                            cfg->rgb_to_gray, &plan, err, errlen);
+    rc = ps_adapt_plan_make(h, w, c, mh, mw, mc, (ps_adapt_mode)cfg->input_adapt, cfg->rgb_to_gray,
+                            &plan, err, errlen);
     if (rc == PS_OK && !plan.identity) rc = ps_adapt_dataset(&plan, test, err, errlen);
     if (rc != PS_OK) return rc;
     ps_label_spec flag;

@@ -41,8 +41,8 @@ typedef struct {
     size_t nnodes, capnodes;
     Onnx__TensorProto **inits;
     size_t ninits, capinits;
-    const char **tname; /* the ONNX value of each model tensor (0: the input) */
-    size_t seq;         /* numbers helper values */
+    const char **tname;              /* the ONNX value of each model tensor (0: the input) */
+    size_t seq;                      /* numbers helper values */
     const char *clip_min, *clip_max; /* relu6's bounds, made once */
 } onnx_b;
 
@@ -138,8 +138,7 @@ static void attr_float(onnx_b *b, Onnx__NodeProto *n, const char *name, float v)
     if (a) a->f = v;
 }
 
-static void attr_ints(onnx_b *b, Onnx__NodeProto *n, const char *name, size_t k,
-                      const int64_t *v) {
+static void attr_ints(onnx_b *b, Onnx__NodeProto *n, const char *name, size_t k, const int64_t *v) {
     Onnx__AttributeProto *a = attr(b, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
     int64_t *c = ar(b, k * sizeof *c);
     if (!a || !c) return;
@@ -270,8 +269,7 @@ static void window_attrs(onnx_b *b, Onnx__NodeProto *n, const ps_op *o, size_t o
     long bottom = (long)((oh - 1) * o->sh + o->kh) - (long)(o->in.h + top);
     long right = (long)((ow - 1) * o->sw + o->kw) - (long)(o->in.w + left);
     int64_t k[2] = {(int64_t)o->kh, (int64_t)o->kw}, s[2] = {(int64_t)o->sh, (int64_t)o->sw};
-    int64_t pads[4] = {(int64_t)top, (int64_t)left, bottom > 0 ? bottom : 0,
-                       right > 0 ? right : 0};
+    int64_t pads[4] = {(int64_t)top, (int64_t)left, bottom > 0 ? bottom : 0, right > 0 ? right : 0};
     attr_ints(b, n, "kernel_shape", 2, k);
     attr_ints(b, n, "strides", 2, s);
     attr_ints(b, n, "pads", 4, pads);
@@ -290,8 +288,8 @@ static void emit_conv(onnx_b *b, const ps_op *o, const char *in, const char *out
     int64_t dims[4] = {(int64_t)o->out.c, dw ? 1 : (int64_t)o->in.c, (int64_t)o->kh,
                        (int64_t)o->kw};
     const char *w = var_name(b, o->kernel_var);
-    init_f32(b, w, 4, dims, var_values(b, o->kernel_var), o->out.c * (size_t)dims[1] * o->kh * o->kw,
-             dw ? dw_perm : conv_perm, &ks);
+    init_f32(b, w, 4, dims, var_values(b, o->kernel_var),
+             o->out.c * (size_t)dims[1] * o->kh * o->kw, dw ? dw_perm : conv_perm, &ks);
     const char *ins[3] = {in, w, NULL};
     size_t nin = 2;
     if (o->bias_var != PS_NO_VAR) {
@@ -338,7 +336,8 @@ static void emit_bn(onnx_b *b, const ps_op *o, const char *in, const char *out) 
     ins[4] = var_name(b, o->mvar_var);
     size_t vars[4] = {o->kernel_var, o->bias_var, o->mean_var, o->mvar_var};
     for (int i = 0; i < 4; i++)
-        if (vars[i] != PS_NO_VAR) init_f32(b, ins[i + 1], 1, d, var_values(b, vars[i]), c, NULL, NULL);
+        if (vars[i] != PS_NO_VAR)
+            init_f32(b, ins[i + 1], 1, d, var_values(b, vars[i]), c, NULL, NULL);
     Onnx__NodeProto *n = node(b, "BatchNormalization", out, 5, ins);
     attr_float(b, n, "epsilon", o->eps);
 }
@@ -408,10 +407,19 @@ static void emit_reshape(onnx_b *b, const ps_op *o, size_t in_t, const char *out
 
 /* The op's output value name: its layer's name when it has one. */
 static const char *op_value(onnx_b *b, const ps_op *o, size_t j) {
-    static const char *const kinds[] = {"dense", "conv2d", "max_pooling2d", "average_pooling2d",
-                                        "flatten", "dropout", "activation", "depthwise_conv2d",
-                                        "batch_normalization", "global_average_pooling2d",
-                                        "zero_padding2d", "add", "concatenate"};
+    static const char *const kinds[] = {"dense",
+                                        "conv2d",
+                                        "max_pooling2d",
+                                        "average_pooling2d",
+                                        "flatten",
+                                        "dropout",
+                                        "activation",
+                                        "depthwise_conv2d",
+                                        "batch_normalization",
+                                        "global_average_pooling2d",
+                                        "zero_padding2d",
+                                        "add",
+                                        "concatenate"};
     return o->prefix[0] ? str(b, "%s/%s:%zu", o->prefix, kinds[o->kind], j)
                         : str(b, "%s:%zu", kinds[o->kind], j);
 }
@@ -603,8 +611,10 @@ int ps_export_onnx(const ps_model *m, const char *path, char *err, size_t errlen
         if (!buf) rc = PS_ENOMEM;
     }
     if (rc == PS_OK && onnx__model_proto__pack(&model, buf) != len) rc = PS_EINTERNAL;
-    if (rc == PS_OK) rc = write_file(path, buf, len, err, errlen);
-    else snprintf(err, errlen, "--export %s: %s", path, why[0] ? why : ps_strerror(rc));
+    if (rc == PS_OK)
+        rc = write_file(path, buf, len, err, errlen);
+    else
+        snprintf(err, errlen, "--export %s: %s", path, why[0] ? why : ps_strerror(rc));
     free(buf);
     for (size_t i = 0; i < b.nmem; i++)
         free(b.mem[i]);
