@@ -232,6 +232,7 @@ def test_export_matches_onnx_runtime(name, tmp_path, ort_python, test_images):
 
     err = np.abs(theirs - ours) / np.maximum(1.0, np.abs(ours))
     worst = np.unravel_index(np.argmax(err), err.shape)
+    print(f"{name}: {n} samples, worst |ort - psworker| / max(1, |psworker|) = {err.max():.2g}")
     assert err.max() <= TOL, (f"{name}: worst |ort - psworker| / max(1, |psworker|) = "
                               f"{err.max():.3g} at {worst}: {theirs[worst]} vs {ours[worst]}")
     labels = read_idx_labels(DATA / "t10k-labels-idx1-ubyte.gz")[:n] % classes
