@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "exchange.h"
+#include "evaluate.h"
 #include "export.h"
 #include "half.h"
 #include "job_id.h"
@@ -43,6 +44,7 @@ typedef struct {
     char model[1024], data[1024], summary[1024], device[64], save[1024], init_from[1024];
     char export_path[1024], tensorboard[1024], history[1024];
     long tensorboard_every;
+    char evaluate[1024], predictions[1024];
     char curve_secret[1024], server_key[1024], job_id[PS_WIRE_MAX_JOB_ID + 1];
     long epochs, batch, seed, progress, dataset;
     long max_train, max_test, max_steps, timeout, blas_threads, retry_ms, slow_ms, no_ps, push_pull;
@@ -134,6 +136,14 @@ static const ps_option table[] = {
     {"export", PS_OPTION_STR, F(export_path), 0, 0, "", NULL, "FILE",
      "chief: after training, write the model to FILE as ONNX (FILE.onnx: architecture and "
      "weights) or safetensors (FILE.safetensors: the weights, the model JSON beside them)"},
+    {"evaluate", PS_OPTION_STR, F(evaluate), 0, 0, "", NULL, "FILE",
+     "train nothing: load a model saved with --save (its architecture from --model), print "
+     "its test accuracy and loss as training's last line does (and --summary), exit 0; no "
+     "psd, no other workers. Reads the tensor file only, not an .onnx export"},
+    {"predictions", PS_OPTION_STR, F(predictions), 0, 0, "", NULL, "FILE",
+     "with --evaluate: write the model's outputs on the test set to FILE: test samples x "
+     "outputs float32, little-endian, row-major, no header (logits, or probabilities when "
+     "the last layer has softmax / sigmoid; docs/FORMATS.md)"},
     {"init-from", PS_OPTION_STR, F(init_from), 0, 0, "", NULL, "FILE",
      "chief: start from a model saved with --save instead of seeded values"},
     {"retry-ms", PS_OPTION_LONG, F(retry_ms), 50, 3600000, "5000", NULL, "MS",
@@ -449,6 +459,30 @@ int main(int argc, char **argv) {
         ps_export_format_of(cfg.export_path, &export_format, err, sizeof err) != PS_OK) {
         fprintf(stderr, "psworker: %s\n", err);
         return 2;
+    }
+    if (o.predictions[0] && !o.evaluate[0]) {
+        fprintf(stderr, "psworker: --predictions goes with --evaluate FILE\n");
+        return 2;
+    }
+    if (o.evaluate[0]) {
+        /* no training: refuse what only training uses rather than ignore it */
+        static const char *const train_only[] = {"save", "export", "init-from", "ps", "no-ps",
+                                                 "strategy", "epochs", "max-train", "max-steps"};
+        for (size_t i = 0; i < sizeof train_only / sizeof train_only[0]; i++) {
+            if (GIVEN(train_only[i])) {
+                fprintf(stderr, "psworker: --evaluate trains nothing: --%s does not apply\n",
+                        train_only[i]);
+                return 2;
+            }
+        }
+        ps_log_set_tag("evaluate");
+        ps_k_set_threads((int)o.blas_threads);
+        ps_train_result res;
+        int rc = ps_evaluate_run(&cfg, o.evaluate, o.predictions[0] ? o.predictions : NULL, &res,
+                                 err, sizeof err);
+        if (rc == PS_OK) return 0;
+        fprintf(stderr, "psworker: %s\n", err);
+        return rc == PS_EINVAL || rc == PS_EFORMAT ? 2 : 1;
     }
     if (ps_compression_parse(o.compression, &cfg.compression, &cfg.topk_ratio, err,
                              sizeof err) != 0) {

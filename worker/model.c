@@ -325,6 +325,9 @@ size_t ps_model_num_classes(const ps_model *m) {
     size_t c = m->ops[m->nops - 1].out.c;
     return c == 1 ? 2 : c;
 }
+size_t ps_model_output_dim(const ps_model *m) {
+    return m->ops[m->nops - 1].out.c;
+}
 size_t ps_model_num_vars(const ps_model *m) {
     return m->nvars;
 }
@@ -818,8 +821,34 @@ int ps_model_train_loss(ps_model *m, const float *x, const int32_t *y, size_t ba
     return rc == PS_OK ? ps_k_sync(m->dev) : rc;
 }
 
+/* The final activation the loss folds in (from_logits false), applied to one row. */
+static void apply_folded(const ps_model *m, float *row, size_t cols) {
+    const ps_op *last = &m->ops[m->nops - 1];
+    if (m->nrun == m->nops || last->kind != OP_ACT) return;
+    if (last->act == PS_ACT_SOFTMAX) {
+        float mx = row[0];
+        for (size_t c = 1; c < cols; c++)
+            mx = row[c] > mx ? row[c] : mx;
+        double sum = 0.0;
+        for (size_t c = 0; c < cols; c++) {
+            row[c] = expf(row[c] - mx);
+            sum += (double)row[c];
+        }
+        for (size_t c = 0; c < cols; c++)
+            row[c] = (float)((double)row[c] / sum);
+    } else { /* sigmoid */
+        for (size_t c = 0; c < cols; c++)
+            row[c] = 1.0f / (1.0f + expf(-row[c]));
+    }
+}
+
 int ps_model_evaluate(ps_model *m, const float *x, const int32_t *y, size_t n, float *loss,
                       size_t *correct) {
+    return ps_model_evaluate_out(m, x, y, n, loss, correct, NULL);
+}
+
+int ps_model_evaluate_out(ps_model *m, const float *x, const int32_t *y, size_t n, float *loss,
+                          size_t *correct, float *outputs) {
     if (n == 0 || check_labels(m, y, n) != PS_OK) return PS_EINVAL;
     size_t chunk = n < EVAL_CHUNK ? n : EVAL_CHUNK, in_dim = ps_model_input_dim(m);
     int rc = ensure_cap(m, chunk);
@@ -838,6 +867,11 @@ int ps_model_evaluate(ps_model *m, const float *x, const int32_t *y, size_t n, f
         rc = forward(m, dx, rows, false, false, &out);
         if (rc == PS_OK) rc = loss_of(m, NULL, out, dy, rows, &l);
         if (rc == PS_OK) rc = correct_of(m, out, dy, y + i, rows, &c);
+        size_t cols = m->ops[m->nops - 1].out.c;
+        if (rc == PS_OK && outputs)
+            rc = ps_k_copy_to_host(m->dev, outputs + i * cols, out, rows * cols * sizeof(float));
+        for (size_t r = 0; outputs && rc == PS_OK && r < rows; r++)
+            apply_folded(m, outputs + (i + r) * cols, cols);
         if (rc != PS_OK) return rc;
         sum += (double)l * (double)rows;
         hits += c;
@@ -846,3 +880,4 @@ int ps_model_evaluate(ps_model *m, const float *x, const int32_t *y, size_t n, f
     *correct = hits;
     return ps_k_sync(m->dev);
 }
+

@@ -81,6 +81,8 @@ const ps_label_spec *ps_model_labels(const ps_model *m);
 /* Classes the labels may take: the last layer's width, or 2 for a one-unit
  * binary head (binary_crossentropy or mse with labels 0 and 1). */
 size_t ps_model_num_classes(const ps_model *m);
+/* The last layer's width: the columns of ps_model_predict's output. */
+size_t ps_model_output_dim(const ps_model *m);
 size_t ps_model_num_vars(const ps_model *m);
 const ps_model_var *ps_model_var_at(const ps_model *m, size_t i);
 size_t ps_model_num_params(const ps_model *m); /* total floats over all vars */
@@ -144,5 +146,11 @@ int ps_model_train_loss(ps_model *m, const float *x, const int32_t *y, size_t ba
  * with the moving statistics); *loss = mean loss, *correct = hits. */
 int ps_model_evaluate(ps_model *m, const float *x, const int32_t *y, size_t n, float *loss,
                       size_t *correct);
+/* The same, and (outputs not NULL) the model's outputs into outputs[n,
+ * ps_model_output_dim] (host): the last layer's, with a final softmax /
+ * sigmoid applied even where the loss folds it in (from_logits false);
+ * logits when the model has none. What an ONNX export computes. */
+int ps_model_evaluate_out(ps_model *m, const float *x, const int32_t *y, size_t n, float *loss,
+                          size_t *correct, float *outputs);
 
 #endif
