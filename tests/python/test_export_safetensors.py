@@ -270,7 +270,7 @@ def train(workdir: Path, model: str, steps: int, extra: list[str] = ()) -> subpr
 
 
 @pytest.mark.parametrize("model,steps,max_train", [("mlp.json", 300, 19200),
-                                                   ("fashion_cnn.json", 150, 9600),
+                                                   ("fashion_cnn.json", 100, 6400),
                                                    ("bn_dw.json", 150, 9600),
                                                    # a Keras functional model: Add, GAP
                                                    ("residual_cnn.json", 600, 38400)])
