@@ -1,5 +1,6 @@
 /* Internal to the model: the graph a spec is parsed into (model_spec.c, and
- * model_keras.c for Keras' own files) and run by model.c. Not for other files.
+ * model_keras.c for Keras' own files) and run by model.c. Not for other files
+ * but the exporters (export_*.c), which read the graph.
  *
  * The graph is a list of ops in topological order. Tensor 0 is the model's
  * input; tensor j + 1 is the output of op j. Each op names its input tensors;
