@@ -309,7 +309,7 @@ static int ps_eval_sync(void *self, int newest, uint64_t clock, uint64_t want, c
 
 /* Every worker reports its epoch's sums to shard 0; the chief then asks for
  * the totals, waiting until every live worker has reported (sync: they end the
- * epoch with the chief; at most the request timeout, capped at 15 s) or, async
+ * epoch with the chief; at most the request timeout, capped at 5 s) or, async
  * (the others may be far from the epoch's end), at most 2 s; what is missing
  * is logged. psd failing here costs the figures, not the job. */
 static int ps_reduce_metrics(void *self, ps_job_epoch *e, char *err, size_t errlen) {
@@ -323,7 +323,7 @@ static int ps_reduce_metrics(void *self, ps_job_epoch *e, char *err, size_t errl
         return PS_OK;
     }
     if (x->cfg->index != 0) return PS_OK;
-    int wait_ms = x->async ? 2000 : x->cfg->timeout_ms < 15000 ? x->cfg->timeout_ms : 15000;
+    int wait_ms = x->async ? 2000 : x->cfg->timeout_ms < 5000 ? x->cfg->timeout_ms : 5000;
     ps_epoch_metrics m;
     rc = ps_client_query_metrics(x->client, e->epoch, wait_ms, &m, e->each, e->workers);
     if (rc != PS_OK || m.reported == 0) {
