@@ -299,6 +299,46 @@ PS_API int ps_client_stats_all(ps_client *c, ps_stats *out, ps_shard_result *res
 PS_API int ps_client_checkpoint_all(ps_client *c, ps_checkpoint_info *out, ps_shard_result *res);
 PS_API int ps_client_shutdown_all(ps_client *c, ps_shard_result *res);
 
+/* ---- job-wide training metrics (kept by shard 0) ---------------------------------- */
+
+/* A worker's training figures over one epoch, as sums (so they add up over workers). */
+typedef struct {
+    double loss_sum;  /* sum of the per-sample losses: mean loss x samples */
+    uint64_t correct; /* samples predicted right */
+    uint64_t samples; /* samples trained on */
+} ps_metric_sums;
+
+/* One worker's report, as ps_client_query_metrics lists them. */
+typedef struct {
+    unsigned worker; /* worker index */
+    ps_metric_sums sums;
+} ps_worker_metrics;
+
+/* The sums of one epoch over the workers that reported. */
+typedef struct {
+    uint32_t epoch;
+    ps_metric_sums total; /* summed in worker order */
+    unsigned reported;    /* workers whose report is in total */
+    unsigned expected;    /* workers live in the job or reported (complete: reported ==
+                           * expected) */
+} ps_epoch_metrics;
+
+/* Reports this worker's sums for `epoch` (0-based) to shard 0, which keeps the newest 8
+ * epochs; a second report of the same epoch (a restarted worker) replaces the first.
+ * *kept (may be NULL) is 0 when the epoch is older than those psd keeps. After
+ * ps_client_hello. PS_OK; PS_EINVAL (before hello, a NULL argument, a loss sum that is
+ * not finite, correct > samples, samples > 2^48, or a loss with no samples: psd refuses
+ * the same), or the request's error. */
+PS_API int ps_client_report_metrics(ps_client *c, uint32_t epoch, const ps_metric_sums *mine,
+                                    int *kept);
+/* Asks shard 0 for epoch's sums into *out (zeroed first). psd answers at once; the call
+ * asks again every 20 ms until every expected worker has reported or wait_ms (>= 0) has
+ * passed, then returns what is there (out->reported < out->expected: some had not
+ * reported). each (may be NULL) gets the first `cap` reports in worker order. Needs no
+ * hello. PS_OK, PS_EINVAL (NULL out, wait_ms < 0) or the request's error. */
+PS_API int ps_client_query_metrics(ps_client *c, uint32_t epoch, int wait_ms,
+                                   ps_epoch_metrics *out, ps_worker_metrics *each, size_t cap);
+
 /* The last error's message ("" if none); valid until the next call on c (same thread). */
 PS_API const char *ps_client_error(const ps_client *c);
 PS_API size_t ps_client_num_shards(const ps_client *c);

@@ -29,6 +29,8 @@ static const dispatch_entry table[] = {
     {PS__HEADER__BODY_HEARTBEAT, "Heartbeat", ps__handle_heartbeat, 0},
     {PS__HEADER__BODY_GOODBYE, "Goodbye", ps__handle_goodbye, 0},
     {PS__HEADER__BODY_CHECKPOINT, "Checkpoint", ps__handle_checkpoint, 0},
+    {PS__HEADER__BODY_REPORT_METRICS, "ReportMetrics", ps__handle_report_metrics, 0},
+    {PS__HEADER__BODY_QUERY_METRICS, "QueryMetrics", ps__handle_query_metrics, 0},
 };
 
 static const dispatch_entry *lookup(Ps__Header__BodyCase body) {

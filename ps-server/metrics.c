@@ -95,9 +95,10 @@ static const char *body_name(unsigned bc) {
 
 /* Request types always listed (with 0); others appear once counted. */
 static const unsigned served_types[] = {
-    PS__HEADER__BODY_HELLO,   PS__HEADER__BODY_CREATE_VARS, PS__HEADER__BODY_PULL,
-    PS__HEADER__BODY_PUSH,    PS__HEADER__BODY_STATS,       PS__HEADER__BODY_SHUTDOWN,
-    PS__HEADER__BODY_GOODBYE, PS__HEADER__BODY_CHECKPOINT,  PS__HEADER__BODY_PUSH_PULL,
+    PS__HEADER__BODY_HELLO,          PS__HEADER__BODY_CREATE_VARS,   PS__HEADER__BODY_PULL,
+    PS__HEADER__BODY_PUSH,           PS__HEADER__BODY_STATS,         PS__HEADER__BODY_SHUTDOWN,
+    PS__HEADER__BODY_GOODBYE,        PS__HEADER__BODY_CHECKPOINT,    PS__HEADER__BODY_PUSH_PULL,
+    PS__HEADER__BODY_REPORT_METRICS, PS__HEADER__BODY_QUERY_METRICS,
 };
 
 static int is_served(unsigned bc) {

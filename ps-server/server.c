@@ -448,6 +448,7 @@ void ps_server_free(ps_server *s) {
     free(s->pushed);
     free(s->members);
     free(s->scratch);
+    ps__epoch_metrics_free(s);
     s->router = s->zctx = NULL;
     s->pushed = NULL;
     s->scratch = NULL;

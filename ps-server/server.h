@@ -19,6 +19,10 @@
 extern const double ps__lat_bounds[PS_LAT_BUCKETS];
 #define PS_BODY_CASES 64 /* > every Ps__Header__BodyCase value */
 #define PS_ERR_CODES 32  /* > -(every ps_err value) */
+/* Job-wide training metrics (epoch_metrics.c): epochs kept, and the largest
+ * sample count a report may carry (its sums stay exact in a double). */
+#define PS_EPOCH_METRICS_KEPT 8
+#define PS_EPOCH_METRICS_MAX_SAMPLES (1ull << 48)
 
 typedef struct {
     uint64_t requests, errors, pushes_applied, stale_pushes, updates_applied;
@@ -91,6 +95,7 @@ typedef struct ps_server {
     int final_ckpt_failed; /* the checkpoint at SIGTERM/SIGINT failed: exit non-zero */
     float *scratch;        /* for misaligned payload frames */
     size_t scratch_cap;
+    struct ps_epoch_metrics *epoch_metrics; /* ReportMetrics (epoch_metrics.c); NULL: none */
 } ps_server;
 
 /* A decoded request as the handlers see it. Payload frames are read in place. */
@@ -140,6 +145,10 @@ int ps__handle_shutdown(ps_server *s, ps_request *r, char *err, size_t errlen);
 int ps__handle_heartbeat(ps_server *s, ps_request *r, char *err, size_t errlen);
 int ps__handle_goodbye(ps_server *s, ps_request *r, char *err, size_t errlen);
 int ps__handle_checkpoint(ps_server *s, ps_request *r, char *err, size_t errlen);
+/* Job-wide training metrics (epoch_metrics.c). */
+int ps__handle_report_metrics(ps_server *s, ps_request *r, char *err, size_t errlen);
+int ps__handle_query_metrics(ps_server *s, ps_request *r, char *err, size_t errlen);
+void ps__epoch_metrics_free(ps_server *s);
 
 /* Membership (members.c): the expected set of workers, heartbeats, timeouts. */
 int ps__members_init(ps_server *s);

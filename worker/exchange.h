@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "job_metrics.h"
 #include "loss_scale.h"
 #include "model.h"
 #include "ps_error.h"
@@ -75,6 +76,15 @@ typedef struct {
     /* Gradient payload bytes this worker has put on the wire so far (pushes to psd,
      * all-reduce frames). NULL: none are sent. */
     uint64_t (*bytes_sent)(void *self);
+    /* Every worker, after the last step of epoch e->epoch (before the chief's
+     * evaluation): the job-wide sums of the training metrics. e comes with
+     * e->mine and total = mine (ps_job_metrics_begin); the strategy sets total,
+     * reported and each to the workers' (psd: each worker reports to shard 0,
+     * the chief asks for the totals; all-reduce: an all-gather, every rank gets
+     * them). Sums it cannot get (psd did not answer) are logged and e keeps this
+     * worker's own: an error only when training cannot go on (a broken ring).
+     * NULL: this worker's own (--no-ps). */
+    int (*reduce_metrics)(void *self, ps_job_epoch *e, char *err, size_t errlen);
 } ps_exchange_ops;
 
 /* An exchange: the strategy's operations and its state (owned). Embedded in
@@ -155,6 +165,10 @@ static inline int ps_exchange_eval_sync(ps_exchange *ex, int newest, uint64_t cl
                                         char *err, size_t errlen) {
     return ex->ops->eval_sync ? ex->ops->eval_sync(ex->self, newest, clock, want, err, errlen)
                               : PS_OK;
+}
+static inline int ps_exchange_reduce_metrics(ps_exchange *ex, ps_job_epoch *e, char *err,
+                                             size_t errlen) {
+    return ex->ops->reduce_metrics ? ex->ops->reduce_metrics(ex->self, e, err, errlen) : PS_OK;
 }
 static inline void ps_exchange_finish(ps_exchange *ex) {
     if (ex->ops->finish) ex->ops->finish(ex->self);

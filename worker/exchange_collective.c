@@ -563,6 +563,38 @@ static void coll_finish(void *self) {
         PS_WARN("final barrier: %s", err);
 }
 
+/* An all-gather of every rank's sums (a double and two exact counts: no
+ * float32 rounding, unlike an all-reduce of floats), added in rank order, so
+ * every rank holds the same totals. */
+static int coll_reduce_metrics(void *self, ps_job_epoch *e, char *err, size_t errlen) {
+    coll_ex *x = self;
+    typedef struct {
+        double loss_sum;
+        uint64_t correct, samples;
+    } sums;
+    sums mine = {e->mine.loss_sum, e->mine.correct, e->mine.samples};
+    sums *all = calloc(x->size, sizeof *all);
+    if (!all) {
+        snprintf(err, errlen, "out of memory gathering the metrics");
+        return PS_ENOMEM;
+    }
+    int rc = ring_failed(x, ps_ring_allgather(x->ring, &mine, sizeof mine, all, err, errlen));
+    if (rc == PS_OK) {
+        e->total = (ps_metric_sums){0, 0, 0};
+        e->n_each = 0;
+        for (unsigned r = 0; r < x->size; r++) {
+            ps_metric_sums s = {all[r].loss_sum, all[r].correct, all[r].samples};
+            e->total.loss_sum += s.loss_sum;
+            e->total.correct += s.correct;
+            e->total.samples += s.samples;
+            if (r < e->workers) e->each[e->n_each++] = (ps_worker_metrics){r, s};
+        }
+        e->reported = x->size;
+    }
+    free(all);
+    return rc;
+}
+
 static int coll_peer_failed(void *self) {
     return ((coll_ex *)self)->failed_peer;
 }
@@ -598,6 +630,7 @@ static const ps_exchange_ops coll_ops = {
     .peer_failed = coll_peer_failed,
     .free = coll_free,
     .bytes_sent = coll_bytes_sent,
+    .reduce_metrics = coll_reduce_metrics,
 };
 
 int ps_exchange_nccl_built(void) {

@@ -129,6 +129,10 @@ static void ls_finish(void *self) {
     ps_exchange_finish(&((lsgd *)self)->inner);
 }
 
+static int ls_reduce_metrics(void *self, ps_job_epoch *e, char *err, size_t errlen) {
+    return ps_exchange_reduce_metrics(&((lsgd *)self)->inner, e, err, errlen);
+}
+
 static int ls_peer_failed(void *self) {
     return ps_exchange_peer_failed(&((lsgd *)self)->inner);
 }
@@ -153,6 +157,7 @@ static const ps_exchange_ops lsgd_ops = {
     .finish = ls_finish,
     .peer_failed = ls_peer_failed,
     .free = ls_free,
+    .reduce_metrics = ls_reduce_metrics,
 };
 
 int ps_exchange_localsgd_open(const ps_train_config *cfg, ps_model *m, ps_exchange *inner,

@@ -307,6 +307,40 @@ static int ps_eval_sync(void *self, int newest, uint64_t clock, uint64_t want, c
     return rc;
 }
 
+/* Every worker reports its epoch's sums to shard 0; the chief then asks for
+ * the totals, waiting until every live worker has reported (sync: they end the
+ * epoch with the chief; at most the request timeout, capped at 5 s) or, async
+ * (the others may be far from the epoch's end), at most 2 s; what is missing
+ * is logged. psd failing here costs the figures, not the job. */
+static int ps_reduce_metrics(void *self, ps_job_epoch *e, char *err, size_t errlen) {
+    ps_ex *x = self;
+    (void)err;
+    (void)errlen;
+    int rc = ps_client_report_metrics(x->client, e->epoch, &e->mine, NULL);
+    if (rc != PS_OK) {
+        PS_WARN("epoch %u: this worker's metrics did not reach psd 0: %s", e->epoch + 1,
+                ps_client_error(x->client));
+        return PS_OK;
+    }
+    if (x->cfg->index != 0) return PS_OK;
+    int wait_ms = x->async ? 2000 : x->cfg->timeout_ms < 5000 ? x->cfg->timeout_ms : 5000;
+    ps_epoch_metrics m;
+    rc = ps_client_query_metrics(x->client, e->epoch, wait_ms, &m, e->each, e->workers);
+    if (rc != PS_OK || m.reported == 0) {
+        PS_WARN("epoch %u: no job-wide metrics from psd 0 (%s): this worker's own shown",
+                e->epoch + 1, rc != PS_OK ? ps_client_error(x->client) : "no report kept");
+        return PS_OK;
+    }
+    e->total = m.total;
+    e->reported = m.reported;
+    e->n_each = m.reported < e->workers ? m.reported : e->workers;
+    if (m.reported < m.expected)
+        PS_WARN("epoch %u: %u of %u live workers reported their metrics within %d ms: the "
+                "job-wide loss and accuracy are over those %u",
+                e->epoch + 1, m.reported, m.expected, wait_ms, m.reported);
+    return PS_OK;
+}
+
 static void ps_finish(void *self) {
     ps_ex *x = self;
     if (ps_client_goodbye(x->client) != PS_OK)
@@ -349,6 +383,7 @@ static uint64_t ps_bytes_sent(void *self) {
 
 static const ps_exchange_ops push_pull_ops = {
     .bytes_sent = ps_bytes_sent,
+    .reduce_metrics = ps_reduce_metrics,
     .name = "psd (push-pull)",
     .join = ps_join,
     .step_begin = ps_pp_step_begin,
@@ -362,6 +397,7 @@ static const ps_exchange_ops push_pull_ops = {
 
 static const ps_exchange_ops separate_ops = {
     .bytes_sent = ps_bytes_sent,
+    .reduce_metrics = ps_reduce_metrics,
     .name = "psd (pull, push)",
     .join = ps_join,
     .step_begin = ps_step_begin,

@@ -32,6 +32,7 @@ void ps_progress_begin_epoch(ps_progress *p, unsigned epoch, size_t steps) {
     p->steps = steps;
     p->done = p->samples = p->correct = 0;
     p->loss_sum = 0;
+    p->have_final = 0;
     p->start_ns = now_ns();
     p->last_draw_ns = p->stop_ns = 0;
     p->next_plain = steps / 4 ? steps / 4 : 1;
@@ -61,9 +62,17 @@ static void format_line(const ps_progress *p, int final, char *buf, size_t len) 
         double eta = p->done ? secs / (double)p->done * (double)(p->steps - p->done) : 0;
         w += snprintf(buf + w, len - (size_t)w, "ETA: %.0fs", eta);
     }
+    int job = final && p->have_final;
     if ((size_t)w < len)
         snprintf(buf + w, len - (size_t)w, " - loss: %.4f - accuracy: %.4f - %.0f samples/s",
-                 ps_progress_loss(p), ps_progress_accuracy(p), rate);
+                 job ? p->final_loss : ps_progress_loss(p),
+                 job ? p->final_acc : ps_progress_accuracy(p), rate);
+}
+
+void ps_progress_set_final(ps_progress *p, double loss, double accuracy) {
+    p->have_final = 1;
+    p->final_loss = loss;
+    p->final_acc = accuracy;
 }
 
 void ps_progress_step(ps_progress *p, float batch_loss, size_t batch, size_t correct) {

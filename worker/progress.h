@@ -19,6 +19,8 @@ typedef struct {
     uint64_t start_ns, last_draw_ns, stop_ns;
     size_t next_plain; /* plain mode: next step at which to print */
     unsigned replicas; /* workers in the job: samples/s is shown for the job */
+    int have_final;    /* the epoch's final line shows final_loss/final_acc (the job's) */
+    double final_loss, final_acc;
 } ps_progress;
 
 void ps_progress_init(ps_progress *p, ps_progress_mode mode, FILE *out, unsigned epochs,
@@ -27,6 +29,9 @@ void ps_progress_init(ps_progress *p, ps_progress_mode mode, FILE *out, unsigned
 void ps_progress_begin_epoch(ps_progress *p, unsigned epoch, size_t steps);
 /* Records one step's batch (mean loss, size, hits) and redraws when due. */
 void ps_progress_step(ps_progress *p, float batch_loss, size_t batch, size_t correct);
+/* The epoch's final line shows this loss and accuracy (the job-wide ones) in place of
+ * this worker's; until the next ps_progress_begin_epoch. */
+void ps_progress_set_final(ps_progress *p, double loss, double accuracy);
 /* Prints the epoch's final line; `extra` (may be NULL) is appended, e.g. val metrics. */
 void ps_progress_end_epoch(ps_progress *p, const char *extra);
 /* Mean loss and accuracy over the epoch so far. */

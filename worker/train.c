@@ -15,6 +15,7 @@
 #include "exchange.h"
 #include "export.h"
 #include "half.h"
+#include "job_metrics.h"
 #include "kernels.h"
 #include "labels.h"
 #include "log.h"
@@ -38,8 +39,8 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int write_summary(const ps_train_config *cfg, const ps_train_result *res, char *err,
-                         size_t errlen) {
+static int write_summary(const ps_train_config *cfg, const ps_train_result *res,
+                         const ps_job_metrics *jm, char *err, size_t errlen) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "test_accuracy", res->test_accuracy);
     cJSON_AddNumberToObject(o, "test_loss", res->test_loss);
@@ -69,7 +70,8 @@ static int write_summary(const ps_train_config *cfg, const ps_train_result *res,
     cJSON *rec = cJSON_AddArrayToObject(o, "recreated_lost_variables");
     for (size_t i = 0; rec && i < res->n_recreated; i++)
         cJSON_AddItemToArray(rec, cJSON_CreateNumber(res->recreated[i]));
-    char *text = cJSON_Print(o);
+    /* the training loss and accuracy over all workers, per epoch (job_metrics.h) */
+    char *text = ps_job_metrics_to_json(jm, o) == PS_OK ? cJSON_Print(o) : NULL;
     cJSON_Delete(o);
     if (!text) return PS_ENOMEM;
     char tmp[4096];
@@ -99,6 +101,7 @@ typedef struct {
     ps_loss_scale scaler;
     bool norm_armed;   /* this step's gradient norm is wanted (--tensorboard) */
     double grad_sumsq; /* its sum of squares so far; < 0: not known this step */
+    ps_job_metrics jm;     /* per epoch: the training metrics, this worker's and the job's */
 } train_state;
 
 static void state_free(train_state *st) {
@@ -108,6 +111,7 @@ static void state_free(train_state *st) {
     ps_dataset_free(&st->test);
     ps_accum_free(st->acc);
     ps_exchange_free(&st->ex); /* before the model it borrows */
+    ps_job_metrics_free(&st->jm);
     ps_model_free(st->model);
     ps_k_dev_close(st->dev);
 }
@@ -462,14 +466,17 @@ static int train_one(const ps_train_config *cfg, train_state *st, uint64_t clock
 }
 
 /* The one place that feeds an epoch's values to the logs (--tensorboard,
- * --history): for now this worker's (the chief's) own training loss and
- * accuracy over its shard, and its test-set evaluation as the val_ metrics. */
+ * --history): the job-wide training loss and accuracy (epoch_metrics: summed
+ * over the workers, job_metrics.h), else, when they were not combined, the
+ * chief's own over its shard; and its test-set evaluation as the val_ metrics. */
 static int log_epoch(ps_train_log *log, train_state *st, const ps_progress *prog, unsigned epoch,
                      uint64_t clock, int has_val, float vloss, double vacc, char *err,
                      size_t errlen) {
-    ps_epoch_metrics e = {.epoch = epoch,
-                          .loss = ps_progress_loss(prog),
-                          .accuracy = ps_progress_accuracy(prog),
+    ps_job_values job;
+    int combined = ps_job_metrics_get(&st->jm, epoch, &job);
+    ps_log_epoch e = {.epoch = epoch,
+                          .loss = combined ? job.loss : ps_progress_loss(prog),
+                          .accuracy = combined ? job.accuracy : ps_progress_accuracy(prog),
                           .has_val = has_val,
                           .val_loss = vloss,
                           .val_accuracy = vacc,
@@ -491,6 +498,30 @@ static int log_batch(ps_train_log *log, train_state *st, uint64_t clock, float l
     return ps_train_log_batch(log, &b, err, errlen);
 }
 
+/* After an epoch's steps: this worker's sums (logged, one line), combined over
+ * the job by the exchange and recorded (st->jm); the chief's progress line
+ * shows the job's. */
+static int epoch_metrics(const ps_train_config *cfg, train_state *st, ps_progress *prog,
+                         unsigned epoch, char *err, size_t errlen) {
+    ps_metric_sums mine = {prog->loss_sum, prog->correct, prog->samples};
+    PS_INFO("epoch %u/%u: this worker's loss %.9g - accuracy %.9g over %zu samples (%zu correct)",
+            epoch + 1, cfg->epochs, ps_metric_loss(&mine), ps_metric_accuracy(&mine),
+            prog->samples, prog->correct);
+    ps_job_epoch *e = ps_job_metrics_begin(&st->jm, epoch, cfg->index, &mine);
+    int rc = e ? ps_exchange_reduce_metrics(&st->ex, e, err, errlen) : PS_OK;
+    if (rc != PS_OK || !e) return rc;
+    ps_job_metrics_commit(&st->jm, epoch);
+    if (cfg->index != 0) return PS_OK;
+    double loss = ps_metric_loss(&e->total), acc = ps_metric_accuracy(&e->total);
+    ps_progress_set_final(prog, loss, acc);
+    if (cfg->workers > 1)
+        PS_INFO("epoch %u/%u: job-wide loss %.9g - accuracy %.9g over %llu samples (%u of %u "
+                "workers)",
+                epoch + 1, cfg->epochs, loss, acc, (unsigned long long)e->total.samples,
+                e->reported, cfg->workers);
+    return PS_OK;
+}
+
 int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, size_t errlen) {
     double t0 = now_s();
     memset(res, 0, sizeof *res);
@@ -502,6 +533,10 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     ps_train_config run = *cfg; /* with the epochs chosen */
     run.epochs = epochs;
     cfg = &run;
+    if (rc == PS_OK && ps_job_metrics_init(&st.jm, epochs, cfg->workers) != PS_OK) {
+        snprintf(err, errlen, "out of memory for the epochs' metrics");
+        rc = PS_ENOMEM;
+    }
     /* a step takes N micro-batches (--accumulate-steps), the epoch's last step the
      * remainder: an epoch still covers the data once */
     size_t accum = cfg->accumulate_steps > 1 ? cfg->accumulate_steps : 1;
@@ -584,6 +619,7 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
             }
         }
         train_secs += now_s() - te;
+        if (rc == PS_OK) rc = epoch_metrics(cfg, &st, &prog, epoch, err, errlen);
         if (rc != PS_OK) break;
         char extra[128] = "";
         if (cfg->index == 0 && st.test.n > 0) {
@@ -647,7 +683,7 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
             PS_WARN("psd %u's variables were re-created with their initial values during this "
                     "job (--recreate-lost-variables): that part of the model started over",
                     res->recreated[i]);
-        if (cfg->summary_path) rc = write_summary(cfg, res, err, errlen);
+        if (cfg->summary_path) rc = write_summary(cfg, res, &st.jm, err, errlen);
     }
     if (ps_train_log_close(tlog) != PS_OK && rc == PS_OK) {
         snprintf(err, errlen, "--tensorboard: cannot write the event files under %s",

@@ -108,7 +108,7 @@ static int write_history(ps_train_log *l, char *err, size_t errlen) {
     return PS_OK;
 }
 
-int ps_train_log_epoch(ps_train_log *l, const ps_epoch_metrics *e, ps_model *m, char *err,
+int ps_train_log_epoch(ps_train_log *l, const ps_log_epoch *e, ps_model *m, char *err,
                        size_t errlen) {
     if (!l) return PS_OK;
     if (l->tb) {

@@ -19,7 +19,7 @@ typedef struct {
     int has_val;           /* the test set was evaluated (val_ metrics) */
     double val_loss, val_accuracy;
     double learning_rate; /* the optimizer's rate after the epoch */
-} ps_epoch_metrics;
+} ps_log_epoch;
 
 /* One training step, as Keras' logs at on_train_batch_end. */
 typedef struct {
@@ -40,7 +40,7 @@ int ps_train_log_open(const char *tb_dir, const char *history, ps_train_log **ou
 int ps_train_log_batch(ps_train_log *l, const ps_batch_metrics *b, char *err, size_t errlen);
 /* The epoch_ tags in DIR/train and DIR/validation, the variables' histograms from m
  * (NULL: none) in DIR/train, the History file rewritten; both flushed. */
-int ps_train_log_epoch(ps_train_log *l, const ps_epoch_metrics *e, ps_model *m, char *err,
+int ps_train_log_epoch(ps_train_log *l, const ps_log_epoch *e, ps_model *m, char *err,
                        size_t errlen);
 /* Flushes and closes everything; NULL is a no-op. Returns PS_EIO if a write failed. */
 int ps_train_log_close(ps_train_log *l);

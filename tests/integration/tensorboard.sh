@@ -99,6 +99,11 @@ def f32(a, b):
 vl, va = points(val, "epoch_loss"), points(val, "epoch_accuracy")
 check(vl and f32(vl[-1][1], summary["test_loss"]), f"last val epoch_loss {vl} vs {summary}")
 check(va and f32(va[-1][1], summary["test_accuracy"]), f"last val epoch_accuracy {va}")
+# the train run's epoch values are the job's (over both workers), as the summary's
+tl, ta = points(train, "epoch_loss"), points(train, "epoch_accuracy")
+check(tl and f32(tl[-1][1], summary["loss"]), f"last train epoch_loss {tl} vs job-wide {summary.get('loss')}")
+check(ta and f32(ta[-1][1], summary["accuracy"]), f"last train epoch_accuracy {ta} vs job-wide {summary.get('accuracy')}")
+check(summary.get("workers_reported") == 2, f"workers_reported {summary.get('workers_reported')}")
 
 hist = json.load(open("history.json"))
 check(sorted(hist) == ["accuracy", "loss", "val_accuracy", "val_loss"], f"history keys {list(hist)}")
