@@ -83,7 +83,7 @@ runtime_pkgs=$(stage_pkgs 2)
 # the man page viewers and strace (tests only), and numpy, torch and pytest (the Python
 # package's and its tests'; the image carries the C programs only)
 bootstrap_pkgs=$(sed -n '/^PKGS=(/,/)/p' "$root/deploy/bootstrap.sh" | tr -d '()' | sed 's/PKGS=//' \
-    | tr ' ' '\n' | grep -vE '^(dataset-.*|systemd|iproute2|curl|prometheus|docker-compose|clang|libclang-rt-.*|man-db|groff-base|strace|python3-numpy|python3-torch|python3-pytest|)$' | sort -u)
+    | tr ' ' '\n' | grep -vE '^(dataset-.*|systemd|iproute2|curl|prometheus|docker-compose|clang|libclang-rt-.*|man-db|groff-base|strace|python3-numpy|python3-torch|python3-pytest|python3-venv|python3-onnx|)$' | sort -u)
 if [ "$build_pkgs" = "$bootstrap_pkgs" ]; then
     ok "build stage installs bootstrap.sh's build packages"
 else
