@@ -116,7 +116,7 @@ def flag(args, name):
 def port_number(container, port):
     for p in container.get("ports", []):
         if port in (p.get("name"), p.get("containerPort")):
-            return p["containerPort"]
+            return p.get("containerPort")
     return None
 
 
@@ -316,15 +316,18 @@ for path in sorted(glob.glob(os.path.join(kdir, "kubeflow", "*.yaml"))):
                            for i in range(rs.get("replicas", 1))]
         # the operator marshals a Go map (keys sorted) and a struct {cluster, task, environment}
         cluster = dict(sorted(cluster.items()))
+        auth, wkeys = set(), set()
         for rtype, rs in specs.items():
-            c = [c for c in rs["template"]["spec"]["containers"] if c["name"] == "tensorflow"][0]
+            c = ([c for c in rs["template"]["spec"]["containers"] if c["name"] == "tensorflow"] or [None])[0]
+            if c is None:
+                continue
             cmd = c.get("command", []) + c.get("args", [])
             prog = os.path.basename(cmd[0]) if cmd else ""
             if prog == "psd":
                 check_psd_container(c, rs["template"], name + " " + rtype, "tfjob-port")
                 auth = check_keys(c, rs["template"], name + " " + rtype, cmd, "psd")
             elif prog == "psworker":
-                check_keys(c, rs["template"], name + " " + rtype, cmd, "worker")
+                wkeys.add(check_keys(c, rs["template"], name + " " + rtype, cmd, "worker"))
             else:
                 bad(name + ": %s runs %r, not psd or psworker" % (rtype, cmd[:1]))
                 continue
@@ -338,6 +341,9 @@ for path in sorted(glob.glob(os.path.join(kdir, "kubeflow", "*.yaml"))):
                                    env=dict(os.environ, TF_CONFIG=tfc), timeout=60)
                 check(r.returncode == 0, name + ": %s %d takes the operator's TF_CONFIG %s" % (rtype, i, tfc if i == 0 else "(index %d)" % i),
                       name + ": %s %d: %s refuses %s: %s" % (rtype, i, prog, tfc, r.stderr.strip()[-300:]))
+
+        check(wkeys and all(k and k[:-4] + ".pub" in auth for k in wkeys), name + ": psd authorizes the workers' keys",
+              name + ": workers' keys %r, psd's --authorized-keys %r" % (wkeys, auth))
 
 subprocess.run(["rm", "-rf", tmp])
 print("%d check(s) failed" % len(failed) if failed else "all checks passed")
