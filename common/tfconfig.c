@@ -305,7 +305,15 @@ int ps_cluster_from_tfconfig(const char *json, ps_cluster *out, char *err, size_
     if (rc == PS_OK) rc = get_unique(root, "task", &task, "", err, errlen);
     if (rc != PS_OK) goto done;
     if (!cluster) {
-        set_err(err, errlen, "cluster: missing");
+        const cJSON *sparse;
+        rc = get_unique(root, "sparseCluster", &sparse, "", err, errlen);
+        if (rc != PS_OK) goto done;
+        /* Kubeflow's TFJob with enableDynamicWorker writes "sparseCluster": each task sees
+         * only itself and the shards, so the job's size is unknown */
+        set_err(err, errlen, "%s",
+                sparse ? "cluster: missing; \"sparseCluster\" (TFJob enableDynamicWorker) is "
+                         "not supported: every task needs the whole cluster"
+                       : "cluster: missing");
         rc = PS_EINVAL;
         goto done;
     }

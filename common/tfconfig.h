@@ -20,7 +20,9 @@ typedef struct {
 /* Parses TensorFlow's TF_CONFIG JSON:
  *   {"cluster": {"ps": [...], "worker": [...], "chief": [...]},
  *    "task": {"type": "worker", "index": 1}}
- * Unknown extra job names in cluster (e.g. "evaluator") are kept out but accepted. "task" is
+ * Other top-level keys (Kubeflow's TFJob adds "environment": "cloud") are ignored. Unknown extra
+ * job names in cluster (e.g. "evaluator", "master") are kept out but accepted; a "master" task
+ * is refused (PS_EINVAL, not a job this project knows: name it chief). "task" is
  * optional here (a program that needs it says so); when present, "type" is required and
  * "index" may be left out only when the job has one entry (it is then 0, as in TensorFlow's
  * TFConfigClusterResolver; with more entries that guess could make two tasks one). An "evaluator"
@@ -29,7 +31,8 @@ typedef struct {
  * port is not validated here, so documentation placeholders such as "host1:port" are accepted; use
  * ps_parse_hostport when an address is used. A cluster.ps entry may also be "ipc://PATH" (checked
  * with ps_check_ipc_path). Returns PS_OK; PS_EFORMAT (not JSON, trailing garbage, duplicate key,
- * wrong JSON types); PS_EINVAL (NULL argument, missing cluster, task type missing or not in the
+ * wrong JSON types); PS_EINVAL (NULL argument, missing cluster (the reason names a TFJob's
+ * "sparseCluster", which is not supported), task type missing or not in the
  * cluster, task index negative, out of range for its job or missing in a job of several entries,
  * bad host:port entry, more than one chief). On error, err (if non-NULL and errlen > 0) gets a
  * one-line reason naming the field; on success err is "". *out is always initialised: on success

@@ -181,6 +181,95 @@ START_TEST(missing_index_defaults_to_zero_and_ipv6_entries) {
 }
 END_TEST
 
+/* Kubeflow's TFJob: the operator (training-operator, genTFConfigJSONStr) marshals a Go struct
+ * {cluster, task, environment} with encoding/json: no blanks, the cluster's keys sorted, replica
+ * types lower-case, hosts "<job>-<type>-<i>.<namespace>.svc:<port>" (with CUSTOM_CLUSTER_DOMAIN
+ * appended after "svc" when the operator has it), "environment": "cloud". Job "fashion" in
+ * namespace "ml", 2 PS and 2 Worker replicas, port 2222 (the operator's default). */
+#define TFJOB_CLUSTER                                                                              \
+    "{\"cluster\":{\"ps\":[\"fashion-ps-0.ml.svc:2222\",\"fashion-ps-1.ml.svc:2222\"],"            \
+    "\"worker\":[\"fashion-worker-0.ml.svc:2222\",\"fashion-worker-1.ml.svc:2222\"]},"
+static const char TFJOB_PS1[] =
+    TFJOB_CLUSTER "\"task\":{\"type\":\"ps\",\"index\":1},\"environment\":\"cloud\"}";
+static const char TFJOB_WORKER1[] =
+    TFJOB_CLUSTER "\"task\":{\"type\":\"worker\",\"index\":1},\"environment\":\"cloud\"}";
+/* With a Chief replica and CUSTOM_CLUSTER_DOMAIN=cluster.local: "chief" sorts first. */
+static const char TFJOB_CHIEF[] =
+    "{\"cluster\":{\"chief\":[\"fashion-chief-0.ml.svc.cluster.local:2222\"],"
+    "\"ps\":[\"fashion-ps-0.ml.svc.cluster.local:2222\"],"
+    "\"worker\":[\"fashion-worker-0.ml.svc.cluster.local:2222\"]},"
+    "\"task\":{\"type\":\"chief\",\"index\":0},\"environment\":\"cloud\"}";
+
+START_TEST(kubeflow_tfjob_ps_task) {
+    ps_cluster c;
+    parse_ok(TFJOB_PS1, &c);
+    ck_assert_uint_eq(c.n_ps, 2);
+    ck_assert_uint_eq(c.n_worker, 2);
+    ck_assert_uint_eq(c.n_chief, 0);
+    ck_assert_str_eq(c.task_type, "ps");
+    ck_assert_int_eq(c.task_index, 1);
+    unsigned wi;
+    ck_assert_int_eq(ps_cluster_worker_index(&c, &wi), PS_EINVAL);
+    ck_assert_uint_eq(ps_cluster_num_workers(&c), 2); /* psd's --workers */
+    char host[256];
+    int port = -1;
+    ck_assert_int_eq(ps_parse_hostport(c.ps[c.task_index], host, sizeof host, &port), PS_OK);
+    ck_assert_str_eq(host, "fashion-ps-1.ml.svc");
+    ck_assert_int_eq(port, 2222);
+    ps_cluster_free(&c);
+}
+END_TEST
+
+START_TEST(kubeflow_tfjob_worker_task) {
+    ps_cluster c;
+    parse_ok(TFJOB_WORKER1, &c);
+    ck_assert_str_eq(c.task_type, "worker");
+    ck_assert_int_eq(c.task_index, 1);
+    unsigned wi = 99;
+    ck_assert_int_eq(ps_cluster_worker_index(&c, &wi), PS_OK);
+    ck_assert_uint_eq(wi, 1); /* no chief: worker 0 is the chief, as the operator assumes */
+    ck_assert_uint_eq(ps_cluster_num_workers(&c), 2);
+    ck_assert_str_eq(c.ps[0], "fashion-ps-0.ml.svc:2222");
+    char host[256];
+    int port = -1;
+    for (size_t i = 0; i < c.n_ps; i++)
+        ck_assert_int_eq(ps_parse_hostport(c.ps[i], host, sizeof host, &port), PS_OK);
+    ps_cluster_free(&c);
+
+    parse_ok(TFJOB_CHIEF, &c);
+    ck_assert_str_eq(c.task_type, "chief");
+    ck_assert_int_eq(ps_cluster_worker_index(&c, &wi), PS_OK);
+    ck_assert_uint_eq(wi, 0);
+    ck_assert_uint_eq(ps_cluster_num_workers(&c), 2);
+    ck_assert_int_eq(ps_parse_hostport(c.ps[0], host, sizeof host, &port), PS_OK);
+    ck_assert_str_eq(host, "fashion-ps-0.ml.svc.cluster.local");
+    ps_cluster_free(&c);
+}
+END_TEST
+
+/* What the operator writes with enableDynamicWorker (a ps task sees only itself, a worker only
+ * itself and the shards), and for a Master replica's pod: refused, each with its reason. */
+START_TEST(kubeflow_tfjob_unsupported_forms) {
+    ps_cluster c;
+    char err[256];
+    const char *sparse = "{\"sparseCluster\":{\"worker\":{\"1\":\"fashion-worker-1.ml.svc:2222\"},"
+                         "\"ps\":[\"fashion-ps-0.ml.svc:2222\",\"fashion-ps-1.ml.svc:2222\"]},"
+                         "\"task\":{\"type\":\"worker\",\"index\":1}}";
+    ck_assert_int_eq(ps_cluster_from_tfconfig(sparse, &c, err, sizeof err), PS_EINVAL);
+    ck_assert_msg(strstr(err, "sparseCluster") && strstr(err, "enableDynamicWorker"), "%s", err);
+    ps_cluster_free(&c);
+    /* a Master replica's own pod: its task type is no job this project knows */
+    const char *master = "{\"cluster\":{\"master\":[\"fashion-master-0.ml.svc:2222\"],"
+                         "\"ps\":[\"fashion-ps-0.ml.svc:2222\"],"
+                         "\"worker\":[\"fashion-worker-0.ml.svc:2222\"]},"
+                         "\"task\":{\"type\":\"master\",\"index\":0},\"environment\":\"cloud\"}";
+    ck_assert_int_eq(ps_cluster_from_tfconfig(master, &c, err, sizeof err), PS_EINVAL);
+    ck_assert_msg(strstr(err, "task.type") && strstr(err, "chief"), "%s", err);
+    ck_assert_uint_eq(c.n_ps + c.n_worker + c.n_chief, 0);
+    ps_cluster_free(&c);
+}
+END_TEST
+
 typedef struct {
     const char *json;
     int rc;
@@ -451,6 +540,12 @@ static Suite *tfconfig_suite(void) {
     tcase_add_test(tc, non_worker_tasks_have_no_worker_index);
     tcase_add_test(tc, evaluator_job_is_kept_out_but_accepted);
     tcase_add_test(tc, missing_index_defaults_to_zero_and_ipv6_entries);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("kubeflow");
+    tcase_add_test(tc, kubeflow_tfjob_ps_task);
+    tcase_add_test(tc, kubeflow_tfjob_worker_task);
+    tcase_add_test(tc, kubeflow_tfjob_unsupported_forms);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("errors");
