@@ -121,12 +121,15 @@ static void usage(FILE *f) {
 /* A decimal environment variable in [0, max]; -1 after a message when missing or bad. */
 static long env_long(const char *name, const char *alt, long max) {
     const char *v = getenv(name);
-    if ((!v || !*v) && alt) v = getenv(name = alt);
+    if ((!v || !*v) && alt) v = getenv(alt);
     if (!v || !*v) {
-        fprintf(stderr, "psctl slurm-task: %s is not set: run inside a Slurm job step (srun)\n",
-                name);
+        fprintf(stderr,
+                "psctl slurm-task: %s%s%s%s is not set: run inside a Slurm job step (srun)\n",
+                name, alt ? " (or " : "", alt ? alt : "", alt ? ")" : "");
         return -1;
     }
+    const char *first = getenv(name);
+    if (alt && (!first || !*first)) name = alt;
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
@@ -139,13 +142,12 @@ static long env_long(const char *name, const char *alt, long max) {
 
 static const char *env_str(const char *name, const char *alt) {
     const char *v = getenv(name);
-    if ((!v || !*v) && alt) v = getenv(name = alt);
-    if (!v || !*v) {
-        fprintf(stderr, "psctl slurm-task: %s is not set: run inside a Slurm job step (srun)\n",
-                name);
-        return NULL;
-    }
-    return v;
+    if ((!v || !*v) && alt) v = getenv(alt);
+    if (!v || !*v)
+        fprintf(stderr,
+                "psctl slurm-task: %s%s%s%s is not set: run inside a Slurm job step (srun)\n",
+                name, alt ? " (or " : "", alt ? alt : "", alt ? ")" : "");
+    return v && *v ? v : NULL;
 }
 
 /* Number of entries of a comma-separated list ("" or NULL: 0). */
