@@ -96,7 +96,8 @@ until [ -S "$tmp/munge/munge.sock" ]; do
 done
 
 # 2. slurm.conf: one node (this host, at 127.0.0.1), free ports, everything under $tmp
-ctld_port=$(free_ports 1) && d_port=$(free_ports 1) || fail "no free port"
+ctld_port=$(free_ports 1) || fail "no free port"
+d_port=$(free_ports 1) || fail "no free port"
 [ "$ctld_port" != "$d_port" ] || d_port=$((ctld_port + 1))
 host=$(hostname -s)
 cpus=$(slurmd -C 2>/dev/null | sed -n 's/.*CPUs=\([0-9]*\).*/\1/p')
@@ -147,7 +148,8 @@ run_job() {
     shift 3
     local base
     base=$(free_ports "$tasks") || fail "no $tasks free ports"
-    local exports="ALL,PS_BIN=$(dirname "$psctl"),MODEL=$src/examples/mlp.json,EPOCHS=1"
+    local exports
+    exports="ALL,PS_BIN=$(dirname "$psctl"),MODEL=$src/examples/mlp.json,EPOCHS=1"
     exports+=",BASE_PORT=$base,SUMMARY=$tmp/$name.json"
     for kv in "$@"; do exports+=",$kv"; done
     # --overcommit: 4 tasks on a node of 2 CPUs
