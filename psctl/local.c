@@ -49,16 +49,16 @@ static char *search_path(const char *name) {
 /* Finds an executable: $env_name if set, else each of rel[] relative to the directory
  * of psctl's own executable, else `name` on PATH. Returns a malloc'd path, or NULL
  * after printing why. */
-static char *find_binary(const char *name, const char *env_name, const char *const *rel) {
+char *psctl_find_binary(const char *name, const char *env_name, const char *const *rel) {
     const char *env = getenv(env_name);
     if (env && *env) {
         if (strchr(env, '/')) {
             if (is_executable(env)) return strdup(env);
-            fprintf(stderr, "psctl local: %s=%s is not an executable file\n", env_name, env);
+            fprintf(stderr, "psctl: %s=%s is not an executable file\n", env_name, env);
             return NULL;
         }
         char *p = search_path(env);
-        if (!p) fprintf(stderr, "psctl local: %s=%s: not found on PATH\n", env_name, env);
+        if (!p) fprintf(stderr, "psctl: %s=%s: not found on PATH\n", env_name, env);
         return p;
     }
     char self[PATH_MAX];
@@ -77,7 +77,7 @@ static char *find_binary(const char *name, const char *env_name, const char *con
     char *p = search_path(name);
     if (!p)
         fprintf(stderr,
-                "psctl local: cannot find %s: not next to psctl (%s) nor on PATH; "
+                "psctl: cannot find %s: not next to psctl (%s) nor on PATH; "
                 "set %s=/path/to/%s\n",
                 name, n > 0 ? self : "?", env_name, name);
     return p;
@@ -316,11 +316,11 @@ int psctl_local_main(int argc, char **argv) {
     static const char *const psd_rel[] = {"psd", "../ps-server/psd", NULL};
     static const char *const worker_rel[] = {"../worker/psworker", "psworker", NULL};
     /* the all-reduce strategies start no psd: it need not exist */
-    char *psd = opts.allreduce ? strdup("-") : find_binary("psd", "PSD", psd_rel);
+    char *psd = opts.allreduce ? strdup("-") : psctl_find_binary("psd", "PSD", psd_rel);
     /* --worker-cmd: the workers are CMD run by /bin/sh; psworker need not exist */
     char *worker = !psd              ? NULL
                    : opts.worker_cmd ? strdup("/bin/sh")
-                                     : find_binary("psworker", "PSWORKER", worker_rel);
+                                     : psctl_find_binary("psworker", "PSWORKER", worker_rel);
     char *run_dir = worker ? make_run_dir() : NULL;
     int want_socks = opts.transport_ipc && !opts.allreduce;
     char *sock_dir = run_dir && want_socks ? make_sock_dir(opts.num_ps) : NULL;

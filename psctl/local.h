@@ -88,6 +88,11 @@ int psctl_local_check(const psctl_local_opts *opts);
 int psctl_local_resolve_gpus(psctl_local_opts *opts);
 void psctl_local_free_gpus(psctl_local_opts *opts);
 
+/* Finds an executable: $env_name if set, else each of rel[] (NULL-terminated) relative to
+ * the directory of psctl's own executable, else `name` on PATH. Returns a malloc'd path, or
+ * NULL after printing why to stderr. */
+char *psctl_find_binary(const char *name, const char *env_name, const char *const *rel);
+
 /* Prints the usage of `psctl local` to f. */
 void psctl_local_usage(FILE *f);
 

@@ -1,11 +1,12 @@
 /* psctl, the operator's tool: dispatches to its commands (`local` runs a whole cluster
  * on this machine; `checkpoint`, `shutdown` and `status` talk to the shards of a running
- * job; `keygen` makes CurveZMQ keys). */
+ * job; `keygen` makes CurveZMQ keys; `slurm-task` is each task of a Slurm job step). */
 #include "admin.h"
 #include "keygen.h"
 #include "lifetime.h"
 #include "local.h"
 #include "log.h"
+#include "slurm_task.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -22,6 +23,8 @@ static const command commands[] = {
     {"shutdown", psctl_shutdown_main, "ask every psd shard of a job to stop"},
     {"status", psctl_status_main, "show every psd shard's state and counters (or --json)"},
     {"keygen", psctl_keygen_main, "make a CurveZMQ key pair (NAME.key, NAME.pub) for psd/workers"},
+    {"slurm-task", psctl_slurm_task_main,
+     "run by every task of a Slurm step: become its psd shard or worker"},
 };
 
 static void usage(FILE *f) {

@@ -40,8 +40,8 @@ covers() {
 }
 covers psd.8 "$PSD"
 covers psworker.1 "$PSWORKER"
-for cmd in local status checkpoint shutdown keygen; do covers psctl.1 "$PSCTL" "$cmd"; done
-for cmd in local status checkpoint shutdown keygen; do
+for cmd in local status checkpoint shutdown keygen slurm-task; do covers psctl.1 "$PSCTL" "$cmd"; done
+for cmd in local status checkpoint shutdown keygen slurm-task; do
     grep -q "psctl $cmd" <<<"${text[psctl.1]:-}" || bad "psctl.1 lacks the command $cmd"
 done
 # libps(3): every function ps.h declares
