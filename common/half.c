@@ -141,6 +141,62 @@ __attribute__((target("avx,f16c"))) static void decode_f16c(const unsigned char 
         out[i] = add ? out[i] + v : v;
     }
 }
+
+/* bf16, 8 at a time (AVX2): a block holding a NaN, an infinity or a value that rounds
+ * beyond bf16's range goes through the scalar function; the others round to nearest
+ * even by the same integer arithmetic. */
+__attribute__((target("avx2"))) static size_t encode_bf16_avx2(const float *x, size_t n,
+                                                                uint16_t *out) {
+    const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), edge = _mm256_set1_epi32(0x7F7F7FFF);
+    const __m256i bias = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1);
+    size_t sat = 0, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(x + i));
+        __m256i special = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), edge);
+        if (!_mm256_testz_si256(special, special)) {
+            for (size_t k = i; k < i + 8; k++) {
+                int s = 0;
+                out[k] = ps_f32_to_bf16(x[k], &s);
+                sat += (size_t)s;
+            }
+            continue;
+        }
+        __m256i r = _mm256_add_epi32(
+            u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+        __m256i h = _mm256_srli_epi32(r, 16);
+        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);
+        _mm_storeu_si128((__m128i *)(void *)(out + i), _mm256_castsi256_si128(packed));
+    }
+    for (; i < n; i++) {
+        int s = 0;
+        out[i] = ps_f32_to_bf16(x[i], &s);
+        sat += (size_t)s;
+    }
+    return sat;
+}
+
+__attribute__((target("avx2"))) static void decode_bf16_avx2(const unsigned char *in, size_t n,
+                                                              float *out, int add) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(in + 2 * i)));
+        __m256 v = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+        if (add) v = _mm256_add_ps(_mm256_loadu_ps(out + i), v);
+        _mm256_storeu_ps(out + i, v);
+    }
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, in + 2 * i, 2);
+        float v = ps_bf16_to_f32(h);
+        out[i] = add ? out[i] + v : v;
+    }
+}
+
+static int have_avx2(void) {
+    static int cached = -1;
+    if (cached < 0) cached = have_f16c() && __builtin_cpu_supports("avx2");
+    return cached;
+}
 #endif
 
 /* bf16 without branches (the compiler vectorizes it): the bits of ps_f32_to_bf16. */
@@ -162,6 +218,9 @@ size_t ps_half_encode(ps_half_kind kind, const float *x, size_t n, uint16_t *out
 #ifdef PS_HALF_F16C
     if (kind == PS_HALF_F16 && have_f16c()) return encode_f16c(x, n, out);
 #endif
+#ifdef PS_HALF_F16C
+    if (kind == PS_HALF_BF16 && have_avx2()) return encode_bf16_avx2(x, n, out);
+#endif
     if (kind == PS_HALF_BF16) return encode_bf16(x, n, out);
     size_t sat = 0;
     for (size_t i = 0; i < n; i++) {
@@ -177,6 +236,10 @@ void ps_half_decode(ps_half_kind kind, const void *in, size_t n, float *out, int
 #ifdef PS_HALF_F16C
     if (kind == PS_HALF_F16 && have_f16c()) {
         decode_f16c(b, n, out, add);
+        return;
+    }
+    if (kind == PS_HALF_BF16 && have_avx2()) {
+        decode_bf16_avx2(b, n, out, add);
         return;
     }
 #endif

@@ -124,6 +124,10 @@ START_TEST(arrays_match_the_scalar_functions) {
                       i, (double)x[i], float_bits(x[i]), h[i], ref);
     }
     ck_assert_uint_eq(sat, want_sat);
+    memcpy(raw + 1, h, sizeof h);
+    ps_half_decode(PS_HALF_BF16, raw + 1, N, back, 0);
+    for (size_t i = 0; i < N; i++)
+        ck_assert_msg(float_bits(back[i]) == (uint32_t)h[i] << 16, "bf16 decode 0x%04x", h[i]);
 }
 END_TEST
 
