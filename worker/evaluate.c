@@ -18,6 +18,7 @@
 #include "model.h"
 #include "ps_error.h"
 #include "tensorfile.h"
+#include "saved_model.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -39,34 +40,7 @@ static int load_values(ps_model *m, const char *path, char *err, size_t errlen) 
                  path);
         return PS_EINVAL;
     }
-    ps_tf_file f;
-    char why[300];
-    int rc = ps_tf_read(path, &f, why, sizeof why);
-    if (rc != PS_OK) {
-        snprintf(err, errlen, "--evaluate %s: %s", path, why);
-        return rc;
-    }
-    if (f.h.kind != PS_TF_MODEL) {
-        snprintf(err, errlen, "--evaluate %s: not a saved model (tensor file kind %u)", path,
-                 f.h.kind);
-        ps_tf_file_free(&f);
-        return PS_EFORMAT;
-    }
-    for (size_t i = 0; i < ps_model_num_vars(m) && rc == PS_OK; i++) {
-        const ps_model_var *v = ps_model_var_at(m, i);
-        const ps_tf_owned *t = NULL;
-        for (size_t k = 0; k < f.n && !t; k++)
-            if (strcmp(f.t[k].name, v->name) == 0) t = &f.t[k];
-        if (!t || t->numel != v->numel) {
-            snprintf(err, errlen, "--evaluate %s: %s '%s' [%zu values] of the --model architecture",
-                     path, t ? "size differs for" : "no variable", v->name, v->numel);
-            rc = PS_EFORMAT;
-        } else {
-            memcpy(ps_model_params(m) + v->offset, t->data, v->numel * sizeof(float));
-        }
-    }
-    ps_tf_file_free(&f);
-    return rc;
+    return ps_saved_model_load(m, path, "--evaluate", err, errlen);
 }
 
 /* The test set as the chief sees it in training: loaded, adapted to the

@@ -24,6 +24,7 @@
 #include "optim.h"
 #include "prefetch.h"
 #include "ps.h"
+#include "saved_model.h"
 #include "ps_error.h"
 #include "tensorfile.h"
 #include "train_log.h"
@@ -119,32 +120,7 @@ static void state_free(train_state *st) {
 /* --init-from: the saved model's tensors replace the seeded values; every
  * variable of the model must be there with the same size. */
 static int init_from_file(ps_model *m, const char *path, char *err, size_t errlen) {
-    ps_tf_file f;
-    char why[300];
-    int rc = ps_tf_read(path, &f, why, sizeof why);
-    if (rc != PS_OK) {
-        snprintf(err, errlen, "--init-from %s: %s", path, why);
-        return rc;
-    }
-    if (f.h.kind != PS_TF_MODEL) {
-        snprintf(err, errlen, "--init-from %s: not a saved model (kind %u)", path, f.h.kind);
-        ps_tf_file_free(&f);
-        return PS_EFORMAT;
-    }
-    for (size_t i = 0; i < ps_model_num_vars(m) && rc == PS_OK; i++) {
-        const ps_model_var *v = ps_model_var_at(m, i);
-        const ps_tf_owned *t = NULL;
-        for (size_t k = 0; k < f.n && !t; k++)
-            if (strcmp(f.t[k].name, v->name) == 0) t = &f.t[k];
-        if (!t || t->numel != v->numel) {
-            snprintf(err, errlen, "--init-from %s: %s '%s' [%zu values]", path,
-                     t ? "size differs for" : "no variable", v->name, v->numel);
-            rc = PS_EFORMAT;
-        } else {
-            memcpy(ps_model_params(m) + v->offset, t->data, v->numel * sizeof(float));
-        }
-    }
-    ps_tf_file_free(&f);
+    int rc = ps_saved_model_load(m, path, "--init-from", err, errlen);
     if (rc == PS_OK) PS_INFO("initial values from %s", path);
     return rc;
 }
