@@ -170,6 +170,16 @@ START_TEST(adam_three_steps) {
 }
 END_TEST
 
+/* Adam's three steps with decoupled weight decay (AdamW, Keras 3's weight_decay):
+ * each step w = c*w - u_k with c = 1 - lr*weight_decay. */
+static void adamw_expected(const ps_opt_spec *s, double want[N]) {
+    double c = 1 - D(s->lr) * D(s->weight_decay), u[STEPS];
+    for (int i = 0; i < N; i++) {
+        adam_steps(s, i, u);
+        want[i] = W0[i] * c * c * c - u[0] * c * c - u[1] * c - u[2];
+    }
+}
+
 START_TEST(adamw_three_steps) {
     ps_opt_spec s = ps_opt_spec_default(PS_OPT_ADAMW);
     s.lr = 0.1f;
@@ -179,12 +189,8 @@ START_TEST(adamw_three_steps) {
     s.weight_decay = 0.5f;
     float w[N];
     run_steps(&s, w);
-    double c = 1 - D(s.lr) * D(s.weight_decay), want[N], u[STEPS];
-    /* each step: w = c*w - u_k */
-    for (int i = 0; i < N; i++) {
-        adam_steps(&s, i, u);
-        want[i] = W0[i] * c * c * c - u[0] * c * c - u[1] * c - u[2];
-    }
+    double want[N];
+    adamw_expected(&s, want);
     expect_close("adamw", w, want);
 }
 END_TEST
@@ -545,11 +551,8 @@ START_TEST(weight_decay_adam) {
     s.weight_decay = 0.5f;
     float w[N];
     run_steps(&s, w);
-    double c = 1 - D(s.lr) * D(s.weight_decay), want[N], u[STEPS];
-    for (int i = 0; i < N; i++) {
-        adam_steps(&s, i, u);
-        want[i] = W0[i] * c * c * c - u[0] * c * c - u[1] * c - u[2];
-    }
+    double want[N];
+    adamw_expected(&s, want);
     expect_close("adam weight decay", w, want);
     ps_opt_spec aw = s;
     aw.kind = PS_OPT_ADAMW;
