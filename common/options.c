@@ -1,4 +1,4 @@
-/* Table-driven option parsing and --help (see options.h). */
+/* Table-driven option parsing (see options.h); --help is options_doc.c. */
 #include "options.h"
 
 #include <errno.h>
@@ -31,7 +31,8 @@ ps_option ps_option_resolve(const ps_option *o) {
     r.like = NULL;
     r.flags |= o->flags;
     if (o->def) r.def = o->def;
-    if (o->flags & PS_OPTION_NO_DEFAULT) r.def = NULL;
+    if (o->flags & PS_OPTION_NO_DEFAULT) r.def = r.default_text = NULL;
+    if (o->default_text) r.default_text = o->default_text;
     if (o->metavar) r.metavar = o->metavar;
     if (o->help) r.help = o->help;
     if (o->parse) r.parse = o->parse;
@@ -182,48 +183,4 @@ int ps_options_parse_args(const ps_option *t, size_t n, int argc, char **argv, v
 int ps_options_parse(const ps_option *t, size_t n, int argc, char **argv, void *cfg,
                      unsigned char *given, const char *prog, char *err, size_t errlen) {
     return ps_options_parse_args(t, n, argc, argv, cfg, given, prog, 0, NULL, err, errlen);
-}
-
-/* Prints text from column `col` on, wrapping at word boundaries before column 80;
- * continuation lines start at column `indent`. Returns the column it ended at. */
-static size_t print_wrapped(FILE *out, const char *text, size_t col, size_t indent) {
-    for (const char *p = text; *p;) {
-        size_t word = strcspn(p, " ");
-        if (col > indent && col + 1 + word > 79) {
-            fprintf(out, "\n%*s", (int)indent, "");
-            col = indent;
-        } else if (col > indent) {
-            fputc(' ', out);
-            col++;
-        }
-        fprintf(out, "%.*s", (int)word, p);
-        col += word;
-        p += word;
-        while (*p == ' ')
-            p++;
-    }
-    return col;
-}
-
-void ps_options_usage(const ps_option *t, size_t n, FILE *out) {
-    for (size_t i = 0; i < n; i++) {
-        ps_option r = ps_option_resolve(&t[i]);
-        char left[64], line[1024];
-        const char *meta = r.type == PS_OPTION_CHOICE ? r.choices : r.metavar;
-        if (r.type == PS_OPTION_FLAG)
-            snprintf(left, sizeof left, "--%s", r.name);
-        else
-            snprintf(left, sizeof left, "--%s %s", r.name, meta ? meta : "VALUE");
-        if (strlen(left) > 24) /* a long flag gets a line of its own */
-            fprintf(out, "  %s\n%27s", left, "");
-        else
-            fprintf(out, "  %-24s ", left);
-        if (r.def && *r.def)
-            snprintf(line, sizeof line, "%s [default: %s]", r.help, r.def);
-        else
-            snprintf(line, sizeof line, "%s", r.help);
-        print_wrapped(out, line, 27, 27);
-        fprintf(out, "\n");
-    }
-    fprintf(out, "  %-24s %s\n", "-h, --help", "show this help");
 }

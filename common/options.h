@@ -39,6 +39,10 @@ struct ps_option {
     unsigned flags; /* PS_OPTION_NO_DEFAULT, PS_OPTION_ABOVE_MIN */
     /* CUSTOM: stores val into cfg; returns PS_OK or PS_EINVAL with a reason in err. */
     int (*parse)(const ps_option *o, void *cfg, const char *val, char *err, size_t errlen);
+    /* The default as --help states it, for an option whose default is not a value the
+     * table sets (def NULL: "the model spec's", "0" for a field left unset to tell "not
+     * given"). NULL: def, if any. */
+    const char *default_text;
 };
 
 #define PS_OPTION_FIELD(type, field) offsetof(type, field), sizeof(((type *)0)->field)
@@ -70,7 +74,7 @@ int ps_options_parse(const ps_option *t, size_t n, int argc, char **argv, void *
 int ps_options_parse_args(const ps_option *t, size_t n, int argc, char **argv, void *cfg,
                           unsigned char *given, const char *prog, int how, int *rest, char *err,
                           size_t errlen);
-/* Prints one line per option: flag, metavar, help, default. */
+/* Prints one line per option: flag, metavar, help, default (options_doc.c). */
 void ps_options_usage(const ps_option *t, size_t n, FILE *out);
 /* Looks an option up by name; NULL when absent. */
 const ps_option *ps_options_find(const ps_option *t, size_t n, const char *name);

@@ -69,14 +69,16 @@ static const ps_option table[] = {
      "parameter servers, in shard order (TF_CONFIG: cluster.ps); a shard on this machine "
      "started with --transport ipc is given as ipc://PATH"},
     {"index", PS_OPTION_LONG, F(index), 0, PS_MAX_WORKERS - 1, NULL, NULL, "N",
-     "this worker's index, 0 = chief (TF_CONFIG: task) [default: 0]"},
+     "this worker's index, 0 = chief (TF_CONFIG: task)", .default_text = "0"},
     {.like = &ps_flag_workers,
      PS_OPTION_AT(worker_opts, workers),
      .flags = PS_OPTION_NO_DEFAULT,
-     .help = "workers in the job (TF_CONFIG: chief + workers) [default: 1]"},
+     .help = "workers in the job (TF_CONFIG: chief + workers)",
+     .default_text = "1"},
     {"model", PS_OPTION_STR, F(model), 0, 0, "", NULL, "FILE",
      "Keras-like JSON model spec, a {\"keras\": ...} wrapper, or a Keras model.to_json() file "
-     "(then give --loss) [default: built-in 784-128-10 MLP = examples/mlp.json]"},
+     "(then give --loss)",
+     .default_text = "built-in 784-128-10 MLP = examples/mlp.json"},
     {"loss", PS_OPTION_STR, F(loss), 0, 0, "", NULL, "NAME",
      "the loss of a bare Keras model file given to --model (to_json() carries none): "
      "sparse_categorical_crossentropy, binary_crossentropy or mse; refused for specs that "
@@ -90,11 +92,12 @@ static const ps_option table[] = {
      "compute device; auto: cuda:0 when CUDA is built in and a GPU is present, else cpu"},
     {"positive-classes", PS_OPTION_STR, F(positive_classes), 0, 0, "", NULL, "C,C,...",
      "binary task: label 1 for these classes of the data (e.g. 5,7,9), 0 for the others; "
-     "the model needs a binary output (Dense 1 + binary_crossentropy, or Dense 2) [default: "
-     "the model spec's \"labels\", else the data's own labels]"},
+     "the model needs a binary output (Dense 1 + binary_crossentropy, or Dense 2)",
+     .default_text = "the model spec's \"labels\", else the data's own labels"},
     {"label-map", PS_OPTION_STR, F(label_map), 0, 0, "", NULL, "C:L,...",
      "relabel: class C of the data becomes label L (e.g. 0:0,1:0,2:1,...); every class of the "
-     "data once, every label of the model used [default: as --positive-classes]"},
+     "data once, every label of the model used",
+     .default_text = "as --positive-classes"},
     {"input-adapt", PS_OPTION_CHOICE, F(input_adapt), 0, 0, "pad", "pad|resize|refuse", NULL,
      "when the model's image input (h, w, c) differs from the data's images: pad smaller "
      "ones with zeros (centred), resize (bilinear) any, or refuse; 1 channel is repeated to c. "
@@ -105,7 +108,8 @@ static const ps_option table[] = {
     {.like = &ps_flag_epochs,
      PS_OPTION_AT(worker_opts, epochs),
      .flags = PS_OPTION_NO_DEFAULT,
-     .help = "epochs to train [default: the model spec's \"epochs\", else 2]"},
+     .help = "epochs to train",
+     .default_text = "the model spec's \"epochs\", else 2"},
     {.like = &ps_flag_batch, PS_OPTION_AT(worker_opts, batch)},
     {.like = &ps_flag_seed, PS_OPTION_AT(worker_opts, seed)},
     {"summary", PS_OPTION_STR, F(summary), 0, 0, "", NULL, "FILE",
