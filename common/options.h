@@ -76,6 +76,17 @@ int ps_options_parse_args(const ps_option *t, size_t n, int argc, char **argv, v
                           size_t errlen);
 /* Prints one line per option: flag, metavar, help, default (options_doc.c). */
 void ps_options_usage(const ps_option *t, size_t n, FILE *out);
+
+/* One exit status of a program or command. Its table is printed as --help's footer
+ * (ps_exit_status_usage) and as the man page's EXIT STATUS, so the two say the same. */
+typedef struct {
+    int code;            /* PS_EXIT_OTHER: any other (the status of a program this one runs) */
+    const char *meaning; /* one or more sentences, without the final period */
+} ps_exit_status;
+#define PS_EXIT_OTHER (-1)
+
+/* Prints "exit status:" and one wrapped entry per status (code, meaning) to out. */
+void ps_exit_status_usage(const ps_exit_status *e, size_t n, FILE *out);
 /* Looks an option up by name; NULL when absent. */
 const ps_option *ps_options_find(const ps_option *t, size_t n, const char *name);
 

@@ -1,4 +1,4 @@
-/* What the option tables print: --help's option list (see options.h). */
+/* What the option and exit status tables print: --help's lists (see options.h). */
 #include "options.h"
 
 #include <string.h>
@@ -46,4 +46,23 @@ void ps_options_usage(const ps_option *t, size_t n, FILE *out) {
         fprintf(out, "\n");
     }
     fprintf(out, "  %-24s %s\n", "-h, --help", "show this help");
+}
+
+/* The code as shown: "2", or "other" for PS_EXIT_OTHER. */
+static void code_name(int code, char *buf, size_t n) {
+    if (code == PS_EXIT_OTHER)
+        snprintf(buf, n, "other");
+    else
+        snprintf(buf, n, "%d", code);
+}
+
+void ps_exit_status_usage(const ps_exit_status *e, size_t n, FILE *out) {
+    fprintf(out, "exit status:\n");
+    for (size_t i = 0; i < n; i++) {
+        char code[16];
+        code_name(e[i].code, code, sizeof code);
+        fprintf(out, "  %-5s ", code);
+        print_wrapped(out, e[i].meaning, 8, 8);
+        fprintf(out, "\n");
+    }
 }

@@ -79,6 +79,19 @@ const char *ps_mode_name(long mode) {
     return mode == PS_MODE_ASYNC ? "async" : "sync";
 }
 
+/* What main.c returns. */
+static const ps_exit_status exits[] = {
+    {0, "a clean stop: after SIGTERM/SIGINT (with --checkpoint-dir, once the final checkpoint "
+        "is written) or a Shutdown request"},
+    {1, "the checkpoint promised at SIGTERM/SIGINT could not be written (the updates since the "
+        "last one are lost)"},
+    {2, "bad configuration (a message names the flag or TF_CONFIG field), or psd could not "
+        "start: its address or --ipc-path is taken (another psd holds PATH.lock), the key "
+        "files or --checkpoint-dir are unusable, the newest checkpoint belongs to another "
+        "shard, the --metrics-port cannot be bound or the --ready-file written"},
+};
+#define N_EXITS (sizeof exits / sizeof exits[0])
+
 void ps_server_config_usage(FILE *out) {
     fprintf(out,
             "usage: psd [options]\n"
@@ -86,9 +99,8 @@ void ps_server_config_usage(FILE *out) {
             "optimizer updates to them. Configuration comes from TF_CONFIG (task type \"ps\")\n"
             "and these flags, which win.\n\noptions:\n");
     ps_options_usage(table, N_ENTRIES, out);
-    fprintf(
-        out,
-        "\nexit status: 0 after SIGTERM/SIGINT or a Shutdown request, 2 on bad configuration.\n");
+    fprintf(out, "\n");
+    ps_exit_status_usage(exits, N_EXITS, out);
 }
 
 /* Takes this shard's address, index and the job's size from TF_CONFIG; *gave_port is set

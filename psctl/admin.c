@@ -40,8 +40,23 @@ typedef struct {
     cmd_kind kind;
     /* The line printed for a shard that answered (NULL: the command prints its own report). */
     void (*describe)(const shard_req *s, char *buf, size_t n);
-    int json; /* accepts --json */
+    int json;                    /* accepts --json */
+    const ps_exit_status *exits; /* what admin_main returns: N_EXITS entries */
 } admin_cmd;
+
+#define N_EXITS 3
+static const ps_exit_status request_exits[N_EXITS] = {
+    {0, "every shard succeeded"},
+    {1, "a shard failed, answered an error or did not answer in time"},
+    {2, "bad usage: a flag, the shards' list (--ps or TF_CONFIG), or CurveZMQ key files that "
+        "cannot be used"},
+};
+static const ps_exit_status status_exits[N_EXITS] = {
+    {0, "every shard answered"},
+    {1, "a shard did not answer in time or answered an error"},
+    {2, "bad usage: a flag, the shards' list (--ps or TF_CONFIG), or CurveZMQ key files that "
+        "cannot be used"},
+};
 
 /* ---- the commands ---------------------------------------------------------------- */
 
@@ -74,13 +89,27 @@ static void describe_shutdown(const shard_req *s, char *buf, size_t n) {
     snprintf(buf, n, "shutting down");
 }
 
-static const admin_cmd checkpoint_cmd = {"checkpoint",
-                                         "write a checkpoint now (psd needs "
-                                         "--checkpoint-dir)",
-                                         CMD_CHECKPOINT, describe_checkpoint, 0};
-static const admin_cmd shutdown_cmd = {"shutdown", "stop gracefully (psd answers, then exits 0)",
-                                       CMD_SHUTDOWN, describe_shutdown, 0};
-static const admin_cmd status_cmd = {"status", "report its stats", CMD_STATUS, NULL, 1};
+static const admin_cmd checkpoint_cmd = {
+    .name = "checkpoint",
+    .what = "write a checkpoint now (psd needs --checkpoint-dir)",
+    .kind = CMD_CHECKPOINT,
+    .describe = describe_checkpoint,
+    .exits = request_exits,
+};
+static const admin_cmd shutdown_cmd = {
+    .name = "shutdown",
+    .what = "stop gracefully (psd answers, then exits 0)",
+    .kind = CMD_SHUTDOWN,
+    .describe = describe_shutdown,
+    .exits = request_exits,
+};
+static const admin_cmd status_cmd = {
+    .name = "status",
+    .what = "report its stats",
+    .kind = CMD_STATUS,
+    .json = 1,
+    .exits = status_exits,
+};
 
 /* ---- options --------------------------------------------------------------------- */
 
@@ -135,10 +164,8 @@ static void usage(const admin_cmd *cmd, FILE *f) {
                 cmd->name, cmd->what);
     fprintf(f, "options:\n");
     ps_options_usage(table, n_options(cmd), f);
-    fprintf(f,
-            "\nExit status: 0 every shard %s, 1 a shard failed, answered an error or\n"
-            "did not answer in time, 2 bad usage.\n",
-            cmd->json ? "answered" : "succeeded");
+    fprintf(f, "\n");
+    ps_exit_status_usage(cmd->exits, N_EXITS, f);
 }
 
 /* Returns 0 with o filled in, 1 after --help, 2 after a message to stderr. */

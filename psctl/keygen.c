@@ -18,6 +18,14 @@ static const ps_option table[] = {
 };
 #define N_OPTIONS (sizeof table / sizeof table[0])
 
+/* What psctl_keygen_main returns. */
+static const ps_exit_status exits[] = {
+    {0, "the key pair was written"},
+    {1, "a file exists (none is overwritten) or cannot be written"},
+    {2, "bad usage: a flag, no NAME or two, a NAME or --dir that cannot be used"},
+};
+#define N_EXITS (sizeof exits / sizeof exits[0])
+
 static void usage(FILE *f) {
     fprintf(f, "usage: psctl keygen NAME [--dir DIR]\n"
                "Makes a CurveZMQ key pair and writes DIR/NAME.key (both keys; secret, mode 0600)\n"
@@ -28,7 +36,8 @@ static void usage(FILE *f) {
                "server.pub\n\n"
                "options:\n");
     ps_options_usage(table, N_OPTIONS, f);
-    fprintf(f, "\nExit status: 0 written, 1 a file exists or cannot be written, 2 bad usage.\n");
+    fprintf(f, "\n");
+    ps_exit_status_usage(exits, N_EXITS, f);
 }
 
 int psctl_keygen_main(int argc, char **argv) {

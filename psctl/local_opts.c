@@ -105,6 +105,19 @@ static const ps_option table[] = {
 };
 #define N_OPTIONS (sizeof table / sizeof table[0])
 
+/* What psctl_local_main returns (local.c, supervisor.c). */
+static const ps_exit_status exits[] = {
+    {0, "the job finished: every worker exited 0 and the psd shards stopped cleanly"},
+    {1, "a process failed beyond its --max-restarts, a worker exited 2 (bad configuration) or "
+        "4 (a shard lost the job's variables), a process could not be started, or --timeout "
+        "passed"},
+    {2, "bad usage, psd or psworker not found, an unusable --checkpoint-dir or a --gpus id "
+        "that does not exist"},
+    {130, "interrupted by SIGINT (every process stopped)"},
+    {143, "interrupted by SIGTERM (every process stopped)"},
+};
+#define N_EXITS (sizeof exits / sizeof exits[0])
+
 void psctl_local_usage(FILE *f) {
     fprintf(f, "usage: psctl local --ps N --workers M --mode sync|async [options] "
                "[-- EXTRA WORKER ARGS...]\n"
@@ -176,10 +189,8 @@ void psctl_local_usage(FILE *f) {
                "configure psworker (--epochs, --model, --data, --batch, --seed, --summary, --gpus,\n"
                "--recreate-lost-variables, arguments after \"--\") are refused with --worker-cmd:\n"
                "give them in CMD.\n"
-               "\nBinaries: $PSD and $PSWORKER, else next to psctl, else on PATH.\n"
-               "Exit status: 0 done, 1 a process failed (beyond its restarts), a shard lost\n"
-               "the job's variables, or --timeout,\n"
-               "2 bad usage, 130/143 interrupted by SIGINT/SIGTERM.\n");
+               "\nBinaries: $PSD and $PSWORKER, else next to psctl, else on PATH.\n\n");
+    ps_exit_status_usage(exits, N_EXITS, f);
 }
 
 /* Parses --gpus: "all", or distinct ids from 0 to d->max separated by single commas.

@@ -83,6 +83,19 @@ static const ps_option table[] = {
 };
 #define N_OPTIONS (sizeof table / sizeof table[0])
 
+/* What psctl_slurm_task_main returns, or the program it becomes. */
+static const ps_exit_status exits[] = {
+    {0, "done: psd or psworker exited 0 (the chief's task: its psworker, and then every shard "
+        "stopped), or --dry-run printed the task"},
+    {1, "psd or psworker could not be started, or the chief's task could not stop the shards"},
+    {2, "bad usage; psd or psworker not found; a --checkpoint-dir that cannot be made; Slurm's "
+        "environment does not describe this task (a variable missing or wrong, a TF_CONFIG "
+        "already set, a cyclic distribution); --gpus and a worker seeing too few GPUs"},
+    {PS_EXIT_OTHER, "that of psd or psworker: the task becomes it (the chief's task runs "
+                    "psworker as its child: its status, 128+N when signal N killed it)"},
+};
+#define N_EXITS (sizeof exits / sizeof exits[0])
+
 static void usage(FILE *f) {
     fprintf(f, "usage: srun [...] psctl slurm-task [--ps N --mode sync|async] [options] "
                "[-- WORKER ARGS...]\n"
@@ -113,9 +126,8 @@ static void usage(FILE *f) {
             "step ends; a requeued job's psd restores it and the workers resume there. Every\n"
             "other task becomes psd or psworker (exec). Run the step with\n"
             "srun --kill-on-bad-exit=1 so that a failed task ends it.\n"
-            "\nThe binaries: $PSD and $PSWORKER, else next to psctl, else on PATH.\n"
-            "exit status: that of psd or psworker (this process becomes it); 2 bad usage or\n"
-            "environment, 1 the program could not be started.\n");
+            "\nThe binaries: $PSD and $PSWORKER, else next to psctl, else on PATH.\n\n");
+    ps_exit_status_usage(exits, N_EXITS, f);
 }
 
 /* A decimal environment variable in [0, max]; -1 after a message when missing or bad. */

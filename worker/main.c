@@ -1,9 +1,7 @@
 /* psworker: one training worker (one per GPU, or per CPU when there is none).
  * Cluster from TF_CONFIG or flags; trains through psd or with all-reduce
- * (--strategy), and as chief evaluates and writes the summary. Exit 0 on
- * success, 1 on a training failure, 2 on bad config, 3 when another worker
- * failed (all-reduce: a broken ring, diverged replicas; EXIT_PEER), 4 when a
- * shard lost the job's variables (EXIT_LOST). */
+ * (--strategy), and as chief evaluates and writes the summary. Its exit
+ * statuses are the table `exits` (--help, psworker(1)). */
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
@@ -237,6 +235,22 @@ static const ps_option table[] = {
 };
 #define N_OPTIONS (sizeof table / sizeof table[0])
 
+/* What main returns. */
+static const ps_exit_status exits[] = {
+    {0, "success (--evaluate: the model was evaluated)"},
+    {1, "training failed: a shard did not answer within --timeout, a file could not be read "
+        "or written, an --export failed (--evaluate: FILE is missing)"},
+    {2, "bad configuration: a flag, TF_CONFIG, the model spec, the data or --device (a "
+        "message names it); also: a shard or the all-reduce --checkpoint-dir holds another "
+        "job's variables (--job-id), or the same names with other shapes (EEXIST)"},
+    {EXIT_PEER, "another worker failed (all-reduce: a worker died, went silent for "
+                "--worker-timeout, sent garbage or wrong sizes on the ring, or the replicas' "
+                "variables diverged; the error names the worker and its address)"},
+    {EXIT_LOST, "a shard lost the job's variables (restarted without a checkpoint to "
+                "restore): restarting the worker cannot help (see --recreate-lost-variables)"},
+};
+#define N_EXITS (sizeof exits / sizeof exits[0])
+
 static void usage(FILE *out) {
     fprintf(out,
             "usage: psworker [options]\n"
@@ -251,12 +265,8 @@ static void usage(FILE *out) {
             "A TF_CONFIG without a task (and no --index) is refused, not taken as the chief.\n\n"
             "options:\n");
     ps_options_usage(table, N_OPTIONS, out);
-    fprintf(out, "\nexit status: 0 on success, 1 when training fails, 2 on bad configuration "
-                 "(also: a shard or\nthe checkpoint directory holds another job's variables), "
-                 "3 when another worker failed\n(all-reduce: a worker died, went silent or sent "
-                 "garbage on the ring, or the replicas'\nvariables diverged; the error names it), "
-                 "4 when a shard lost the job's variables\n(restarted without a checkpoint to "
-                 "restore; restarting the worker cannot help).\n");
+    fprintf(out, "\n");
+    ps_exit_status_usage(exits, N_EXITS, out);
 }
 
 /* Splits a comma-separated list in place; returns the count (max cap). */
