@@ -84,8 +84,8 @@ START_TEST(fashion_cnn_two_epochs) {
         ck_assert(num(j, "test_accuracy") > 0.5);
         cJSON_Delete(j);
     } else {
-        /* README's CNN job; sync with two workers is deterministic for a seed:
-         * seeds 1, 2, 3 measured 0.8982, 0.8946, 0.8938 */
+        /* The CNN job of docs/MODELS.md; sync with two workers is deterministic for a
+         * seed (its figure: docs/PERFORMANCE.md, "The documented jobs") */
         const char *argv[] = {getenv("PSCTL"), "local", "--ps",      "2",   "--workers", "2",
                               "--mode",        "sync",  "--model",   model, "--epochs",  "2",
                               "--summary",     summary, "--timeout", "400", NULL};
