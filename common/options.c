@@ -34,7 +34,8 @@ ps_option ps_option_resolve(const ps_option *o) {
     if (o->flags & PS_OPTION_NO_DEFAULT) r.def = r.default_text = NULL;
     if (o->default_text) r.default_text = o->default_text;
     if (o->metavar) r.metavar = o->metavar;
-    if (o->help) r.help = o->help;
+    if (o->help) r.help = o->help, r.doc = NULL;
+    if (o->doc) r.doc = o->doc;
     if (o->parse) r.parse = o->parse;
     return r;
 }
@@ -124,7 +125,7 @@ const ps_option *ps_options_find(const ps_option *t, size_t n, const char *name)
 int ps_options_parse_args(const ps_option *t, size_t n, int argc, char **argv, void *cfg,
                           unsigned char *given, const char *prog, int how, int *rest, char *err,
                           size_t errlen) {
-    struct option *longopts = calloc(n + 2, sizeof *longopts);
+    struct option *longopts = calloc(n + 3, sizeof *longopts);
     ps_option *r = calloc(n + 1, sizeof *r);
     if (!longopts || !r) {
         free(longopts);
@@ -139,6 +140,7 @@ int ps_options_parse_args(const ps_option *t, size_t n, int argc, char **argv, v
                                       NULL, (int)i + 1000};
     }
     longopts[n] = (struct option){"help", no_argument, NULL, 'h'};
+    longopts[n + 1] = (struct option){"help-man", no_argument, NULL, 'M'};
     optind = 0; /* glibc: start afresh (the '+' of optstring is read then) */
     opterr = 0;
     const char *last_value = NULL;
@@ -146,12 +148,12 @@ int ps_options_parse_args(const ps_option *t, size_t n, int argc, char **argv, v
     /* "+": stop at the first non-option; ":": a missing value is reported as ':' */
     const char *optstring = how & PS_OPTIONS_IN_ORDER ? "+:h" : ":h";
     while (rc == PS_OK && (c = getopt_long(argc, argv, optstring, longopts, NULL)) != -1) {
-        if (c == 'h') {
-            rc = 1;
+        if (c == 'h' || c == 'M') {
+            rc = c == 'h' ? PS_OPTIONS_HELP : PS_OPTIONS_HELP_MAN;
         } else if (c == '?' || c == ':') {
             if (c == ':')
                 snprintf(err, errlen, "%s needs a value (see %s --help)", argv[optind - 1], prog);
-            else if (optopt > 0 && optopt < 1000 && optopt != 'h')
+            else if (optopt > 0 && optopt < 1000 && optopt != 'h' && optopt != 'M')
                 snprintf(err, errlen, "unknown option '-%c' (see %s --help)", optopt, prog);
             else
                 snprintf(err, errlen, "unknown option '%s' (see %s --help)", argv[optind - 1],

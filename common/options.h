@@ -43,6 +43,9 @@ struct ps_option {
      * table sets (def NULL: "the model spec's", "0" for a field left unset to tell "not
      * given"). NULL: def, if any. */
     const char *default_text;
+    /* More for the man page (--help-man), too long for --help: sentences that follow help
+     * there. NULL: none. An entry that gives its own help does not take like's. */
+    const char *doc;
 };
 
 #define PS_OPTION_FIELD(type, field) offsetof(type, field), sizeof(((type *)0)->field)
@@ -63,9 +66,15 @@ ps_option ps_option_resolve(const ps_option *o);
 int ps_options_defaults(const ps_option *t, size_t n, void *cfg, char *err, size_t errlen);
 /* Parses and stores one value. Returns PS_OK or PS_EINVAL with a reason naming the flag. */
 int ps_options_set(const ps_option *o, void *cfg, const char *val, char *err, size_t errlen);
+/* What ps_options_parse answers, besides PS_OK and the errors, when a program is asked
+ * for its documentation (nothing is printed). */
+enum {
+    PS_OPTIONS_HELP = 1,    /* -h, --help: print the usage (ps_options_usage ...) */
+    PS_OPTIONS_HELP_MAN = 2 /* --help-man: print ps_options_help_man */
+};
 /* Parses argv (getopt_long, "--name value" or "--name=value"; argv[0] is skipped). given[i]
- * (may be NULL) is set for each option seen. Returns PS_OK, 1 when -h/--help was given
- * (nothing printed), or PS_EINVAL with a reason in err (unknown flag, missing value, bad
+ * (may be NULL) is set for each option seen. Returns PS_OK, PS_OPTIONS_HELP or
+ * PS_OPTIONS_HELP_MAN, or PS_EINVAL with a reason in err (unknown flag, missing value, bad
  * value, stray argument). */
 int ps_options_parse(const ps_option *t, size_t n, int argc, char **argv, void *cfg,
                      unsigned char *given, const char *prog, char *err, size_t errlen);
@@ -87,6 +96,14 @@ typedef struct {
 
 /* Prints "exit status:" and one wrapped entry per status (code, meaning) to out. */
 void ps_exit_status_usage(const ps_exit_status *e, size_t n, FILE *out);
+
+/* Prints what a program's man page says of its options and exit statuses, as scdoc, for
+ * --help-man: a line "%%options" and an entry per option (flag and value, then a paragraph:
+ * help, doc, "Default: X."; -h/--help and --help-man last), a line "%%exit-status" and an
+ * entry per status, a line "%%synopsis" and one line "[*--flag* VALUE] ...".
+ * docs/man/gen_man.py cuts it at those lines. */
+void ps_options_help_man(const ps_option *t, size_t n, const ps_exit_status *e, size_t ne,
+                         FILE *out);
 /* Looks an option up by name; NULL when absent. */
 const ps_option *ps_options_find(const ps_option *t, size_t n, const char *name);
 

@@ -19,7 +19,12 @@ static const ps_option table[] = {
      "tcp: port (0: any free port); TF_CONFIG gives it; required with tcp"},
     {"ipc-path", PS_OPTION_STR, F(ipc_path), 0, 0, "", NULL, "PATH",
      "ipc: Unix socket path (at most 107 bytes), required with ipc; a stale socket left "
-     "by a dead psd is replaced, the socket is removed at a clean stop"},
+     "by a dead psd is replaced, the socket is removed at a clean stop",
+     .doc = "A socket another process listens on is an error (exit status 2). psd holds the lock "
+            "file PATH.lock (flock) from before it looks at PATH until it exits, so of two psd "
+            "started at once on one path exactly one serves and the other exits 2; a clean stop "
+            "removes the lock file, and one a killed psd leaves behind is harmless (the lock "
+            "died with the process). TF_CONFIG gives the path as ipc://PATH"},
     {"shard", PS_OPTION_LONG, F(shard), 0, PS_MAX_SHARDS - 1, "0", NULL, "N",
      "index of this shard (TF_CONFIG task.index)"},
     {"num-shards", PS_OPTION_LONG, F(num_shards), 1, PS_MAX_SHARDS, "1", NULL, "N",
@@ -27,14 +32,25 @@ static const ps_option table[] = {
     {.like = &ps_flag_workers, PS_OPTION_AT(ps_server_config, workers)},
     {.like = &ps_flag_mode, PS_OPTION_AT(ps_server_config, mode)},
     {"ready-file", PS_OPTION_STR, F(ready_file), 0, 0, "", NULL, "FILE",
-     "write \"host:port\" (ipc: \"ipc://PATH\") here once listening (for supervisors)"},
+     "write \"host:port\" (ipc: \"ipc://PATH\") here once listening (for supervisors)",
+     .doc = "It is written after any checkpoint is restored and the signal handlers are "
+            "installed: a SIGTERM sent as soon as it appears stops psd cleanly"},
     {"log-level", PS_OPTION_CHOICE, F(log_level), 0, 0, "info", "debug|info|warn|error", NULL,
      "log verbosity"},
     {.like = &ps_flag_worker_timeout, PS_OPTION_AT(ps_server_config, worker_timeout_ms)},
-    {.like = &ps_flag_replicas, PS_OPTION_AT(ps_server_config, replicas)},
-    {.like = &ps_flag_staleness, PS_OPTION_AT(ps_server_config, staleness)},
+    {.like = &ps_flag_replicas,
+     PS_OPTION_AT(ps_server_config, replicas),
+     .doc = "R below --workers makes the slowest workers backup workers. At most --workers; "
+            "refused with --mode async"},
+    {.like = &ps_flag_staleness,
+     PS_OPTION_AT(ps_server_config, staleness),
+     .doc = "Refused with --mode sync"},
     {"checkpoint-dir", PS_OPTION_STR, F(checkpoint_dir), 0, 0, "", NULL, "DIR",
-     "write checkpoints here and restore the newest valid one at start (\"\": none)"},
+     "write checkpoints here and restore the newest valid one at start (\"\": none)",
+     .doc = "A checkpoint is written every --checkpoint-every seconds, on a Checkpoint request "
+            "(psctl checkpoint) and at SIGTERM/SIGINT, to a temporary file renamed when complete "
+            "(docs/FORMATS.md). Give each shard its own directory: a checkpoint of another shard "
+            "(index or --num-shards) is refused (exit status 2)"},
     {.like = &ps_flag_checkpoint_every, PS_OPTION_AT(ps_server_config, checkpoint_every)},
     {"metrics-port", PS_OPTION_LONG, F(metrics_port), -1, PS_MAX_PORT, "-1", NULL, "N",
      "serve GET /metrics (Prometheus) and /healthz over HTTP on this port (0: any free "
@@ -43,7 +59,8 @@ static const ps_option table[] = {
      "address for --metrics-port"},
     {"curve-secret", PS_OPTION_STR, F(curve_secret), 0, 0, "", NULL, "FILE",
      "CurveZMQ: encrypt and authenticate with this key pair (psctl keygen); needs "
-     "--authorized-keys"},
+     "--authorized-keys",
+     .doc = "docs/SECURITY.md has the whole setup"},
     {"authorized-keys", PS_OPTION_STR, F(authorized_keys), 0, 0, "", NULL, "DIR",
      "CurveZMQ: accept only clients whose public key is a file in DIR"},
     {"max-message-mb", PS_OPTION_LONG, F(max_message_mb), 1, 1 << 20, "2048", NULL, "MB",
@@ -193,8 +210,11 @@ int ps_server_config_parse(int argc, char **argv, const char *tf_config, ps_serv
     if (tf_config && *tf_config && apply_tf_config(tf_config, cfg, &tf_port, err, errlen) != PS_OK)
         return PS_EINVAL;
     int rc = ps_options_parse(table, N_ENTRIES, argc, argv, cfg, given, "psd", err, errlen);
-    if (rc == 1) {
-        ps_server_config_usage(stdout);
+    if (rc == PS_OPTIONS_HELP || rc == PS_OPTIONS_HELP_MAN) {
+        if (rc == PS_OPTIONS_HELP)
+            ps_server_config_usage(stdout);
+        else
+            ps_options_help_man(table, N_ENTRIES, exits, N_EXITS, stdout);
         return 1;
     }
     if (rc != PS_OK) return PS_EINVAL;

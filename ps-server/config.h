@@ -42,8 +42,8 @@ typedef struct {
 
 /* Fills cfg from TF_CONFIG (when tf_config is non-NULL and non-empty, task type
  * must be "ps") and then from the flags, which win. Returns PS_OK; 1 when --help
- * was asked (usage already printed to stdout); PS_EINVAL with a reason in err
- * for bad or missing configuration. */
+ * or --help-man was asked (usage, or the man page's scdoc, already printed to
+ * stdout); PS_EINVAL with a reason in err for bad or missing configuration. */
 int ps_server_config_parse(int argc, char **argv, const char *tf_config, ps_server_config *cfg,
                            char *err, size_t errlen);
 /* Prints the usage text generated from the table. */

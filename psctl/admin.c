@@ -124,8 +124,8 @@ typedef struct {
 /* The options of every admin command; --json (last) only for status. */
 static const ps_option table[] = {
     {"ps", PS_OPTION_ARG, PS_OPTION_FIELD(admin_opts, ps), 0, 0, NULL, NULL, "HOST:PORT,...",
-     "the shards, in shard order (default: TF_CONFIG's cluster.ps); ipc://PATH for a shard "
-     "on this machine's Unix socket"},
+     "the shards, in shard order; ipc://PATH for a shard on this machine's Unix socket",
+     .default_text = "TF_CONFIG's cluster.ps"},
     {"timeout", PS_OPTION_SECONDS, PS_OPTION_FIELD(admin_opts, timeout_s), 0, MAX_TIMEOUT_S,
      DEFAULT_TIMEOUT_S, NULL, "SECONDS", "wait this long for each shard's answer",
      .flags = PS_OPTION_ABOVE_MIN},
@@ -168,7 +168,7 @@ static void usage(const admin_cmd *cmd, FILE *f) {
     ps_exit_status_usage(cmd->exits, N_EXITS, f);
 }
 
-/* Returns 0 with o filled in, 1 after --help, 2 after a message to stderr. */
+/* Returns 0 with o filled in, 1 after --help or --help-man, 2 after a message to stderr. */
 static int parse(const admin_cmd *cmd, int argc, char **argv, admin_opts *o) {
     char prog[32], err[512];
     snprintf(prog, sizeof prog, "psctl %s", cmd->name);
@@ -177,8 +177,11 @@ static int parse(const admin_cmd *cmd, int argc, char **argv, admin_opts *o) {
     if (rc == PS_OK)
         rc = ps_options_parse_args(table, n_options(cmd), argc, argv, o, NULL, prog,
                                    PS_OPTIONS_IN_ORDER, NULL, err, sizeof err);
-    if (rc == 1) {
-        usage(cmd, stdout);
+    if (rc == PS_OPTIONS_HELP || rc == PS_OPTIONS_HELP_MAN) {
+        if (rc == PS_OPTIONS_HELP)
+            usage(cmd, stdout);
+        else
+            ps_options_help_man(table, n_options(cmd), cmd->exits, N_EXITS, stdout);
         return 1;
     }
     if (rc != PS_OK) {

@@ -14,15 +14,18 @@ typedef struct {
 
 static const ps_option table[] = {
     {"dir", PS_OPTION_ARG, PS_OPTION_FIELD(keygen_opts, dir), 0, 0, ".", NULL, "DIR",
-     "where to write the files (. is the current directory)"},
+     "where to write the files (. is the current directory)",
+     .doc = "DIR must exist. Never overwrites a file: an existing NAME.key or NAME.pub is an "
+            "error (exit status 1)"},
 };
 #define N_OPTIONS (sizeof table / sizeof table[0])
 
 /* What psctl_keygen_main returns. */
 static const ps_exit_status exits[] = {
     {0, "the key pair was written"},
-    {1, "a file exists (none is overwritten) or cannot be written"},
-    {2, "bad usage: a flag, no NAME or two, a NAME or --dir that cannot be used"},
+    {1, "a file exists (none is overwritten) or cannot be written (also: DIR does not exist)"},
+    {2, "bad usage: a flag, no NAME or two, a NAME that is not letters, digits, '.', '_' and "
+        "'-' (not starting with '.'), a DIR name too long"},
 };
 #define N_EXITS (sizeof exits / sizeof exits[0])
 
@@ -48,8 +51,11 @@ int psctl_keygen_main(int argc, char **argv) {
     if (rc == PS_OK)
         rc = ps_options_parse_args(table, N_OPTIONS, argc, argv, &o, NULL, "psctl keygen",
                                    PS_OPTIONS_ARGS, &first, err, sizeof err);
-    if (rc == 1) {
-        usage(stdout);
+    if (rc == PS_OPTIONS_HELP || rc == PS_OPTIONS_HELP_MAN) {
+        if (rc == PS_OPTIONS_HELP)
+            usage(stdout);
+        else
+            ps_options_help_man(table, N_OPTIONS, exits, N_EXITS, stdout);
         return 0;
     }
     if (rc != PS_OK) {

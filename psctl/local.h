@@ -71,8 +71,8 @@ typedef struct {
 #define PSCTL_JOB_ID_ENV "PS_JOB_ID"
 
 /* Parses `psctl local` arguments; argv[0] is "local". Returns 0 when opts is filled
- * in, 1 when --help was printed to stdout, 2 after printing a message naming the bad
- * flag to stderr. Uses the option table machinery (common/options.h). */
+ * in, 1 when --help (or --help-man's scdoc) was printed to stdout, 2 after printing a
+ * message naming the bad flag to stderr. Uses the option table machinery (common/options.h). */
 int psctl_local_parse(int argc, char **argv, psctl_local_opts *opts);
 
 /* Checks what needs the final worker count (after psctl_local_resolve_gpus):

@@ -22,23 +22,32 @@ static const ps_option table[] = {
     {.like = &ps_flag_strategy,
      AT(strategy),
      .help = "parameter_server: psd shards hold the variables; mirrored, multi_worker_mirrored: "
-             "no psd, the workers all-reduce their gradients in a ring (see below)"},
+             "no psd, the workers all-reduce their gradients in a ring (see below)",
+     .doc = "With mirrored and multi_worker_mirrored every worker gets --strategy, "
+            "--checkpoint-dir and --checkpoint-every and its TF_CONFIG (see ALL-REDUCE); --ps, "
+            "--transport, --replicas-to-aggregate, --staleness, --recreate-lost-variables, "
+            "--worker-cmd and --mode async are refused"},
     {.like = &ps_flag_communication,
      AT(communication_index),
      .flags = PS_OPTION_NO_DEFAULT,
-     .help = "all-reduce strategies: passed to every worker (default: the workers' auto)"},
+     .help = "all-reduce strategies: passed to every worker",
+     .default_text = "the workers' auto",
+     .doc = "nccl is compiled in CUDA builds but has not yet run on a GPU. Refused with "
+            "--strategy parameter_server"},
     {.like = &ps_flag_compression,
      AT(compression),
      .flags = PS_OPTION_NO_DEFAULT,
-     .help = "passed to every worker: how gradients travel (psworker --compression; default: "
-             "the workers' none)"},
+     .help = "passed to every worker: how gradients travel (psworker --compression)",
+     .default_text = "the workers' none",
+     .doc = "Not with --worker-cmd"},
     {"ps", PS_OPTION_LONG, F(num_ps), 1, PS_MAX_SHARDS, NULL, NULL, "N",
      "number of psd shards (required with --strategy parameter_server, refused otherwise)"},
     {.like = &ps_flag_workers,
      AT(num_workers),
      .flags = PS_OPTION_NO_DEFAULT,
      .metavar = "M",
-     .help = "number of workers (required unless --gpus)"},
+     .help = "number of workers (required unless --gpus)",
+     .doc = "With --gpus 0,1,... it must be the number of GPUs listed"},
     {.like = &ps_flag_mode,
      AT(mode_index),
      .flags = PS_OPTION_NO_DEFAULT,
@@ -47,61 +56,96 @@ static const ps_option table[] = {
     {.like = &ps_flag_epochs,
      AT(epochs),
      .flags = PS_OPTION_NO_DEFAULT,
-     .help = "epochs to train (default: the workers' own: the model spec's \"epochs\", else 2)"},
+     .help = "epochs to train",
+     .default_text = "the workers' own: the model spec's \"epochs\", else 2",
+     .doc = "Passed to every worker only when given"},
     {"model", PS_OPTION_ARG, F(model), 1, 0, NULL, NULL, "FILE",
-     "model spec JSON (default: the worker's)"},
+     "model spec JSON", .default_text = "the worker's"},
     {"data", PS_OPTION_ARG, F(data), 1, 0, NULL, NULL, "DIR",
-     "dataset directory (default: the worker's)"},
+     "dataset directory", .default_text = "the worker's"},
     {"summary", PS_OPTION_ARG, F(summary), 1, 0, NULL, NULL, "FILE",
      "the chief writes its JSON summary here"},
     {"tensorboard", PS_OPTION_ARG, F(tensorboard), 1, 0, NULL, NULL, "DIR",
      "the chief writes TensorBoard event files under DIR (psworker --tensorboard)"},
     {"tensorboard-every", PS_OPTION_LONG, F(tensorboard_every), 0, 1L << 30, NULL, NULL, "N",
-     "the chief's batch_ tags every N steps (psworker --tensorboard-every; default: the "
-     "worker's 100)"},
+     "the chief's batch_ tags every N steps (psworker --tensorboard-every)",
+     .default_text = "the worker's 100"},
     {"history", PS_OPTION_ARG, F(history), 1, 0, NULL, NULL, "FILE",
      "the chief writes Keras' History.history here as JSON (psworker --history)"},
     {.like = &ps_flag_batch, AT(batch)},
     {.like = &ps_flag_seed,
      AT(seed),
      .flags = PS_OPTION_NO_DEFAULT,
-     .help = "initialisation and shuffling seed (default: the worker's)"},
+     .help = "initialisation and shuffling seed",
+     .default_text = "the worker's"},
     {"timeout", PS_OPTION_SECONDS, F(timeout_s), 0, 10000000, "0", NULL, "SECONDS",
-     "stop everything and fail after this long (0: never)"},
+     "stop everything and fail after this long (0: never)",
+     .doc = "Then every process is stopped and psctl exits 1"},
     {"max-restarts", PS_OPTION_LONG, F(max_restarts), 0, 1000, "3", NULL, "N",
-     "restart a failed process up to N times (0: never)"},
+     "restart a failed process up to N times (0: never)",
+     .doc = "A process killed by a signal or exiting non-zero is started again with the same "
+            "arguments and environment after 0.2 s, doubling with each restart of that process up "
+            "to 5 s, and psctl logs it (psctl: worker 2 killed by signal 9; restarting (1/3)). A "
+            "psd comes back on the port (or socket path) it first got, so the workers' --ps list "
+            "stays valid. Exit status 2 (bad configuration) is never restarted, nor is a worker "
+            "exiting 4 (a shard lost the job's variables) unless --recreate-lost-variables: the "
+            "job stops and psctl exits 1, the worker's error naming the shard. All-reduce "
+            "strategies: each restart of the whole set of workers counts once"},
     {"checkpoint-dir", PS_OPTION_ARG, F(checkpoint_dir), 1, 0, NULL, NULL, "DIR",
      "psd shard i checkpoints to and restores from DIR/ps-<i>; all-reduce: the chief "
-     "checkpoints to DIR and a restarted job resumes from it (default: psctl's run dir)"},
+     "checkpoints to DIR and a restarted job resumes from it (default: psctl's run dir)",
+     .doc = "psctl makes the DIR/ps-<i> directories; a restarted psd restores its shard from its "
+            "own. psctl's run directory, and so the all-reduce default, is removed at the end"},
     {PSCTL_CKPT_STEPS_FLAG, PS_OPTION_LONG, F(checkpoint_steps), 1, 1L << 40, NULL, NULL, "N",
-     "all-reduce: the chief checkpoints every N steps (default: the workers')"},
+     "all-reduce: the chief checkpoints every N steps", .default_text = "the workers'",
+     .doc = "Refused with --strategy parameter_server (psd checkpoints by time: "
+            "--checkpoint-every)"},
     {.like = &ps_flag_checkpoint_every,
      AT(checkpoint_every),
      .flags = PS_OPTION_NO_DEFAULT,
      .help = "psd: periodic checkpoints when the version moved (0: only on request and at "
              "SIGTERM/SIGINT); all-reduce: the chief's checkpoint period (default there: 60; "
-             "0: only by steps and at the end)"},
-    {.like = &ps_flag_worker_timeout, AT(worker_timeout_ms), .flags = PS_OPTION_NO_DEFAULT},
-    {.like = &ps_flag_replicas, AT(replicas), .flags = PS_OPTION_NO_DEFAULT},
-    {.like = &ps_flag_staleness, AT(staleness), .flags = PS_OPTION_NO_DEFAULT},
+             "0: only by steps and at the end)",
+     .doc = "psd: passed to every shard only when given, and needs --checkpoint-dir"},
+    {.like = &ps_flag_worker_timeout, AT(worker_timeout_ms), .flags = PS_OPTION_NO_DEFAULT,
+     .doc = "Passed to every psd only when given (else psd's default, 30000); with an all-reduce "
+            "strategy to every worker instead, where a ring neighbour silent this long is dead"},
+    {.like = &ps_flag_replicas, AT(replicas), .flags = PS_OPTION_NO_DEFAULT,
+     .doc = "Passed to every psd only when given; at most --workers, and only with --mode sync"},
+    {.like = &ps_flag_staleness, AT(staleness), .flags = PS_OPTION_NO_DEFAULT,
+     .doc = "Passed to every psd only when given; only with --mode async"},
     {.name = "gpus",
      .type = PS_OPTION_CUSTOM,
      .max = PSCTL_MAX_GPUS - 1,
      .metavar = "all|0,1,...",
      .help = "one worker per GPU, each seeing only its own (see below)",
-     .parse = parse_gpus},
+     .parse = parse_gpus,
+     .doc = "Worker j runs on the j-th listed GPU with CUDA_VISIBLE_DEVICES set to that id and "
+            "--device cuda:0. --gpus all with no CUDA GPU (or a psctl built without CUDA) says so "
+            "and runs CPU workers instead: --workers M of them, else one per CPU core; a listed "
+            "id that does not exist is an error (exit status 2). Without --gpus every worker gets "
+            "--device cpu, so that several workers never pile onto GPU 0"},
     {.like = &ps_flag_transport,
      AT(transport_ipc),
      .def = "ipc",
-     .help = "how workers reach the shards: Unix sockets or 127.0.0.1 TCP"},
+     .help = "how workers reach the shards: Unix sockets or 127.0.0.1 TCP",
+     .doc = "ipc: psctl makes a private directory ($XDG_RUNTIME_DIR/psctl-ipc.XXXXXX, else under "
+            "/tmp), shard i listens on DIR/psd-<i>.sock (psd --transport ipc --ipc-path) and the "
+            "workers get --ps ipc://DIR/psd-0.sock,...; the directory is removed at the end. tcp: "
+            "every shard listens on 127.0.0.1 on a free port"},
     {"job-id", PS_OPTION_ARG, F(job_id), 1, 0, NULL, NULL, "ID",
-     "every worker's --job-id (default: the workers' own, \"default\"); with --worker-cmd "
-     "their PS_JOB_ID"},
+     "every worker's --job-id; with --worker-cmd their PS_JOB_ID",
+     .default_text = "the workers' own, \"default\""},
     {"recreate-lost-variables", PS_OPTION_FLAG, F(recreate_lost), 0, 0, NULL, NULL, NULL,
-     "a shard that lost the job's variables gets them again with INITIAL values (see below)"},
+     "a shard that lost the job's variables gets them again with INITIAL values (see below)",
+     .doc = "The workers get --recreate-lost-variables yes, and a worker exiting 4 is restarted "
+            "instead of failing the job: the chief creates that shard's variables again with "
+            "their initial values (logged, and listed in the summary's recreated_lost_variables)"},
     {"worker-cmd", PS_OPTION_ARG, F(worker_cmd), 1, 0, NULL, NULL, "CMD",
      "run each worker as /bin/sh -c 'exec CMD' with TF_CONFIG instead of psworker "
-     "(parameter_server only; see below)"},
+     "(parameter_server only; see below)",
+     .doc = "It is supervised, restarted and its output prefixed as psworker's would be; its "
+            "environment gets TF_CONFIG, PS_JOB_ID and PS_PARENT_PID (see WORKER COMMAND)"},
 };
 #define N_OPTIONS (sizeof table / sizeof table[0])
 
@@ -307,8 +351,11 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
             ps_options_parse_args(table, N_OPTIONS, argc, argv, o, given, "psctl local",
                                   PS_OPTIONS_IN_ORDER | PS_OPTIONS_ARGS | PS_OPTIONS_AFTER_DASHDASH,
                                   &rest, err, sizeof err);
-    if (rc == 1) {
-        psctl_local_usage(stdout);
+    if (rc == PS_OPTIONS_HELP || rc == PS_OPTIONS_HELP_MAN) {
+        if (rc == PS_OPTIONS_HELP)
+            psctl_local_usage(stdout);
+        else
+            ps_options_help_man(table, N_OPTIONS, exits, N_EXITS, stdout);
         return 1;
     }
     if (rc != PS_OK) {

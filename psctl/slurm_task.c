@@ -55,16 +55,22 @@ static int parse_psd_arg(const ps_option *d, void *cfg, const char *arg, char *e
 static const ps_option table[] = {
     {"ps", PS_OPTION_LONG, F(num_ps), 0, PS_MAX_SHARDS, "0", NULL, "N",
      "the first N tasks are psd shards, the rest workers (task N: the chief); 0: no psd, "
-     "every task is a worker and they all-reduce (multi_worker_mirrored)"},
+     "every task is a worker and they all-reduce (multi_worker_mirrored)",
+     .doc = "With 0 TF_CONFIG has only \"worker\" entries, so psworker defaults to "
+            "multi_worker_mirrored"},
     {"base-port", PS_OPTION_LONG, F(base_port), 1, 65535, DEFAULT_BASE_PORT, NULL, "P",
-     "the task with SLURM_LOCALID L listens on port P + L of its node"},
+     "the task with SLURM_LOCALID L listens on port P + L of its node",
+     .doc = "Every node so uses the ports P..P+tasks-1: two jobs sharing a node need different "
+            "values"},
     {.like = &ps_flag_mode,
      AT(mode),
      .flags = PS_OPTION_NO_DEFAULT,
-     .help = "passed to every psd (required with --ps N > 0)"},
+     .help = "passed to every psd (required with --ps N > 0)",
+     .doc = "Refused with --ps 0"},
     {"checkpoint-dir", PS_OPTION_ARG, F(checkpoint_dir), 1, 0, NULL, NULL, "DIR",
      "shared storage: psd shard i checkpoints to and restores from DIR/ps-<i> (made if "
-     "missing); --ps 0: every worker gets --checkpoint-dir DIR (the chief writes it)"},
+     "missing); --ps 0: every worker gets --checkpoint-dir DIR (the chief writes it)",
+     .doc = "A requeued job's psd restores its shard from it and the workers resume there"},
     {.like = &ps_flag_checkpoint_every,
      AT(checkpoint_every),
      .flags = PS_OPTION_NO_DEFAULT,
@@ -75,9 +81,17 @@ static const ps_option table[] = {
      .parse = parse_psd_arg},
     {"stop-wait", PS_OPTION_SECONDS, F(stop_wait_s), 0, 1000000, "600", NULL, "SECONDS",
      "--ps N > 0: once its psworker is done, the chief waits this long at most for the other "
-     "workers to finish, then stops every psd (they checkpoint and exit 0)"},
+     "workers to finish, then stops every psd (they checkpoint and exit 0)",
+     .doc = "psd never exits by itself: the chief's task runs psworker as its child (passing "
+            "SIGTERM and SIGINT on) and, once it exited 0, waits until no shard counts a live "
+            "worker, then asks every shard for a checkpoint (with --checkpoint-dir) and to shut "
+            "down. Every other task execs psd or psworker"},
     {"gpus", PS_OPTION_FLAG, F(gpus), 0, 0, NULL, NULL, NULL,
-     "workers train on a GPU (see below); without it every worker gets --device cpu"},
+     "workers train on a GPU (see below); without it every worker gets --device cpu",
+     .doc = "A worker that sees one GPU (CUDA_VISIBLE_DEVICES lists one, as when Slurm binds a "
+            "GPU per task: srun --gpus-per-task=1) gets --device cuda:0; one that sees several "
+            "gets cuda:R, R its place among the workers of its node (psd tasks hold no GPU), "
+            "which must be below the number it sees (else exit status 2)"},
     {"dry-run", PS_OPTION_FLAG, F(dry_run), 0, 0, NULL, NULL, NULL,
      "print the task's role, TF_CONFIG and command line instead of running it"},
 };
@@ -307,8 +321,11 @@ int psctl_slurm_task_main(int argc, char **argv) {
     int rc = ps_options_parse_args(table, N_OPTIONS, argc, argv, &o, given, "psctl slurm-task",
                                    PS_OPTIONS_ARGS | PS_OPTIONS_AFTER_DASHDASH, &rest, err,
                                    sizeof err);
-    if (rc == 1) {
-        usage(stdout);
+    if (rc == PS_OPTIONS_HELP || rc == PS_OPTIONS_HELP_MAN) {
+        if (rc == PS_OPTIONS_HELP)
+            usage(stdout);
+        else
+            ps_options_help_man(table, N_OPTIONS, exits, N_EXITS, stdout);
         return 0;
     }
     if (rc != PS_OK) {

@@ -76,13 +76,19 @@ static const ps_option table[] = {
     {"model", PS_OPTION_STR, F(model), 0, 0, "", NULL, "FILE",
      "Keras-like JSON model spec, a {\"keras\": ...} wrapper, or a Keras model.to_json() file "
      "(then give --loss)",
-     .default_text = "built-in 784-128-10 MLP = examples/mlp.json"},
+     .default_text = "built-in 784-128-10 MLP = examples/mlp.json",
+     .doc = "The wrapper is {\"keras\": ..., \"loss\": ...} around a Keras model; a "
+            "model.to_json() file is taken as written. The examples are installed under "
+            "share/doc/ps/examples"},
     {"loss", PS_OPTION_STR, F(loss), 0, 0, "", NULL, "NAME",
      "the loss of a bare Keras model file given to --model (to_json() carries none): "
      "sparse_categorical_crossentropy, binary_crossentropy or mse; refused for specs that "
-     "give their own"},
+     "give their own",
+     .doc = "Such a file without --loss is refused, and so is --loss with a spec that names its "
+            "own loss"},
     {"data", PS_OPTION_STR, F(data), 0, 0, DEFAULT_DATA_DIR, NULL, "DIR",
-     "dataset directory: IDX files or CIFAR-10 binary batches"},
+     "dataset directory: IDX files or CIFAR-10 binary batches",
+     .doc = "IDX files may be gzipped or raw"},
     {"dataset", PS_OPTION_CHOICE, F(dataset), 0, 0, "auto", "auto|idx|fashion_mnist|cifar10", NULL,
      "format of --data (fashion_mnist = idx); auto: cifar10 when --data holds "
      "data_batch_1.bin or test_batch.bin (or .bin.gz), else idx"},
@@ -91,15 +97,26 @@ static const ps_option table[] = {
     {"positive-classes", PS_OPTION_STR, F(positive_classes), 0, 0, "", NULL, "C,C,...",
      "binary task: label 1 for these classes of the data (e.g. 5,7,9), 0 for the others; "
      "the model needs a binary output (Dense 1 + binary_crossentropy, or Dense 2)",
-     .default_text = "the model spec's \"labels\", else the data's own labels"},
+     .default_text = "the model spec's \"labels\", else the data's own labels",
+     .doc = "A class the data does not have, a class listed twice, or every class positive is "
+            "refused"},
     {"label-map", PS_OPTION_STR, F(label_map), 0, 0, "", NULL, "C:L,...",
      "relabel: class C of the data becomes label L (e.g. 0:0,1:0,2:1,...); every class of the "
      "data once, every label of the model used",
-     .default_text = "as --positive-classes"},
+     .default_text = "as --positive-classes",
+     .doc = "Every label must be one of the model's. Not with --positive-classes. The worker logs "
+            "the mapping and the class balance of the training and test sets"},
     {"input-adapt", PS_OPTION_CHOICE, F(input_adapt), 0, 0, "pad", "pad|resize|refuse", NULL,
      "when the model's image input (h, w, c) differs from the data's images: pad smaller "
      "ones with zeros (centred), resize (bilinear) any, or refuse; 1 channel is repeated to c. "
-     "Done once at load (memory: samples x h x w x c floats)"},
+     "Done once at load (memory: samples x h x w x c floats)",
+     .doc = "The data's images are 28x28x1 (Fashion-MNIST) or 32x32x3 (CIFAR-10). pad puts "
+            "smaller images in the middle of zeros (an odd difference leaves the extra row or "
+            "column at the bottom or right); resize scales any size (bilinear, half-pixel "
+            "centres, no antialiasing); refuse makes any difference an error. One log line says "
+            "what was done; the adapted sets are converted in place (Fashion-MNIST at 32x32x3: "
+            "about 860 MB instead of 220 MB). A flat model input takes data with the same number "
+            "of values"},
     {"rgb-to-gray", PS_OPTION_CHOICE, F(rgb_to_gray), 0, 0, "no", "no|yes", NULL,
      "yes: 3-channel images feed a 1-channel model input as their luminance "
      "(0.2989 R + 0.5870 G + 0.1140 B); no: that is refused"},
@@ -107,22 +124,41 @@ static const ps_option table[] = {
      PS_OPTION_AT(worker_opts, epochs),
      .flags = PS_OPTION_NO_DEFAULT,
      .help = "epochs to train",
-     .default_text = "the model spec's \"epochs\", else 2"},
+     .default_text = "the model spec's \"epochs\", else 2",
+     .doc = "The chief logs which it used"},
     {.like = &ps_flag_batch, PS_OPTION_AT(worker_opts, batch)},
     {.like = &ps_flag_seed, PS_OPTION_AT(worker_opts, seed)},
     {"summary", PS_OPTION_STR, F(summary), 0, 0, "", NULL, "FILE",
-     "chief: write a JSON summary here at the end"},
+     "chief: write a JSON summary here at the end",
+     .doc = "Its keys: test_accuracy, test_loss, test_samples, epochs, steps, mode, strategy, "
+            "workers, shards, samples_per_sec, wall_seconds, job_id, recreated_lost_variables "
+            "(the shards whose lost variables were created again, see --recreate-lost-variables; "
+            "normally []), accumulate_steps, sync_every, compression, bytes_sent_per_step (the "
+            "gradient bytes this worker sent per step), dtype_policy (and loss_scale, "
+            "skipped_steps under mixed_float16); the training loss and accuracy over all workers: "
+            "loss, accuracy, samples (the last epoch), workers_reported, chief_loss, "
+            "chief_accuracy, chief_samples (the chief's own), and history (per epoch, each "
+            "worker's figures too). With --evaluate: \"mode\": \"evaluate\" and the test figures"},
     {"tensorboard", PS_OPTION_STR, F(tensorboard), 0, 0, "", NULL, "DIR",
      "chief: TensorBoard event files in DIR/train and DIR/validation (Keras' TensorBoard "
      "callback's runs and tags: epoch_loss, epoch_accuracy, epoch_learning_rate, batch_*), "
-     "flushed after each epoch"},
+     "flushed after each epoch",
+     .doc = "Per epoch epoch_loss, epoch_accuracy (both runs; validation is the test-set "
+            "evaluation) and epoch_learning_rate (train); every --tensorboard-every steps "
+            "batch_loss, batch_accuracy, batch_learning_rate, batch_samples_per_sec, "
+            "batch_gradient_global_norm (train); the variables' histograms per epoch. The files "
+            "are named events.out.tfevents.<seconds>.<host>.<pid>.<n> (docs/FORMATS.md)"},
     {"tensorboard-every", PS_OPTION_LONG, F(tensorboard_every), 0, 1L << 30, "100", NULL, "N",
      "chief, --tensorboard: the batch_ tags every N steps (Keras' update_freq; 0: none)"},
     {"history", PS_OPTION_STR, F(history), 0, 0, "", NULL, "FILE",
      "chief: Keras' History.history as JSON (loss, accuracy, val_loss, val_accuracy: one "
-     "entry per epoch), rewritten after each epoch"},
+     "entry per epoch), rewritten after each epoch",
+     .doc = "It is written beside, then renamed"},
     {"progress", PS_OPTION_CHOICE, F(progress), 0, 0, "auto", "auto|tty|plain|none", NULL,
-     "progress line: redrawn in place (tty) or plain lines; auto picks by stdout"},
+     "progress line: redrawn in place (tty) or plain lines; auto picks by stdout",
+     .doc = "The chief's line at an epoch's end shows the loss and accuracy of all workers (their "
+            "summed losses and hits over their summed samples); every worker logs its own in one "
+            "line"},
     {"max-train", PS_OPTION_LONG, F(max_train), 0, 1L << 40, "0", NULL, "N",
      "use only the first N training samples (0: all)"},
     {"max-test", PS_OPTION_LONG, F(max_test), 0, 1L << 40, "0", NULL, "N",
@@ -130,22 +166,38 @@ static const ps_option table[] = {
     {"max-steps", PS_OPTION_LONG, F(max_steps), 0, 1L << 40, "0", NULL, "N",
      "at most N steps per epoch (0: all)"},
     {"timeout", PS_OPTION_LONG, F(timeout), 1, 86400, "120", NULL, "SECONDS",
-     "give up when the shards do not answer for this long"},
+     "give up when the shards do not answer for this long",
+     .doc = "The worker then fails (exit status 1)"},
     {"blas-threads", PS_OPTION_LONG, F(blas_threads), 1, 256, "1", NULL, "N",
      "OpenBLAS threads (one per worker: two pools on two cores slow a small MLP ~3x)"},
     {"save", PS_OPTION_STR, F(save), 0, 0, "", NULL, "FILE",
      "chief: save the final model here (tensor file, docs/FORMATS.md)"},
     {"export", PS_OPTION_STR, F(export_path), 0, 0, "", NULL, "FILE",
      "chief: after training, write the model to FILE as ONNX (FILE.onnx: architecture and "
-     "weights) or safetensors (FILE.safetensors: the weights, the model JSON beside them)"},
+     "weights) or safetensors (FILE.safetensors: the weights, the model JSON beside them)",
+     .doc = "Any other extension is refused before training starts (exit status 2). The ONNX file "
+            "(opset 13) takes channels-last input as psworker feeds it (pixels / 255) and outputs "
+            "what the model's last layer does. A safetensors export holds the weights under "
+            "PyTorch's state_dict names and layouts (layer.param: Dense weight (out, in), Conv2d "
+            "OIHW, BatchNorm running_mean ...); beside it, FILE with .model.json in place of "
+            ".safetensors holds the layers (docs/FORMATS.md). Both appear, or neither: a failed "
+            "export exits 1"},
     {"evaluate", PS_OPTION_STR, F(evaluate), 0, 0, "", NULL, "FILE",
      "train nothing: load a model saved with --save (its architecture from --model), print "
      "its test accuracy and loss as training's last line does (and --summary), exit 0; no "
-     "psd, no other workers. Reads the tensor file only, not an .onnx export"},
+     "psd, no other workers. Reads the tensor file only, not an .onnx export",
+     .doc = "It evaluates as the chief does after training, with the same --data, --dataset, "
+            "--max-test, --input-adapt, --rgb-to-gray and labels, and prints \"test accuracy: A  "
+            "test loss: L  (evaluated FILE: N test samples, S s)\"; --summary gets them as JSON "
+            "(\"mode\": \"evaluate\"). The options only training uses (--save, --export, "
+            "--init-from, --ps, --no-ps, --strategy, --epochs, --max-train, --max-steps) are "
+            "refused. A missing FILE exits 1; a corrupt one, one that does not hold every "
+            "variable of --model, or an .onnx export exits 2, with the reason"},
     {"predictions", PS_OPTION_STR, F(predictions), 0, 0, "", NULL, "FILE",
      "with --evaluate: write the model's outputs on the test set to FILE: test samples x "
      "outputs float32, little-endian, row-major, no header (logits, or probabilities when "
-     "the last layer has softmax / sigmoid; docs/FORMATS.md)"},
+     "the last layer has softmax / sigmoid; docs/FORMATS.md)",
+     .doc = "The outputs are those of the ONNX export"},
     {"init-from", PS_OPTION_STR, F(init_from), 0, 0, "", NULL, "FILE",
      "chief: start from a model saved with --save instead of seeded values"},
     {"retry-ms", PS_OPTION_LONG, F(retry_ms), 50, 3600000, "5000", NULL, "MS",
@@ -157,28 +209,45 @@ static const ps_option table[] = {
      "CurveZMQ: the shards' public key (the .pub file of their key pair)"},
     {"no-ps", PS_OPTION_CHOICE, F(no_ps), 0, 0, "no", "no|yes", NULL,
      "yes: train alone with the optimizer in this process (no psd; one worker): the floor "
-     "against which the system's overhead is measured"},
+     "against which the system's overhead is measured",
+     .doc = "It computes exactly what one worker through psd computes. Not with --ps, TF_CONFIG, "
+            "--workers, --strategy, --compression or --sync-every"},
     {"push-pull", PS_OPTION_CHOICE, F(push_pull), 0, 0, "yes", "yes|no", NULL,
      "yes: one round trip per step (each shard's gradients go out as soon as they are "
-     "computed, its reply carries the updated values); no: a push, then a pull"},
+     "computed, its reply carries the updated values); no: a push, then a pull",
+     .doc = "yes sends one PushPull per shard and step (the gradients out, the updated values "
+            "back), each during the backward pass as soon as that shard's gradients are computed; "
+            "no makes two round trips, a pull before and a push after each step"},
     {"prefetch", PS_OPTION_CHOICE, F(prefetch), 0, 0, "yes", "no|yes", NULL,
      "yes: a thread copies the next batch out of the data set while this one computes "
-     "(same batches, same results); no: copy it between steps"},
+     "(same batches, same results); no: copy it between steps",
+     .doc = "no is for measuring what the thread gains"},
     {"job-id", PS_OPTION_STR, F(job_id), 0, 0, DEFAULT_JOB_ID, NULL, "ID",
      "the job the variables belong to (1..64 of A-Z a-z 0-9 . _ -): the shards remember it "
      "with the variables and in their checkpoints, and refuse another job's; every worker "
-     "of a job, and a job resumed from its checkpoints, gives the same"},
+     "of a job, and a job resumed from its checkpoints, gives the same",
+     .doc = "A shard or a checkpoint of another job is refused with exit status 2, the error "
+            "naming both ids. Give each job its own id when shards or checkpoint directories "
+            "could be reused"},
     {"recreate-lost-variables", PS_OPTION_CHOICE, F(recreate_lost), 0, 0, "no", "no|yes", NULL,
      "chief, yes: a shard that lost the job's variables (restarted without a checkpoint) "
      "gets them again with their INITIAL values, logged and listed in the summary; no: "
-     "the job fails naming the shard (exit status 4)"},
+     "the job fails naming the shard (exit status 4)",
+     .doc = "Recreated variables are logged as an error, warned about at the end and listed in "
+            "the summary's recreated_lost_variables"},
     {.like = &ps_flag_strategy,
      PS_OPTION_AT(worker_opts, strategy),
      .help = "how the workers combine gradients: through psd shards, or all-reduce between the "
              "workers (mirrored: all on this host, Unix sockets; multi_worker_mirrored: any "
-             "hosts). Default: parameter_server with --ps or a TF_CONFIG naming cluster.ps, "
-             "multi_worker_mirrored with a TF_CONFIG of only worker (and chief) entries"},
-    {.like = &ps_flag_communication, PS_OPTION_AT(worker_opts, communication)},
+             "hosts)",
+     .default_text = "parameter_server with --ps or a TF_CONFIG naming cluster.ps, "
+                     "multi_worker_mirrored with a TF_CONFIG of only worker (and chief) entries",
+     .doc = "mirrored refuses a worker address that is not on this host. The all-reduce "
+            "strategies take every worker's address from TF_CONFIG (see DESCRIPTION) and refuse "
+            "--ps"},
+    {.like = &ps_flag_communication, PS_OPTION_AT(worker_opts, communication),
+     .doc = "nccl is compiled in CUDA builds but has not yet run on a GPU; nccl on a CPU device, "
+            "or in a build without NCCL, is a configuration error (exit status 2)"},
     {.like = &ps_flag_worker_timeout,
      PS_OPTION_AT(worker_opts, worker_timeout),
      .help = "all-reduce: a worker silent this long (a ring neighbour) is dead: every worker "
@@ -187,13 +256,20 @@ static const ps_option table[] = {
      NULL, "MS", "all-reduce: wait this long for every worker to join the ring"},
     {"bucket-kb", PS_OPTION_LONG, F(bucket_kb), 1, 1L << 20, "1024", NULL, "KB",
      "all-reduce: gradients are fused into buckets of at least this many KiB, each summed "
-     "as soon as the backward pass completes it"},
+     "as soon as the backward pass completes it",
+     .doc = "Communication so overlaps the rest of the backward pass"},
     {"check-every", PS_OPTION_LONG, F(check_every), 0, 1L << 40, "100", NULL, "N",
      "all-reduce: compare a checksum of the variables across workers every N steps; a "
-     "worker that differs stops the job, named (exit status 3); 0: never"},
+     "worker that differs stops the job, named (exit status 3); 0: never",
+     .doc = "The checksum is CRC-32C"},
     {"checkpoint-dir", PS_OPTION_STR, F(checkpoint_dir), 0, 0, "", NULL, "DIR",
      "all-reduce: the chief writes checkpoints here (psd's file format), and at start "
-     "every worker resumes from the newest one of this --job-id"},
+     "every worker resumes from the newest one of this --job-id",
+     .doc = "A checkpoint holds the variables, the optimizer's slots, the steps done and the job "
+            "id, written to a temporary file and renamed; at start the chief loads the newest one "
+            "and every worker resumes from its step. A checkpoint of another job is refused (exit "
+            "status 2). Refused with --strategy parameter_server: there every psd checkpoints its "
+            "shard (psd --checkpoint-dir)"},
     {.like = &ps_flag_checkpoint_every,
      PS_OPTION_AT(worker_opts, checkpoint_every),
      .def = "0",
@@ -208,15 +284,22 @@ static const ps_option table[] = {
      "exchanges once (their mean: the gradient of one batch of N x --batch, the global batch "
      "workers x batch x N; BatchNormalization still normalises each micro-batch alone); an "
      "epoch still covers the data once, its last step taking what is left, and a step "
-     "(--max-steps, psd's clock) is N micro-batches"},
+     "(--max-steps, psd's clock) is N micro-batches",
+     .doc = "The mean is weighted by samples; the progress line counts steps of N micro-batches"},
     {"sync-every", PS_OPTION_LONG, F(sync_every), 1, 1L << 20, "1", NULL, "K",
      "local SGD: each worker takes K steps with the model's optimizer in this process, then "
      "the workers combine: parameter_server pushes the K-step change of the variables (psd "
      "holds them with SGD rate 1: sync averages the workers' variables, async applies each "
      "worker's change as it comes), all-reduce averages the variables; a round also ends "
      "with each epoch. The optimizer's state stays in each worker and is not checkpointed. "
-     "1: combine every step, the strategy's own way. Not with --no-ps"},
-    {.like = &ps_flag_compression, PS_OPTION_AT(worker_opts, compression)},
+     "1: combine every step, the strategy's own way. Not with --no-ps",
+     .doc = "psd (and the all-reduce checkpoints) count rounds. The optimizer's state starts "
+            "afresh when a worker restarts. Every worker of a job needs the same K"},
+    {.like = &ps_flag_compression, PS_OPTION_AT(worker_opts, compression),
+     .doc = "fp16 is IEEE binary16, bf16 bfloat16; top-k entries travel as (index, value) pairs. "
+            "The all-reduce sums fp16/bf16 pieces in float32 at each hop (re-rounded per hop) and "
+            "gathers top-k lists round the ring. Not with --no-ps or --communication nccl. The "
+            "summary's bytes_sent_per_step gives the gradient bytes this worker sent per step"},
     {"slow-ms", PS_OPTION_LONG, F(slow_ms), 0, 3600000, "0", NULL, "MS",
      "for tests: sleep MS every step, to play a slow worker"},
     {"perturb-at-step", PS_OPTION_LONG, F(perturb_at_step), 0, 1L << 40, "0", NULL, "N",
@@ -227,7 +310,9 @@ static const ps_option table[] = {
      "Keras' dtype policy for every layer, over the model spec's \"dtype_policy\" (or a Keras "
      "file's layers'): mixed_*: layers compute in float16 / bfloat16, variables stay float32; "
      "mixed_float16 adds dynamic loss scaling (2^15, halved on an overflow, the step skipped; "
-     "doubled after 2000 good steps). spec: as the model says (default float32)"},
+     "doubled after 2000 good steps). spec: as the model says (default float32)",
+     .doc = "On the CPU mixed precision is emulated (rounded values, float32 GEMMs) and slower "
+            "than float32"},
     {"inject-overflow-at-step", PS_OPTION_LONG, F(inject_overflow_at_step), 0, 1L << 40, "0",
      NULL, "N",
      "for tests (mixed_float16): step N's gradient on this worker gets an inf, as an fp16 "
@@ -398,8 +483,11 @@ int main(int argc, char **argv) {
     if (prc == PS_OK)
         prc =
             ps_options_parse(table, N_OPTIONS, argc, argv, &o, given, "psworker", err, sizeof err);
-    if (prc == 1) {
-        usage(stdout);
+    if (prc == PS_OPTIONS_HELP || prc == PS_OPTIONS_HELP_MAN) {
+        if (prc == PS_OPTIONS_HELP)
+            usage(stdout);
+        else
+            ps_options_help_man(table, N_OPTIONS, exits, N_EXITS, stdout);
         return 0;
     }
     if (prc != PS_OK) {
