@@ -53,6 +53,7 @@ class NotStarted(Exception):
 
 
 def check(cond, what):
+    """Raises Fail(what) unless cond."""
     if not cond:
         raise Fail(what)
 
@@ -100,6 +101,7 @@ def run_recipe(blocks, root, tmp, settings, block_name):
 
 
 def enabled_units(calls):
+    """The units of the recorded `systemctl enable --now UNIT...` calls, in order."""
     units = []
     for c in calls:
         w = c.split()
@@ -323,6 +325,8 @@ class Procs:
         self.all = []
 
     def start(self, r, log, extra):
+        """Starts the rendered unit r (render()) with extra variables, output to log; returns
+        its Popen, whose .log is log."""
         env = {"PATH": DEFAULT_PATH}
         env.update(r["env"])
         env.update(extra)
@@ -338,6 +342,7 @@ class Procs:
         return p
 
     def kill_all(self):
+        """SIGTERM to every group still running, SIGKILL to any left after 10 s; reaps all."""
         for p in self.all:
             if p.poll() is None:
                 try:
@@ -357,6 +362,7 @@ class Procs:
 
 
 def tail(path, n=25):
+    """The last n lines of a log, for a failure message."""
     try:
         return "".join(open(path, errors="replace").readlines()[-n:])
     except OSError:
@@ -556,6 +562,9 @@ def main(build, tmp):
 
 
 def on_signal(signum, _frame):
+    """meson's timeout or ^C: clean up once (a second signal must not cut the cleanup short)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise SystemExit(f"killed by signal {signum}")
 
 
