@@ -100,13 +100,21 @@ static void put_scdoc(FILE *out, const char *text, const char *p, size_t n, cons
     }
 }
 
+/* 1 when a line of a scdoc paragraph may start with the word at p: not one that scdoc
+ * would read as a list or a table (-1, | ...) or roff as a request (.x, 'x). A --flag is
+ * fine: it is set in bold ("*--flag*"). */
+static int can_start_line(const char *p) {
+    if (p[0] == '-') return p[1] == '-' && islower((unsigned char)p[2]);
+    return !strchr(".'|#`", p[0]);
+}
+
 /* Writes text as the rest of a tab-indented scdoc paragraph whose line is at column col,
  * wrapping before column 80 but never before a word that scdoc or roff would read as
  * markup at a line's start. Returns the column it ended at. */
 static size_t put_scdoc_words(FILE *out, const char *text, size_t col, const char *meta) {
     for (const char *p = text; *p;) {
         size_t word = strcspn(p, " ");
-        if (col > 8 && col + 1 + word > 79 && !strchr(".'|#`", *p) && !(word == 1 && *p == '-')) {
+        if (col > 8 && col + 1 + word > 79 && can_start_line(p)) {
             fprintf(out, "\n\t");
             col = 8;
         } else if (col > 8) {

@@ -14,7 +14,7 @@ typedef struct {
 
 static const ps_option table[] = {
     {"dir", PS_OPTION_ARG, PS_OPTION_FIELD(keygen_opts, dir), 0, 0, ".", NULL, "DIR",
-     "where to write the files (. is the current directory)",
+     "where to write the files", .default_text = "., the current directory",
      .doc = "DIR must exist. Never overwrites a file: an existing NAME.key or NAME.pub is an "
             "error (exit status 1)"},
 };
