@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Renders each built man page (arguments: the roff files meson built from docs/man/*.scd)
-# with `man -l` and fails when one does not render (non-zero exit, a groff warning, no
-# NAME section), and checks that every flag the programs' --help lists ($PSD, $PSWORKER,
-# $PSCTL and each psctl command) is documented in its page. Exit 0 ok, 1 a check failed.
+# Renders each built man page (arguments: the roff files meson built from docs/man/) with
+# `man -l` and fails when one does not render (non-zero exit, a groff warning, no NAME
+# section); checks the pages of $PSD, $PSWORKER and $PSCTL against their --help (each
+# flag, default and exit status, both ways: check_man_flags.py) and that libps.3 covers
+# every function of client/ps.h. Exit 0 ok, 1 a check failed.
 set -uo pipefail
 
 failed=0
@@ -27,20 +28,9 @@ for page in "$@"; do
     text[$name]=$out
 done
 
-# covers PAGE PROGRAM-ARGS...: every --flag in `PROGRAM --help` appears in PAGE's text
-covers() {
-    local page=$1 help missing=()
-    shift
-    [ -n "${text[$page]:-}" ] || { bad "$page: not given"; return; }
-    help=$("$@" --help 2>&1) || { bad "$* --help failed"; return; }
-    while read -r flag; do
-        grep -qE -- "(^|[^a-z-])$flag([^a-z0-9-]|$)" <<<"${text[$page]}" || missing+=("$flag")
-    done < <(grep -oE '^ +(-h, )?--[a-z0-9-]+' <<<"$help" | grep -oE -- '--[a-z0-9-]+')
-    if ((${#missing[@]})); then bad "$page lacks $* flags: ${missing[*]}"; else echo "ok: $page covers $* --help"; fi
-}
-covers psd.8 "$PSD"
-covers psworker.1 "$PSWORKER"
-for cmd in local status checkpoint shutdown keygen slurm-task; do covers psctl.1 "$PSCTL" "$cmd"; done
+# psd, psworker and every psctl command: the flags, defaults and exit statuses of --help
+# against the page's OPTIONS and EXIT STATUS (check_man_flags.py says how)
+python3 "$(dirname "$0")/check_man_flags.py" "$@" || failed=1
 for cmd in local status checkpoint shutdown keygen slurm-task; do
     grep -q "psctl $cmd" <<<"${text[psctl.1]:-}" || bad "psctl.1 lacks the command $cmd"
 done
