@@ -150,7 +150,8 @@ static void usage(const admin_cmd *cmd, FILE *f) {
         fprintf(f,
                 "usage: psctl %s [--ps HOST:PORT|ipc://PATH,...] [--json] [--timeout SECONDS]\n"
                 "       [--curve-secret FILE --server-key FILE]\n"
-                "Asks every psd shard (all at once) to %s. Prints a table, one row per shard:\n"
+                "Asks every psd shard (all at once) to %s.\n"
+                "Prints a table, one row per shard:\n"
                 "  SHARD ADDRESS MODE VERSION WORKERS (live/total) UPTIME REQUESTS ERRORS\n"
                 "  PUSHES (applied) DROPPED (pushes) PENDING (pulls) CKPT (version of the newest\n"
                 "  checkpoint written or restored) CKPT_AGE (\"-\": none)\n"

@@ -35,8 +35,8 @@ static void usage(FILE *f) {
                "and DIR/NAME.pub (the public key, mode 0644). Never overwrites a file.\n\n"
                "  psd       --curve-secret server.key --authorized-keys DIR-of-client-.pub-files\n"
                "  psworker  --curve-secret worker0.key --server-key server.pub\n"
-               "  psctl status|checkpoint|shutdown  --curve-secret admin.key --server-key "
-               "server.pub\n\n"
+               "  psctl status|checkpoint|shutdown\n"
+               "            --curve-secret admin.key --server-key server.pub\n\n"
                "options:\n");
     ps_options_usage(table, N_OPTIONS, f);
     fprintf(f, "\n");

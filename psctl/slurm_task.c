@@ -111,8 +111,8 @@ static const ps_exit_status exits[] = {
 #define N_EXITS (sizeof exits / sizeof exits[0])
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: srun [...] psctl slurm-task [--ps N --mode sync|async] [options] "
-               "[-- WORKER ARGS...]\n"
+    fprintf(f, "usage: srun [...] psctl slurm-task [--ps N --mode sync|async] [options]\n"
+               "                  [-- WORKER ARGS...]\n"
                "Run by every task of a Slurm job step: works out from Slurm's environment which\n"
                "task this is, builds its TF_CONFIG and runs psd or psworker with it (exec).\n\n"
                "options:\n");
@@ -122,7 +122,8 @@ static void usage(FILE *f) {
             "SLURM_STEP_NODELIST (e.g. gpu[01-04,07]) and SLURM_STEP_TASKS_PER_NODE (else\n"
             "SLURM_TASKS_PER_NODE; e.g. 2(x3),1). Tasks are laid out as Slurm's default block\n"
             "distribution places them (the first tasks on the first node, ...); SLURM_LOCALID\n"
-            "and SLURMD_NODENAME, when set, must agree (srun --distribution=cyclic is refused).\n"
+            "and SLURMD_NODENAME, when set, must agree (srun --distribution=cyclic is\n"
+            "refused).\n"
             "Task i's address is NODE:P+L (L: its place on its node), so every node uses\n"
             "ports P..P+tasks-1; two jobs sharing a node need different --base-port.\n"
             "\nTF_CONFIG: {\"cluster\": {\"ps\": [tasks 0..N-1], \"worker\": [tasks N..]},\n"
