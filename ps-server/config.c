@@ -207,9 +207,17 @@ int ps_server_config_parse(int argc, char **argv, const char *tf_config, ps_serv
     unsigned char given[N_ENTRIES] = {0};
     int tf_port = 0;
     if (ps_options_defaults(table, N_ENTRIES, cfg, err, errlen) != PS_OK) return PS_EINVAL;
-    if (tf_config && *tf_config && apply_tf_config(tf_config, cfg, &tf_port, err, errlen) != PS_OK)
-        return PS_EINVAL;
-    int rc = ps_options_parse(table, N_ENTRIES, argc, argv, cfg, given, "psd", err, errlen);
+    /* The flags win over TF_CONFIG, so they are stored after it; but --help and --help-man
+     * answer whatever TF_CONFIG holds: a first pass into a scratch config finds them (and
+     * a bad flag) before TF_CONFIG is read. */
+    ps_server_config scratch = *cfg;
+    int rc = ps_options_parse(table, N_ENTRIES, argc, argv, &scratch, NULL, "psd", err, errlen);
+    if (rc == PS_OK) {
+        if (tf_config && *tf_config &&
+            apply_tf_config(tf_config, cfg, &tf_port, err, errlen) != PS_OK)
+            return PS_EINVAL;
+        rc = ps_options_parse(table, N_ENTRIES, argc, argv, cfg, given, "psd", err, errlen);
+    }
     if (rc == PS_OPTIONS_HELP || rc == PS_OPTIONS_HELP_MAN) {
         if (rc == PS_OPTIONS_HELP)
             ps_server_config_usage(stdout);

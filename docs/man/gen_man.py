@@ -29,7 +29,7 @@ def help_man(exe, command):
     """The parts of `exe [command] --help-man`: {"options": text, ...}."""
     argv = [exe] + ([command] if command else []) + ["--help-man"]
     env = dict(os.environ)
-    env.pop("TF_CONFIG", None)  # psd and psworker read it before their flags
+    env.pop("TF_CONFIG", None)  # the pages are the programs', not a job's
     # a sanitizer build (ASan) runs here too: a leak report must not fail the build
     env["ASAN_OPTIONS"] = ":".join(filter(None, [env.get("ASAN_OPTIONS"), "detect_leaks=0"]))
     try:

@@ -97,6 +97,18 @@ static void expect_refused(const char *const *args, const char *want) {
     ck_assert_msg(out[0] == 0, "stdout should be empty, got '%s'", out);
 }
 
+/* --help and --help-man answer whatever TF_CONFIG holds: a malformed one is an error
+ * for a psd that is to serve, not for one asked what it takes. */
+START_TEST(help_with_bad_tf_config) {
+    setenv("TF_CONFIG", "not json at all", 1);
+    ck_assert_int_eq(run_psd((const char *[]){"--help", NULL}), 0);
+    ck_assert_msg(strstr(ps_test_text(out_path), "usage: psd") != NULL, "no usage on stdout");
+    ck_assert_int_eq(run_psd((const char *[]){"--help-man", NULL}), 0);
+    ck_assert_msg(strstr(ps_test_text(out_path), "%%options") != NULL, "no scdoc on stdout");
+    expect_refused((const char *[]){NULL}, "TF_CONFIG");
+}
+END_TEST
+
 START_TEST(help_exits_0) {
     ck_assert_int_eq(run_psd((const char *[]){"--help", NULL}), 0);
     const char *out = ps_test_text(out_path);
@@ -316,6 +328,7 @@ static Suite *config_suite(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, help_exits_0);
+    tcase_add_test(tc, help_with_bad_tf_config);
     tcase_add_test(tc, unknown_flag);
     tcase_add_test(tc, missing_value);
     tcase_add_test(tc, missing_port);
