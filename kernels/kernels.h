@@ -100,6 +100,19 @@ int ps_k_sync(ps_k_dev *d);
  * Process-wide; workers run with 1 by default and parallelise across processes. */
 void ps_k_set_threads(int n);
 
+/* The CPU backend's GEMM kernels: core is OpenBLAS's name for the set it chose at load
+ * ("Haswell", "SkylakeX", "Prescott", ...; owned by OpenBLAS), cpu_isa what the CPU offers
+ * ("AVX-512", "AVX2", ...; static), better the name of a faster set this CPU runs
+ * (OPENBLAS_CORETYPE=better selects it at the next start) or NULL when core is not one of
+ * the sets without AVX2 or AVX-512 (an OpenBLAS older than the CPU falls back to them). */
+typedef struct {
+    const char *core, *cpu_isa, *better;
+} ps_k_blas_kernels;
+ps_k_blas_kernels ps_k_cpu_blas_kernels(void);
+/* The rule behind .better: a set faster than core for a CPU with AVX2 and FMA (avx2_fma)
+ * or AVX-512 F, BW, DQ and VL (avx512), or NULL. */
+const char *ps_k_blas_better_core(const char *core, int avx2_fma, int avx512);
+
 /* ---- device memory ---------------------------------------------------- */
 
 /* Allocates bytes (at least 1) on d, 64-byte aligned on the CPU; *out is owned

@@ -354,6 +354,18 @@ static void usage(FILE *out) {
     ps_exit_status_usage(exits, N_EXITS, out);
 }
 
+/* A worker on the CPU whose OpenBLAS fell back to kernels without AVX2 or AVX-512 on a CPU
+ * that has them (an OpenBLAS older than the CPU) trains several times slower than it could:
+ * say so once, with the setting that fixes it. */
+static void warn_slow_blas(void) {
+    ps_k_blas_kernels k = ps_k_cpu_blas_kernels();
+    if (!k.better) return;
+    PS_WARN("OpenBLAS runs its %s GEMM kernels: it does not recognise this CPU, which has %s; "
+            "OPENBLAS_CORETYPE=%s in the environment selects faster ones (docs/TRAINING.md, "
+            "\"Devices\")",
+            k.core, k.cpu_isa, k.better);
+}
+
 /* Splits a comma-separated list in place; returns the count (max cap). */
 static size_t split_list(char *s, char **out, size_t cap) {
     size_t n = 0;
@@ -502,6 +514,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "psworker: --device: %s\n", err);
         return drc == PS_EINVAL ? 2 : 1;
     }
+    int on_cpu = ps_k_dev_kind(dev) == PS_K_CPU;
     ps_k_dev_close(dev);
 #define GIVEN(name) given[ps_options_find(table, N_OPTIONS, name) - table]
     long idx = GIVEN("index") ? o.index : -1;
@@ -579,6 +592,7 @@ int main(int argc, char **argv) {
         }
         ps_log_set_tag("evaluate");
         ps_k_set_threads((int)o.blas_threads);
+        if (on_cpu) warn_slow_blas();
         ps_train_result res;
         int rc = ps_evaluate_run(&cfg, o.evaluate, o.predictions[0] ? o.predictions : NULL, &res,
                                  err, sizeof err);
@@ -734,6 +748,7 @@ int main(int argc, char **argv) {
     ps_lib_set_log(lib_log, NULL, PS_LIB_LOG_DEBUG);
     ps_die_with_parent();
     ps_k_set_threads((int)o.blas_threads);
+    if (on_cpu) warn_slow_blas();
 
     ps_train_result res;
     int rc = ps_train_run(&cfg, &res, err, sizeof err);

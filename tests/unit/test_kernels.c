@@ -588,10 +588,30 @@ START_TEST(cuda_vs_reference) {
 }
 END_TEST
 
+/* OpenBLAS's fallback kernels on a CPU with AVX2 or AVX-512 are named with the set to use
+ * instead; a set that already uses them, or a CPU without them, gets no advice. */
+START_TEST(blas_better_core) {
+    ck_assert_str_eq(ps_k_blas_better_core("Prescott", 1, 1), "SkylakeX");
+    ck_assert_str_eq(ps_k_blas_better_core("Prescott", 1, 0), "Haswell");
+    ck_assert_str_eq(ps_k_blas_better_core("sandybridge", 1, 0), "Haswell");
+    ck_assert_ptr_null(ps_k_blas_better_core("Prescott", 0, 0));
+    ck_assert_ptr_null(ps_k_blas_better_core("Haswell", 1, 1));
+    ck_assert_ptr_null(ps_k_blas_better_core("SkylakeX", 1, 1));
+    ck_assert_ptr_null(ps_k_blas_better_core("Zen", 1, 0));
+    ck_assert_ptr_null(ps_k_blas_better_core(NULL, 1, 1));
+    ps_k_blas_kernels k = ps_k_cpu_blas_kernels();
+    ck_assert_ptr_nonnull(k.core);
+    ck_assert_ptr_nonnull(k.cpu_isa);
+    printf("OpenBLAS kernels: %s on a CPU with %s%s%s\n", k.core, k.cpu_isa,
+           k.better ? "; faster: " : "", k.better ? k.better : "");
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("kernels");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, blas_better_core);
     tcase_add_test(tc, cpu_gemm);
     tcase_add_test(tc, cpu_bias_colsum);
     tcase_add_test(tc, cpu_activations);
