@@ -31,7 +31,10 @@ done
 # psd, psworker and every psctl command: the flags, defaults and exit statuses of --help
 # against the page's OPTIONS and EXIT STATUS (check_man_flags.py says how)
 python3 "$(dirname "$0")/check_man_flags.py" "$@" || failed=1
-for cmd in local status checkpoint shutdown keygen slurm-task; do
+# every command `psctl --help` lists is named in psctl(1)
+cmds=$("$PSCTL" --help | sed -n '/^commands:/,/^$/p' | grep -oE '^  [a-z-]+' | tr -d ' ')
+[ -n "$cmds" ] || bad "psctl --help lists no commands"
+for cmd in $cmds; do
     grep -q "psctl $cmd" <<<"${text[psctl.1]:-}" || bad "psctl.1 lacks the command $cmd"
 done
 # libps(3): every function ps.h declares
