@@ -1,6 +1,5 @@
-/* NCCL communicator over a ring's ranks (see ps_nccl.h). COMPILED ONLY: no GPU
- * where this is built and tested; without NCCL (PS_HAVE_NCCL unset) every call
- * says so. */
+/* NCCL communicator over a ring's ranks (see ps_nccl.h). Without NCCL
+ * (PS_HAVE_NCCL unset) every call says so. */
 #include "ps_nccl.h"
 
 #include "log.h"
@@ -9,6 +8,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 __attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errlen, const char *fmt,
                                                           ...) {
@@ -17,6 +17,18 @@ __attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errl
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
+}
+
+void ps_nccl_first_duplicate(const unsigned char *ids, unsigned n, size_t len, unsigned *a,
+                             unsigned *b) {
+    *a = *b = 0;
+    for (unsigned j = 1; j < n; j++)
+        for (unsigned i = 0; i < j; i++)
+            if (memcmp(ids + (size_t)i * len, ids + (size_t)j * len, len) == 0) {
+                *a = i;
+                *b = j;
+                return;
+            }
 }
 
 #ifdef PS_HAVE_NCCL
@@ -71,6 +83,25 @@ int ps_nccl_open(ps_ring *r, int device, ps_nccl **out, char *err, size_t errlen
     return PS_OK;
 }
 
+int ps_nccl_shared_gpu(ps_ring *r, int device, unsigned *a, unsigned *b, char *err,
+                       size_t errlen) {
+    *a = *b = 0;
+    struct cudaDeviceProp prop;
+    cudaError_t ce = cudaGetDeviceProperties(&prop, device);
+    if (ce != cudaSuccess) {
+        set_err(err, errlen, "cudaGetDeviceProperties(%d): %s", device, cudaGetErrorString(ce));
+        return PS_EIO;
+    }
+    unsigned n = ps_ring_size(r);
+    size_t len = sizeof prop.uuid;
+    unsigned char *all = malloc((size_t)n * len);
+    if (!all) return PS_ENOMEM;
+    int rc = ps_ring_allgather(r, &prop.uuid, len, all, err, errlen);
+    if (rc == PS_OK) ps_nccl_first_duplicate(all, n, len, a, b);
+    free(all);
+    return rc;
+}
+
 int ps_nccl_allreduce(ps_nccl *c, float *dev_buf, size_t n, char *err, size_t errlen) {
     if (!c || (!dev_buf && n > 0)) return PS_EINVAL;
     if (n == 0) return PS_OK;
@@ -114,6 +145,15 @@ void ps_nccl_close(ps_nccl *c) {
 }
 
 #else
+
+int ps_nccl_shared_gpu(ps_ring *r, int device, unsigned *a, unsigned *b, char *err,
+                       size_t errlen) {
+    (void)r;
+    (void)device;
+    *a = *b = 0;
+    set_err(err, errlen, "this build has no NCCL (built without the CUDA backend)");
+    return PS_EIO;
+}
 
 int ps_nccl_open(ps_ring *r, int device, ps_nccl **out, char *err, size_t errlen) {
     (void)r;

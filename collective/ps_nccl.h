@@ -2,8 +2,8 @@
  * over the ranks of a ring, its unique id handed out by rank 0 (the chief)
  * with ps_ring_broadcast.
  *
- * COMPILED ONLY: built and linked when the CUDA backend is on (PS_HAVE_NCCL),
- * never run here (no GPU on the build machine). */
+ * Built and linked when the CUDA backend is on (PS_HAVE_NCCL); the build
+ * machines have no GPU, tests/gpu_checks.sh runs it where there is one. */
 #ifndef PS_NCCL_H
 #define PS_NCCL_H
 
@@ -12,6 +12,19 @@
 #include "ring.h"
 
 typedef struct ps_nccl ps_nccl;
+
+/* NCCL needs one GPU per rank: two ranks on one device fail at
+ * ncclCommInitRank. Every rank of r sends the UUID of its CUDA device
+ * `device` to all (ps_ring_allgather); *a < *b are then the first two ranks
+ * on one GPU, or *a == *b == 0 when every rank has its own. Every rank of r
+ * must call it. PS_OK, PS_EIO (CUDA failed, or no NCCL in this build) or r's
+ * error; the reason in err. */
+int ps_nccl_shared_gpu(ps_ring *r, int device, unsigned *a, unsigned *b, char *err,
+                       size_t errlen);
+
+/* The pure part of ps_nccl_shared_gpu: ids holds n ids of len bytes each. */
+void ps_nccl_first_duplicate(const unsigned char *ids, unsigned n, size_t len, unsigned *a,
+                             unsigned *b);
 
 /* Creates the communicator of r's ranks on CUDA device `device`: rank 0 calls
  * ncclGetUniqueId and broadcasts it over r, every rank calls ncclCommInitRank.

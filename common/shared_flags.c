@@ -104,7 +104,8 @@ const ps_option ps_flag_communication = {
     .def = "auto",
     .choices = "auto|ring|nccl",
     .help = "all-reduce implementation: ring (over the workers' sockets), nccl (CUDA devices, "
-            "when built with NCCL), auto = nccl on a CUDA device when built in, else ring"};
+            "when built with NCCL; one GPU per worker), auto = nccl when every worker computes on "
+            "a GPU of its own, NCCL is built in and --compression is none, else ring"};
 
 const ps_option ps_flag_compression = {
     .name = "compression",

@@ -5,7 +5,7 @@
  * started from the backward pass as soon as they are complete, divided by the
  * number of workers (psd's sync mean) and applied by every worker alike.
  * --communication nccl sums them with NCCL on the CUDA device instead
- * (collective/ps_nccl.h; compiled, never run here: no GPU). */
+ * (collective/ps_nccl.h; one GPU per worker). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -310,9 +310,11 @@ static int broadcast_state(coll_ex *x, uint64_t *clock, char *err, size_t errlen
     return PS_OK;
 }
 
-/* --communication nccl (COMPILED ONLY: no GPU where this was written): a
- * communicator over the ring's ranks on the model's CUDA device, its unique id
- * handed out by the chief over the ring, and a device buffer for the sums. */
+/* --communication nccl: a communicator over the ring's ranks on the model's
+ * CUDA device, its unique id handed out by the chief over the ring, and a
+ * device buffer for the sums. NCCL needs a GPU per worker: when two share one,
+ * auto keeps the ring, an explicit nccl is a configuration error. Every rank
+ * sees every GPU id, so all decide alike. */
 static int open_nccl(coll_ex *x, char *err, size_t errlen) {
     ps_k_dev *dev = ps_model_device(x->model);
     const char *name = ps_k_dev_name(dev);
@@ -320,7 +322,21 @@ static int open_nccl(coll_ex *x, char *err, size_t errlen) {
         snprintf(err, errlen, "--communication nccl needs a CUDA device, not %s", name);
         return PS_EINVAL;
     }
-    int rc = ring_failed(x, ps_nccl_open(x->ring, atoi(name + 5), &x->nccl, err, errlen));
+    unsigned a, b;
+    int rc = ring_failed(x, ps_nccl_shared_gpu(x->ring, atoi(name + 5), &a, &b, err, errlen));
+    if (rc != PS_OK) return rc;
+    if (a != b && x->cfg->communication_auto) {
+        PS_INFO("communication ring: workers %u and %u compute on one GPU, and NCCL needs a GPU "
+                "per worker (psctl local --gpus gives each its own)", a, b);
+        return PS_OK;
+    }
+    if (a != b) {
+        snprintf(err, errlen, "--communication nccl: workers %u and %u compute on one GPU, and "
+                 "NCCL needs a GPU per worker: give each its own (psctl local --gpus, "
+                 "CUDA_VISIBLE_DEVICES) or use --communication ring", a, b);
+        return PS_EINVAL;
+    }
+    rc = ring_failed(x, ps_nccl_open(x->ring, atoi(name + 5), &x->nccl, err, errlen));
     if (rc != PS_OK) return rc;
     void *buf = NULL;
     if (ps_k_malloc(dev, ps_model_num_params(x->model) * sizeof(float), &buf) != PS_OK) {
@@ -367,7 +383,10 @@ static int coll_join(void *self, ps_exchange_job *job, char *err, size_t errlen)
     };
     PS_INFO("%s: worker %u of %u, listening on %s, communication %s",
             ps_strategy_name(cfg->strategy), cfg->index, cfg->workers, cfg->peers[cfg->index],
-            cfg->communication == PS_COMM_NCCL ? "nccl" : "ring");
+            cfg->communication == PS_COMM_NCCL
+                ? (cfg->communication_auto ? "auto (nccl if every worker has its own GPU)"
+                                           : "nccl")
+                : "ring");
     int rc = ring_failed(x, ps_ring_open(&rc_cfg, &x->ring, err, errlen));
     if (rc != PS_OK) return rc;
     x->rank = ps_ring_rank(x->ring);

@@ -457,7 +457,8 @@ static int allreduce_peers(const worker_opts *o, const ps_cluster *cl, const cha
 }
 
 /* --communication: nccl needs a CUDA device and NCCL built in; auto picks
- * nccl when both hold, else the ring. */
+ * nccl when both hold and nothing is compressed, else the ring (and the ring
+ * too when the workers find at join that two of them share a GPU). */
 static int check_communication(const worker_opts *o, ps_train_config *cfg, char *err,
                                size_t errlen) {
     cfg->communication = (int)o->communication;
@@ -470,7 +471,9 @@ static int check_communication(const worker_opts *o, ps_train_config *cfg, char 
     ps_k_dev_close(dev);
     int nccl_built = ps_exchange_nccl_built();
     if (cfg->communication == PS_COMM_AUTO) {
-        cfg->communication = cuda && nccl_built ? PS_COMM_NCCL : PS_COMM_RING;
+        int nccl = cuda && nccl_built && cfg->compression == PS_COMPRESSION_NONE;
+        cfg->communication = nccl ? PS_COMM_NCCL : PS_COMM_RING;
+        cfg->communication_auto = nccl;
         return PS_OK;
     }
     if (!cuda) {

@@ -54,6 +54,7 @@ typedef struct {
     /* the all-reduce strategies (exchange_collective.c) */
     int strategy;                     /* a ps_strategy */
     int communication;                /* a ps_communication */
+    int communication_auto;           /* nccl chosen by auto: the ring if workers share a GPU */
     const char *const *peers;         /* every worker's "host:port" in global order, borrowed */
     size_t n_peers;                   /* == workers */
     unsigned worker_timeout_ms;       /* a ring neighbour silent this long is dead */

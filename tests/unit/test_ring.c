@@ -4,6 +4,7 @@
  * result bit-identical, several all-reduces in flight, broadcast from every
  * root, allgather; and the coordination log lines. */
 #include "ps_error.h"
+#include "ps_nccl.h"
 #include "ring.h"
 #include "ring_kit.h"
 #include "testutil.h"
@@ -297,6 +298,22 @@ START_TEST(three_ranks_localhost_tcp) {
 END_TEST
 
 /* Bad arguments: EINVAL, nothing opened. */
+/* NCCL needs a GPU per rank: the first two ranks with one GPU id are named. */
+START_TEST(nccl_first_duplicate) {
+    unsigned a = 9, b = 9;
+    const unsigned char distinct[] = {1, 0, 2, 0, 3, 0};
+    ps_nccl_first_duplicate(distinct, 3, 2, &a, &b);
+    ck_assert_uint_eq(a, 0);
+    ck_assert_uint_eq(b, 0);
+    const unsigned char shared[] = {1, 0, 2, 0, 3, 0, 2, 0, 1, 0};
+    ps_nccl_first_duplicate(shared, 5, 2, &a, &b);
+    ck_assert_uint_eq(a, 1); /* ranks 1 and 3 meet before ranks 0 and 4 */
+    ck_assert_uint_eq(b, 3);
+    ps_nccl_first_duplicate(shared, 1, 2, &a, &b);
+    ck_assert_uint_eq(a, b);
+}
+END_TEST
+
 START_TEST(bad_config) {
     rk_ring k;
     rk_ring_init(&k, 2, PS_RING_TCP);
@@ -331,6 +348,7 @@ static Suite *ring_suite(void) {
     tcase_add_test(tc, two_ranks_tcp_log_says_tcp);
     tcase_add_test(tc, three_ranks_localhost_tcp);
     tcase_add_test(tc, bad_config);
+    tcase_add_test(tc, nccl_first_duplicate);
     suite_add_tcase(s, tc);
     return s;
 }
