@@ -54,7 +54,7 @@ START_TEST(test_gpus_all_without_gpu_runs_cpu_workers) {
             ck_assert_contains(r.out, want);
         }
         ck_assert_contains(r.err, "psctl: job finished: 1 ps, 2 workers, mode sync\n");
-    } else { /* the GPU path: needs a GPU, so it has not run where this was written */
+    } else { /* the GPU path: run by tests/gpu_checks.sh where there is a GPU */
         const char *parent = getenv("CUDA_VISIBLE_DEVICES");
         for (int j = 0; j < ngpu; j++) {
             snprintf(want, sizeof want,
@@ -198,7 +198,7 @@ END_TEST
 
 START_TEST(test_real_binaries_gpus_all) {
     /* A short real job through --gpus all: CPU workers here (no GPU), one per GPU where
-     * there are GPUs (that path has not run where this was written). */
+     * there are GPUs (tests/gpu_checks.sh runs this where there is one). */
     const char *psd = getenv("PSD"), *worker = getenv("PSWORKER"), *psctl = getenv("PSCTL");
     ck_assert_msg(psd && worker && psctl, "PSD, PSWORKER and PSCTL must be set");
     int c1 = help_exit_code(psd), c2 = help_exit_code(worker);

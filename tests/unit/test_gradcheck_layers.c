@@ -208,8 +208,8 @@ END_TEST
 
 /* The same model on a CUDA device computes the CPU's loss and gradients
  * (within float tolerance). Runs only where a GPU is present: the build hosts
- * have none, so there this test prints a skip line and passes; this path has
- * not run where it was written. CUDA starts inside the test (Check forks). */
+ * have none, so there this test prints a skip line and passes; tests/gpu_checks.sh
+ * runs it where there is a GPU. CUDA starts inside the test (Check forks). */
 START_TEST(cuda_model_matches_cpu) {
     if (ps_k_cuda_device_count() == 0) {
         printf("cuda_model_matches_cpu: no CUDA device (built: %s); skipped\n",
