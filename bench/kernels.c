@@ -194,7 +194,7 @@ static char *read_text(const char *path) {
 }
 
 /* Shapes of the Dense and Conv2D layers of a Keras-style model JSON (the
- * subset worker/model_spec.c reads; the worker validates, this only walks). */
+ * subset worker/model/model_spec.c reads; the worker validates, this only walks). */
 static int load_model(const char *path, model *m) {
     char *text = read_text(path);
     if (!text) {

@@ -3,7 +3,7 @@
  * job id, in one tensor file (kind PS_TF_CHECKPOINT) named
  * ckpt-<version>-<unix_ms>.pstf in a directory, written atomically, the newest
  * `keep` kept. psd saves its store with it (ps-server/checkpoint.c), the chief
- * of an all-reduce job its model (worker/exchange_collective.c). */
+ * of an all-reduce job its model (worker/exchange/exchange_collective.c). */
 #ifndef PS_CKPT_FILE_H
 #define PS_CKPT_FILE_H
 

@@ -1,8 +1,8 @@
 /* Gradient clipping, Keras' optimizer arguments clipnorm, clipvalue and
  * global_clipnorm: pure functions over a gradient buffer and the ranges of its
  * variables (each variable's gradient is g[off .. off+len)). Run by whoever holds
- * whole gradients: the worker (worker/local_opt.c on the combined gradient,
- * worker/exchange_ps.c on its own before pushing), never psd. */
+ * whole gradients: the worker (worker/exchange/local_opt.c on the combined gradient,
+ * worker/exchange/exchange_ps.c on its own before pushing), never psd. */
 #ifndef PS_CLIP_H
 #define PS_CLIP_H
 

@@ -12,7 +12,7 @@ other layer and option (ALL_LAYERS) and a Keras file with Add and Concatenate (r
 - ONNX Runtime (PyPI onnxruntime in its own venv, tests/tools/pyvenv.sh, run as a
   subprocess: it brings its own numpy) runs the exported file on the test images
   pre-processed here as psworker does (/255; MobileNetV2: zero padding 2 px on each side,
-  the one channel repeated to 3, as worker/adapt.c): its outputs match psworker's within
+  the one channel repeated to 3, as worker/data/adapt.c): its outputs match psworker's within
   1e-4 (absolute up to 1, relative above: |ort - ps| <= 1e-4 * max(1, |ps|)), and the
   accuracy of its argmax is psworker's. MLP and CNN: all 10,000 test images; MobileNetV2:
   the first 1,000 (--max-test 1000), the other two the first 2,000, for time.

@@ -1,4 +1,4 @@
-/* Image adaptation (worker/adapt.c): zero padding and channel repetition to
+/* Image adaptation (worker/data/adapt.c): zero padding and channel repetition to
  * exact values, bilinear resizing against hand-computed cases (the same
  * numbers as PyTorch's interpolate(mode="bilinear", align_corners=False)),
  * RGB to luminance, whole datasets converted in place (growing and

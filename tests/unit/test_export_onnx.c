@@ -1,4 +1,4 @@
-/* worker/export_onnx.c in process (so the sanitizer builds see it; numbers against ONNX
+/* worker/export/export_onnx.c in process (so the sanitizer builds see it; numbers against ONNX
  * Runtime are tests/python/test_onnx.py): the file parses back as an ONNX ModelProto with
  * opset 13 and IR version 7, input and output shaped as docs/FORMATS.md says, every
  * variable an initializer of its name with its values (a conv kernel permuted to OIHW, a

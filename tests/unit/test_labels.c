@@ -1,4 +1,4 @@
-/* Label mappings (worker/labels.c): the flags' and the model spec's syntax,
+/* Label mappings (worker/data/labels.c): the flags' and the model spec's syntax,
  * every refusal against the data's classes and the model's outputs, the
  * relabelling itself and the log lines; and the spec's "labels" and "epochs"
  * as the model reports them. */

@@ -1,4 +1,4 @@
-/* Mixed precision: the loss scaler's state machine (worker/loss_scale.c), the
+/* Mixed precision: the loss scaler's state machine (worker/model/loss_scale.c), the
  * rounding and scaling kernels, conv2d's reduced-precision GEMMs against the
  * float32 path on rounded inputs, a mixed Dense model's gradient against a
  * reference built from rounded values (and the loss scale's exactness and
