@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layers.h"
+#include "layer.h"
 #include "model_impl.h"
 #include "ps_error.h"
 
@@ -122,27 +122,6 @@ static int alloc_dev(ps_model *m, size_t floats, void *out) {
     return ps_k_malloc(m->dev, (floats ? floats : 1) * sizeof(float), (void **)out);
 }
 
-static ps_k_conv conv_plan(const ps_op *o, size_t rows) {
-    ps_k_conv p;
-    ps_k_conv_plan(&p, rows, o->in.h, o->in.w, o->in.c, o->kh, o->kw, o->out.c, o->sh, o->sw,
-                   o->same); /* cannot fail: the spec parser checked these sizes */
-    p.prec = o->prec;
-    return p;
-}
-
-static ps_k_pool pool_plan(const ps_op *o, size_t rows) {
-    ps_k_pool p;
-    ps_k_pool_plan(&p, rows, o->in.h, o->in.w, o->in.c, o->kh, o->kw, o->sh, o->sw, o->same);
-    return p;
-}
-
-static ps_k_conv dwconv_plan(const ps_op *o, size_t rows) {
-    ps_k_conv p;
-    ps_k_dwconv_plan(&p, rows, o->in.h, o->in.w, o->in.c, o->kh, o->kw, o->mult, o->sh, o->sw,
-                     o->same); /* cannot fail: the spec parser checked these sizes */
-    return p;
-}
-
 /* Grows the activation, gradient and workspace buffers to hold rows rows. */
 static int ensure_cap(ps_model *m, size_t rows) {
     if (rows <= m->cap) return PS_OK;
@@ -151,16 +130,9 @@ static int ensure_cap(ps_model *m, size_t rows) {
     int rc = PS_OK;
     for (size_t j = 0; j < m->nops && rc == PS_OK; j++) {
         ps_op *o = &m->ops[j];
-        size_t n = rows * ps_shape_numel(o->out);
-        if (o->kind != OP_FLATTEN) rc = alloc_dev(m, n, &o->y);
-        if (rc == PS_OK && o->kind == OP_MAXPOOL) rc = alloc_dev(m, n, &o->arg);
-        if (rc == PS_OK && o->kind == OP_BN) rc = alloc_dev(m, 2 * o->in.c, &o->stat);
-        if (o->kind == OP_BN && o->in.c > maxc) maxc = o->in.c;
-        if (o->kind == OP_CONV) {
-            ps_k_conv p = conv_plan(o, rows);
-            size_t need = ps_k_conv_workspace(&p);
-            if (need > ws) ws = need;
-        }
+        const ps_layer *ly = ps_layer_of(o->kind);
+        if (!ly->view) rc = alloc_dev(m, rows * ps_shape_numel(o->out), &o->y);
+        if (rc == PS_OK && ly->alloc) rc = ly->alloc(m, o, rows, &ws, &maxc);
     }
     for (size_t k = 0; k < m->ngslots && rc == PS_OK; k++)
         rc = alloc_dev(m, rows * m->maxw, &m->g[k]);
@@ -184,8 +156,7 @@ static int ensure_cap(ps_model *m, size_t rows) {
  * the input has no other reader): activations and dropout work in place,
  * Flatten/Reshape and Add's first input pass the gradient through. */
 static bool aliasable(const ps_op *o, size_t i) {
-    return i == 0 && (o->kind == OP_ACT || o->kind == OP_DROPOUT || o->kind == OP_FLATTEN ||
-                      o->kind == OP_ADD);
+    return i == 0 && ps_layer_of(o->kind)->grad_in_place;
 }
 
 /* Gives each tensor's gradient a buffer, reusing them as the backward pass
@@ -419,44 +390,26 @@ void ps_model_set_dropout_seed(ps_model *m, uint64_t seed) {
 
 /* ---- forward, loss, backward ------------------------------------------------ */
 
-static const float *param(const ps_model *m, size_t var) {
+const float *ps_layer_param(const ps_model *m, size_t var) {
     return var == PS_NO_VAR ? NULL : m->d_params + m->vars[var].offset;
 }
 
-static float *grad(const ps_model *m, size_t var) {
+float *ps_layer_grad(const ps_model *m, size_t var) {
     return var == PS_NO_VAR ? NULL : m->d_grads + m->vars[var].offset;
 }
 
-/* The dropout seed of op j at the current step. */
-static uint64_t dropout_seed(const ps_model *m, size_t j) {
+int ps_layer_alloc(ps_model *m, size_t floats, void *out) {
+    return alloc_dev(m, floats, out);
+}
+
+uint64_t ps_layer_dropout_seed(const ps_model *m, size_t j) {
     uint64_t s = m->dropout_seed ^ (m->step * 0x9E3779B97F4A7C15ull);
     s ^= (uint64_t)(j + 1) * 0xD1B54A32D192ED03ull;
     return splitmix64(&s);
 }
 
-/* Tensor t's values from the last forward: the input batch for t = 0. */
-static const float *tensor(const ps_model *m, const float *x, size_t t) {
-    return t ? m->ops[t - 1].outp : x;
-}
-
-/* After a training forward of batch normalization o: the moving statistics'
- * slots in the gradients get (1 - momentum) * (moving - batch statistic), so
- * that SGD with learning rate 1 (their optimizer) makes moving <- momentum *
- * moving + (1 - momentum) * batch statistic, Keras' update. */
-static int bn_stat_grads(ps_model *m, const ps_op *o) {
-    size_t c = o->in.c;
-    int rc = ps_k_copy_to_host(m->dev, m->h_stat, o->stat, 2 * c * sizeof(float));
-    float k = 1.0f - o->momentum;
-    size_t vs[2] = {o->mean_var, o->mvar_var};
-    for (int s = 0; s < 2 && rc == PS_OK; s++) {
-        size_t off = m->vars[vs[s]].offset;
-        const float *p = m->params + off, *b = m->h_stat + (size_t)s * c;
-        float *g = m->grads + off;
-        for (size_t i = 0; i < c; i++)
-            g[i] = k * (p[i] - b[i]);
-        if (on_cuda(m)) rc = ps_k_copy_to_dev(m->dev, m->d_grads + off, g, c * sizeof(float));
-    }
-    return rc;
+const float *ps_layer_tensor(const ps_pass *p, size_t t) {
+    return t ? p->m->ops[t - 1].outp : p->x;
 }
 
 /* Runs the executed ops on rows samples of x (on the device); *outp gets the
@@ -465,94 +418,18 @@ static int bn_stat_grads(ps_model *m, const ps_op *o) {
  * statistics' updates (a training step). */
 static int forward(ps_model *m, const float *x, size_t rows, bool training, bool stats,
                    const float **outp) {
+    const ps_pass p = {.m = m, .x = x, .rows = rows, .training = training, .stats = stats};
     int rc = PS_OK;
     for (size_t j = 0; j < m->nrun && rc == PS_OK; j++) {
         ps_op *o = &m->ops[j];
-        const float *in = tensor(m, x, o->in_t[0]);
-        size_t n = rows * ps_shape_numel(o->out), hw = o->in.h * o->in.w;
         const float *out = o->y;
-        switch (o->kind) {
-        case OP_DENSE:
-            if (o->prec == PS_K_PREC_F32)
-                ps_dense_forward(m->dev, o->y, in, param(m, o->kernel_var), param(m, o->bias_var),
-                                 rows, ps_shape_numel(o->in), o->out.c);
-            else
-                rc = ps_dense_forward_ex(m->dev, o->prec, o->y, in, param(m, o->kernel_var),
-                                         param(m, o->bias_var), rows, ps_shape_numel(o->in),
-                                         o->out.c);
-            break;
-        case OP_CONV: {
-            ps_k_conv p = conv_plan(o, rows);
-            ps_k_conv2d_forward_overwrite(m->dev, &p, o->y, in, param(m, o->kernel_var),
-                                          param(m, o->bias_var), m->ws);
-            break;
-        }
-        case OP_DWCONV: {
-            ps_k_conv p = dwconv_plan(o, rows);
-            ps_k_dwconv2d_forward_overwrite(m->dev, &p, o->y, in, param(m, o->kernel_var),
-                                            param(m, o->bias_var));
-            break;
-        }
-        case OP_BN:
-            if (training) {
-                ps_k_bn_forward_train_overwrite(m->dev, o->y, o->stat, o->stat + o->in.c, in,
-                                                param(m, o->kernel_var), param(m, o->bias_var),
-                                                rows * hw, o->in.c, o->eps);
-                if (stats) rc = bn_stat_grads(m, o);
-            } else {
-                ps_k_bn_forward_infer_overwrite(m->dev, o->y, in, param(m, o->mean_var),
-                                                param(m, o->mvar_var), param(m, o->kernel_var),
-                                                param(m, o->bias_var), rows * hw, o->in.c, o->eps);
-            }
-            break;
-        case OP_MAXPOOL: {
-            ps_k_pool p = pool_plan(o, rows);
-            ps_k_maxpool_forward_overwrite(m->dev, &p, o->y, o->arg, in);
-            break;
-        }
-        case OP_AVGPOOL: {
-            ps_k_pool p = pool_plan(o, rows);
-            ps_k_avgpool_forward_overwrite(m->dev, &p, o->y, in);
-            break;
-        }
-        case OP_GAP:
-            ps_k_gap_forward_overwrite(m->dev, o->y, in, rows, hw, o->in.c);
-            break;
-        case OP_PAD:
-            ps_k_pad2d_forward_overwrite(m->dev, o->y, in, rows, o->in.h, o->in.w, o->in.c,
-                                         o->pad[0], o->pad[1], o->pad[2], o->pad[3]);
-            break;
-        case OP_FLATTEN:
-            out = in; /* the same memory: NHWC rows are already flat */
-            break;
-        case OP_DROPOUT:
-            if (training && o->rate > 0.0f)
-                ps_k_dropout_forward_overwrite(m->dev, o->y, in, n, o->rate, dropout_seed(m, j));
-            else
-                out = in;
-            break;
-        case OP_ACT:
-            ps_activation_forward(m->dev, (ps_k_act)o->act, o->y, in, n);
-            break;
-        case OP_ADD:
-            ps_k_add_overwrite(m->dev, o->y, in, tensor(m, x, o->in_t[1]), n);
-            for (size_t i = 2; i < o->nin; i++)
-                ps_k_add_acc(m->dev, o->y, tensor(m, x, o->in_t[i]), n);
-            break;
-        case OP_CONCAT:
-            for (size_t i = 0, off = 0; i < o->nin; i++) {
-                size_t c = ps_tensor_shape(m, o->in_t[i]).c;
-                ps_k_concat_cols_overwrite(m->dev, o->y, tensor(m, x, o->in_t[i]), rows * hw,
-                                           o->out.c, off, c);
-                off += c;
-            }
-            break;
-        }
+        rc = ps_layer_of(o->kind)->forward(&p, j, o, ps_layer_tensor(&p, o->in_t[0]), &out);
         /* mixed precision: the layer's output is stored in its precision */
-        if (o->prec != PS_K_PREC_F32 && out == o->y) ps_k_round(m->dev, o->prec, o->y, n);
+        if (o->prec != PS_K_PREC_F32 && out == o->y)
+            ps_k_round(m->dev, o->prec, o->y, rows * ps_shape_numel(o->out));
         o->outp = out;
     }
-    *outp = tensor(m, x, m->nrun);
+    *outp = ps_layer_tensor(&p, m->nrun);
     return rc;
 }
 
@@ -598,7 +475,7 @@ void ps_model_set_grad_hook(ps_model *m, ps_model_grad_hook fn, void *ctx) {
 
 /* Tells the hook that op o's variables' gradients are final (CPU: d_grads is
  * grads); for batch normalization also the moving statistics' slots. */
-static void grads_final(const ps_model *m, const ps_op *o) {
+void ps_layer_grads_final(const ps_model *m, const ps_op *o) {
     if (!m->grad_hook || m->d_grads != m->grads || m->loss_scale > 0.0f) return;
     size_t vs[4] = {o->kernel_var, o->bias_var, o->mean_var, o->mvar_var};
     for (int k = 0; k < 4; k++) {
@@ -615,7 +492,7 @@ static float *gbuf(const ps_model *m, size_t t) {
 /* Where a backward kernel writes the gradient of input tensor s: its own
  * buffer the first time, else the scratch buffer, added in by din_done (the
  * tensor fans out). NULL for the model's input (no gradient needed). */
-static float *din_for(ps_model *m, size_t s, bool *acc) {
+float *ps_layer_din(ps_model *m, size_t s, bool *acc) {
     *acc = false;
     if (s == 0) return NULL;
     if (!m->ginit[s]) {
@@ -626,13 +503,15 @@ static float *din_for(ps_model *m, size_t s, bool *acc) {
     return m->gscr;
 }
 
-static void din_done(ps_model *m, size_t s, bool acc, size_t n) {
+void ps_layer_din_done(ps_model *m, size_t s, bool acc, size_t n) {
     if (acc) ps_k_add_acc(m->dev, gbuf(m, s), m->gscr, n);
 }
 
-/* The gradient of input s is dout itself (Flatten, Add...): it is the same
- * buffer when aliased, else copied or added in. */
-static void pass_grad(ps_model *m, size_t s, const float *dout, size_t n) {
+float *ps_layer_scratch(ps_model *m) {
+    return m->gscr;
+}
+
+void ps_layer_pass_grad(ps_model *m, size_t s, const float *dout, size_t n) {
     if (s == 0) return;
     float *g = gbuf(m, s);
     if (!m->ginit[s]) {
@@ -646,109 +525,18 @@ static void pass_grad(ps_model *m, size_t s, const float *dout, size_t n) {
 /* The backward pass, ops in reverse topological order; the output's gradient
  * is in its buffer (from the loss). */
 static int backward(ps_model *m, const float *x, size_t rows) {
+    const ps_pass p = {.m = m, .x = x, .rows = rows, .training = true};
     memset(m->ginit, 0, (m->nops + 1) * sizeof *m->ginit);
     m->ginit[m->nrun] = true;
     int rc = PS_OK;
     for (size_t j = m->nrun; j-- > 0 && rc == PS_OK;) {
         ps_op *o = &m->ops[j];
-        size_t s = o->in_t[0], n = rows * ps_shape_numel(o->out), hw = o->in.h * o->in.w;
-        size_t nin = rows * ps_shape_numel(o->in);
-        const float *in = tensor(m, x, s), *dout = gbuf(m, j + 1);
-        bool acc = false;
-        float *din = NULL;
         /* mixed precision: the gradient reaching a layer is in its precision
          * (complete here: every reader of the output has run its backward) */
-        if (o->prec != PS_K_PREC_F32) ps_k_round(m->dev, o->prec, gbuf(m, j + 1), n);
-        switch (o->kind) {
-        case OP_DENSE:
-            din = din_for(m, s, &acc);
-            if (o->prec == PS_K_PREC_F32)
-                ps_dense_backward_overwrite(m->dev, din, grad(m, o->kernel_var),
-                                            grad(m, o->bias_var), dout, in,
-                                            param(m, o->kernel_var), rows, ps_shape_numel(o->in),
-                                            o->out.c);
-            else
-                rc = ps_dense_backward_overwrite_ex(
-                    m->dev, o->prec, din, grad(m, o->kernel_var), grad(m, o->bias_var), dout, in,
-                    param(m, o->kernel_var), rows, ps_shape_numel(o->in), o->out.c);
-            grads_final(m, o);
-            break;
-        case OP_CONV: {
-            ps_k_conv p = conv_plan(o, rows);
-            din = din_for(m, s, &acc);
-            ps_k_conv2d_backward_overwrite(m->dev, &p, din, grad(m, o->kernel_var),
-                                           grad(m, o->bias_var), dout, in, param(m, o->kernel_var),
-                                           m->ws);
-            grads_final(m, o);
-            break;
-        }
-        case OP_DWCONV: {
-            ps_k_conv p = dwconv_plan(o, rows);
-            din = din_for(m, s, &acc);
-            ps_k_dwconv2d_backward_overwrite(m->dev, &p, din, grad(m, o->kernel_var),
-                                             grad(m, o->bias_var), dout, in,
-                                             param(m, o->kernel_var));
-            grads_final(m, o);
-            break;
-        }
-        case OP_BN:
-            din = din_for(m, s, &acc);
-            /* the kernel always writes dx: the scratch buffer takes it for the input */
-            ps_k_bn_backward_overwrite(m->dev, din ? din : m->gscr, grad(m, o->kernel_var),
-                                       grad(m, o->bias_var), dout, in, o->stat, o->stat + o->in.c,
-                                       param(m, o->kernel_var), rows * hw, o->in.c, o->eps);
-            grads_final(m, o);
-            break;
-        case OP_MAXPOOL: {
-            ps_k_pool p = pool_plan(o, rows);
-            if ((din = din_for(m, s, &acc)))
-                ps_k_maxpool_backward_overwrite(m->dev, &p, din, dout, o->arg);
-            break;
-        }
-        case OP_AVGPOOL: {
-            ps_k_pool p = pool_plan(o, rows);
-            if ((din = din_for(m, s, &acc))) ps_k_avgpool_backward_overwrite(m->dev, &p, din, dout);
-            break;
-        }
-        case OP_GAP:
-            if ((din = din_for(m, s, &acc)))
-                ps_k_gap_backward_overwrite(m->dev, din, dout, rows, hw, o->in.c);
-            break;
-        case OP_PAD:
-            if ((din = din_for(m, s, &acc)))
-                ps_k_pad2d_backward_overwrite(m->dev, din, dout, rows, o->in.h, o->in.w, o->in.c,
-                                              o->pad[0], o->pad[1], o->pad[2], o->pad[3]);
-            break;
-        case OP_FLATTEN:
-            pass_grad(m, s, dout, n);
-            break;
-        case OP_DROPOUT:
-            if (o->outp == in) {
-                pass_grad(m, s, dout, n);
-            } else if ((din = din_for(m, s, &acc))) {
-                ps_k_dropout_backward_overwrite(m->dev, din, dout, n, o->rate, dropout_seed(m, j));
-            }
-            break;
-        case OP_ACT:
-            if ((din = din_for(m, s, &acc)))
-                ps_k_act_backward_overwrite(m->dev, (ps_k_act)o->act, din, dout, in, o->outp, n);
-            break;
-        case OP_ADD:
-            for (size_t i = 0; i < o->nin; i++)
-                pass_grad(m, o->in_t[i], dout, n);
-            break;
-        case OP_CONCAT:
-            for (size_t i = 0, off = 0; i < o->nin; i++) {
-                size_t si = o->in_t[i], c = ps_tensor_shape(m, si).c;
-                bool a = false;
-                float *d = din_for(m, si, &a);
-                if (d) ps_k_split_cols_overwrite(m->dev, d, dout, rows * hw, o->out.c, off, c);
-                if (d) din_done(m, si, a, rows * hw * c);
-                off += c;
-            }
-            break;
-        }
-        if (din) din_done(m, s, acc, nin);
+        if (o->prec != PS_K_PREC_F32)
+            ps_k_round(m->dev, o->prec, gbuf(m, j + 1), rows * ps_shape_numel(o->out));
+        rc = ps_layer_of(o->kind)->backward(&p, j, o, ps_layer_tensor(&p, o->in_t[0]),
+                                            gbuf(m, j + 1));
     }
     return rc;
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layer.h"
 #include "model_impl.h"
 #include "ps_error.h"
 
@@ -41,34 +42,6 @@ static bool key_in(const char *key, const char *const *keys) {
         if (strcmp(key, *keys) == 0) return true;
     return false;
 }
-
-/* The options each class understands (read by ps_build_layer). */
-static const struct {
-    const char *cls;
-    const char *const keys[8];
-} supported[] = {
-    {"Dense", {"units", "activation", "use_bias", NULL}},
-    {"Conv2D", {"filters", "kernel_size", "strides", "padding", "activation", "use_bias", NULL}},
-    {"DepthwiseConv2D",
-     {"kernel_size", "strides", "padding", "depth_multiplier", "activation", "use_bias", NULL}},
-    {"BatchNormalization", {"axis", "momentum", "epsilon", "center", "scale", NULL}},
-    {"ReLU", {"max_value", "negative_slope", "threshold", NULL}},
-    {"Activation", {"activation", NULL}},
-    {"MaxPooling2D", {"pool_size", "strides", "padding", NULL}},
-    {"AveragePooling2D", {"pool_size", "strides", "padding", NULL}},
-    {"GlobalAveragePooling2D", {"keepdims", NULL}},
-    {"ZeroPadding2D", {"padding", NULL}},
-    {"Flatten", {NULL}},
-    {"Reshape", {"target_shape", NULL}},
-    {"Dropout", {"rate", NULL}},
-    {"Add", {NULL}},
-    {"Concatenate", {"axis", NULL}},
-};
-#define N_SUPPORTED (sizeof supported / sizeof supported[0])
-#define SUPPORTED_LIST                                                                             \
-    "InputLayer, Dense, Conv2D, DepthwiseConv2D, BatchNormalization, ReLU, Activation, "           \
-    "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, ZeroPadding2D, Flatten, Reshape, "    \
-    "Dropout, Add, Concatenate"
 
 /* Options accepted only at Keras' default value, and that value. */
 typedef enum {
@@ -219,11 +192,12 @@ static void show(const cJSON *v, char *out, size_t n) {
 /* Checks every option of a layer's config: understood by the builder, or
  * at Keras' default. first: the first layer of a Sequential (may carry the
  * input shape). */
-static int check_options(kerr *e, const char *where, size_t si, const cJSON *cfg, bool first) {
+static int check_options(kerr *e, const char *where, const ps_layer_class *lc, const cJSON *cfg,
+                         bool first) {
     const cJSON *k;
     cJSON_ArrayForEach(k, cfg) {
         const char *key = k->string;
-        if (!strcmp(key, "name") || !strcmp(key, "dtype") || key_in(key, supported[si].keys))
+        if (!strcmp(key, "name") || !strcmp(key, "dtype") || key_in(key, lc->keras_keys))
             continue; /* dtype: the layer's policy, read by parse_one */
         if (first && (!strcmp(key, "batch_input_shape") || !strcmp(key, "batch_shape"))) continue;
         size_t d = 0;
@@ -233,26 +207,19 @@ static int check_options(kerr *e, const char *where, size_t si, const cJSON *cfg
         show(k, val, sizeof val);
         if (d == N_DEFAULTS) {
             char list[256] = "";
-            for (const char *const *s = supported[si].keys; *s; s++)
+            for (const char *const *s = lc->keras_keys; *s; s++)
                 snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
                          list[0] ? ", " : "", *s);
             return fail(e,
                         "%s: option '%s' is not supported (%s understands: %s; other options only "
                         "at Keras' defaults)",
-                        where, key, supported[si].cls, list[0] ? list : "none");
+                        where, key, lc->name, list[0] ? list : "none");
         }
         if (!default_ok(k, defaults[d].want))
             return fail(e, "%s: option '%s' = %s is not supported (only %s)", where, key, val,
                         default_name(defaults[d].want));
     }
     return PS_OK;
-}
-
-/* The class a layer entry names, with Keras' aliases folded. */
-static const char *canon_class(const char *c) {
-    if (!strcmp(c, "MaxPool2D")) return "MaxPooling2D";
-    if (!strcmp(c, "AvgPool2D")) return "AveragePooling2D";
-    return c;
 }
 
 /* ---- the input ------------------------------------------------------------ */
@@ -412,7 +379,10 @@ static int parse_one(kctx *K, const cJSON *l, size_t index, bool functional, siz
     for (size_t i = 0; i < K->n; i++)
         if (!strcmp(K->names[i], name->valuestring))
             return fail(e, "%s: a second layer with this name", where);
-    const char *c = canon_class(cls->valuestring);
+    const ps_layer_class *lc = NULL;
+    const char *c = cls->valuestring;
+    if (ps_layer_for_class(c, &lc) && lc->canon) /* Keras' aliases folded */
+        ps_layer_for_class(c = lc->canon, &lc);
     size_t t = 0;
     if (!strcmp(c, "InputLayer")) {
         if (K->have_input)
@@ -423,12 +393,12 @@ static int parse_one(kctx *K, const cJSON *l, size_t index, bool functional, siz
         if (rc != PS_OK) return rc;
         K->have_input = true;
     } else {
-        size_t si = 0;
-        while (si < N_SUPPORTED && strcmp(supported[si].cls, c))
-            si++;
-        if (si == N_SUPPORTED)
-            return fail(e, "%s: layer class '%s' is not supported (supported: " SUPPORTED_LIST ")",
-                        where, cls->valuestring);
+        if (!lc) {
+            char list[512];
+            ps_layer_class_list(false, list, sizeof list);
+            return fail(e, "%s: layer class '%s' is not supported (supported: InputLayer, %s)",
+                        where, cls->valuestring, list);
+        }
         bool first = !functional && !K->have_input;
         if (first) { /* a Keras 2 Sequential's first layer may carry the input shape */
             const cJSON *bis = item(cfg, "batch_input_shape");
@@ -447,7 +417,7 @@ static int parse_one(kctx *K, const cJSON *l, size_t index, bool functional, siz
             K->have_input = true;
         }
         if (!K->have_input) return fail(e, "%s: comes before the model's InputLayer", where);
-        int rc = check_options(e, where, si, cfg, first);
+        int rc = check_options(e, where, lc, cfg, first);
         if (rc != PS_OK) return rc;
         ps_dtype_policy pol;
         if (!policy_of(item(cfg, "dtype"), &pol)) {

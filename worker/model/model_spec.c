@@ -9,14 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layer.h"
 #include "model_impl.h"
 #include "ps_error.h"
 
 #define MAX_UNITS (1u << 24) /* sanity bounds on sizes read from a spec */
 #define MAX_BATCH (1u << 20)
 #define MAX_PARAMS (1u << 30)
-#define MAX_KERNEL 64 /* conv kernel / pooling window side, stride */
-#define MAX_PAD 1024
 #define MAX_FILE (16u << 20)
 
 typedef struct {
@@ -54,22 +53,6 @@ static bool get_size(const cJSON *item, double lo, double hi, size_t *out) {
     return true;
 }
 
-/* A Keras size pair: an integer n (meaning n x n) or [a, b], each in [lo, hi]. */
-static bool get_pair_in(const cJSON *item, size_t lo, size_t hi, size_t *a, size_t *b) {
-    if (cJSON_IsNumber(item)) {
-        if (!get_size(item, (double)lo, (double)hi, a)) return false;
-        *b = *a;
-        return true;
-    }
-    return cJSON_IsArray(item) && cJSON_GetArraySize(item) == 2 &&
-           get_size(cJSON_GetArrayItem(item, 0), (double)lo, (double)hi, a) &&
-           get_size(cJSON_GetArrayItem(item, 1), (double)lo, (double)hi, b);
-}
-
-static bool get_pair(const cJSON *item, size_t *a, size_t *b) {
-    return get_pair_in(item, 1, MAX_KERNEL, a, b);
-}
-
 static bool key_in(const char *key, const char *const *keys) {
     for (; *keys; keys++)
         if (strcmp(key, *keys) == 0) return true;
@@ -78,23 +61,6 @@ static bool key_in(const char *key, const char *const *keys) {
 
 static const cJSON *item(const cJSON *o, const char *key) {
     return cJSON_GetObjectItemCaseSensitive(o, key);
-}
-
-/* Activation name -> ps_k_act or PS_ACT_SOFTMAX; false for an unknown name. */
-static bool parse_act(const char *s, int *act) {
-    static const struct {
-        const char *name;
-        int act;
-    } acts[] = {{"linear", PS_K_ACT_LINEAR},   {"relu", PS_K_ACT_RELU}, {"relu6", PS_K_ACT_RELU6},
-                {"sigmoid", PS_K_ACT_SIGMOID}, {"tanh", PS_K_ACT_TANH}, {"gelu", PS_K_ACT_GELU},
-                {"softmax", PS_ACT_SOFTMAX}};
-    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
-        if (strcmp(s, acts[i].name) == 0) {
-            *act = acts[i].act;
-            return true;
-        }
-    }
-    return false;
 }
 
 int ps_model_read_file(const char *path, char **out, char *err, size_t errlen) {
@@ -153,312 +119,23 @@ static int push_op(ps_build *b, ps_op o, size_t *t) {
     return PS_OK;
 }
 
-static int parse_padding(ps_build *b, const cJSON *l, bool *same) {
-    const cJSON *p = item(l, "padding");
-    *same = false;
-    if (!p) return PS_OK;
-    if (cJSON_IsString(p) && strcmp(p->valuestring, "valid") == 0) return PS_OK;
-    if (cJSON_IsString(p) && strcmp(p->valuestring, "same") == 0) {
-        *same = true;
-        return PS_OK;
-    }
-    return ps_build_fail(b, PS_EFORMAT, "%s: 'padding' must be \"valid\" or \"same\"", b->where);
-}
-
-/* Output size along one axis (as ps_k_conv_plan / ps_k_pool_plan). */
-static size_t out_size(size_t in, size_t k, size_t s, bool same) {
-    return same ? (in + s - 1) / s : (in - k) / s + 1;
-}
-
-static int need_image(ps_build *b) {
-    if (ps_tensor_image(b->m, b->in_t[0])) return PS_OK;
-    return ps_build_fail(b, PS_EFORMAT,
-                         "%s: needs an image input: give 'input_shape' as [height, width, "
-                         "channels] and put no Flatten or Dense before it",
-                         b->where);
-}
-
-/* Conv2D, DepthwiseConv2D and the pooling layers: window, strides, padding,
- * output shape. wkey: "kernel_size" (required) or "pool_size" (default 2). */
-static int parse_window(ps_build *b, const cJSON *l, const char *wkey, bool conv, ps_op *o) {
-    int rc = need_image(b);
-    if (rc != PS_OK) return rc;
-    ps_shape in = o->in;
-    const cJSON *k = item(l, wkey);
-    if (conv && !k) return ps_build_fail(b, PS_EFORMAT, "%s: missing key '%s'", b->where, wkey);
-    o->kh = o->kw = 2;
-    if (k && !get_pair(k, &o->kh, &o->kw))
-        return ps_build_fail(b, PS_EFORMAT,
-                             "%s: '%s' must be an integer or a pair of integers in [1, %d]",
-                             b->where, wkey, MAX_KERNEL);
-    const cJSON *s = item(l, "strides");
-    o->sh = conv ? 1 : o->kh;
-    o->sw = conv ? 1 : o->kw;
-    if (s && !(cJSON_IsNull(s) && !conv) && !get_pair(s, &o->sh, &o->sw))
-        return ps_build_fail(b, PS_EFORMAT,
-                             "%s: 'strides' must be an integer or a pair of integers in [1, %d]",
-                             b->where, MAX_KERNEL);
-    if ((rc = parse_padding(b, l, &o->same))) return rc;
-    if (!o->same && (o->kh > in.h || o->kw > in.w))
-        return ps_build_fail(b, PS_EFORMAT,
-                             "%s: window %zux%zu is larger than its input %zux%zu (use "
-                             "\"padding\": \"same\" or a smaller window)",
-                             b->where, o->kh, o->kw, in.h, in.w);
-    o->out.h = out_size(in.h, o->kh, o->sh, o->same);
-    o->out.w = out_size(in.w, o->kw, o->sw, o->same);
-    o->out.c = in.c;
-    return PS_OK;
-}
-
-static int parse_activation_key(ps_build *b, const cJSON *l, int *act) {
-    const cJSON *a = item(l, "activation");
-    *act = PS_K_ACT_LINEAR;
-    if (!a) return PS_OK;
-    if (!cJSON_IsString(a))
-        return ps_build_fail(b, PS_EFORMAT, "%s: 'activation' must be a string", b->where);
-    if (!parse_act(a->valuestring, act))
-        return ps_build_fail(b, PS_EFORMAT,
-                             "%s: unknown activation '%s' (want relu, relu6, sigmoid, tanh, gelu, "
-                             "softmax or linear)",
-                             b->where, a->valuestring);
-    return PS_OK;
-}
-
-static int parse_bool(ps_build *b, const cJSON *l, const char *key, bool dflt, bool *out) {
-    const cJSON *v = item(l, key);
-    *out = dflt;
-    if (!v) return PS_OK;
-    if (!cJSON_IsBool(v))
-        return ps_build_fail(b, PS_EFORMAT, "%s: '%s' must be true or false", b->where, key);
-    *out = cJSON_IsTrue(v);
-    return PS_OK;
-}
-
-/* A number in [lo, hi] (default dflt when absent). */
-static int parse_float(ps_build *b, const cJSON *l, const char *key, double lo, double hi,
-                       float dflt, float *out) {
-    const cJSON *v = item(l, key);
-    *out = dflt;
-    if (!v) return PS_OK;
-    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))
-        return ps_build_fail(b, PS_EFORMAT, "%s: '%s' must be a number in [%g, %g]", b->where, key,
-                             lo, hi);
-    *out = (float)v->valuedouble;
-    return PS_OK;
-}
-
-/* The channel axis of a BatchNormalization or Concatenate: -1, or the last
- * axis counted from the batch (3 for an image, 1 for a vector). */
-static int parse_channel_axis(ps_build *b, const cJSON *l, bool image) {
-    const cJSON *a = item(l, "axis");
-    if (!a) return PS_OK;
-    const cJSON *v = a;
-    if (cJSON_IsArray(a) && cJSON_GetArraySize(a) == 1) v = cJSON_GetArrayItem(a, 0);
-    if (cJSON_IsNumber(v) && (v->valuedouble == -1 || v->valuedouble == (image ? 3 : 1)))
-        return PS_OK;
-    return ps_build_fail(b, PS_EFORMAT,
-                         "%s: option 'axis' is not supported: only the channel axis (-1 or %d)",
-                         b->where, image ? 3 : 1);
-}
-
-static int one_input(ps_build *b) {
-    if (b->nin == 1) return PS_OK;
-    return ps_build_fail(b, PS_EFORMAT, "%s: takes one input, got %zu", b->where, b->nin);
-}
-
-/* ZeroPadding2D's padding: n, [a, b] (rows, cols) or [[top, bottom], [left, right]]. */
-static int parse_zero_padding(ps_build *b, const cJSON *l, size_t pad[4]) {
-    const cJSON *p = item(l, "padding");
-    pad[0] = pad[1] = pad[2] = pad[3] = 1;
-    if (!p) return PS_OK;
-    if (get_pair_in(p, 0, MAX_PAD, &pad[0], &pad[2])) {
-        pad[1] = pad[0];
-        pad[3] = pad[2];
-        return PS_OK;
-    }
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 2 && cJSON_IsArray(cJSON_GetArrayItem(p, 0)) &&
-        get_pair_in(cJSON_GetArrayItem(p, 0), 0, MAX_PAD, &pad[0], &pad[1]) &&
-        cJSON_IsArray(cJSON_GetArrayItem(p, 1)) &&
-        get_pair_in(cJSON_GetArrayItem(p, 1), 0, MAX_PAD, &pad[2], &pad[3]))
-        return PS_OK;
-    return ps_build_fail(b, PS_EFORMAT,
-                         "%s: 'padding' must be an integer, a pair, or a pair of pairs in [0, %d]",
-                         b->where, MAX_PAD);
-}
-
-static int parse_reshape(ps_build *b, const cJSON *l, ps_op *o) {
-    const cJSON *ts = item(l, "target_shape");
-    int rank = cJSON_IsArray(ts) ? cJSON_GetArraySize(ts) : 0;
-    size_t d[3] = {1, 1, 1}, prod = 1;
-    bool ok = rank == 1 || rank == 3;
-    for (int i = 0; ok && i < rank; i++) {
-        ok = get_size(cJSON_GetArrayItem(ts, i), 1, MAX_UNITS, &d[i]);
-        prod *= ok ? d[i] : 1;
-    }
-    if (!ok)
-        return ps_build_fail(b, PS_EFORMAT,
-                             "%s: 'target_shape' must be [n] or [height, width, channels] of "
-                             "positive integers",
-                             b->where);
-    if (prod != ps_shape_numel(o->in))
-        return ps_build_fail(b, PS_EFORMAT, "%s: 'target_shape' holds %zu values, the input %zu",
-                             b->where, prod, ps_shape_numel(o->in));
-    o->kind = OP_FLATTEN;
-    o->image = rank == 3;
-    o->out = rank == 3 ? (ps_shape){d[0], d[1], d[2]} : (ps_shape){1, 1, d[0]};
-    return PS_OK;
-}
-
-/* Add and Concatenate: two or more inputs of matching shapes. */
-static int parse_merge(ps_build *b, const cJSON *l, bool concat, ps_op *o) {
-    if (b->nin < 2)
-        return ps_build_fail(b, PS_EFORMAT, "%s: needs at least two inputs, got %zu", b->where,
-                             b->nin);
-    bool image = ps_tensor_image(b->m, b->in_t[0]);
-    if (concat) {
-        int rc = parse_channel_axis(b, l, image);
-        if (rc != PS_OK) return rc;
-    }
-    o->out.c = 0;
-    for (size_t i = 0; i < b->nin; i++) {
-        ps_shape s = ps_tensor_shape(b->m, b->in_t[i]);
-        bool same = s.h == o->in.h && s.w == o->in.w && (concat || s.c == o->in.c);
-        if (!same || ps_tensor_image(b->m, b->in_t[i]) != image)
-            return ps_build_fail(b, PS_EFORMAT,
-                                 "%s: input %zu has shape %zux%zux%zu, input 0 %zux%zux%zu%s",
-                                 b->where, i, s.h, s.w, s.c, o->in.h, o->in.w, o->in.c,
-                                 concat ? " (only the channels may differ)" : "");
-        o->out.c += s.c;
-    }
-    if (!concat) o->out.c = o->in.c;
-    o->kind = concat ? OP_CONCAT : OP_ADD;
-    return PS_OK;
-}
-
 int ps_build_layer(ps_build *b, const char *cls, const cJSON *l, bool keras, size_t *out) {
+    const ps_layer *ly = ps_layer_for_class(cls, NULL);
+    if (!ly) return ps_build_fail(b, PS_EFORMAT, "%s: unknown layer class '%s'", b->where, cls);
     ps_op o = {.in = ps_tensor_shape(b->m, b->in_t[0])};
     int act = PS_K_ACT_LINEAR, rc = PS_OK;
-    bool only_act = false, merge = !strcmp(cls, "Add") || !strcmp(cls, "Concatenate");
     o.out = o.in;
     o.image = ps_tensor_image(b->m, b->in_t[0]);
     o.use_bias = true;
-    if (!merge && (rc = one_input(b))) return rc;
-    if (!strcmp(cls, "Dense")) {
-        const cJSON *u = item(l, "units");
-        size_t units;
-        if (!u) return ps_build_fail(b, PS_EFORMAT, "%s: missing key 'units'", b->where);
-        if (!get_size(u, 1, MAX_UNITS, &units))
-            return ps_build_fail(b, PS_EFORMAT, "%s: 'units' must be an integer in [1, %u]",
-                                 b->where, MAX_UNITS);
-        if (keras && o.in.h * o.in.w != 1)
-            return ps_build_fail(b, PS_EFORMAT,
-                                 "%s: a Dense layer on a %zux%zux%zu input (Keras applies it to "
-                                 "the last axis) is not supported: put Flatten or "
-                                 "GlobalAveragePooling2D before it",
-                                 b->where, o.in.h, o.in.w, o.in.c);
-        if ((rc = parse_activation_key(b, l, &act)) ||
-            (rc = parse_bool(b, l, "use_bias", true, &o.use_bias)))
-            return rc;
-        o.kind = OP_DENSE;
-        o.out = (ps_shape){1, 1, units};
-        o.image = false; /* Dense reads its input flattened */
-    } else if (!strcmp(cls, "Conv2D")) {
-        const cJSON *f = item(l, "filters");
-        size_t filters;
-        if (!f) return ps_build_fail(b, PS_EFORMAT, "%s: missing key 'filters'", b->where);
-        if (!get_size(f, 1, 65536, &filters))
-            return ps_build_fail(b, PS_EFORMAT, "%s: 'filters' must be an integer in [1, 65536]",
-                                 b->where);
-        if ((rc = parse_window(b, l, "kernel_size", true, &o)) ||
-            (rc = parse_activation_key(b, l, &act)) ||
-            (rc = parse_bool(b, l, "use_bias", true, &o.use_bias)))
-            return rc;
-        o.kind = OP_CONV;
-        o.out.c = filters;
-    } else if (!strcmp(cls, "DepthwiseConv2D")) {
-        const cJSON *dm = item(l, "depth_multiplier");
-        o.mult = 1;
-        if (dm && !get_size(dm, 1, 4096, &o.mult))
-            return ps_build_fail(
-                b, PS_EFORMAT, "%s: 'depth_multiplier' must be an integer in [1, 4096]", b->where);
-        if ((rc = parse_window(b, l, "kernel_size", true, &o)) ||
-            (rc = parse_activation_key(b, l, &act)) ||
-            (rc = parse_bool(b, l, "use_bias", true, &o.use_bias)))
-            return rc;
-        o.kind = OP_DWCONV;
-        o.out.c = o.in.c * o.mult;
-    } else if (!strcmp(cls, "BatchNormalization")) {
-        if ((rc = parse_channel_axis(b, l, o.image)) ||
-            (rc = parse_float(b, l, "momentum", 0.0, 1.0, 0.99f, &o.momentum)) ||
-            (rc = parse_float(b, l, "epsilon", 1e-12, 1.0, 1e-3f, &o.eps)) ||
-            (rc = parse_bool(b, l, "center", true, &o.center)) ||
-            (rc = parse_bool(b, l, "scale", true, &o.scale)))
-            return rc;
-        o.kind = OP_BN;
-    } else if (!strcmp(cls, "MaxPooling2D") || !strcmp(cls, "MaxPool2D") ||
-               !strcmp(cls, "AveragePooling2D") || !strcmp(cls, "AvgPool2D")) {
-        if ((rc = parse_window(b, l, "pool_size", false, &o))) return rc;
-        o.kind = strstr(cls, "Max") ? OP_MAXPOOL : OP_AVGPOOL;
-    } else if (!strcmp(cls, "GlobalAveragePooling2D")) {
-        bool keep;
-        if ((rc = need_image(b)) || (rc = parse_bool(b, l, "keepdims", false, &keep))) return rc;
-        if (keep)
-            return ps_build_fail(b, PS_EFORMAT,
-                                 "%s: option 'keepdims' = true is not supported (only false)",
-                                 b->where);
-        o.kind = OP_GAP;
-        o.out = (ps_shape){1, 1, o.in.c};
-        o.image = false;
-    } else if (!strcmp(cls, "ZeroPadding2D")) {
-        if ((rc = need_image(b)) || (rc = parse_zero_padding(b, l, o.pad))) return rc;
-        o.kind = OP_PAD;
-        o.out.h = o.in.h + o.pad[0] + o.pad[1];
-        o.out.w = o.in.w + o.pad[2] + o.pad[3];
-    } else if (!strcmp(cls, "Flatten")) {
-        o.kind = OP_FLATTEN;
-        o.out = (ps_shape){1, 1, ps_shape_numel(o.in)};
-        o.image = false;
-    } else if (!strcmp(cls, "Reshape")) {
-        if ((rc = parse_reshape(b, l, &o))) return rc;
-    } else if (!strcmp(cls, "Dropout")) {
-        const cJSON *r = item(l, "rate");
-        if (!cJSON_IsNumber(r) || !(r->valuedouble >= 0.0 && r->valuedouble < 1.0))
-            return ps_build_fail(b, PS_EFORMAT, "%s: 'rate' must be a number in [0, 1)", b->where);
-        o.kind = OP_DROPOUT;
-        o.rate = (float)r->valuedouble;
-    } else if (!strcmp(cls, "Activation")) {
-        if (!item(l, "activation"))
-            return ps_build_fail(b, PS_EFORMAT, "%s: missing key 'activation'", b->where);
-        if ((rc = parse_activation_key(b, l, &act))) return rc;
-        only_act = true;
-    } else if (!strcmp(cls, "ReLU")) {
-        const cJSON *mv = item(l, "max_value"), *ns = item(l, "negative_slope"),
-                    *th = item(l, "threshold");
-        if (ns && !(cJSON_IsNumber(ns) && ns->valuedouble == 0.0))
-            return ps_build_fail(b, PS_EFORMAT,
-                                 "%s: option 'negative_slope' is not supported (only 0)", b->where);
-        if (th && !(cJSON_IsNumber(th) && th->valuedouble == 0.0))
-            return ps_build_fail(b, PS_EFORMAT, "%s: option 'threshold' is not supported (only 0)",
-                                 b->where);
-        act = PS_K_ACT_RELU;
-        if (mv && cJSON_IsNumber(mv) && mv->valuedouble == 6.0)
-            act = PS_K_ACT_RELU6;
-        else if (mv && !cJSON_IsNull(mv))
-            return ps_build_fail(b, PS_EFORMAT,
-                                 "%s: option 'max_value' is not supported (only null or 6)",
-                                 b->where);
-        only_act = true;
-    } else if (merge) {
-        if ((rc = parse_merge(b, l, !strcmp(cls, "Concatenate"), &o))) return rc;
-    } else {
-        return ps_build_fail(b, PS_EFORMAT, "%s: unknown layer class '%s'", b->where, cls);
-    }
+    if (!ly->multi_input && b->nin != 1)
+        return ps_build_fail(b, PS_EFORMAT, "%s: takes one input, got %zu", b->where, b->nin);
+    if ((rc = ly->parse(b, cls, l, keras, &o, &act))) return rc;
     if (ps_shape_numel(o.out) > MAX_UNITS)
         return ps_build_fail(b, PS_EFORMAT, "%s: output of %zu values per sample exceeds %u",
                              b->where, ps_shape_numel(o.out), MAX_UNITS);
-    size_t t = b->in_t[0];
-    if (!only_act && (rc = push_op(b, o, &t))) return rc;
-    if (only_act || act != PS_K_ACT_LINEAR) {
+    size_t t;
+    if ((rc = push_op(b, o, &t))) return rc;
+    if (act != PS_K_ACT_LINEAR) { /* the layer's own activation, as an op after it */
         ps_shape s = ps_tensor_shape(b->m, t);
         b->nin = 1;
         b->in_t[0] = t;
@@ -496,7 +173,7 @@ int ps_build_finish(ps_build *b) {
     count_consumers(m);
     for (size_t j = 0; j < m->nops; j++) {
         const ps_op *o = &m->ops[j];
-        double cin = (double)o->in.c, cout = (double)o->out.c, area = (double)(o->kh * o->kw);
+        const ps_layer *ly = ps_layer_of(o->kind);
         if (o->kind == OP_DENSE) ndense++;
         if (o->kind == OP_ACT && o->act == PS_ACT_SOFTMAX && j + 1 != m->nops)
             return ps_build_fail(b, PS_EFORMAT, "softmax is only allowed as the final activation");
@@ -504,10 +181,7 @@ int ps_build_finish(ps_build *b) {
             return ps_build_fail(b, PS_EFORMAT,
                                  "op %zu (of layer '%s') does not lead to the model's output", j,
                                  o->prefix);
-        if (o->kind == OP_DENSE) nparams += ((double)ps_shape_numel(o->in) + 1) * cout;
-        if (o->kind == OP_CONV) nparams += (area * cin + 1) * cout;
-        if (o->kind == OP_DWCONV) nparams += (area + 1) * cout;
-        if (o->kind == OP_BN) nparams += 4 * cin;
+        if (ly->nparams) nparams += ly->nparams(o);
     }
     if (ndense == 0)
         return ps_build_fail(b, PS_EFORMAT, "the model needs at least one Dense layer");
@@ -523,31 +197,6 @@ int ps_build_finish(ps_build *b) {
 
 /* ---- the project's spec: "layers" as a stack ----------------------------- */
 
-static const struct {
-    const char *name;
-    const char *const keys[10];
-} layer_types[] = {
-    {"Dense", {"type", "units", "activation", "use_bias", NULL}},
-    {"Conv2D",
-     {"type", "filters", "kernel_size", "strides", "padding", "activation", "use_bias", NULL}},
-    {"DepthwiseConv2D",
-     {"type", "kernel_size", "strides", "padding", "depth_multiplier", "activation", "use_bias",
-      NULL}},
-    {"BatchNormalization", {"type", "axis", "momentum", "epsilon", "center", "scale", NULL}},
-    {"MaxPooling2D", {"type", "pool_size", "strides", "padding", NULL}},
-    {"MaxPool2D", {"type", "pool_size", "strides", "padding", NULL}},
-    {"AveragePooling2D", {"type", "pool_size", "strides", "padding", NULL}},
-    {"AvgPool2D", {"type", "pool_size", "strides", "padding", NULL}},
-    {"GlobalAveragePooling2D", {"type", NULL}},
-    {"ZeroPadding2D", {"type", "padding", NULL}},
-    {"Flatten", {"type", NULL}},
-    {"Reshape", {"type", "target_shape", NULL}},
-    {"Dropout", {"type", "rate", NULL}},
-    {"Activation", {"type", "activation", NULL}},
-    {"ReLU", {"type", "max_value", NULL}},
-};
-#define N_LAYER_TYPES (sizeof layer_types / sizeof layer_types[0])
-
 static int parse_layers(ps_model *m, const cJSON *layers, perr *e) {
     if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) == 0)
         return fail(e, PS_EFORMAT, "'layers' must be a non-empty array");
@@ -559,25 +208,22 @@ static int parse_layers(ps_model *m, const cJSON *layers, perr *e) {
         const cJSON *type = item(l, "type");
         if (!cJSON_IsString(type))
             return fail(e, PS_EFORMAT, "layer %zu: missing string key 'type'", index);
-        size_t ti = 0;
-        while (ti < N_LAYER_TYPES && strcmp(type->valuestring, layer_types[ti].name) != 0)
-            ti++;
-        if (ti == N_LAYER_TYPES)
-            return fail(e, PS_EFORMAT,
-                        "layer %zu: unknown type '%s' (want Dense, Conv2D, DepthwiseConv2D, "
-                        "BatchNormalization, MaxPooling2D, AveragePooling2D, "
-                        "GlobalAveragePooling2D, ZeroPadding2D, Flatten, Reshape, Dropout, "
-                        "Activation or ReLU)",
-                        index, type->valuestring);
-        snprintf(b.where, sizeof b.where, "layer %zu (%s)", index, layer_types[ti].name);
+        const ps_layer_class *cls = NULL;
+        if (!ps_layer_for_class(type->valuestring, &cls) || !cls->in_spec) {
+            char list[512];
+            ps_layer_class_list(true, list, sizeof list);
+            return fail(e, PS_EFORMAT, "layer %zu: unknown type '%s' (want one of %s)", index,
+                        type->valuestring, list);
+        }
+        snprintf(b.where, sizeof b.where, "layer %zu (%s)", index, cls->name);
         const cJSON *k;
         cJSON_ArrayForEach(k, l) {
-            if (!key_in(k->string, layer_types[ti].keys))
+            if (strcmp(k->string, "type") != 0 && !key_in(k->string, cls->spec_keys))
                 return fail(e, PS_EFORMAT, "%s: unknown key '%s'", b.where, k->string);
         }
         b.nin = 1;
         b.in_t[0] = cur;
-        int rc = ps_build_layer(&b, layer_types[ti].name, l, false, &cur);
+        int rc = ps_build_layer(&b, cls->name, l, false, &cur);
         if (rc != PS_OK) return rc;
         index++;
     }
@@ -811,9 +457,9 @@ static int parse_bare_keras(ps_model *m, const cJSON *root, const ps_model_overr
     return rc;
 }
 
-static int add_var(ps_model *m, const ps_op *o, const char *kind, size_t li, const char *what,
-                   size_t rows, size_t cols, size_t fan_in, size_t fan_out, ps_init_kind init,
-                   bool trainable) {
+int ps_layer_add_var(ps_model *m, const ps_op *o, const char *kind, size_t li, const char *what,
+                     size_t rows, size_t cols, size_t fan_in, size_t fan_out, ps_init_kind init,
+                     bool trainable) {
     ps_model_var *v = &m->vars[m->nvars];
     memset(v, 0, sizeof *v);
     int n = o->prefix[0] ? snprintf(v->name, sizeof v->name, "%s/%s", o->prefix, what)
@@ -832,13 +478,9 @@ static int add_var(ps_model *m, const ps_op *o, const char *kind, size_t li, con
     return PS_OK;
 }
 
-/* Lays out the variables in op order: "dense_<i>/kernel" [in, out],
- * "conv2d_<i>/kernel" [kh*kw*c_in, filters] (Keras [kh, kw, c_in, filters]
- * flattened to rows), "depthwise_conv2d_<i>/depthwise_kernel" [kh*kw*c_in,
- * multiplier] (Keras 3 files: "<layer>/kernel"), each followed by its bias
- * unless use_bias is false;
- * "batch_normalization_<i>/" gamma, beta, moving_mean, moving_variance.
- * A Keras model's layers name their own ("conv1/kernel"). */
+/* Lays out the variables in op order, each layer its own (layers/): e.g.
+ * "dense_<i>/kernel" [in, out] and its bias; a Keras model's layers name
+ * their own ("conv1/kernel"). At most 4 per op. */
 static int layout_vars(ps_model *m, perr *e) {
     size_t cnt[OP_CONCAT + 1] = {0};
     m->vars = calloc(4 * m->nops + 1, sizeof *m->vars);
@@ -847,47 +489,9 @@ static int layout_vars(ps_model *m, perr *e) {
     int rc = PS_OK;
     for (size_t j = 0; j < m->nops && rc == PS_OK; j++) {
         ps_op *o = &m->ops[j];
-        size_t li = cnt[o->kind]++, area = o->kh * o->kw, in = ps_shape_numel(o->in);
-        const char *bias_kind = NULL;
-        if (o->kind == OP_DENSE) {
-            o->kernel_var = m->nvars;
-            rc =
-                add_var(m, o, "dense", li, "kernel", in, o->out.c, in, o->out.c, INIT_GLOROT, true);
-            bias_kind = "dense";
-        } else if (o->kind == OP_CONV) {
-            o->kernel_var = m->nvars;
-            rc = add_var(m, o, "conv2d", li, "kernel", area * o->in.c, o->out.c, area * o->in.c,
-                         area * o->out.c, INIT_GLOROT, true);
-            bias_kind = "conv2d";
-        } else if (o->kind == OP_DWCONV) {
-            o->kernel_var = m->nvars;
-            /* Keras 3 calls it "kernel", Keras 2 and the project's specs "depthwise_kernel" */
-            const char *what = m->keras && !m->keras2 ? "kernel" : "depthwise_kernel";
-            rc = add_var(m, o, "depthwise_conv2d", li, what, area * o->in.c, o->mult,
-                         area * o->in.c, area * o->mult, INIT_GLOROT, true);
-            bias_kind = "depthwise_conv2d";
-        } else if (o->kind == OP_BN) {
-            const char *bn = "batch_normalization";
-            size_t c = o->in.c;
-            if (o->scale) {
-                o->kernel_var = m->nvars;
-                rc = add_var(m, o, bn, li, "gamma", c, 0, 0, 0, INIT_ONES, true);
-            }
-            if (rc == PS_OK && o->center) {
-                o->bias_var = m->nvars;
-                rc = add_var(m, o, bn, li, "beta", c, 0, 0, 0, INIT_ZEROS, true);
-            }
-            o->mean_var = m->nvars;
-            if (rc == PS_OK)
-                rc = add_var(m, o, bn, li, "moving_mean", c, 0, 0, 0, INIT_ZEROS, false);
-            o->mvar_var = m->nvars;
-            if (rc == PS_OK)
-                rc = add_var(m, o, bn, li, "moving_variance", c, 0, 0, 0, INIT_ONES, false);
-        }
-        if (rc == PS_OK && bias_kind && o->use_bias) {
-            o->bias_var = m->nvars;
-            rc = add_var(m, o, bias_kind, li, "bias", o->out.c, 0, 0, 0, INIT_ZEROS, true);
-        }
+        const ps_layer *ly = ps_layer_of(o->kind);
+        size_t li = cnt[o->kind]++;
+        if (ly->vars) rc = ly->vars(m, o, li);
         if (rc != PS_OK)
             return fail(e, rc, "layer '%s': its variable names exceed %zu characters", o->prefix,
                         sizeof m->vars[0].name - 1);
