@@ -14,6 +14,7 @@
 
 #include "export.h"
 #include "export_torch.h"
+#include "layer_export.h"
 #include "model_impl.h"
 #include "ps_error.h"
 
@@ -26,7 +27,7 @@ static const char *layout_note =
 
 /* ---- the model JSON -------------------------------------------------------- */
 
-static cJSON *sizes(const size_t *v, size_t n) {
+cJSON *ps_describe_sizes(const size_t *v, size_t n) {
     cJSON *a = cJSON_CreateArray();
     for (size_t i = 0; a && i < n; i++)
         cJSON_AddItemToArray(a, cJSON_CreateNumber((double)v[i]));
@@ -35,10 +36,10 @@ static cJSON *sizes(const size_t *v, size_t n) {
 
 static cJSON *shape_of(ps_shape s) {
     size_t v[3] = {s.h, s.w, s.c};
-    return sizes(v, 3);
+    return ps_describe_sizes(v, 3);
 }
 
-static const char *act_name(int act) {
+const char *ps_describe_act_name(int act) {
     switch (act) {
     case PS_K_ACT_RELU: return "relu";
     case PS_K_ACT_RELU6: return "relu6";
@@ -51,21 +52,8 @@ static const char *act_name(int act) {
 }
 
 static const char *op_name(const ps_op *o) {
-    switch (o->kind) {
-    case OP_DENSE: return "Dense";
-    case OP_CONV: return "Conv2D";
-    case OP_DWCONV: return "DepthwiseConv2D";
-    case OP_BN: return "BatchNormalization";
-    case OP_MAXPOOL: return "MaxPooling2D";
-    case OP_AVGPOOL: return "AveragePooling2D";
-    case OP_GAP: return "GlobalAveragePooling2D";
-    case OP_PAD: return "ZeroPadding2D";
-    case OP_FLATTEN: return o->image ? "Reshape" : "Flatten";
-    case OP_DROPOUT: return "Dropout";
-    case OP_ACT: return "Activation";
-    case OP_ADD: return "Add";
-    default: return "Concatenate";
-    }
+    const ps_layer_export *le = ps_layer_export_of(o->kind);
+    return le->class_of ? le->class_of(o) : le->class_name;
 }
 
 /* TensorFlow's "same": the odd cell after (as kernels/conv.c). */
@@ -78,14 +66,14 @@ static void pads_of(size_t in, size_t k, size_t s, bool same, size_t *before, si
     *after = total - *before;
 }
 
-static void add_window(cJSON *j, const ps_op *o, const char *key) {
+void ps_describe_window(cJSON *j, const ps_op *o, const char *key) {
     size_t k[2] = {o->kh, o->kw}, s[2] = {o->sh, o->sw}, p[4];
     pads_of(o->in.h, o->kh, o->sh, o->same, &p[0], &p[1]);
     pads_of(o->in.w, o->kw, o->sw, o->same, &p[2], &p[3]);
-    cJSON_AddItemToObject(j, key, sizes(k, 2));
-    cJSON_AddItemToObject(j, "strides", sizes(s, 2));
+    cJSON_AddItemToObject(j, key, ps_describe_sizes(k, 2));
+    cJSON_AddItemToObject(j, "strides", ps_describe_sizes(s, 2));
     cJSON_AddStringToObject(j, "padding", o->same ? "same" : "valid");
-    cJSON_AddItemToObject(j, "pads", sizes(p, 4)); /* top, bottom, left, right */
+    cJSON_AddItemToObject(j, "pads", ps_describe_sizes(p, 4)); /* top, bottom, left, right */
 }
 
 static cJSON *op_json(const ps_model *m, size_t j, const ps_torch_tensor *t, size_t nt) {
@@ -105,34 +93,8 @@ static cJSON *op_json(const ps_model *m, size_t j, const ps_torch_tensor *t, siz
     cJSON_AddItemToObject(e, "in_shape", shape_of(o->in));
     cJSON_AddItemToObject(e, "out_shape", shape_of(o->out));
     cJSON_AddBoolToObject(e, "image", o->image);
-    switch (o->kind) {
-    case OP_DENSE:
-        cJSON_AddNumberToObject(e, "units", (double)o->out.c);
-        cJSON_AddBoolToObject(e, "use_bias", o->use_bias);
-        cJSON_AddBoolToObject(e, "in_nchw_order", ps_torch_dense_permuted(m, j));
-        break;
-    case OP_CONV:
-    case OP_DWCONV:
-        if (o->kind == OP_CONV) cJSON_AddNumberToObject(e, "filters", (double)o->out.c);
-        if (o->kind == OP_DWCONV) {
-            cJSON_AddNumberToObject(e, "depth_multiplier", (double)o->mult);
-            cJSON_AddNumberToObject(e, "groups", (double)o->in.c);
-        }
-        add_window(e, o, "kernel_size");
-        cJSON_AddBoolToObject(e, "use_bias", o->use_bias);
-        break;
-    case OP_MAXPOOL:
-    case OP_AVGPOOL: add_window(e, o, "pool_size"); break;
-    case OP_BN:
-        cJSON_AddNumberToObject(e, "epsilon", o->eps);
-        cJSON_AddNumberToObject(e, "momentum", o->momentum);
-        cJSON_AddNumberToObject(e, "torch_momentum", 1.0 - (double)o->momentum);
-        break;
-    case OP_PAD: cJSON_AddItemToObject(e, "pads", sizes(o->pad, 4)); break;
-    case OP_DROPOUT: cJSON_AddNumberToObject(e, "rate", o->rate); break;
-    case OP_ACT: cJSON_AddStringToObject(e, "activation", act_name(o->act)); break;
-    default: break;
-    }
+    const ps_layer_export *le = ps_layer_export_of(o->kind);
+    if (le->describe) le->describe(e, m, j, o);
     char module[64];
     ps_torch_module_name(m, j, module, sizeof module);
     if (module[0]) {
@@ -144,7 +106,7 @@ static cJSON *op_json(const ps_model *m, size_t j, const ps_torch_tensor *t, siz
             if (!p) break;
             cJSON_AddStringToObject(p, "name", t[i].name);
             if (t[i].project) cJSON_AddStringToObject(p, "project", t[i].project);
-            cJSON_AddItemToObject(p, "shape", sizes(t[i].shape, (size_t)t[i].rank));
+            cJSON_AddItemToObject(p, "shape", ps_describe_sizes(t[i].shape, (size_t)t[i].rank));
             cJSON_AddStringToObject(p, "layout", t[i].layout);
             cJSON_AddItemToObject(params, strchr(t[i].name, '.') + 1, p);
         }
@@ -200,7 +162,7 @@ static cJSON *st_header(const ps_model *m, const char *json_path, const ps_torch
         cJSON *d = cJSON_CreateObject();
         if (!d) break;
         cJSON_AddStringToObject(d, "dtype", e->i64 ? "I64" : "F32");
-        cJSON_AddItemToObject(d, "shape", sizes(e->shape, (size_t)e->rank));
+        cJSON_AddItemToObject(d, "shape", ps_describe_sizes(e->shape, (size_t)e->rank));
         cJSON *o = cJSON_CreateArray();
         for (int i = 0; o && i < 2; i++)
             cJSON_AddItemToArray(o, cJSON_CreateNumber((double)span[i]));

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layer_export.h"
 #include "model_impl.h"
 #include "ps_error.h"
 
@@ -46,8 +47,7 @@ static int torch_order(const ps_model *m, size_t t, size_t *perm, char *err, siz
         return PS_OK;
     }
     const ps_op *o = t ? &m->ops[t - 1] : NULL;
-    if (o && (o->kind == OP_FLATTEN || o->kind == OP_DROPOUT || o->kind == OP_ACT ||
-              o->kind == OP_BN))
+    if (o && ps_layer_export_of(o->kind)->torch_keeps_order)
         return torch_order(m, o->in_t[0], perm, err, errlen);
     if (o && o->kind == OP_CONCAT) {
         for (size_t i = 0, off = 0; i < o->nin; i++) {
@@ -82,7 +82,7 @@ static int torch_order(const ps_model *m, size_t t, size_t *perm, char *err, siz
     return PS_OK;
 }
 
-static bool is_identity(const size_t *perm, size_t n) {
+bool ps_torch_is_identity(const size_t *perm, size_t n) {
     for (size_t p = 0; p < n; p++)
         if (perm[p] != p) return false;
     return true;
@@ -94,21 +94,29 @@ bool ps_torch_dense_permuted(const ps_model *m, size_t j) {
     size_t *perm = malloc(n * sizeof *perm);
     char why[8];
     bool permuted = perm && torch_order(m, o->in_t[0], perm, why, sizeof why) == PS_OK &&
-                    !is_identity(perm, n);
+                    !ps_torch_is_identity(perm, n);
     free(perm);
     return permuted;
 }
 
-typedef struct {
+struct ps_torch_b {
     const ps_model *m;
     ps_torch_tensor *t;
     size_t n, cap;
     char *err;
     size_t errlen;
-} builder;
+};
+
+const ps_model *ps_torch_b_model(const ps_torch_b *b) {
+    return b->m;
+}
+
+int ps_torch_b_order(ps_torch_b *b, size_t t, size_t *perm) {
+    return torch_order(b->m, t, perm, b->err, b->errlen);
+}
 
 /* Appends an F32 entry <module>.<param> of the given shape (values left to fill). */
-static ps_torch_tensor *add(builder *b, size_t j, const char *module, const char *param,
+ps_torch_tensor *ps_torch_b_add(ps_torch_b *b, size_t j, const char *module, const char *param,
                             size_t var, const char *layout, int rank, const size_t *shape) {
     if (b->n == b->cap) {
         size_t nc = b->cap ? 2 * b->cap : 16;
@@ -135,113 +143,28 @@ static ps_torch_tensor *add(builder *b, size_t j, const char *module, const char
     return e;
 }
 
-static const float *values(const builder *b, size_t var) {
+const float *ps_torch_b_values(const ps_torch_b *b, size_t var) {
     return b->m->params + b->m->vars[var].offset;
 }
 
 /* A vector: the variable's values gathered by perm (NULL: as they are), or
  * fill when the variable is absent. */
-static int add_vector(builder *b, size_t j, const char *module, const char *param, size_t var,
+int ps_torch_b_add_vector(ps_torch_b *b, size_t j, const char *module, const char *param, size_t var,
                       size_t n, const size_t *perm, float fill) {
     const char *layout = var == PS_NO_VAR ? (fill ? "absent in the model: ones" : "absent in "
                                                                                   "the model: zeros")
                          : perm      ? "in torch's flatten order"
                                      : "as is";
-    ps_torch_tensor *e = add(b, j, module, param, var, layout, 1, &n);
+    ps_torch_tensor *e = ps_torch_b_add(b, j, module, param, var, layout, 1, &n);
     if (!e) return PS_ENOMEM;
     for (size_t i = 0; i < n; i++)
-        e->f32[i] = var == PS_NO_VAR ? fill : values(b, var)[perm ? perm[i] : i];
+        e->f32[i] = var == PS_NO_VAR ? fill : ps_torch_b_values(b, var)[perm ? perm[i] : i];
     return PS_OK;
-}
-
-static int dense(builder *b, size_t j, const char *module) {
-    const ps_op *o = &b->m->ops[j];
-    size_t in = ps_shape_numel(o->in), out = o->out.c, shape[2] = {out, in};
-    size_t *perm = malloc(in * sizeof *perm);
-    if (!perm) return PS_ENOMEM;
-    int rc = torch_order(b->m, o->in_t[0], perm, b->err, b->errlen);
-    bool permuted = rc == PS_OK && !is_identity(perm, in);
-    ps_torch_tensor *e =
-        rc == PS_OK ? add(b, j, module, "weight", o->kernel_var,
-                          permuted ? "transposed to (out, in); the in axis in torch's NCHW "
-                                     "flatten order"
-                                   : "transposed to (out, in)",
-                          2, shape)
-                    : NULL;
-    if (rc == PS_OK && !e) rc = PS_ENOMEM;
-    if (rc == PS_OK) {
-        const float *k = values(b, o->kernel_var); /* [in, out] */
-        for (size_t r = 0; r < out; r++)
-            for (size_t p = 0; p < in; p++)
-                e->f32[r * in + p] = k[perm[p] * out + r];
-    }
-    free(perm);
-    if (rc == PS_OK && o->bias_var != PS_NO_VAR)
-        rc = add_vector(b, j, module, "bias", o->bias_var, out, NULL, 0);
-    return rc;
-}
-
-/* Conv2D: [kh, kw, c_in, c_out] -> (c_out, c_in, kh, kw). DepthwiseConv2D:
- * [kh, kw, c, mult] -> (c * mult, 1, kh, kw), torch's groups = c. */
-static int conv(builder *b, size_t j, const char *module) {
-    const ps_op *o = &b->m->ops[j];
-    bool dw = o->kind == OP_DWCONV;
-    size_t cin = o->in.c, kh = o->kh, kw = o->kw;
-    size_t cols = dw ? o->mult : o->out.c; /* the variable's second axis */
-    size_t shape[4] = {o->out.c, dw ? 1 : cin, kh, kw};
-    ps_torch_tensor *e =
-        add(b, j, module, "weight", o->kernel_var,
-            dw ? "(kh, kw, c, multiplier) -> (c * multiplier, 1, kh, kw)"
-               : "(kh, kw, c_in, c_out) -> (c_out, c_in, kh, kw)",
-            4, shape);
-    if (!e) return PS_ENOMEM;
-    const float *k = values(b, o->kernel_var);
-    size_t q = 0;
-    for (size_t oc = 0; oc < o->out.c; oc++)
-        for (size_t i = 0; i < shape[1]; i++)
-            for (size_t y = 0; y < kh; y++)
-                for (size_t x = 0; x < kw; x++) {
-                    /* depthwise: output channel oc = c * mult + m reads input channel c */
-                    size_t row = (y * kw + x) * cin + (dw ? oc / o->mult : i);
-                    size_t col = dw ? oc % o->mult : oc;
-                    e->f32[q++] = k[row * cols + col];
-                }
-    if (o->bias_var != PS_NO_VAR) return add_vector(b, j, module, "bias", o->bias_var, o->out.c, NULL, 0);
-    return PS_OK;
-}
-
-static int batchnorm(builder *b, size_t j, const char *module) {
-    const ps_op *o = &b->m->ops[j];
-    size_t c = o->in.c, *perm = NULL;
-    int rc = PS_OK;
-    if (o->in.h * o->in.w == 1) { /* on a vector: torch's BatchNorm1d over its flatten order */
-        perm = malloc(c * sizeof *perm);
-        if (!perm) return PS_ENOMEM;
-        rc = torch_order(b->m, o->in_t[0], perm, b->err, b->errlen);
-        if (rc == PS_OK && is_identity(perm, c)) {
-            free(perm);
-            perm = NULL;
-        }
-    }
-    if (rc == PS_OK) rc = add_vector(b, j, module, "weight", o->kernel_var, c, perm, 1);
-    if (rc == PS_OK) rc = add_vector(b, j, module, "bias", o->bias_var, c, perm, 0);
-    if (rc == PS_OK) rc = add_vector(b, j, module, "running_mean", o->mean_var, c, perm, 0);
-    if (rc == PS_OK) rc = add_vector(b, j, module, "running_var", o->mvar_var, c, perm, 1);
-    free(perm);
-    ps_torch_tensor *e = rc == PS_OK ? add(b, j, module, "num_batches_tracked", PS_NO_VAR,
-                                           "torch's counter: 0 (unused with a momentum)", 0, NULL)
-                                     : NULL;
-    if (rc == PS_OK && !e) rc = PS_ENOMEM;
-    if (e) {
-        e->i64 = true;
-        e->i64v = 0;
-    }
-    return rc;
 }
 
 int ps_torch_tensors(const ps_model *m, ps_torch_tensor **out, size_t *n, char *err,
                      size_t errlen) {
-    builder b = {.m = m, .err = err, .errlen = errlen};
+    ps_torch_b b = {.m = m, .err = err, .errlen = errlen};
     int rc = PS_OK;
     *out = NULL;
     *n = 0;
@@ -263,12 +186,8 @@ int ps_torch_tensors(const ps_model *m, ps_torch_tensor **out, size_t *n, char *
             }
         }
         if (rc != PS_OK) break;
-        if (o->kind == OP_DENSE)
-            rc = dense(&b, j, module);
-        else if (o->kind == OP_CONV || o->kind == OP_DWCONV)
-            rc = conv(&b, j, module);
-        else if (o->kind == OP_BN)
-            rc = batchnorm(&b, j, module);
+        const ps_layer_export *le = ps_layer_export_of(o->kind);
+        if (le->torch) rc = le->torch(&b, j, module);
     }
     if (rc == PS_ENOMEM) snprintf(err, errlen, "out of memory");
     if (rc != PS_OK) {

@@ -19,6 +19,7 @@
 #define PS_NO_VAR ((size_t)-1)
 #define PS_OP_MAX_IN 16 /* inputs of one Add / Concatenate */
 
+/* The op kinds; each is a layer of worker/model/layers/ (layer.h). */
 typedef enum {
     OP_DENSE,
     OP_CONV,
@@ -32,7 +33,8 @@ typedef enum {
     OP_GAP,    /* GlobalAveragePooling2D */
     OP_PAD,    /* ZeroPadding2D */
     OP_ADD,
-    OP_CONCAT /* along the channels */
+    OP_CONCAT, /* along the channels */
+    OP_N_KINDS /* the number of kinds, not a kind */
 } ps_op_kind;
 typedef enum { LOSS_SPARSE_CE, LOSS_BCE, LOSS_MSE } ps_loss_kind;
 /* How a variable is initialised by ps_model_init_params. */

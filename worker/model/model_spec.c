@@ -482,7 +482,7 @@ int ps_layer_add_var(ps_model *m, const ps_op *o, const char *kind, size_t li, c
  * "dense_<i>/kernel" [in, out] and its bias; a Keras model's layers name
  * their own ("conv1/kernel"). At most 4 per op. */
 static int layout_vars(ps_model *m, perr *e) {
-    size_t cnt[OP_CONCAT + 1] = {0};
+    size_t cnt[OP_N_KINDS] = {0};
     m->vars = calloc(4 * m->nops + 1, sizeof *m->vars);
     m->inits = calloc(4 * m->nops + 1, sizeof *m->inits);
     if (!m->vars || !m->inits) return fail(e, PS_ENOMEM, "out of memory");

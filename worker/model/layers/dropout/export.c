@@ -1,0 +1,28 @@
+/* Dropout in the exports: the identity (inference). */
+#include <cjson/cJSON.h>
+
+#include "layer_export.h"
+#include "ps_error.h"
+
+static int onnx(ps_onnx *b, size_t j, const ps_op *o, const char *in, const char **out) {
+    (void)b;
+    (void)j;
+    (void)o;
+    *out = in;
+    return PS_OK;
+}
+
+static void describe(cJSON *e, const ps_model *m, size_t j, const ps_op *o) {
+    (void)m;
+    (void)j;
+    cJSON_AddNumberToObject(e, "rate", o->rate);
+}
+
+const ps_layer_export ps_layer_export_dropout = {
+    .kind = OP_DROPOUT,
+    .onnx_name = "dropout",
+    .onnx = onnx,
+    .class_name = "Dropout",
+    .describe = describe,
+    .torch_keeps_order = true,
+};
