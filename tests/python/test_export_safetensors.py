@@ -128,6 +128,13 @@ def torch_module(spec: dict):
                     cout, _, kh, kw = p["weight"]["shape"]
                     m = nn.Conv2d(op["in_shape"][2], cout, (kh, kw), tuple(op["strides"]),
                                   groups=op.get("groups", 1), bias=op["use_bias"])
+                elif op["op"] == "SeparableConv2D":  # depthwise (no bias), then 1x1
+                    cin, mid = op["in_shape"][2], op["in_shape"][2] * op["depth_multiplier"]
+                    _, _, kh, kw = p["depthwise.weight"]["shape"]
+                    m = nn.Module()
+                    m.depthwise = nn.Conv2d(cin, mid, (kh, kw), tuple(op["strides"]),
+                                            groups=cin, bias=False)
+                    m.pointwise = nn.Conv2d(mid, op["filters"], 1, bias=op["use_bias"])
                 elif op["op"] == "BatchNormalization":
                     image = op["in_shape"][0] * op["in_shape"][1] > 1
                     m = (nn.BatchNorm2d if image else nn.BatchNorm1d)(
@@ -147,14 +154,18 @@ def torch_module(spec: dict):
                 elif kind in ("Conv2D", "DepthwiseConv2D"):
                     top, bottom, left, right = op["pads"]
                     y = getattr(self, op["module"])(F.pad(a, (left, right, top, bottom)))
+                elif kind == "SeparableConv2D":
+                    top, bottom, left, right = op["pads"]
+                    m = getattr(self, op["module"])
+                    y = m.pointwise(m.depthwise(F.pad(a, (left, right, top, bottom))))
                 elif kind == "MaxPooling2D":
                     top, bottom, left, right = op["pads"]
                     a = F.pad(a, (left, right, top, bottom), value=float("-inf"))
                     y = F.max_pool2d(a, tuple(op["pool_size"]), tuple(op["strides"]))
                 elif kind == "BatchNormalization":
                     y = getattr(self, op["module"])(a)
-                elif kind == "GlobalAveragePooling2D":
-                    y = a.mean((2, 3))
+                elif kind == "GlobalAveragePooling2D":  # keepdims: a 1x1 image
+                    y = a.mean((2, 3), keepdim=op["image"])
                 elif kind == "Add":
                     y = sum(t[i] for i in op["inputs"])
                 elif kind == "Concatenate":
@@ -211,8 +222,10 @@ def project_value(op: dict, param: str, value: np.ndarray, flat_from: list[int] 
     if op["op"] == "Conv2D" and param == "weight":
         o, i, kh, kw = value.shape
         return value.transpose(2, 3, 1, 0).reshape(kh * kw * i, o)
-    if op["op"] == "DepthwiseConv2D" and param == "weight":  # (c * mult, 1, kh, kw)
-        c = op["groups"]
+    if op["op"] == "SeparableConv2D" and param == "pointwise.weight":  # (out, mid, 1, 1)
+        return value[:, :, 0, 0].T
+    if (op["op"] == "DepthwiseConv2D" and param == "weight") or param == "depthwise.weight":
+        c = op["in_shape"][2]  # (c * mult, 1, kh, kw)
         _, _, kh, kw = value.shape
         return value.reshape(c, -1, kh, kw).transpose(2, 3, 0, 1).reshape(kh * kw * c, -1)
     if op["op"] == "BatchNormalization" and flat_from:  # on a flattened image
@@ -257,11 +270,30 @@ BN_DW_MODEL = {
     "optimizer": {"name": "adam", "learning_rate": 0.002}, "batch_size": 64}
 
 
+# SeparableConv2D (strided "same", a depth multiplier, with and without a bias) and a
+# squeeze-and-excitation-like head: GlobalAveragePooling2D(keepdims=True), a 1x1 Conv2D.
+SEPARABLE_MODEL = {
+    "name": "separable", "input_shape": [28, 28, 1],
+    "layers": [
+        {"type": "Conv2D", "filters": 8, "kernel_size": 3, "strides": 2, "padding": "same",
+         "activation": "relu"},
+        {"type": "SeparableConv2D", "filters": 16, "kernel_size": 3, "strides": 2,
+         "padding": "same", "depth_multiplier": 2, "activation": "relu"},
+        {"type": "SeparableConv2D", "filters": 16, "kernel_size": 3, "use_bias": False,
+         "activation": "relu"},
+        {"type": "GlobalAveragePooling2D", "keepdims": True},
+        {"type": "Conv2D", "filters": 10, "kernel_size": 1},
+        {"type": "Flatten"}],
+    "loss": "sparse_categorical_crossentropy", "from_logits": True,
+    "optimizer": {"name": "adam", "learning_rate": 0.005}, "batch_size": 64}
+WRITTEN = {"bn_dw.json": BN_DW_MODEL, "separable.json": SEPARABLE_MODEL}
+
+
 def train(workdir: Path, model: str, steps: int, extra: list[str] = ()) -> subprocess.CompletedProcess:
     root = Path(env_path("PS_SOURCE_ROOT"))
-    if model == "bn_dw.json":
-        (workdir / model).write_text(json.dumps(BN_DW_MODEL))
-    path = workdir / model if model == "bn_dw.json" else root / "examples" / model
+    if model in WRITTEN:
+        (workdir / model).write_text(json.dumps(WRITTEN[model]))
+    path = workdir / model if model in WRITTEN else root / "examples" / model
     return subprocess.run(
         [env_path("PSWORKER"), "--model", str(path), "--data", str(FASHION),
          "--no-ps", "yes", "--epochs", "1", "--max-steps", str(steps), "--seed", "7",
@@ -272,6 +304,7 @@ def train(workdir: Path, model: str, steps: int, extra: list[str] = ()) -> subpr
 @pytest.mark.parametrize("model,steps,max_train", [("mlp.json", 300, 19200),
                                                    ("fashion_cnn.json", 100, 6400),
                                                    ("bn_dw.json", 150, 9600),
+                                                   ("separable.json", 300, 19200),
                                                    # a Keras functional model: Add, GAP
                                                    ("residual_cnn.json", 600, 38400)])
 def test_export_matches_saved_model_and_torch(safetensors_numpy, workdir: Path, model: str,

@@ -91,6 +91,20 @@ def residual():
 
 RESIDUAL = residual()
 
+# SeparableConv2D (strided "same", a depth multiplier; no bias) and
+# GlobalAveragePooling2D(keepdims=True) read by a 1x1 Conv2D.
+SEPARABLE = {
+    "name": "separable", "input_shape": [28, 28, 1],
+    "layers": [
+        {"type": "SeparableConv2D", "filters": 8, "kernel_size": 3, "strides": 2,
+         "padding": "same", "depth_multiplier": 2, "activation": "relu"},
+        {"type": "SeparableConv2D", "filters": 8, "kernel_size": [3, 2], "use_bias": False},
+        {"type": "GlobalAveragePooling2D", "keepdims": True},
+        {"type": "Conv2D", "filters": 10, "kernel_size": 1},
+        {"type": "Flatten"}],
+    "loss": "sparse_categorical_crossentropy", "from_logits": True,
+    "optimizer": {"name": "adam", "learning_rate": 0.01}, "batch_size": 32}
+
 # name -> (spec: a file of examples/ or a spec written here, training flags, test samples
 # compared, ONNX Runtime's padding)
 MODELS = {
@@ -100,6 +114,7 @@ MODELS = {
                     1000, 2),
     "all_layers": (ALL_LAYERS, ["--max-steps", "20", "--max-train", "1000"], 2000, 0),
     "residual": (RESIDUAL, ["--max-steps", "10", "--max-train", "1000"], 2000, 0),
+    "separable": (SEPARABLE, ["--max-steps", "20", "--max-train", "1000"], 2000, 0),
 }
 
 ORT_SCRIPT = r"""

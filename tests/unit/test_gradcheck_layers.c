@@ -128,6 +128,32 @@ START_TEST(dropout_layers) {
 }
 END_TEST
 
+START_TEST(separable_conv) {
+    check_model("separable conv: strided same, multiplier 2; valid without bias",
+                "{" IMG "\"layers\": ["
+                "{\"type\": \"SeparableConv2D\", \"filters\": 3, \"kernel_size\": 3,"
+                " \"strides\": 2, \"padding\": \"same\", \"depth_multiplier\": 2,"
+                " \"activation\": \"tanh\"},"
+                "{\"type\": \"SeparableConv2D\", \"filters\": 2, \"kernel_size\": [2, 1],"
+                " \"use_bias\": false},"
+                "{\"type\": \"Flatten\"}, {\"type\": \"Dense\", \"units\": 3}]" SGD,
+                y3, 1e-3f, 5e-4, 2e-2);
+}
+END_TEST
+
+START_TEST(gap_keepdims_then_conv) {
+    /* squeeze-and-excitation's shape: a 1x1 image that a 1x1 Conv2D reads */
+    check_model("global average pooling keepdims + 1x1 conv",
+                "{" IMG "\"layers\": ["
+                "{\"type\": \"Conv2D\", \"filters\": 4, \"kernel_size\": 2,"
+                " \"activation\": \"tanh\"},"
+                "{\"type\": \"GlobalAveragePooling2D\", \"keepdims\": true},"
+                "{\"type\": \"Conv2D\", \"filters\": 3, \"kernel_size\": 1},"
+                "{\"type\": \"Flatten\"}, {\"type\": \"Dense\", \"units\": 3}]" SGD,
+                y3, 1e-3f, 5e-4, 2e-2);
+}
+END_TEST
+
 START_TEST(dense_gelu_softmax_output) {
     check_model("dense gelu, final softmax",
                 "{\"input_shape\": [9], \"layers\": ["
@@ -210,20 +236,12 @@ END_TEST
  * (within float tolerance). Runs only where a GPU is present: the build hosts
  * have none, so there this test prints a skip line and passes; tests/gpu_checks.sh
  * runs it where there is a GPU. CUDA starts inside the test (Check forks). */
-START_TEST(cuda_model_matches_cpu) {
+static void cuda_matches_cpu(const char *what, const char *spec) {
     if (ps_k_cuda_device_count() == 0) {
-        printf("cuda_model_matches_cpu: no CUDA device (built: %s); skipped\n",
+        printf("%s: no CUDA device (built: %s); skipped\n", what,
                ps_k_cuda_built() ? "yes" : "no");
         return;
     }
-    static const char spec[] =
-        "{" IMG "\"layers\": ["
-        "{\"type\": \"Conv2D\", \"filters\": 4, \"kernel_size\": 3, \"padding\": \"same\","
-        " \"activation\": \"relu\"},"
-        "{\"type\": \"MaxPooling2D\"}, {\"type\": \"Dropout\", \"rate\": 0.2},"
-        "{\"type\": \"AveragePooling2D\", \"pool_size\": 1}, {\"type\": \"Flatten\"},"
-        "{\"type\": \"Dense\", \"units\": 5, \"activation\": \"gelu\"},"
-        "{\"type\": \"Dense\", \"units\": 3}]" SGD;
     ps_model *cpu = build(spec), *gpu = build(spec);
     ps_k_dev *d = NULL;
     char err[256];
@@ -245,6 +263,29 @@ START_TEST(cuda_model_matches_cpu) {
     ps_model_free(cpu);
     ps_k_dev_close(d);
 }
+
+START_TEST(cuda_model_matches_cpu) {
+    cuda_matches_cpu("cuda_model_matches_cpu",
+                     "{" IMG "\"layers\": ["
+                     "{\"type\": \"Conv2D\", \"filters\": 4, \"kernel_size\": 3,"
+                     " \"padding\": \"same\", \"activation\": \"relu\"},"
+                     "{\"type\": \"MaxPooling2D\"}, {\"type\": \"Dropout\", \"rate\": 0.2},"
+                     "{\"type\": \"AveragePooling2D\", \"pool_size\": 1}, {\"type\": \"Flatten\"},"
+                     "{\"type\": \"Dense\", \"units\": 5, \"activation\": \"gelu\"},"
+                     "{\"type\": \"Dense\", \"units\": 3}]" SGD);
+}
+END_TEST
+
+START_TEST(cuda_separable_keepdims_match_cpu) {
+    cuda_matches_cpu("cuda_separable_keepdims_match_cpu",
+                     "{" IMG "\"layers\": ["
+                     "{\"type\": \"SeparableConv2D\", \"filters\": 4, \"kernel_size\": 3,"
+                     " \"strides\": 2, \"padding\": \"same\", \"depth_multiplier\": 2,"
+                     " \"activation\": \"relu\"},"
+                     "{\"type\": \"GlobalAveragePooling2D\", \"keepdims\": true},"
+                     "{\"type\": \"Conv2D\", \"filters\": 3, \"kernel_size\": 1},"
+                     "{\"type\": \"Flatten\"}, {\"type\": \"Dense\", \"units\": 3}]" SGD);
+}
 END_TEST
 
 int main(void) {
@@ -259,7 +300,10 @@ int main(void) {
     tcase_add_test(tc, bce_losses);
     tcase_add_test(tc, mse_losses);
     tcase_add_test(tc, loss_kernels);
+    tcase_add_test(tc, separable_conv);
+    tcase_add_test(tc, gap_keepdims_then_conv);
     tcase_add_test(tc, cuda_model_matches_cpu);
+    tcase_add_test(tc, cuda_separable_keepdims_match_cpu);
     suite_add_tcase(s, tc);
     return ps_test_run_suite(s);
 }

@@ -225,7 +225,7 @@ START_TEST(bad_specs) {
          "layer 0 (Dropout): 'rate' must be a number in [0, 1)"},
         {IMG "{\"type\": \"Dropout\"}, " DENSE3 "]}", PS_EFORMAT, "'rate'"},
         {IMG "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 3}]}", PS_EFORMAT,
-         "at least one Dense"},
+         "the last layer must give a flat output"},
         {IMG DENSE3 ", {\"type\": \"Dense\", \"units\": 1}], \"loss\": \"binary_crossentropy\","
                     " \"from_logits\": false}",
          PS_EFORMAT, "from_logits=false needs a sigmoid"},
@@ -250,7 +250,7 @@ START_TEST(bad_specs) {
         {L1 "{\"units\": 3}]}", PS_EFORMAT, "layer 0: missing string key 'type'"},
         {L1 "3]}", PS_EFORMAT, "layer 0: not an object"},
         {L1 "]}", PS_EFORMAT, "'layers'"},
-        {L1 "{\"type\": \"Flatten\"}]}", PS_EFORMAT, "at least one Dense"},
+        {L1 "{\"type\": \"Flatten\"}]}", PS_EFORMAT, "at least one layer with weights"},
         {"{\"layers\": [" DENSE3 "]}", PS_EFORMAT, "'input_shape'"},
         {"{\"input_shape\": [4096, 4096], \"layers\": [{\"type\": \"Dense\", \"units\": 4096}]}",
          PS_EFORMAT, "parameters, more than the limit"},

@@ -44,6 +44,9 @@ static void free_activations(ps_model *m) {
         ps_k_free(m->dev, m->ops[j].y);
         ps_k_free(m->dev, m->ops[j].arg);
         ps_k_free(m->dev, m->ops[j].stat);
+        ps_k_free(m->dev, m->ops[j].aux);
+        ps_k_free(m->dev, m->ops[j].daux);
+        m->ops[j].aux = m->ops[j].daux = NULL;
         m->ops[j].y = NULL;
         m->ops[j].arg = NULL;
         m->ops[j].stat = NULL;
@@ -477,8 +480,8 @@ void ps_model_set_grad_hook(ps_model *m, ps_model_grad_hook fn, void *ctx) {
  * grads); for batch normalization also the moving statistics' slots. */
 void ps_layer_grads_final(const ps_model *m, const ps_op *o) {
     if (!m->grad_hook || m->d_grads != m->grads || m->loss_scale > 0.0f) return;
-    size_t vs[4] = {o->kernel_var, o->bias_var, o->mean_var, o->mvar_var};
-    for (int k = 0; k < 4; k++) {
+    size_t vs[5] = {o->kernel_var, o->kernel2_var, o->bias_var, o->mean_var, o->mvar_var};
+    for (int k = 0; k < 5; k++) {
         if (vs[k] == PS_NO_VAR) continue;
         const ps_model_var *v = &m->vars[vs[k]];
         m->grad_hook(m->grad_hook_ctx, m->grads + v->offset, m->grads + v->offset + v->numel);

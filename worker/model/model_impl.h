@@ -18,6 +18,7 @@
 #define PS_ACT_SOFTMAX (-1) /* row-wise; only as the final op, folded into the loss */
 #define PS_NO_VAR ((size_t)-1)
 #define PS_OP_MAX_IN 16 /* inputs of one Add / Concatenate */
+#define PS_OP_MAX_VARS 4 /* variables of one op */
 
 /* The op kinds; each is a layer of worker/model/layers/ (layer.h). */
 typedef enum {
@@ -34,6 +35,7 @@ typedef enum {
     OP_PAD,    /* ZeroPadding2D */
     OP_ADD,
     OP_CONCAT, /* along the channels */
+    OP_SEPCONV, /* SeparableConv2D: depthwise, then pointwise (1x1) */
     OP_N_KINDS /* the number of kinds, not a kind */
 } ps_op_kind;
 typedef enum { LOSS_SPARSE_CE, LOSS_BCE, LOSS_MSE } ps_loss_kind;
@@ -69,6 +71,7 @@ typedef struct {
     size_t kernel_var;         /* OP_DENSE, OP_CONV, OP_DWCONV kernel; OP_BN gamma */
     size_t bias_var;           /* bias; OP_BN beta; PS_NO_VAR when absent */
     size_t mean_var, mvar_var; /* OP_BN moving mean / variance (non-trainable) */
+    size_t kernel2_var;        /* OP_SEPCONV pointwise kernel (kernel_var: the depthwise) */
     ps_k_prec prec;            /* compute precision (dtype policy): F32, or F16 / BF16 for
                                 * the GEMMs, the output and the gradient into this op */
     /* run-time state (model.c) */
@@ -77,6 +80,8 @@ typedef struct {
     float *y;          /* owned device buffer [cap, out]; NULL for views */
     int32_t *arg;      /* OP_MAXPOOL: winners [cap, out] */
     float *stat;       /* OP_BN: the batch's mean and variance [2, c] */
+    float *aux, *daux; /* owned: an inner tensor [cap, ...] and its gradient (OP_SEPCONV's
+                        * depthwise output) */
     const float *outp; /* output of the last forward: y, or the input for views */
 } ps_op;
 

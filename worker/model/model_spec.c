@@ -112,7 +112,7 @@ static int push_op(ps_build *b, ps_op o, size_t *t) {
     }
     o.nin = b->nin;
     memcpy(o.in_t, b->in_t, sizeof o.in_t);
-    o.kernel_var = o.bias_var = o.mean_var = o.mvar_var = PS_NO_VAR;
+    o.kernel_var = o.bias_var = o.mean_var = o.mvar_var = o.kernel2_var = PS_NO_VAR;
     snprintf(o.prefix, sizeof o.prefix, "%s", b->prefix ? b->prefix : "");
     m->ops[m->nops++] = o;
     *t = m->nops;
@@ -167,14 +167,14 @@ static void count_consumers(ps_model *m) {
 
 int ps_build_finish(ps_build *b) {
     ps_model *m = b->m;
-    size_t ndense = 0;
+    size_t nweights = 0; /* ops with variables */
     double nparams = 0;
     if (m->nops == 0) return ps_build_fail(b, PS_EFORMAT, "the model has no layers");
     count_consumers(m);
     for (size_t j = 0; j < m->nops; j++) {
         const ps_op *o = &m->ops[j];
         const ps_layer *ly = ps_layer_of(o->kind);
-        if (o->kind == OP_DENSE) ndense++;
+        if (ly->vars) nweights++;
         if (o->kind == OP_ACT && o->act == PS_ACT_SOFTMAX && j + 1 != m->nops)
             return ps_build_fail(b, PS_EFORMAT, "softmax is only allowed as the final activation");
         if (j + 1 != m->nops && o->consumers == 0)
@@ -183,8 +183,10 @@ int ps_build_finish(ps_build *b) {
                                  o->prefix);
         if (ly->nparams) nparams += ly->nparams(o);
     }
-    if (ndense == 0)
-        return ps_build_fail(b, PS_EFORMAT, "the model needs at least one Dense layer");
+    if (nweights == 0)
+        return ps_build_fail(b, PS_EFORMAT,
+                             "the model needs at least one layer with weights (Dense or a "
+                             "convolution)");
     const ps_op *last = &m->ops[m->nops - 1];
     if (last->out.h * last->out.w != 1)
         return ps_build_fail(b, PS_EFORMAT,
@@ -480,11 +482,11 @@ int ps_layer_add_var(ps_model *m, const ps_op *o, const char *kind, size_t li, c
 
 /* Lays out the variables in op order, each layer its own (layers/): e.g.
  * "dense_<i>/kernel" [in, out] and its bias; a Keras model's layers name
- * their own ("conv1/kernel"). At most 4 per op. */
+ * their own ("conv1/kernel"). At most PS_OP_MAX_VARS per op. */
 static int layout_vars(ps_model *m, perr *e) {
     size_t cnt[OP_N_KINDS] = {0};
-    m->vars = calloc(4 * m->nops + 1, sizeof *m->vars);
-    m->inits = calloc(4 * m->nops + 1, sizeof *m->inits);
+    m->vars = calloc(PS_OP_MAX_VARS * m->nops + 1, sizeof *m->vars);
+    m->inits = calloc(PS_OP_MAX_VARS * m->nops + 1, sizeof *m->inits);
     if (!m->vars || !m->inits) return fail(e, PS_ENOMEM, "out of memory");
     int rc = PS_OK;
     for (size_t j = 0; j < m->nops && rc == PS_OK; j++) {

@@ -1,10 +1,14 @@
-/* GlobalAveragePooling2D in ONNX: GlobalAveragePool, then Flatten. */
+/* GlobalAveragePooling2D in ONNX: GlobalAveragePool ([N, C, 1, 1]), then
+ * Flatten unless keepdims (a 1x1 image, NCHW like the others). */
 #include "layer_export.h"
 #include "ps_error.h"
 
 static int onnx(ps_onnx *b, size_t j, const ps_op *o, const char *in, const char **out) {
     (void)j;
-    (void)o;
+    if (o->image) {
+        ps_onnx_node(b, "GlobalAveragePool", *out, 1, &in);
+        return PS_OK;
+    }
     const char *g = ps_onnx_helper(b, *out, "pooled");
     ps_onnx_node(b, "GlobalAveragePool", g, 1, &in);
     Onnx__NodeProto *n = ps_onnx_node(b, "Flatten", *out, 1, &g);

@@ -1,14 +1,13 @@
 /* GlobalAveragePooling2D: each channel's mean over the image; the output is
- * flat (keepdims = true is refused). */
+ * flat, or with keepdims a 1x1 image (the same values: squeeze-and-excitation
+ * blocks and MobileNet's head convolve it). */
 #include <cjson/cJSON.h>
 
 #include "layer.h"
 #include "ps_error.h"
 
-static const char *const spec_keys[] = {NULL};
-static const char *const keras_keys[] = {"keepdims", NULL};
-static const ps_layer_class classes[] = {
-    {"GlobalAveragePooling2D", NULL, true, spec_keys, keras_keys}};
+static const char *const keys[] = {"keepdims", NULL};
+static const ps_layer_class classes[] = {{"GlobalAveragePooling2D", NULL, true, keys, keys}};
 
 static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op *o, int *act) {
     (void)cls;
@@ -18,13 +17,9 @@ static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op
     int rc;
     if ((rc = ps_layer_need_image(b)) || (rc = ps_layer_parse_bool(b, l, "keepdims", false, &keep)))
         return rc;
-    if (keep)
-        return ps_build_fail(b, PS_EFORMAT,
-                             "%s: option 'keepdims' = true is not supported (only false)",
-                             b->where);
     o->kind = OP_GAP;
     o->out = (ps_shape){1, 1, o->in.c};
-    o->image = false;
+    o->image = keep;
     return PS_OK;
 }
 
