@@ -34,8 +34,11 @@ typedef enum {
     PS_K_ACT_RELU = 1,
     PS_K_ACT_SIGMOID = 2,
     PS_K_ACT_TANH = 3,
-    PS_K_ACT_GELU = 4, /* exact: 0.5 x (1 + erf(x / sqrt 2)), as Keras' default */
-    PS_K_ACT_RELU6 = 5 /* min(max(x, 0), 6): Keras' relu6, ReLU(max_value=6) */
+    PS_K_ACT_GELU = 4,         /* exact: 0.5 x (1 + erf(x / sqrt 2)), as Keras' default */
+    PS_K_ACT_RELU6 = 5,        /* min(max(x, 0), 6): Keras' relu6, ReLU(max_value=6) */
+    PS_K_ACT_SWISH = 6,        /* x * sigmoid(x): Keras' swish and silu */
+    PS_K_ACT_HARD_SIGMOID = 7, /* relu6(x + 3) / 6: Keras 3's hard_sigmoid */
+    PS_K_ACT_HARD_SWISH = 8    /* x * relu6(x + 3) / 6: Keras' hard_silu / hard_swish */
 } ps_k_act;
 
 /* Input precision of a GEMM: products are always accumulated in fp32. */
@@ -156,12 +159,15 @@ void ps_k_bias_add_rows_acc(ps_k_dev *d, float *x, const float *bias, size_t row
 void ps_k_col_sum_overwrite(ps_k_dev *d, float *out, const float *x, size_t rows, size_t cols);
 /* out[c] += sum over r of x[r, c]. */
 void ps_k_col_sum_acc(ps_k_dev *d, float *out, const float *x, size_t rows, size_t cols);
-/* y[i] = f(x[i]) for i < n; y may equal x (in place) except for GELU, whose
- * backward needs x. */
+/* y[i] = f(x[i]) for i < n; y may equal x (in place) except for GELU, swish
+ * and hard swish, whose backward needs x. */
 void ps_k_act_forward_overwrite(ps_k_dev *d, ps_k_act act, float *y, const float *x, size_t n);
 /* dx[i] = f'(x[i]) * dy[i], from the forward input x and output y = f(x):
- * relu, relu6, sigmoid and tanh read only y, gelu only x (the other may be NULL);
- * dx may equal dy. */
+ * relu, relu6, sigmoid, tanh and hard sigmoid read only y, gelu, swish and
+ * hard swish only x (the other may be NULL); dx may equal dy. At the kinks
+ * (relu6 at 0 and 6, hard sigmoid and hard swish at x = -3 and 3) the
+ * derivative is TensorFlow's: relu6' = 0 there, so hard_sigmoid' = 0 at -3
+ * and 3, and hard_swish' = 0 at -3 and 1 at 3 (see ew.h). */
 void ps_k_act_backward_overwrite(ps_k_dev *d, ps_k_act act, float *dx, const float *dy,
                                  const float *x, const float *y, size_t n);
 /* dx[i] += f'(x[i]) * dy[i], same arguments. */
