@@ -1,6 +1,8 @@
 /* The backend-neutral compute API: devices, device and pinned host buffers,
  * and the kernels the layers need: GEMM (fp32, or fp16/bf16 inputs), bias,
- * activations, losses, conv2d (im2col + GEMM), pooling, dropout, reductions. */
+ * activations, losses, conv2d (im2col + GEMM), pooling, dropout, reductions,
+ * and those of the Keras applications networks (products, rescaling,
+ * cropping, layer normalization). */
 #ifndef PS_KERNELS_H
 #define PS_KERNELS_H
 
@@ -341,6 +343,59 @@ void ps_k_concat_cols_overwrite(ps_k_dev *d, float *y, const float *x, size_t ro
 /* Its adjoint: dx[rows, c_x] = columns [c_off, c_off + c_x) of dy[rows, c_total]. */
 void ps_k_split_cols_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t rows,
                                size_t c_total, size_t c_off, size_t c_x);
+
+/* ---- Keras applications layers -------------------------------------------- */
+
+/* Element-wise product (Multiply of two same-shape tensors): y[i] = a[i] * b[i]
+ * for i < n; y may equal a or b. */
+void ps_k_mul_forward_overwrite(ps_k_dev *d, float *y, const float *a, const float *b, size_t n);
+/* Its backward: da[i] = dy[i] * b[i], db[i] = dy[i] * a[i], each skipped when
+ * NULL; da or db may equal dy. */
+void ps_k_mul_backward_overwrite(ps_k_dev *d, float *da, float *db, const float *dy, const float *a,
+                                 const float *b, size_t n);
+/* Product with a per-channel vector of each sample (squeeze-and-excitation):
+ * y[b, p, c] = x[b, p, c] * s[b, c] for x [n, hw, c] and s [n, c]; y may equal x. */
+void ps_k_mul_channels_forward_overwrite(ps_k_dev *d, float *y, const float *x, const float *s,
+                                         size_t n, size_t hw, size_t c);
+/* Its backward: dx[b, p, c] = dy[b, p, c] * s[b, c] and ds[b, c] = sum over
+ * p of dy[b, p, c] * x[b, p, c], each skipped when NULL; dx may equal dy
+ * (ds is computed first). */
+void ps_k_mul_channels_backward_overwrite(ps_k_dev *d, float *dx, float *ds, const float *dy,
+                                          const float *x, const float *s, size_t n, size_t hw,
+                                          size_t c);
+/* Rescaling: y[i] = x[i] * scale + offset for i < n; y may equal x. */
+void ps_k_rescale_forward_overwrite(ps_k_dev *d, float *y, const float *x, float scale,
+                                    float offset, size_t n);
+/* Its backward: dx[i] = dy[i] * scale; dx may equal dy. */
+void ps_k_rescale_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, float scale,
+                                     size_t n);
+/* Cropping2D: y[n, h-top-bottom, w-left-right, c] = the window of x[n, h, w, c]
+ * starting at (top, left). Requires top + bottom < h and left + right < w;
+ * otherwise nothing is written and the next ps_k_sync returns PS_EINVAL. */
+void ps_k_crop2d_forward_overwrite(ps_k_dev *d, float *y, const float *x, size_t n, size_t h,
+                                   size_t w, size_t c, size_t top, size_t bottom, size_t left,
+                                   size_t right);
+/* Its adjoint: dx[n, h, w, c] = dy [n, h-top-bottom, w-left-right, c] placed
+ * at (top, left), zeros around (h, w: the uncropped sizes; same requirement). */
+void ps_k_crop2d_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t n, size_t h,
+                                    size_t w, size_t c, size_t top, size_t bottom, size_t left,
+                                    size_t right);
+/* LayerNormalization over the last axis of x[rows, c]: per row r, mean[r] and
+ * rstd[r] = 1 / sqrt(var + eps) with the biased variance over the c values;
+ * y = (x - mean) rstd gamma[c] + beta[c] (Keras' default eps is 1e-3). gamma
+ * NULL means 1 (scale=False), beta NULL 0 (center=False). mean and rstd
+ * (length rows, on d) are overwritten: the backward reads them. y may not
+ * alias x. */
+void ps_k_ln_forward_overwrite(ps_k_dev *d, float *y, float *mean, float *rstd, const float *x,
+                               const float *gamma, const float *beta, size_t rows, size_t c,
+                               float eps);
+/* Its backward, with xhat = (x - mean) rstd and g = dy gamma:
+ * dx = rstd (g - mean_c(g) - xhat mean_c(g xhat)) (may not alias dy),
+ * dgamma[j] = sum over rows of dy xhat, dbeta[j] = sum over rows of dy; all
+ * overwritten, dgamma and dbeta skipped when NULL. gamma NULL means 1. */
+void ps_k_ln_backward_overwrite(ps_k_dev *d, float *dx, float *dgamma, float *dbeta,
+                                const float *dy, const float *x, const float *mean,
+                                const float *rstd, const float *gamma, size_t rows, size_t c);
 
 /* Bias gradient of x @ W + b: db[c] = sum over rows of dout[r, c]. */
 static inline void ps_k_bias_grad_overwrite(ps_k_dev *d, float *dbias, const float *dout,
