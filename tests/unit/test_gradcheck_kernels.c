@@ -445,7 +445,10 @@ static void ln_bwd(const gc_op *op, const float *g, float **grad) {
     free(y);
 }
 
-static void check_ln(size_t rows, size_t c, bool affine, float lo, float hi, float eps) {
+/* Step h: a row of few channels can have a small spread, over which the
+ * normalization bends sharply (rows of 3 at h = 1e-2 came within 0.9 of the
+ * tolerance from the curvature alone); such cases take a smaller step. */
+static void check_ln(size_t rows, size_t c, bool affine, float lo, float hi, float eps, float h) {
     ln_ctx k = {rows, c, affine, eps, buf(rows), buf(rows)};
     gc_op op = {.name = "layer norm",
                 .nin = affine ? 3 : 1,
@@ -458,16 +461,16 @@ static void check_ln(size_t rows, size_t c, bool affine, float lo, float hi, flo
         op.in[1] = rnd(c, 7, 0.5f, 2), op.n[1] = c;
         op.in[2] = rnd(c, 8, -1, 1), op.n[2] = c;
     }
-    gradcheck(&op, 1e-2f * (hi - lo) / 2, 2e-3, 2e-2);
+    gradcheck(&op, h, 2e-3, 2e-2);
     free_inputs(&op);
     free(k.mean), free(k.rstd);
 }
 
 START_TEST(layer_norm_through_row_statistics) {
-    check_ln(6, 5, true, -1, 1, 1e-3f);  /* Keras' default eps */
-    check_ln(4, 7, false, 1, 3, 1e-3f);  /* no gamma, no beta; mean far from 0 */
-    check_ln(3, 40, true, -2, 2, 1e-5f); /* small eps, wider rows */
-    check_ln(20, 3, true, -1, 1, 1e-3f); /* many rows: dgamma and dbeta sum over them */
+    check_ln(6, 5, true, -1, 1, 1e-3f, 1e-2f);  /* Keras' default eps */
+    check_ln(4, 7, false, 1, 3, 1e-3f, 1e-2f);  /* no gamma, no beta; mean far from 0 */
+    check_ln(3, 40, true, -2, 2, 1e-5f, 2e-2f); /* small eps, wider rows */
+    check_ln(20, 3, true, -1, 1, 1e-3f, 2e-3f); /* many rows: dgamma and dbeta sum over them */
 }
 END_TEST
 
