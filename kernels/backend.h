@@ -91,6 +91,23 @@ void ps__cpu_concat_cols_overwrite(float *y, const float *x, size_t rows, size_t
                                    size_t c_off, size_t c_x);
 void ps__cpu_split_cols_overwrite(float *dx, const float *dy, size_t rows, size_t c_total,
                                   size_t c_off, size_t c_x);
+/* cpu_mul.c (the crop is pad2d's two directions swapped: kernels.c) */
+void ps__cpu_mul_forward_overwrite(float *y, const float *a, const float *b, size_t n);
+void ps__cpu_mul_backward_overwrite(float *da, float *db, const float *dy, const float *a,
+                                    const float *b, size_t n);
+void ps__cpu_mul_channels_forward_overwrite(float *y, const float *x, const float *s, size_t n,
+                                            size_t hw, size_t c);
+void ps__cpu_mul_channels_backward_overwrite(float *dx, float *ds, const float *dy, const float *x,
+                                             const float *s, size_t n, size_t hw, size_t c);
+/* y = x * scale + offset; also the backward (offset 0). */
+void ps__cpu_rescale(float *y, const float *x, float scale, float offset, size_t n);
+/* cpu_ln.c */
+void ps__cpu_ln_forward_overwrite(float *y, float *mean, float *rstd, const float *x,
+                                  const float *gamma, const float *beta, size_t rows, size_t c,
+                                  float eps);
+void ps__cpu_ln_backward_overwrite(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                   const float *x, const float *mean, const float *rstd,
+                                   const float *gamma, size_t rows, size_t c);
 
 #ifdef PS_HAVE_CUDA
 /* CUDA backend (cuda.cu): the same contracts on device pointers of d. Errors
@@ -170,6 +187,23 @@ void ps__cuda_add_overwrite(ps_k_dev *d, float *y, const float *a, const float *
 void ps__cuda_add_acc(ps_k_dev *d, float *y, const float *x, size_t n);
 void ps__cuda_concat_cols(ps_k_dev *d, float *out, const float *in, size_t rows, size_t c_total,
                           size_t c_off, size_t c_x, bool split);
+/* cuda_apps.cu: products, rescaling and layer normalization */
+void ps__cuda_mul_forward_overwrite(ps_k_dev *d, float *y, const float *a, const float *b,
+                                    size_t n);
+void ps__cuda_mul_backward_overwrite(ps_k_dev *d, float *da, float *db, const float *dy,
+                                     const float *a, const float *b, size_t n);
+void ps__cuda_mul_channels_forward_overwrite(ps_k_dev *d, float *y, const float *x, const float *s,
+                                             size_t n, size_t hw, size_t c);
+void ps__cuda_mul_channels_backward_overwrite(ps_k_dev *d, float *dx, float *ds, const float *dy,
+                                              const float *x, const float *s, size_t n, size_t hw,
+                                              size_t c);
+void ps__cuda_rescale(ps_k_dev *d, float *y, const float *x, float scale, float offset, size_t n);
+void ps__cuda_ln_forward_overwrite(ps_k_dev *d, float *y, float *mean, float *rstd, const float *x,
+                                   const float *gamma, const float *beta, size_t rows, size_t c,
+                                   float eps);
+void ps__cuda_ln_backward_overwrite(ps_k_dev *d, float *dx, float *dgamma, float *dbeta,
+                                    const float *dy, const float *x, const float *mean,
+                                    const float *rstd, const float *gamma, size_t rows, size_t c);
 #endif
 
 #ifdef __cplusplus

@@ -63,6 +63,15 @@ void ps__cpu_col_sum(float *out, const float *x, size_t rows, size_t cols, bool 
     case PS_K_ACT_GELU:                                                                            \
         LOOP(ps_ew_gelu_fwd, ps_ew_gelu_bwd, x); /* GELU's derivative needs the input */           \
         break;                                                                                     \
+    case PS_K_ACT_SWISH:                                                                           \
+        LOOP(ps_ew_swish_fwd, ps_ew_swish_bwd, x);                                                 \
+        break;                                                                                     \
+    case PS_K_ACT_HARD_SIGMOID:                                                                    \
+        LOOP(ps_ew_hard_sigmoid_fwd, ps_ew_hard_sigmoid_bwd, y);                                   \
+        break;                                                                                     \
+    case PS_K_ACT_HARD_SWISH:                                                                      \
+        LOOP(ps_ew_hard_swish_fwd, ps_ew_hard_swish_bwd, x);                                       \
+        break;                                                                                     \
     default:                                                                                       \
         LOOP(ps_ew_linear_fwd, ps_ew_linear_bwd, dy);                                              \
     }

@@ -73,6 +73,34 @@ static void launch(ps_k_dev *d, void (*kernel)(Params...), size_t work, Args... 
     check_launch(d);
 }
 
+/* The sum of v over the block (blockDim.x == kThreads), returned to every
+ * thread; the shared buffer is free again when it returns. */
+static __device__ inline double block_sum(double v) {
+    __shared__ double s[kThreads];
+    s[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned h = kThreads / 2; h > 0; h /= 2) {
+        if (threadIdx.x < h) s[threadIdx.x] += s[threadIdx.x + h];
+        __syncthreads();
+    }
+    double total = s[0];
+    __syncthreads();
+    return total;
+}
+
+/* Launches kernel with one block per item (blocks loop over the rest). */
+template <typename... Params, typename... Args>
+static void launch_blocks(ps_k_dev *d, void (*kernel)(Params...), size_t items, Args... args) {
+    if (items == 0) return;
+    use(d);
+    unsigned blocks = items < kMaxBlocks ? (unsigned)items : kMaxBlocks;
+    kernel<<<blocks, kThreads, 0, d->cuda->stream>>>(args...);
+    check_launch(d);
+}
+
+#define BLOCK_STRIDE_LOOP(i, n) for (size_t i = blockIdx.x; i < (n); i += gridDim.x)
+#define THREAD_STRIDE_LOOP(i, n) for (size_t i = threadIdx.x; i < (n); i += blockDim.x)
+
 /* Grows the per-row scratch of c to at least rows (cuda.cu); PS_OK or PS_ENOMEM. */
 int ps__cuda_ensure_rows(ps__cuda_ctx *c, size_t rows);
 

@@ -5,34 +5,6 @@
 #include "cuda_common.cuh"
 #include "ew.h"
 
-/* The sum of v over the block (blockDim.x == kThreads), returned to every
- * thread; the shared buffer is free again when it returns. */
-__device__ double block_sum(double v) {
-    __shared__ double s[kThreads];
-    s[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned h = kThreads / 2; h > 0; h /= 2) {
-        if (threadIdx.x < h) s[threadIdx.x] += s[threadIdx.x + h];
-        __syncthreads();
-    }
-    double total = s[0];
-    __syncthreads();
-    return total;
-}
-
-/* Launches a kernel with one block per item (blocks loop over the rest). */
-template <typename... Params, typename... Args>
-static void launch_blocks(ps_k_dev *d, void (*kernel)(Params...), size_t items, Args... args) {
-    if (items == 0) return;
-    use(d);
-    unsigned blocks = items < kMaxBlocks ? (unsigned)items : kMaxBlocks;
-    kernel<<<blocks, kThreads, 0, d->cuda->stream>>>(args...);
-    check_launch(d);
-}
-
-#define BLOCK_STRIDE_LOOP(i, n) for (size_t i = blockIdx.x; i < (n); i += gridDim.x)
-#define THREAD_STRIDE_LOOP(i, n) for (size_t i = threadIdx.x; i < (n); i += blockDim.x)
-
 /* ---- batch normalization ---------------------------------------------------- */
 
 /* One block per channel: the mean, then the biased variance (two reductions,

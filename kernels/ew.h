@@ -22,7 +22,10 @@ enum {
     PS_EW_SIGMOID = 2,
     PS_EW_TANH = 3,
     PS_EW_GELU = 4,
-    PS_EW_RELU6 = 5
+    PS_EW_RELU6 = 5,
+    PS_EW_SWISH = 6,
+    PS_EW_HARD_SIGMOID = 7,
+    PS_EW_HARD_SWISH = 8
 };
 
 static inline PS_HD float ps_ew_relu_fwd(float x) {
@@ -75,6 +78,45 @@ static inline PS_HD float ps_ew_gelu_bwd(float x, float dy) {
     return dy * (cdf + x * pdf);
 }
 
+/* Swish / SiLU, x * sigmoid(x) (Keras' swish and silu); its derivative
+ * s (1 + x (1 - s)) with s = sigmoid(x) needs the input x. */
+static inline PS_HD float ps_ew_swish_fwd(float x) {
+    return x * ps_ew_sigmoid_fwd(x);
+}
+
+static inline PS_HD float ps_ew_swish_bwd(float x, float dy) {
+    float s = ps_ew_sigmoid_fwd(x);
+    return dy * s * (1.0f + x * (1.0f - s));
+}
+
+/* Keras 3's hard_sigmoid, relu6(x + 3) / 6 (0 for x <= -3, 1 for x >= 3,
+ * x/6 + 1/2 between). Its derivative is 1/6 strictly inside (-3, 3) and 0
+ * elsewhere, at the kinks x = -3 and x = 3 too: TensorFlow differentiates it
+ * through relu6, whose gradient (Relu6Grad) is 0 at 0 and at 6. y in (0, 1)
+ * exactly when x + 3 is in (0, 6), so the output y tells it. */
+static inline PS_HD float ps_ew_hard_sigmoid_fwd(float x) {
+    return ps_ew_relu6_fwd(x + 3.0f) / 6.0f;
+}
+
+static inline PS_HD float ps_ew_hard_sigmoid_bwd(float y, float dy) {
+    return y > 0.0f && y < 1.0f ? dy / 6.0f : 0.0f;
+}
+
+/* hard_swish / hard_silu, x * hard_sigmoid(x) (Keras' hard_silu). Its
+ * derivative, hard_sigmoid(x) + x hard_sigmoid'(x) by the product rule with
+ * the convention above, is 0 for x <= -3 (also at the kink x = -3), 1 for
+ * x >= 3 (also at x = 3) and (2x + 3) / 6 between; it needs the input x. */
+static inline PS_HD float ps_ew_hard_swish_fwd(float x) {
+    return x * ps_ew_hard_sigmoid_fwd(x);
+}
+
+static inline PS_HD float ps_ew_hard_swish_bwd(float x, float dy) {
+    float t = x + 3.0f;
+    if (t <= 0.0f) return 0.0f;
+    if (t >= 6.0f) return dy;
+    return dy * (t / 6.0f + x / 6.0f);
+}
+
 /* y = f(x) for activation code act (unknown codes act as linear). */
 static inline PS_HD float ps_ew_act_fwd(int act, float x) {
     switch (act) {
@@ -88,6 +130,12 @@ static inline PS_HD float ps_ew_act_fwd(int act, float x) {
         return ps_ew_sigmoid_fwd(x);
     case PS_EW_TANH:
         return ps_ew_tanh_fwd(x);
+    case PS_EW_SWISH:
+        return ps_ew_swish_fwd(x);
+    case PS_EW_HARD_SIGMOID:
+        return ps_ew_hard_sigmoid_fwd(x);
+    case PS_EW_HARD_SWISH:
+        return ps_ew_hard_swish_fwd(x);
     default:
         return x;
     }
@@ -106,6 +154,12 @@ static inline PS_HD float ps_ew_act_bwd(int act, float x, float y, float dy) {
         return ps_ew_sigmoid_bwd(y, dy);
     case PS_EW_TANH:
         return ps_ew_tanh_bwd(y, dy);
+    case PS_EW_SWISH:
+        return ps_ew_swish_bwd(x, dy);
+    case PS_EW_HARD_SIGMOID:
+        return ps_ew_hard_sigmoid_bwd(y, dy);
+    case PS_EW_HARD_SWISH:
+        return ps_ew_hard_swish_bwd(x, dy);
     default:
         return dy;
     }

@@ -403,3 +403,80 @@ void ps_k_split_cols_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t r
     IF_CUDA(d, ps__cuda_concat_cols(d, dx, dy, rows, c_total, c_off, c_x, true));
     ps__cpu_split_cols_overwrite(dx, dy, rows, c_total, c_off, c_x);
 }
+
+void ps_k_mul_forward_overwrite(ps_k_dev *d, float *y, const float *a, const float *b, size_t n) {
+    IF_CUDA(d, ps__cuda_mul_forward_overwrite(d, y, a, b, n));
+    ps__cpu_mul_forward_overwrite(y, a, b, n);
+}
+
+void ps_k_mul_backward_overwrite(ps_k_dev *d, float *da, float *db, const float *dy, const float *a,
+                                 const float *b, size_t n) {
+    IF_CUDA(d, ps__cuda_mul_backward_overwrite(d, da, db, dy, a, b, n));
+    ps__cpu_mul_backward_overwrite(da, db, dy, a, b, n);
+}
+
+void ps_k_mul_channels_forward_overwrite(ps_k_dev *d, float *y, const float *x, const float *s,
+                                         size_t n, size_t hw, size_t c) {
+    IF_CUDA(d, ps__cuda_mul_channels_forward_overwrite(d, y, x, s, n, hw, c));
+    ps__cpu_mul_channels_forward_overwrite(y, x, s, n, hw, c);
+}
+
+void ps_k_mul_channels_backward_overwrite(ps_k_dev *d, float *dx, float *ds, const float *dy,
+                                          const float *x, const float *s, size_t n, size_t hw,
+                                          size_t c) {
+    IF_CUDA(d, ps__cuda_mul_channels_backward_overwrite(d, dx, ds, dy, x, s, n, hw, c));
+    ps__cpu_mul_channels_backward_overwrite(dx, ds, dy, x, s, n, hw, c);
+}
+
+void ps_k_rescale_forward_overwrite(ps_k_dev *d, float *y, const float *x, float scale,
+                                    float offset, size_t n) {
+    IF_CUDA(d, ps__cuda_rescale(d, y, x, scale, offset, n));
+    ps__cpu_rescale(y, x, scale, offset, n);
+}
+
+void ps_k_rescale_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, float scale,
+                                     size_t n) {
+    IF_CUDA(d, ps__cuda_rescale(d, dx, dy, scale, 0.0f, n));
+    ps__cpu_rescale(dx, dy, scale, 0.0f, n);
+}
+
+/* The crop is the adjoint of zero padding and the other way round: pad2d's
+ * backward (a crop of its padded input) and forward (a zero-padded copy),
+ * with h and w the cropped sizes. */
+static bool crop_fits(ps_k_dev *d, size_t h, size_t w, size_t top, size_t bottom, size_t left,
+                      size_t right) {
+    bool ok = top < h && bottom < h - top && left < w && right < w - left;
+    if (!ok) ps__dev_fail(d, PS_EINVAL);
+    return ok;
+}
+
+void ps_k_crop2d_forward_overwrite(ps_k_dev *d, float *y, const float *x, size_t n, size_t h,
+                                   size_t w, size_t c, size_t top, size_t bottom, size_t left,
+                                   size_t right) {
+    if (!crop_fits(d, h, w, top, bottom, left, right)) return;
+    ps_k_pad2d_backward_overwrite(d, y, x, n, h - top - bottom, w - left - right, c, top, bottom,
+                                  left, right);
+}
+
+void ps_k_crop2d_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t n, size_t h,
+                                    size_t w, size_t c, size_t top, size_t bottom, size_t left,
+                                    size_t right) {
+    if (!crop_fits(d, h, w, top, bottom, left, right)) return;
+    ps_k_pad2d_forward_overwrite(d, dx, dy, n, h - top - bottom, w - left - right, c, top, bottom,
+                                 left, right);
+}
+
+void ps_k_ln_forward_overwrite(ps_k_dev *d, float *y, float *mean, float *rstd, const float *x,
+                               const float *gamma, const float *beta, size_t rows, size_t c,
+                               float eps) {
+    IF_CUDA(d, ps__cuda_ln_forward_overwrite(d, y, mean, rstd, x, gamma, beta, rows, c, eps));
+    ps__cpu_ln_forward_overwrite(y, mean, rstd, x, gamma, beta, rows, c, eps);
+}
+
+void ps_k_ln_backward_overwrite(ps_k_dev *d, float *dx, float *dgamma, float *dbeta,
+                                const float *dy, const float *x, const float *mean,
+                                const float *rstd, const float *gamma, size_t rows, size_t c) {
+    IF_CUDA(
+        d, ps__cuda_ln_backward_overwrite(d, dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, c));
+    ps__cpu_ln_backward_overwrite(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, c);
+}

@@ -1,6 +1,8 @@
 /* The backend-neutral compute API: devices, device and pinned host buffers,
  * and the kernels the layers need: GEMM (fp32, or fp16/bf16 inputs), bias,
- * activations, losses, conv2d (im2col + GEMM), pooling, dropout, reductions. */
+ * activations, losses, conv2d (im2col + GEMM), pooling, dropout, reductions,
+ * and those of the Keras applications networks (products, rescaling,
+ * cropping, layer normalization). */
 #ifndef PS_KERNELS_H
 #define PS_KERNELS_H
 
@@ -34,8 +36,11 @@ typedef enum {
     PS_K_ACT_RELU = 1,
     PS_K_ACT_SIGMOID = 2,
     PS_K_ACT_TANH = 3,
-    PS_K_ACT_GELU = 4, /* exact: 0.5 x (1 + erf(x / sqrt 2)), as Keras' default */
-    PS_K_ACT_RELU6 = 5 /* min(max(x, 0), 6): Keras' relu6, ReLU(max_value=6) */
+    PS_K_ACT_GELU = 4,         /* exact: 0.5 x (1 + erf(x / sqrt 2)), as Keras' default */
+    PS_K_ACT_RELU6 = 5,        /* min(max(x, 0), 6): Keras' relu6, ReLU(max_value=6) */
+    PS_K_ACT_SWISH = 6,        /* x * sigmoid(x): Keras' swish and silu */
+    PS_K_ACT_HARD_SIGMOID = 7, /* relu6(x + 3) / 6: Keras 3's hard_sigmoid */
+    PS_K_ACT_HARD_SWISH = 8    /* x * relu6(x + 3) / 6: Keras' hard_silu / hard_swish */
 } ps_k_act;
 
 /* Input precision of a GEMM: products are always accumulated in fp32. */
@@ -156,12 +161,15 @@ void ps_k_bias_add_rows_acc(ps_k_dev *d, float *x, const float *bias, size_t row
 void ps_k_col_sum_overwrite(ps_k_dev *d, float *out, const float *x, size_t rows, size_t cols);
 /* out[c] += sum over r of x[r, c]. */
 void ps_k_col_sum_acc(ps_k_dev *d, float *out, const float *x, size_t rows, size_t cols);
-/* y[i] = f(x[i]) for i < n; y may equal x (in place) except for GELU, whose
- * backward needs x. */
+/* y[i] = f(x[i]) for i < n; y may equal x (in place) except for GELU, swish
+ * and hard swish, whose backward needs x. */
 void ps_k_act_forward_overwrite(ps_k_dev *d, ps_k_act act, float *y, const float *x, size_t n);
 /* dx[i] = f'(x[i]) * dy[i], from the forward input x and output y = f(x):
- * relu, relu6, sigmoid and tanh read only y, gelu only x (the other may be NULL);
- * dx may equal dy. */
+ * relu, relu6, sigmoid, tanh and hard sigmoid read only y, gelu, swish and
+ * hard swish only x (the other may be NULL); dx may equal dy. At the kinks
+ * (relu6 at 0 and 6, hard sigmoid and hard swish at x = -3 and 3) the
+ * derivative is TensorFlow's: relu6' = 0 there, so hard_sigmoid' = 0 at -3
+ * and 3, and hard_swish' = 0 at -3 and 1 at 3 (see ew.h). */
 void ps_k_act_backward_overwrite(ps_k_dev *d, ps_k_act act, float *dx, const float *dy,
                                  const float *x, const float *y, size_t n);
 /* dx[i] += f'(x[i]) * dy[i], same arguments. */
@@ -335,6 +343,59 @@ void ps_k_concat_cols_overwrite(ps_k_dev *d, float *y, const float *x, size_t ro
 /* Its adjoint: dx[rows, c_x] = columns [c_off, c_off + c_x) of dy[rows, c_total]. */
 void ps_k_split_cols_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t rows,
                                size_t c_total, size_t c_off, size_t c_x);
+
+/* ---- Keras applications layers -------------------------------------------- */
+
+/* Element-wise product (Multiply of two same-shape tensors): y[i] = a[i] * b[i]
+ * for i < n; y may equal a or b. */
+void ps_k_mul_forward_overwrite(ps_k_dev *d, float *y, const float *a, const float *b, size_t n);
+/* Its backward: da[i] = dy[i] * b[i], db[i] = dy[i] * a[i], each skipped when
+ * NULL; da or db may equal dy. */
+void ps_k_mul_backward_overwrite(ps_k_dev *d, float *da, float *db, const float *dy, const float *a,
+                                 const float *b, size_t n);
+/* Product with a per-channel vector of each sample (squeeze-and-excitation):
+ * y[b, p, c] = x[b, p, c] * s[b, c] for x [n, hw, c] and s [n, c]; y may equal x. */
+void ps_k_mul_channels_forward_overwrite(ps_k_dev *d, float *y, const float *x, const float *s,
+                                         size_t n, size_t hw, size_t c);
+/* Its backward: dx[b, p, c] = dy[b, p, c] * s[b, c] and ds[b, c] = sum over
+ * p of dy[b, p, c] * x[b, p, c], each skipped when NULL; dx may equal dy
+ * (ds is computed first). */
+void ps_k_mul_channels_backward_overwrite(ps_k_dev *d, float *dx, float *ds, const float *dy,
+                                          const float *x, const float *s, size_t n, size_t hw,
+                                          size_t c);
+/* Rescaling: y[i] = x[i] * scale + offset for i < n; y may equal x. */
+void ps_k_rescale_forward_overwrite(ps_k_dev *d, float *y, const float *x, float scale,
+                                    float offset, size_t n);
+/* Its backward: dx[i] = dy[i] * scale; dx may equal dy. */
+void ps_k_rescale_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, float scale,
+                                     size_t n);
+/* Cropping2D: y[n, h-top-bottom, w-left-right, c] = the window of x[n, h, w, c]
+ * starting at (top, left). Requires top + bottom < h and left + right < w;
+ * otherwise nothing is written and the next ps_k_sync returns PS_EINVAL. */
+void ps_k_crop2d_forward_overwrite(ps_k_dev *d, float *y, const float *x, size_t n, size_t h,
+                                   size_t w, size_t c, size_t top, size_t bottom, size_t left,
+                                   size_t right);
+/* Its adjoint: dx[n, h, w, c] = dy [n, h-top-bottom, w-left-right, c] placed
+ * at (top, left), zeros around (h, w: the uncropped sizes; same requirement). */
+void ps_k_crop2d_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t n, size_t h,
+                                    size_t w, size_t c, size_t top, size_t bottom, size_t left,
+                                    size_t right);
+/* LayerNormalization over the last axis of x[rows, c]: per row r, mean[r] and
+ * rstd[r] = 1 / sqrt(var + eps) with the biased variance over the c values;
+ * y = (x - mean) rstd gamma[c] + beta[c] (Keras' default eps is 1e-3). gamma
+ * NULL means 1 (scale=False), beta NULL 0 (center=False). mean and rstd
+ * (length rows, on d) are overwritten: the backward reads them. y may not
+ * alias x. */
+void ps_k_ln_forward_overwrite(ps_k_dev *d, float *y, float *mean, float *rstd, const float *x,
+                               const float *gamma, const float *beta, size_t rows, size_t c,
+                               float eps);
+/* Its backward, with xhat = (x - mean) rstd and g = dy gamma:
+ * dx = rstd (g - mean_c(g) - xhat mean_c(g xhat)) (may not alias dy),
+ * dgamma[j] = sum over rows of dy xhat, dbeta[j] = sum over rows of dy; all
+ * overwritten, dgamma and dbeta skipped when NULL. gamma NULL means 1. */
+void ps_k_ln_backward_overwrite(ps_k_dev *d, float *dx, float *dgamma, float *dbeta,
+                                const float *dy, const float *x, const float *mean,
+                                const float *rstd, const float *gamma, size_t rows, size_t c);
 
 /* Bias gradient of x @ W + b: db[c] = sum over rows of dout[r, c]. */
 static inline void ps_k_bias_grad_overwrite(ps_k_dev *d, float *dbias, const float *dout,

@@ -61,6 +61,12 @@ static double act_f(ps_k_act act, double x) {
         return tanh(x);
     case PS_K_ACT_GELU:
         return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case PS_K_ACT_SWISH:
+        return x / (1.0 + exp(-x));
+    case PS_K_ACT_HARD_SIGMOID: /* Keras 3: 0 for x <= -3, 1 for x >= 3, x/6 + 1/2 between */
+        return x <= -3 ? 0 : x >= 3 ? 1 : x / 6 + 0.5;
+    case PS_K_ACT_HARD_SWISH:
+        return x <= -3 ? 0 : x >= 3 ? x : x * (x / 6 + 0.5);
     default:
         return x;
     }
@@ -83,6 +89,17 @@ static double act_df(ps_k_act act, double x) {
     }
     case PS_K_ACT_GELU: /* Phi(x) + x phi(x) */
         return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * acos(-1.0));
+    case PS_K_ACT_SWISH: { /* s + x s (1 - s) */
+        double s = 1.0 / (1.0 + exp(-x));
+        return s + x * s * (1 - s);
+    }
+    /* At the kinks -3 and 3, TensorFlow's convention (relu6' = 0 at 0 and 6):
+     * hard_sigmoid' = 0 at both; hard_swish' = hard_sigmoid + x hard_sigmoid',
+     * 0 at -3 and 1 at 3. */
+    case PS_K_ACT_HARD_SIGMOID:
+        return x > -3 && x < 3 ? 1.0 / 6 : 0;
+    case PS_K_ACT_HARD_SWISH:
+        return x <= -3 ? 0 : x >= 3 ? 1 : (2 * x + 3) / 6;
     default:
         return 1;
     }

@@ -96,5 +96,30 @@ void ps_ref_concat_cols_overwrite(float *y, const float *x, size_t rows, size_t 
                                   size_t c_off, size_t c_x);
 void ps_ref_split_cols_overwrite(float *dx, const float *dy, size_t rows, size_t c_total,
                                  size_t c_off, size_t c_x);
+/* The Keras applications layers: products, rescaling and the crop from
+ * their definitions (the crop independently of pad2d), layer normalization
+ * with its statistics in double and the chain rule through them. */
+void ps_ref_mul_forward_overwrite(float *y, const float *a, const float *b, size_t n);
+void ps_ref_mul_backward_overwrite(float *da, float *db, const float *dy, const float *a,
+                                   const float *b, size_t n);
+void ps_ref_mul_channels_forward_overwrite(float *y, const float *x, const float *s, size_t n,
+                                           size_t hw, size_t c);
+void ps_ref_mul_channels_backward_overwrite(float *dx, float *ds, const float *dy, const float *x,
+                                            const float *s, size_t n, size_t hw, size_t c);
+void ps_ref_rescale_forward_overwrite(float *y, const float *x, float scale, float offset,
+                                      size_t n);
+void ps_ref_rescale_backward_overwrite(float *dx, const float *dy, float scale, size_t n);
+void ps_ref_crop2d_forward_overwrite(float *y, const float *x, size_t n, size_t h, size_t w,
+                                     size_t c, size_t top, size_t bottom, size_t left,
+                                     size_t right);
+void ps_ref_crop2d_backward_overwrite(float *dx, const float *dy, size_t n, size_t h, size_t w,
+                                      size_t c, size_t top, size_t bottom, size_t left,
+                                      size_t right);
+void ps_ref_ln_forward_overwrite(float *y, float *mean, float *rstd, const float *x,
+                                 const float *gamma, const float *beta, size_t rows, size_t c,
+                                 float eps);
+void ps_ref_ln_backward_overwrite(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                  const float *x, const float *mean, const float *rstd,
+                                  const float *gamma, size_t rows, size_t c);
 
 #endif

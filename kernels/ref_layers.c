@@ -217,3 +217,140 @@ void ps_ref_split_cols_overwrite(float *dx, const float *dy, size_t rows, size_t
         for (size_t j = 0; j < c_x; j++)
             dx[r * c_x + j] = dy[r * c_total + c_off + j];
 }
+
+/* ---- Keras applications layers ---------------------------------------------- */
+
+void ps_ref_mul_forward_overwrite(float *y, const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        y[i] = (float)((double)a[i] * b[i]);
+}
+
+void ps_ref_mul_backward_overwrite(float *da, float *db, const float *dy, const float *a,
+                                   const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        double g = dy[i], ai = a[i], bi = b[i];
+        if (da) da[i] = (float)(g * bi);
+        if (db) db[i] = (float)(g * ai);
+    }
+}
+
+void ps_ref_mul_channels_forward_overwrite(float *y, const float *x, const float *s, size_t n,
+                                           size_t hw, size_t c) {
+    for (size_t img = 0; img < n; img++)
+        for (size_t p = 0; p < hw; p++)
+            for (size_t j = 0; j < c; j++) {
+                size_t i = (img * hw + p) * c + j;
+                y[i] = (float)((double)x[i] * s[img * c + j]);
+            }
+}
+
+void ps_ref_mul_channels_backward_overwrite(float *dx, float *ds, const float *dy, const float *x,
+                                            const float *s, size_t n, size_t hw, size_t c) {
+    for (size_t img = 0; img < n; img++)
+        for (size_t j = 0; j < c; j++) {
+            double acc = 0;
+            for (size_t p = 0; p < hw; p++) {
+                size_t i = (img * hw + p) * c + j;
+                acc += (double)dy[i] * x[i];
+                if (dx) dx[i] = (float)((double)dy[i] * s[img * c + j]);
+            }
+            if (ds) ds[img * c + j] = (float)acc;
+        }
+}
+
+void ps_ref_rescale_forward_overwrite(float *y, const float *x, float scale, float offset,
+                                      size_t n) {
+    for (size_t i = 0; i < n; i++)
+        y[i] = (float)((double)x[i] * scale + offset);
+}
+
+void ps_ref_rescale_backward_overwrite(float *dx, const float *dy, float scale, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        dx[i] = (float)((double)dy[i] * scale);
+}
+
+/* Whether cell (iy, ix) of the uncropped image is inside the kept window. */
+static bool kept(size_t iy, size_t ix, size_t h, size_t w, size_t top, size_t bottom, size_t left,
+                 size_t right) {
+    return iy >= top && iy < h - bottom && ix >= left && ix < w - right;
+}
+
+void ps_ref_crop2d_forward_overwrite(float *y, const float *x, size_t n, size_t h, size_t w,
+                                     size_t c, size_t top, size_t bottom, size_t left,
+                                     size_t right) {
+    size_t oh = h - top - bottom, ow = w - left - right;
+    for (size_t img = 0; img < n; img++)
+        for (size_t iy = 0; iy < h; iy++)
+            for (size_t ix = 0; ix < w; ix++)
+                for (size_t j = 0; j < c; j++)
+                    if (kept(iy, ix, h, w, top, bottom, left, right))
+                        y[((img * oh + iy - top) * ow + ix - left) * c + j] =
+                            x[((img * h + iy) * w + ix) * c + j];
+}
+
+void ps_ref_crop2d_backward_overwrite(float *dx, const float *dy, size_t n, size_t h, size_t w,
+                                      size_t c, size_t top, size_t bottom, size_t left,
+                                      size_t right) {
+    size_t oh = h - top - bottom, ow = w - left - right;
+    for (size_t img = 0; img < n; img++)
+        for (size_t iy = 0; iy < h; iy++)
+            for (size_t ix = 0; ix < w; ix++)
+                for (size_t j = 0; j < c; j++)
+                    dx[((img * h + iy) * w + ix) * c + j] =
+                        kept(iy, ix, h, w, top, bottom, left, right)
+                            ? dy[((img * oh + iy - top) * ow + ix - left) * c + j]
+                            : 0.0f;
+}
+
+void ps_ref_ln_forward_overwrite(float *y, float *mean, float *rstd, const float *x,
+                                 const float *gamma, const float *beta, size_t rows, size_t c,
+                                 float eps) {
+    for (size_t r = 0; r < rows; r++) {
+        const float *xr = x + r * c;
+        double mu = 0, v = 0;
+        for (size_t j = 0; j < c; j++)
+            mu += xr[j];
+        mu /= (double)c;
+        for (size_t j = 0; j < c; j++)
+            v += (xr[j] - mu) * (xr[j] - mu);
+        v /= (double)c; /* biased */
+        double rs = 1.0 / sqrt(v + eps);
+        for (size_t j = 0; j < c; j++)
+            y[r * c + j] =
+                (float)((xr[j] - mu) * rs * (gamma ? gamma[j] : 1.0) + (beta ? beta[j] : 0.0));
+        mean[r] = (float)mu;
+        rstd[r] = (float)rs;
+    }
+}
+
+/* The chain rule through the row's mean and variance, written as for batch
+ * norm (ps_ref_bn_backward_overwrite) with the roles of rows and channels
+ * swapped: dxhat = dy gamma; dvar = sum dxhat (x - mu) (-1/2) rstd^3;
+ * dmu = -sum dxhat rstd + dvar sum (-2 (x - mu)) / C;
+ * dx = dxhat rstd + dvar 2 (x - mu) / C + dmu / C. */
+void ps_ref_ln_backward_overwrite(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                  const float *x, const float *mean, const float *rstd,
+                                  const float *gamma, size_t rows, size_t c) {
+    double C = (double)c, *dg = dzeros(c), *db = dzeros(c);
+    for (size_t r = 0; r < rows; r++) {
+        double mu = mean[r], rs = rstd[r], dvar = 0, dmu = 0, sxm = 0;
+        for (size_t j = 0; j < c; j++) {
+            double xm = x[r * c + j] - mu, gy = dy[r * c + j], gx = gy * (gamma ? gamma[j] : 1.0);
+            dvar += gx * xm * -0.5 * rs * rs * rs;
+            dmu += -gx * rs;
+            sxm += -2.0 * xm;
+            dg[j] += gy * xm * rs;
+            db[j] += gy;
+        }
+        dmu += dvar * sxm / C;
+        for (size_t j = 0; j < c; j++) {
+            double xm = x[r * c + j] - mu, gx = dy[r * c + j] * (gamma ? gamma[j] : 1.0);
+            dx[r * c + j] = (float)(gx * rs + dvar * 2.0 * xm / C + dmu / C);
+        }
+    }
+    for (size_t j = 0; j < c; j++) {
+        if (dgamma) dgamma[j] = (float)dg[j];
+        if (dbeta) dbeta[j] = (float)db[j];
+    }
+    free(dg), free(db);
+}

@@ -3,7 +3,10 @@
  * variance: the loss is a function of x through them too), depthwise
  * convolution (strides 1 and 2, same and valid, multipliers 1 and 2, no bias),
  * global average pooling, zero padding, channel split (the adjoint of concat)
- * and the relu6 activation. For each, L = sum(g * forward(inputs)) with a fixed
+ * and the relu6 activation; and of the Keras applications layers: swish, hard
+ * sigmoid and hard swish, the element-wise and per-channel products,
+ * rescaling, cropping and layer normalization (through the row statistics,
+ * with and without gamma and beta). For each, L = sum(g * forward(inputs)) with a fixed
  * random g; backward with dy = g must match central differences of L in every
  * input element (a sample of them for the larger tensors). */
 #include <check.h>
@@ -284,6 +287,193 @@ START_TEST(shape_ops) {
 }
 END_TEST
 
+/* ---- Keras applications layers ------------------------------------------------ */
+
+typedef struct {
+    ps_k_act act;
+    bool by_x; /* the backward reads x (else y) */
+} act_ctx;
+
+static void act_fwd(const gc_op *op, float *y) {
+    const act_ctx *k = op->ctx;
+    ps_k_act_forward_overwrite(ps_k_cpu(), k->act, y, op->in[0], op->n[0]);
+}
+
+static void act_bwd(const gc_op *op, const float *g, float **grad) {
+    const act_ctx *k = op->ctx;
+    float *y = buf(op->n[0]);
+    act_fwd(op, y);
+    ps_k_act_backward_overwrite(ps_k_cpu(), k->act, grad[0], g, k->by_x ? op->in[0] : NULL,
+                                k->by_x ? NULL : y, op->n[0]);
+    free(y);
+}
+
+/* x in [-6, 6], none within the step of a kink at -3 or 3. */
+static void check_act(const char *name, ps_k_act act, bool by_x) {
+    act_ctx k = {act, by_x};
+    gc_op op = {.name = name, .nin = 1, .fwd = act_fwd, .bwd = act_bwd, .ctx = &k};
+    op.n[0] = op.ny = 200;
+    op.in[0] = rnd(200, 34, -6, 6);
+    for (size_t i = 0; i < 200; i++) {
+        float *v = &op.in[0][i];
+        if (fabsf(fabsf(*v) - 3) < 0.05f) *v += 0.1f;
+    }
+    gradcheck(&op, 1e-2f, 1e-4, 1e-3);
+    free_inputs(&op);
+}
+
+START_TEST(activations) {
+    check_act("swish", PS_K_ACT_SWISH, true);
+    check_act("hard sigmoid", PS_K_ACT_HARD_SIGMOID, false);
+    check_act("hard swish", PS_K_ACT_HARD_SWISH, true);
+}
+END_TEST
+
+typedef struct {
+    size_t n, hw, c;
+    float scale, offset;
+} prod_ctx;
+
+static void mul_fwd(const gc_op *op, float *y) {
+    ps_k_mul_forward_overwrite(ps_k_cpu(), y, op->in[0], op->in[1], op->ny);
+}
+
+static void mul_bwd(const gc_op *op, const float *g, float **grad) {
+    ps_k_mul_backward_overwrite(ps_k_cpu(), grad[0], grad[1], g, op->in[0], op->in[1], op->ny);
+}
+
+static void mulc_fwd(const gc_op *op, float *y) {
+    const prod_ctx *k = op->ctx;
+    ps_k_mul_channels_forward_overwrite(ps_k_cpu(), y, op->in[0], op->in[1], k->n, k->hw, k->c);
+}
+
+static void mulc_bwd(const gc_op *op, const float *g, float **grad) {
+    const prod_ctx *k = op->ctx;
+    ps_k_mul_channels_backward_overwrite(ps_k_cpu(), grad[0], grad[1], g, op->in[0], op->in[1],
+                                         k->n, k->hw, k->c);
+}
+
+static void rescale_fwd(const gc_op *op, float *y) {
+    const prod_ctx *k = op->ctx;
+    ps_k_rescale_forward_overwrite(ps_k_cpu(), y, op->in[0], k->scale, k->offset, op->ny);
+}
+
+static void rescale_bwd(const gc_op *op, const float *g, float **grad) {
+    const prod_ctx *k = op->ctx;
+    ps_k_rescale_backward_overwrite(ps_k_cpu(), grad[0], g, k->scale, op->ny);
+}
+
+static void crop_fwd(const gc_op *op, float *y) {
+    const shape_ctx *k = op->ctx;
+    ps_k_crop2d_forward_overwrite(ps_k_cpu(), y, op->in[0], k->n, k->h, k->w, k->c, k->top,
+                                  k->bottom, k->left, k->right);
+}
+
+static void crop_bwd(const gc_op *op, const float *g, float **grad) {
+    const shape_ctx *k = op->ctx;
+    ps_k_crop2d_backward_overwrite(ps_k_cpu(), grad[0], g, k->n, k->h, k->w, k->c, k->top,
+                                   k->bottom, k->left, k->right);
+}
+
+START_TEST(products_rescale_crop) {
+    gc_op mul = {.name = "multiply", .nin = 2, .fwd = mul_fwd, .bwd = mul_bwd, .n = {90, 90}};
+    mul.ny = 90;
+    mul.in[0] = rnd(90, 40, -2, 2), mul.in[1] = rnd(90, 41, -2, 2);
+    gradcheck(&mul, 1e-2f, 1e-4, 1e-3);
+    free_inputs(&mul);
+
+    prod_ctx kc = {.n = 3, .hw = 10, .c = 7};
+    gc_op se = {.name = "channel multiply (squeeze-and-excitation)",
+                .nin = 2,
+                .fwd = mulc_fwd,
+                .bwd = mulc_bwd,
+                .ctx = &kc,
+                .n = {3 * 10 * 7, 3 * 7},
+                .ny = 3 * 10 * 7};
+    se.in[0] = rnd(se.n[0], 42, -2, 2), se.in[1] = rnd(se.n[1], 43, 0, 1);
+    gradcheck(&se, 1e-2f, 1e-3, 1e-3);
+    free_inputs(&se);
+
+    prod_ctx kr = {.scale = -2.5f, .offset = 0.5f}; /* a gradient large enough to see */
+    gc_op rs = {.name = "rescaling",
+                .nin = 1,
+                .fwd = rescale_fwd,
+                .bwd = rescale_bwd,
+                .ctx = &kr,
+                .n = {100},
+                .ny = 100};
+    rs.in[0] = rnd(100, 44, -2, 2);
+    gradcheck(&rs, 1e-2f, 1e-4, 1e-3);
+    free_inputs(&rs);
+
+    shape_ctx kp = {2, 6, 5, 3, 1, 2, 0, 1}; /* 6x5 cropped to 3x4 */
+    gc_op crop = {.name = "cropping",
+                  .nin = 1,
+                  .fwd = crop_fwd,
+                  .bwd = crop_bwd,
+                  .ctx = &kp,
+                  .n = {2 * 6 * 5 * 3},
+                  .ny = 2 * 3 * 4 * 3};
+    crop.in[0] = rnd(crop.n[0], 45, -1, 1);
+    gradcheck(&crop, 1e-2f, 1e-4, 1e-3);
+    free_inputs(&crop);
+}
+END_TEST
+
+typedef struct {
+    size_t rows, c;
+    bool affine; /* gamma and beta are inputs 1 and 2; else both NULL */
+    float eps;
+    float *mean, *rstd;
+} ln_ctx;
+
+static void ln_fwd(const gc_op *op, float *y) {
+    const ln_ctx *k = op->ctx;
+    ps_k_ln_forward_overwrite(ps_k_cpu(), y, k->mean, k->rstd, op->in[0],
+                              k->affine ? op->in[1] : NULL, k->affine ? op->in[2] : NULL, k->rows,
+                              k->c, k->eps);
+}
+
+/* Backward from the statistics of a forward at the same point (as a layer runs). */
+static void ln_bwd(const gc_op *op, const float *g, float **grad) {
+    const ln_ctx *k = op->ctx;
+    float *y = buf(op->ny);
+    ln_fwd(op, y);
+    ps_k_ln_backward_overwrite(ps_k_cpu(), grad[0], k->affine ? grad[1] : NULL,
+                               k->affine ? grad[2] : NULL, g, op->in[0], k->mean, k->rstd,
+                               k->affine ? op->in[1] : NULL, k->rows, k->c);
+    free(y);
+}
+
+/* Step h: a row of few channels can have a small spread, over which the
+ * normalization bends sharply (rows of 3 at h = 1e-2 came within 0.9 of the
+ * tolerance from the curvature alone); such cases take a smaller step. */
+static void check_ln(size_t rows, size_t c, bool affine, float lo, float hi, float eps, float h) {
+    ln_ctx k = {rows, c, affine, eps, buf(rows), buf(rows)};
+    gc_op op = {.name = "layer norm",
+                .nin = affine ? 3 : 1,
+                .ny = rows * c,
+                .fwd = ln_fwd,
+                .bwd = ln_bwd,
+                .ctx = &k};
+    op.in[0] = rnd(rows * c, rows + c + 50, lo, hi), op.n[0] = rows * c;
+    if (affine) {
+        op.in[1] = rnd(c, 7, 0.5f, 2), op.n[1] = c;
+        op.in[2] = rnd(c, 8, -1, 1), op.n[2] = c;
+    }
+    gradcheck(&op, h, 2e-3, 2e-2);
+    free_inputs(&op);
+    free(k.mean), free(k.rstd);
+}
+
+START_TEST(layer_norm_through_row_statistics) {
+    check_ln(6, 5, true, -1, 1, 1e-3f, 1e-2f);  /* Keras' default eps */
+    check_ln(4, 7, false, 1, 3, 1e-3f, 1e-2f);  /* no gamma, no beta; mean far from 0 */
+    check_ln(3, 40, true, -2, 2, 1e-5f, 2e-2f); /* small eps, wider rows */
+    check_ln(20, 3, true, -1, 1, 1e-3f, 2e-3f); /* many rows: dgamma and dbeta sum over them */
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("gradcheck_kernels");
     TCase *tc = tcase_create("core");
@@ -291,6 +481,9 @@ int main(void) {
     tcase_add_test(tc, bn_through_batch_statistics);
     tcase_add_test(tc, dwconv);
     tcase_add_test(tc, shape_ops);
+    tcase_add_test(tc, activations);
+    tcase_add_test(tc, products_rescale_crop);
+    tcase_add_test(tc, layer_norm_through_row_statistics);
     suite_add_tcase(s, tc);
     return ps_test_run_suite(s);
 }

@@ -1,4 +1,5 @@
-/* The dense kernels of kernels.h (GEMM, fp16/bf16 GEMM, bias, activations,
+/* The dense kernels of kernels.h (GEMM, fp16/bf16 GEMM, bias, activations and
+ * the kinks of hard sigmoid / hard swish,
  * softmax, losses, reductions) against the naive reference in kernels/ref.c,
  * on seeded random inputs of odd sizes; overwrite variants must overwrite and
  * accumulate variants accumulate. The same checks run on a CUDA device if
@@ -17,8 +18,9 @@
 
 static const size_t sizes[] = {1, 7, 33, 129};
 #define NSIZES (sizeof sizes / sizeof sizes[0])
-static const ps_k_act acts[] = {PS_K_ACT_LINEAR, PS_K_ACT_RELU, PS_K_ACT_SIGMOID,
-                                PS_K_ACT_TANH,   PS_K_ACT_GELU, PS_K_ACT_RELU6};
+static const ps_k_act acts[] = {PS_K_ACT_LINEAR, PS_K_ACT_RELU,         PS_K_ACT_SIGMOID,
+                                PS_K_ACT_TANH,   PS_K_ACT_GELU,         PS_K_ACT_RELU6,
+                                PS_K_ACT_SWISH,  PS_K_ACT_HARD_SIGMOID, PS_K_ACT_HARD_SWISH};
 #define NACTS (sizeof acts / sizeof acts[0])
 
 static float *host(size_t n, uint64_t seed, float lo, float hi) {
@@ -134,7 +136,7 @@ static void check_bias_and_colsum(ps_k_dev *d) {
 }
 
 /* Backward gets only what the contract says the activation reads (x for GELU,
- * y for the others; the other is NULL). */
+ * swish and hard swish, y for the others; the other is NULL). */
 static void check_activations(ps_k_dev *d) {
     for (size_t ai = 0; ai < NACTS; ai++)
         for (size_t si = 0; si < NSIZES; si++) {
@@ -154,7 +156,7 @@ static void check_activations(ps_k_dev *d) {
             expect_close("act_forward in place", inplace, y, n, 0, 0);
             free(inplace);
 
-            bool by_x = act == PS_K_ACT_GELU;
+            bool by_x = act == PS_K_ACT_GELU || act == PS_K_ACT_SWISH || act == PS_K_ACT_HARD_SWISH;
             float *g = host(n, 50 + si, -1, 1), *old = host(n, 60 + si, -1, 1);
             float *wover = hcopy(old, n), *wacc = hcopy(old, n);
             ps_ref_act_backward_overwrite(act, wover, g, x, NULL, n);
@@ -181,6 +183,51 @@ static void check_activations(ps_k_dev *d) {
             }
             free(x), free(y), free(want), free(g), free(old), free(wover), free(wacc);
         }
+}
+
+/* Hand-computed values of hard sigmoid and hard swish at and around their
+ * kinks x = -3 and 3, with TensorFlow's derivative there (0 for hard sigmoid
+ * at both; hard swish 0 at -3, 1 at 3), and of swish at 0 and +-1. */
+static void check_activation_kinks(ps_k_dev *d) {
+    const float x[] = {-3.0f, 3.0f, -3.5f, -2.5f, 0.0f, 2.5f, 3.5f, -1.0f, 1.0f};
+    enum { N = sizeof x / sizeof x[0] };
+    const float s1 = 0.7310585786300049f; /* sigmoid(1) */
+    const struct {
+        ps_k_act act;
+        float y[N], dy[N];
+    } want[] = {
+        {PS_K_ACT_HARD_SIGMOID,
+         {0, 1, 0, 1.0f / 12, 0.5f, 11.0f / 12, 1, 1.0f / 3, 2.0f / 3},
+         {0, 0, 0, 1.0f / 6, 1.0f / 6, 1.0f / 6, 0, 1.0f / 6, 1.0f / 6}},
+        {PS_K_ACT_HARD_SWISH,
+         {0, 3, 0, -2.5f / 12, 0, 2.5f * 11 / 12, 3.5f, -1.0f / 3, 2.0f / 3},
+         {0, 1, 0, -2.0f / 6, 0.5f, 8.0f / 6, 1, 1.0f / 6, 5.0f / 6}},
+        {PS_K_ACT_SWISH,
+         {-3.0f / (1 + expf(3)), 3.0f / (1 + expf(-3)), -3.5f / (1 + expf(3.5f)),
+          -2.5f / (1 + expf(2.5f)), 0, 2.5f / (1 + expf(-2.5f)), 3.5f / (1 + expf(-3.5f)),
+          -(1 - s1), s1},
+         {NAN, NAN, NAN, NAN, 0.5f, NAN, NAN, (1 - s1) - (1 - s1) * s1, s1 + s1 * (1 - s1)}},
+    };
+    float ones[N], y[N], g[N];
+    for (int i = 0; i < N; i++)
+        ones[i] = 1.0f;
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+        void *dx = dev_from(d, x, sizeof x), *dy = dev_from(d, x, sizeof x);
+        void *dg = dev_from(d, ones, sizeof ones);
+        ps_k_act_forward_overwrite(d, want[k].act, dy, dx, N);
+        ps_k_act_backward_overwrite(d, want[k].act, dg, dg, dx, dy, N);
+        ck_assert_int_eq(ps_k_sync(d), PS_OK);
+        ck_assert_int_eq(ps_k_copy_to_host(d, y, dy, sizeof y), PS_OK);
+        dev_take(d, g, dg, N);
+        ps_k_free(d, dx), ps_k_free(d, dy);
+        for (int i = 0; i < N; i++) {
+            ck_assert_msg(fabsf(y[i] - want[k].y[i]) <= 1e-6f, "act %d f(%g) = %.9g, want %.9g",
+                          (int)want[k].act, x[i], y[i], want[k].y[i]);
+            if (isnan(want[k].dy[i])) continue;
+            ck_assert_msg(fabsf(g[i] - want[k].dy[i]) <= 1e-6f, "act %d f'(%g) = %.9g, want %.9g",
+                          (int)want[k].act, x[i], g[i], want[k].dy[i]);
+        }
+    }
 }
 
 static int32_t *labels_for(size_t rows, size_t cols, uint64_t seed) {
@@ -510,6 +557,7 @@ END_TEST
 
 START_TEST(cpu_activations) {
     check_activations(ps_k_cpu());
+    check_activation_kinks(ps_k_cpu());
 }
 END_TEST
 
@@ -576,6 +624,7 @@ START_TEST(cuda_vs_reference) {
     check_gemm(d);
     check_bias_and_colsum(d);
     check_activations(d);
+    check_activation_kinks(d);
     check_softmax_ce(d);
     check_ce_errors_and_ties(d);
     check_gemm_ex(d);

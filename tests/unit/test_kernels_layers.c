@@ -1,6 +1,8 @@
 /* The layer kernels of kernels.h added for MobileNet-style models (batch
  * normalization, depthwise convolution and its plan, global average pooling,
- * zero padding, add, channel concatenation and split) against the double
+ * zero padding, add, channel concatenation and split) and for the Keras
+ * applications networks (element-wise and per-channel products, rescaling,
+ * cropping, layer normalization) against the double
  * definitions in kernels/ref_layers.c: seeded random inputs, outputs
  * pre-filled with NaN (they must be overwritten), odd sizes, strides 1 and 2,
  * same and valid padding, depth multipliers 1 to 3, batch norm with and
@@ -365,6 +367,251 @@ static void check_concat(ps_k_dev *d) {
     }
 }
 
+/* ---- Keras applications layers --------------------------------------------- */
+
+/* y = a * b and its backward (each gradient on and off, and in place over dy). */
+static void check_mul(ps_k_dev *d) {
+    const size_t ns[] = {1, 7, 1000, 65537};
+    for (size_t s = 0; s < 4; s++) {
+        size_t n = ns[s];
+        float *a = host(n, 700 + s, -2, 2), *b = host(n, 710 + s, -2, 2);
+        float *g = host(n, 720 + s, -1, 1), *want = garbage(n), *got = garbage(n);
+        float *wa = garbage(n), *wb = garbage(n);
+        ps_ref_mul_forward_overwrite(want, a, b, n);
+        ps_ref_mul_backward_overwrite(wa, wb, g, a, b, n);
+        float *da = dev_from(d, a, n), *db = dev_from(d, b, n), *dg = dev_from(d, g, n);
+        float *dy = dev_from(d, got, n);
+        ps_k_mul_forward_overwrite(d, dy, da, db, n);
+        dev_get(d, got, dy, n);
+        expect_close("mul forward", got, want, n, 0, 0);
+        for (int outs = 1; outs < 4; outs++) {
+            float *ga = garbage(n), *gb = garbage(n);
+            float *dga = dev_from(d, ga, n), *dgb = dev_from(d, gb, n);
+            ps_k_mul_backward_overwrite(d, outs & 1 ? dga : NULL, outs & 2 ? dgb : NULL, dg, da, db,
+                                        n);
+            dev_get(d, ga, dga, n), dev_get(d, gb, dgb, n);
+            if (outs & 1) expect_close("mul backward da", ga, wa, n, 0, 0);
+            if (outs & 2) expect_close("mul backward db", gb, wb, n, 0, 0);
+            ck_assert((outs & 1) || isnan(ga[0]));
+            ck_assert((outs & 2) || isnan(gb[0]));
+            ps_k_free(d, dga), ps_k_free(d, dgb), free(ga), free(gb);
+        }
+        ps_k_mul_forward_overwrite(d, da, da, db, n); /* y = a, in place */
+        dev_get(d, got, da, n);
+        expect_close("mul forward in place", got, want, n, 0, 0);
+        ps_k_mul_backward_overwrite(d, NULL, dg, dg, db, db, n); /* db = dy: dy * b */
+        dev_get(d, got, dg, n);
+        expect_close("mul backward in place", got, wa, n, 0, 0);
+        ps_k_free(d, da), ps_k_free(d, db), ps_k_free(d, dg), ps_k_free(d, dy);
+        free(a), free(b), free(g), free(want), free(got), free(wa), free(wb);
+    }
+}
+
+/* Squeeze-and-excitation: x [n, hw, c] times s [n, c]. */
+static void check_mul_channels(ps_k_dev *d) {
+    const size_t shapes[][3] = {{1, 1, 1}, {2, 9, 3}, {3, 49, 17}, {4, 196, 96}, {2, 1, 300}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        size_t n = shapes[k][0], hw = shapes[k][1], c = shapes[k][2], nx = n * hw * c;
+        char what[96];
+        snprintf(what, sizeof what, "mul_channels n=%zu hw=%zu c=%zu", n, hw, c);
+        float *x = host(nx, 800 + k, -2, 2), *sc = host(n * c, 810 + k, 0, 1);
+        float *g = host(nx, 820 + k, -1, 1), *want = garbage(nx), *got = garbage(nx);
+        float *wdx = garbage(nx), *wds = garbage(n * c), *gs = garbage(n * c);
+        ps_ref_mul_channels_forward_overwrite(want, x, sc, n, hw, c);
+        ps_ref_mul_channels_backward_overwrite(wdx, wds, g, x, sc, n, hw, c);
+        float *dx_ = dev_from(d, x, nx), *ds_ = dev_from(d, sc, n * c), *dg = dev_from(d, g, nx);
+        float *dy = dev_from(d, got, nx);
+        ps_k_mul_channels_forward_overwrite(d, dy, dx_, ds_, n, hw, c);
+        dev_get(d, got, dy, nx);
+        expect_close(what, got, want, nx, 0, 0);
+        float tol = sum_tol(hw);
+        for (int outs = 1; outs < 4; outs++) {
+            float *gx = garbage(nx), *gsn = garbage(n * c);
+            float *dgx = dev_from(d, gx, nx), *dgs = dev_from(d, gsn, n * c);
+            ps_k_mul_channels_backward_overwrite(d, outs & 1 ? dgx : NULL, outs & 2 ? dgs : NULL,
+                                                 dg, dx_, ds_, n, hw, c);
+            dev_get(d, gx, dgx, nx), dev_get(d, gsn, dgs, n * c);
+            if (outs & 1) expect_close(what, gx, wdx, nx, 0, 0);
+            if (outs & 2) expect_close(what, gsn, wds, n * c, tol, tol);
+            ck_assert((outs & 1) || isnan(gx[0]));
+            ck_assert((outs & 2) || isnan(gsn[0]));
+            ps_k_free(d, dgx), ps_k_free(d, dgs), free(gx), free(gsn);
+        }
+        float *dgs = dev_from(d, gs, n * c); /* dx over dy, in place */
+        ps_k_mul_channels_backward_overwrite(d, dg, dgs, dg, dx_, ds_, n, hw, c);
+        dev_get(d, got, dg, nx), dev_get(d, gs, dgs, n * c);
+        expect_close("mul_channels backward in place dx", got, wdx, nx, 0, 0);
+        expect_close("mul_channels backward in place ds", gs, wds, n * c, tol, tol);
+        ps_k_mul_channels_forward_overwrite(d, dx_, dx_, ds_, n, hw, c); /* y = x */
+        dev_get(d, got, dx_, nx);
+        expect_close("mul_channels forward in place", got, want, nx, 0, 0);
+        ps_k_free(d, dx_), ps_k_free(d, ds_), ps_k_free(d, dg), ps_k_free(d, dy), ps_k_free(d, dgs);
+        free(x), free(sc), free(g), free(want), free(got), free(wdx), free(wds), free(gs);
+    }
+}
+
+/* Keras' Rescaling: the usual 1/255 and (1/127.5, -1), and others. */
+static void check_rescale(ps_k_dev *d) {
+    const float so[][2] = {{1.0f / 255, 0}, {1.0f / 127.5f, -1}, {-3, 0.5f}, {1, 0}};
+    const size_t ns[] = {1, 33, 65537};
+    for (size_t k = 0; k < 4; k++)
+        for (size_t s = 0; s < 3; s++) {
+            size_t n = ns[s];
+            float scale = so[k][0], offset = so[k][1];
+            float *x = host(n, 900 + s, 0, 255), *g = host(n, 910 + s, -1, 1);
+            float *want = garbage(n), *wdx = garbage(n), *got = garbage(n);
+            ps_ref_rescale_forward_overwrite(want, x, scale, offset, n);
+            ps_ref_rescale_backward_overwrite(wdx, g, scale, n);
+            float *dx_ = dev_from(d, x, n), *dg = dev_from(d, g, n), *dy = dev_from(d, got, n);
+            float *ddx = dev_from(d, got, n);
+            ps_k_rescale_forward_overwrite(d, dy, dx_, scale, offset, n);
+            ps_k_rescale_backward_overwrite(d, ddx, dg, scale, n);
+            dev_get(d, got, dy, n);
+            expect_close("rescale forward", got, want, n, 1e-6f, 1e-6f);
+            dev_get(d, got, ddx, n);
+            expect_close("rescale backward", got, wdx, n, 0, 0);
+            ps_k_rescale_forward_overwrite(d, dx_, dx_, scale, offset, n);
+            ps_k_rescale_backward_overwrite(d, dg, dg, scale, n);
+            dev_get(d, got, dx_, n);
+            expect_close("rescale forward in place", got, want, n, 1e-6f, 1e-6f);
+            dev_get(d, got, dg, n);
+            expect_close("rescale backward in place", got, wdx, n, 0, 0);
+            ps_k_free(d, dx_), ps_k_free(d, dg), ps_k_free(d, dy), ps_k_free(d, ddx);
+            free(x), free(g), free(want), free(wdx), free(got);
+        }
+}
+
+/* Cropping2D both ways, and crops that leave nothing (PS_EINVAL, untouched). */
+static void check_crop2d(ps_k_dev *d) {
+    /* n, h, w, c, top, bottom, left, right */
+    const size_t cs[][8] = {{1, 1, 1, 1, 0, 0, 0, 0},
+                            {2, 5, 4, 3, 0, 1, 0, 1},
+                            {1, 3, 7, 2, 1, 1, 1, 1},
+                            {3, 6, 5, 5, 2, 0, 3, 1},
+                            {2, 17, 17, 8, 0, 1, 0, 1}};
+    for (size_t s = 0; s < sizeof cs / sizeof cs[0]; s++) {
+        const size_t *k = cs[s];
+        size_t nx = k[0] * k[1] * k[2] * k[3];
+        size_t ny = k[0] * (k[1] - k[4] - k[5]) * (k[2] - k[6] - k[7]) * k[3];
+        float *x = host(nx, 1100 + s, -1, 1), *y = garbage(ny), *wy = garbage(ny);
+        float *dy = host(ny, 1110 + s, -1, 1), *dx = garbage(nx), *wdx = garbage(nx);
+        ps_ref_crop2d_forward_overwrite(wy, x, k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]);
+        ps_ref_crop2d_backward_overwrite(wdx, dy, k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]);
+        float *dx_ = dev_from(d, x, nx), *dyo = dev_from(d, y, ny);
+        float *ddy = dev_from(d, dy, ny), *ddx = dev_from(d, dx, nx);
+        ps_k_crop2d_forward_overwrite(d, dyo, dx_, k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]);
+        ps_k_crop2d_backward_overwrite(d, ddx, ddy, k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7]);
+        dev_get(d, y, dyo, ny), dev_get(d, dx, ddx, nx);
+        expect_close("crop2d forward", y, wy, ny, 0, 0);
+        expect_close("crop2d backward", dx, wdx, nx, 0, 0);
+        ps_k_free(d, dx_), ps_k_free(d, dyo), ps_k_free(d, ddy), ps_k_free(d, ddx);
+        free(x), free(y), free(wy), free(dy), free(dx), free(wdx);
+    }
+    float v[8] = {1, 2, 3, 4, 5, 6, 7, 8}, *nan = garbage(8), out[8];
+    float *dv = dev_from(d, v, 8), *dn = dev_from(d, nan, 8);
+    const size_t bad[][4] = {{1, 1, 0, 0}, {2, 0, 0, 0}, {0, 0, 1, 1}, {0, 0, 0, 2}};
+    for (size_t i = 0; i < 4; i++) { /* h = w = 2: nothing would be left */
+        const size_t *b = bad[i];
+        ps_k_crop2d_forward_overwrite(d, dn, dv, 1, 2, 2, 2, b[0], b[1], b[2], b[3]);
+        ck_assert_int_eq(ps_k_sync(d), PS_EINVAL);
+        ps_k_crop2d_backward_overwrite(d, dn, dv, 1, 2, 2, 2, b[0], b[1], b[2], b[3]);
+        ck_assert_int_eq(ps_k_sync(d), PS_EINVAL);
+    }
+    ck_assert_int_eq(ps_k_sync(d), PS_OK); /* cleared */
+    dev_get(d, out, dn, 8);
+    for (size_t i = 0; i < 8; i++)
+        ck_assert(isnan(out[i]));
+    ps_k_free(d, dv), ps_k_free(d, dn), free(nan);
+}
+
+typedef struct {
+    size_t rows, c;
+    float lo, hi, eps;
+} ln_case;
+
+static const ln_case lns[] = {
+    {1, 1, -1, 1, 1e-3f}, /* one channel: variance 0, y = beta */
+    {7, 3, -1, 1, 1e-3f},
+    {33, 5, 2, 4, 1e-3f}, /* mean far from 0 */
+    {2 * 5 * 5, 17, -3, 1, 1e-5f},
+    {8 * 7 * 7, 48, 0, 6, 1e-3f},
+    {257, 300, -1, 1, 1e-6f},
+    {16, 1024, -1, 3, 1e-3f},
+    {3, 2000, -1, 1, 1e-3f},         /* wide rows (transformer-like) */
+    {64 * 14 * 14, 8, -1, 1, 1e-3f}, /* many rows: long dgamma sums */
+};
+#define NLNS (sizeof lns / sizeof lns[0])
+
+static void check_ln_case(ps_k_dev *d, const ln_case *k, int affine, uint64_t seed) {
+    char what[160];
+    size_t rows = k->rows, c = k->c, n = rows * c;
+    float *x = host(n, seed, k->lo, k->hi), *dy = host(n, seed + 1, -1, 1);
+    float *gamma = host(c, seed + 2, 0.5f, 2), *beta = host(c, seed + 3, -1, 1);
+    const float *g = affine & 1 ? gamma : NULL, *b = affine & 2 ? beta : NULL;
+    float *wy = garbage(n), *wm = garbage(rows), *wr = garbage(rows), *y = garbage(n);
+    float *m = garbage(rows), *r = garbage(rows);
+    ps_ref_ln_forward_overwrite(wy, wm, wr, x, g, b, rows, c, k->eps);
+    float *dx_ = dev_from(d, x, n), *dg_ = dev_from(d, gamma, c), *db_ = dev_from(d, beta, c);
+    float *dyo = dev_from(d, y, n), *dm = dev_from(d, m, rows), *dr = dev_from(d, r, rows);
+    const float *gd = g ? dg_ : NULL, *bd = b ? db_ : NULL;
+    ps_k_ln_forward_overwrite(d, dyo, dm, dr, dx_, gd, bd, rows, c, k->eps);
+    dev_get(d, y, dyo, n), dev_get(d, m, dm, rows), dev_get(d, r, dr, rows);
+    snprintf(what, sizeof what, "layer norm rows=%zu c=%zu gamma=%d beta=%d", rows, c, !!g, !!b);
+    float tol = sum_tol(c);
+    expect_close(what, m, wm, rows, tol, tol);
+    expect_close(what, r, wr, rows, 1e-4f, 1e-4f);
+    expect_close(what, y, wy, n, 1e-4f, 1e-4f);
+
+    float *wdx = garbage(n), *wdg = garbage(c), *wdb = garbage(c);
+    ps_ref_ln_backward_overwrite(wdx, wdg, wdb, dy, x, wm, wr, g, rows, c);
+    float *dwm = dev_from(d, wm, rows), *dwr = dev_from(d, wr, rows), *ddy = dev_from(d, dy, n);
+    float tr = sum_tol(rows);
+    for (int outs = 0; outs < 4; outs++) {
+        float *ox = garbage(n), *og = garbage(c), *ob = garbage(c);
+        float *dgx = dev_from(d, ox, n), *dgg = dev_from(d, og, c), *dgb = dev_from(d, ob, c);
+        ps_k_ln_backward_overwrite(d, dgx, outs & 1 ? dgg : NULL, outs & 2 ? dgb : NULL, ddy, dx_,
+                                   dwm, dwr, gd, rows, c);
+        dev_get(d, ox, dgx, n), dev_get(d, og, dgg, c), dev_get(d, ob, dgb, c);
+        snprintf(what, sizeof what, "layer norm backward rows=%zu c=%zu gamma=%d outs=%d", rows, c,
+                 !!g, outs);
+        expect_close(what, ox, wdx, n, 1e-4f, 1e-3f);
+        if (outs & 1) expect_close(what, og, wdg, c, tr * 10, tr);
+        if (outs & 2) expect_close(what, ob, wdb, c, tr * 10, tr);
+        for (size_t j = 0; j < c; j++) /* the skipped ones are untouched */
+            ck_assert(((outs & 1) || isnan(og[j])) && ((outs & 2) || isnan(ob[j])));
+        ps_k_free(d, dgx), ps_k_free(d, dgg), ps_k_free(d, dgb);
+        free(ox), free(og), free(ob);
+    }
+    float *bufs[] = {dx_, dg_, db_, dyo, dm, dr, dwm, dwr, ddy};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        ps_k_free(d, bufs[i]);
+    float *hb[] = {x, dy, gamma, beta, wy, wm, wr, y, m, r, wdx, wdg, wdb};
+    for (size_t i = 0; i < sizeof hb / sizeof *hb; i++)
+        free(hb[i]);
+}
+
+static void check_ln(ps_k_dev *d) {
+    for (size_t i = 0; i < NLNS; i++)
+        for (int affine = 0; affine < 4; affine++)
+            check_ln_case(d, &lns[i], affine, 1200 + 10 * i + affine);
+}
+
+/* Hand-computed: one row 1, 2, 3, 4 (mean 2.5, variance 1.25), eps 0,
+ * gamma 2, beta 1 on every channel. */
+static void check_ln_known(ps_k_dev *d) {
+    float x[4] = {1, 2, 3, 4}, gb[8] = {2, 2, 2, 2, 1, 1, 1, 1}, y[4], m, r;
+    float *dx = dev_from(d, x, 4), *dy = dev_from(d, x, 4), *dm = dev_from(d, x, 1);
+    float *dr = dev_from(d, x, 1), *dgb = dev_from(d, gb, 8);
+    ps_k_ln_forward_overwrite(d, dy, dm, dr, dx, dgb, dgb + 4, 1, 4, 0.0f);
+    dev_get(d, y, dy, 4), dev_get(d, &m, dm, 1), dev_get(d, &r, dr, 1);
+    ck_assert_float_eq_tol(m, 2.5f, 1e-6f);
+    ck_assert_float_eq_tol(r, 1.0f / sqrtf(1.25f), 1e-6f);
+    float s = 2.0f / sqrtf(1.25f),
+          want[4] = {1 - 1.5f * s, 1 - 0.5f * s, 1 + 0.5f * s, 1 + 1.5f * s};
+    expect_close("layer norm known", y, want, 4, 1e-6f, 1e-6f);
+    ps_k_free(d, dx), ps_k_free(d, dy), ps_k_free(d, dm), ps_k_free(d, dr), ps_k_free(d, dgb);
+}
+
 /* ---- plans (host code) ----------------------------------------------------- */
 
 START_TEST(dwconv_plans) {
@@ -417,6 +664,20 @@ START_TEST(cpu_shape_ops) {
 }
 END_TEST
 
+START_TEST(cpu_apps_ops) {
+    check_mul(ps_k_cpu());
+    check_mul_channels(ps_k_cpu());
+    check_rescale(ps_k_cpu());
+    check_crop2d(ps_k_cpu());
+}
+END_TEST
+
+START_TEST(cpu_layer_norm) {
+    check_ln_known(ps_k_cpu());
+    check_ln(ps_k_cpu());
+}
+END_TEST
+
 /* The same checks on cuda:0; skipped (passes trivially) without a GPU. */
 START_TEST(cuda_vs_reference) {
     if (ps_k_cuda_device_count() == 0) {
@@ -435,6 +696,12 @@ START_TEST(cuda_vs_reference) {
     check_pad2d(d);
     check_add(d);
     check_concat(d);
+    check_mul(d);
+    check_mul_channels(d);
+    check_rescale(d);
+    check_crop2d(d);
+    check_ln_known(d);
+    check_ln(d);
     ck_assert_int_eq(ps_k_sync(d), PS_OK);
     ps_k_dev_close(d);
 }
@@ -448,6 +715,8 @@ int main(void) {
     tcase_add_test(tc, cpu_bn);
     tcase_add_test(tc, cpu_dwconv);
     tcase_add_test(tc, cpu_shape_ops);
+    tcase_add_test(tc, cpu_apps_ops);
+    tcase_add_test(tc, cpu_layer_norm);
     tcase_add_test(tc, cuda_vs_reference);
     suite_add_tcase(s, tc);
     return ps_test_run_suite(s);
