@@ -91,6 +91,20 @@ def residual():
 
 RESIDUAL = residual()
 
+
+def apps_block():
+    """The layers of keras.applications' newer networks (Rescaling, hard_swish, a
+    squeeze-and-excitation Multiply, Cropping2D, LayerNormalization, SeparableConv2D with
+    swish): tests/fixtures/keras/apps_block_k3.json, its input made 28x28x3, in a wrapper."""
+    k = json.loads((SRC / "tests/fixtures/keras/apps_block_k3.json").read_text())
+    inputs = [l for l in k["config"]["layers"] if l["class_name"] == "InputLayer"]
+    inputs[0]["config"]["batch_shape"] = [None, 28, 28, 3]
+    return {"keras": k, "loss": "sparse_categorical_crossentropy",
+            "labels": {"map": {str(c): c % 5 for c in range(10)}}}
+
+
+APPS_BLOCK = apps_block()
+
 # SeparableConv2D (strided "same", a depth multiplier; no bias) and
 # GlobalAveragePooling2D(keepdims=True) read by a 1x1 Conv2D.
 SEPARABLE = {
@@ -115,6 +129,7 @@ MODELS = {
     "all_layers": (ALL_LAYERS, ["--max-steps", "20", "--max-train", "1000"], 2000, 0),
     "residual": (RESIDUAL, ["--max-steps", "10", "--max-train", "1000"], 2000, 0),
     "separable": (SEPARABLE, ["--max-steps", "20", "--max-train", "1000"], 2000, 0),
+    "apps_block": (APPS_BLOCK, ["--max-steps", "10", "--max-train", "1000"], 2000, 0),
 }
 
 ORT_SCRIPT = r"""
@@ -237,7 +252,7 @@ def test_export_matches_onnx_runtime(name, tmp_path, ort_python, test_images):
     ort_out = tmp_path / "ort.npy"
     script = tmp_path / "ort_run.py"
     script.write_text(ORT_SCRIPT)
-    channels = 3 if name in ("mobilenetv2", "residual") else 1
+    channels = 3 if name in ("mobilenetv2", "residual", "apps_block") else 1
     r = subprocess.run([ort_python, str(script), str(onnx_path), str(test_images), str(n),
                         str(pad), str(channels), str(ort_out)],
                        capture_output=True, text=True, timeout=600)
@@ -254,7 +269,7 @@ def test_export_matches_onnx_runtime(name, tmp_path, ort_python, test_images):
     ort_acc = float(np.mean(np.argmax(theirs, axis=1) == labels))
     assert round(ort_acc, 4) == acc
     assert np.array_equal(np.argmax(theirs, axis=1), np.argmax(ours, axis=1))
-    if name in ("mobilenetv2", "all_layers", "residual"):  # ends in softmax: the graph's output is probabilities
+    if name in ("mobilenetv2", "all_layers", "residual", "apps_block"):  # ends in softmax: the graph's output is probabilities
         np.testing.assert_allclose(theirs.sum(axis=1), 1.0, atol=1e-5)
 
 

@@ -154,6 +154,52 @@ START_TEST(gap_keepdims_then_conv) {
 }
 END_TEST
 
+START_TEST(applications_layers) {
+    /* the layers keras.applications' newer networks add, in a stack */
+    check_model("swish, hard swish / sigmoid, rescaling, cropping, layer normalization",
+                "{" IMG "\"layers\": ["
+                "{\"type\": \"Rescaling\", \"scale\": 0.5, \"offset\": 0.25},"
+                "{\"type\": \"Conv2D\", \"filters\": 4, \"kernel_size\": 2,"
+                " \"activation\": \"swish\"},"
+                "{\"type\": \"Activation\", \"activation\": \"hard_swish\"},"
+                "{\"type\": \"Cropping2D\", \"cropping\": [[1, 0], [2, 1]]},"
+                "{\"type\": \"LayerNormalization\", \"epsilon\": 0.01},"
+                "{\"type\": \"Flatten\"},"
+                "{\"type\": \"Dense\", \"units\": 6, \"activation\": \"hard_sigmoid\"},"
+                "{\"type\": \"LayerNormalization\", \"center\": false},"
+                "{\"type\": \"Dense\", \"units\": 3}]" SGD,
+                y3, 1e-3f, 5e-4, 2e-2);
+}
+END_TEST
+
+/* A Keras 3 functional model (tests/fixtures/keras/make_apps_fixtures.py) with
+ * squeeze-and-excitation's Multiply of an image by a 1x1 image of its channels. */
+static char *apps_block_spec(void) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/keras/apps_block_k3.json",
+             ps_test_source_root());
+    char *k = ps_test_slurp(path, NULL);
+    ck_assert_msg(k, "cannot read %s", path);
+    size_t n = strlen(k) + 128;
+    char *spec = malloc(n);
+    ck_assert_ptr_nonnull(spec);
+    snprintf(spec, n, "{\"keras\": %s, \"loss\": \"sparse_categorical_crossentropy\"" SGD, k);
+    free(k);
+    return spec;
+}
+
+START_TEST(keras_se_block) {
+    char *spec = apps_block_spec();
+    ps_model *m = build(spec);
+    ck_assert_uint_eq(ps_model_num_params(m), 597); /* Keras' count_params() */
+    ps_model_free(m);
+    static const int32_t y5[B] = {4, 0, 2, 1};
+    check_model("Keras apps block (Rescaling, SE with Multiply, Cropping2D, LN, SeparableConv2D)",
+                spec, y5, 1e-3f, 5e-4, 2e-2);
+    free(spec);
+}
+END_TEST
+
 START_TEST(dense_gelu_softmax_output) {
     check_model("dense gelu, final softmax",
                 "{\"input_shape\": [9], \"layers\": ["
@@ -248,11 +294,12 @@ static void cuda_matches_cpu(const char *what, const char *spec) {
     ck_assert_msg(ps_k_dev_open("cuda:0", &d, err, sizeof err) == PS_OK, "%s", err);
     ck_assert_msg(ps_model_set_device(gpu, d, err, sizeof err) == PS_OK, "%s", err);
     size_t n = ps_model_num_params(cpu), in = ps_model_input_dim(cpu), c1, c2;
-    float x[B * 7 * 6 * 2], l1, l2;
-    ck_assert_uint_eq(in, 7 * 6 * 2);
+    float *x = malloc(B * in * sizeof *x), l1, l2;
+    ck_assert_ptr_nonnull(x);
     ps_test_fill_uniform(x, B * in, 9, -1, 1);
     ck_assert_int_eq(ps_model_train_step(cpu, x, y3, B, &l1, &c1), PS_OK);
     ck_assert_int_eq(ps_model_train_step(gpu, x, y3, B, &l2, &c2), PS_OK);
+    free(x);
     ck_assert_float_eq_tol(l1, l2, 1e-4f * (1 + fabsf(l1)));
     ck_assert_uint_eq(c1, c2);
     long bad = ps_test_first_mismatch(ps_model_grads(gpu), ps_model_grads(cpu), n, 1e-5f, 1e-3f);
@@ -273,6 +320,13 @@ START_TEST(cuda_model_matches_cpu) {
                      "{\"type\": \"AveragePooling2D\", \"pool_size\": 1}, {\"type\": \"Flatten\"},"
                      "{\"type\": \"Dense\", \"units\": 5, \"activation\": \"gelu\"},"
                      "{\"type\": \"Dense\", \"units\": 3}]" SGD);
+}
+END_TEST
+
+START_TEST(cuda_keras_se_block_matches_cpu) {
+    char *spec = apps_block_spec();
+    cuda_matches_cpu("cuda_keras_se_block_matches_cpu", spec);
+    free(spec);
 }
 END_TEST
 
@@ -302,8 +356,11 @@ int main(void) {
     tcase_add_test(tc, loss_kernels);
     tcase_add_test(tc, separable_conv);
     tcase_add_test(tc, gap_keepdims_then_conv);
+    tcase_add_test(tc, applications_layers);
+    tcase_add_test(tc, keras_se_block);
     tcase_add_test(tc, cuda_model_matches_cpu);
     tcase_add_test(tc, cuda_separable_keepdims_match_cpu);
+    tcase_add_test(tc, cuda_keras_se_block_matches_cpu);
     suite_add_tcase(s, tc);
     return ps_test_run_suite(s);
 }

@@ -46,6 +46,9 @@ const char *ps_describe_act_name(int act) {
     case PS_K_ACT_SIGMOID: return "sigmoid";
     case PS_K_ACT_TANH: return "tanh";
     case PS_K_ACT_GELU: return "gelu";
+    case PS_K_ACT_SWISH: return "swish";
+    case PS_K_ACT_HARD_SIGMOID: return "hard_sigmoid";
+    case PS_K_ACT_HARD_SWISH: return "hard_swish";
     case PS_ACT_SOFTMAX: return "softmax";
     default: return "linear";
     }

@@ -40,8 +40,17 @@ static bool parse_act(const char *s, int *act) {
     static const struct {
         const char *name;
         int act;
-    } acts[] = {{"linear", PS_K_ACT_LINEAR},   {"relu", PS_K_ACT_RELU}, {"relu6", PS_K_ACT_RELU6},
-                {"sigmoid", PS_K_ACT_SIGMOID}, {"tanh", PS_K_ACT_TANH}, {"gelu", PS_K_ACT_GELU},
+    } acts[] = {{"linear", PS_K_ACT_LINEAR},
+                {"relu", PS_K_ACT_RELU},
+                {"relu6", PS_K_ACT_RELU6},
+                {"sigmoid", PS_K_ACT_SIGMOID},
+                {"tanh", PS_K_ACT_TANH},
+                {"gelu", PS_K_ACT_GELU},
+                {"swish", PS_K_ACT_SWISH},
+                {"silu", PS_K_ACT_SWISH},
+                {"hard_sigmoid", PS_K_ACT_HARD_SIGMOID},
+                {"hard_swish", PS_K_ACT_HARD_SWISH},
+                {"hard_silu", PS_K_ACT_HARD_SWISH},
                 {"softmax", PS_ACT_SOFTMAX}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
         if (strcmp(s, acts[i].name) == 0) {
@@ -116,7 +125,7 @@ int ps_layer_parse_activation(ps_build *b, const cJSON *l, int *act) {
     if (!parse_act(a->valuestring, act))
         return ps_build_fail(b, PS_EFORMAT,
                              "%s: unknown activation '%s' (want relu, relu6, sigmoid, tanh, gelu, "
-                             "softmax or linear)",
+                             "swish/silu, hard_sigmoid, hard_swish/hard_silu, softmax or linear)",
                              b->where, a->valuestring);
     return PS_OK;
 }

@@ -36,6 +36,10 @@ typedef enum {
     OP_ADD,
     OP_CONCAT, /* along the channels */
     OP_SEPCONV, /* SeparableConv2D: depthwise, then pointwise (1x1) */
+    OP_MUL,     /* Multiply: element-wise, or by a 1x1 image per channel */
+    OP_RESCALE, /* Rescaling: x * scale + offset */
+    OP_CROP,    /* Cropping2D */
+    OP_LN,      /* LayerNormalization over the channels */
     OP_N_KINDS /* the number of kinds, not a kind */
 } ps_op_kind;
 typedef enum { LOSS_SPARSE_CE, LOSS_BCE, LOSS_MSE } ps_loss_kind;
@@ -63,11 +67,14 @@ typedef struct {
     size_t sh, sw;             /* strides */
     bool same;                 /* padding "same" (else "valid") */
     size_t mult;               /* OP_DWCONV depth multiplier */
-    size_t pad[4];             /* OP_PAD top, bottom, left, right */
+    size_t pad[4];             /* OP_PAD, OP_CROP top, bottom, left, right */
     float rate;                /* OP_DROPOUT */
-    float momentum, eps;       /* OP_BN */
+    float momentum, eps;       /* OP_BN, OP_LN (eps) */
+    float scale, offset;       /* OP_RESCALE */
+    size_t bcast;              /* OP_MUL: 0 same shapes; 1 + i: input i holds one value per
+                                * channel (a 1x1 image), broadcast over the other's */
     bool use_bias;             /* OP_DENSE, OP_CONV, OP_DWCONV */
-    bool center, scale;        /* OP_BN: beta, gamma present */
+    bool center, has_gamma;    /* OP_BN, OP_LN: beta, gamma present */
     size_t kernel_var;         /* OP_DENSE, OP_CONV, OP_DWCONV kernel; OP_BN gamma */
     size_t bias_var;           /* bias; OP_BN beta; PS_NO_VAR when absent */
     size_t mean_var, mvar_var; /* OP_BN moving mean / variance (non-trainable) */

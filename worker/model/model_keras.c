@@ -92,6 +92,7 @@ static const struct {
     {"quantization_config", D_NULL},
     {"synchronized", D_FALSE},
     {"renorm", D_FALSE},
+    {"rms_scaling", D_FALSE},
     {"renorm_clipping", D_NULL},
     {"renorm_momentum", D_099},
 };

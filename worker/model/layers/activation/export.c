@@ -1,5 +1,7 @@
 /* Activations in the exports: ONNX Relu, Clip (relu6), Sigmoid, Tanh, GELU
- * as its exact formula (Gelu is opset 20), Softmax, Identity. */
+ * as its exact formula (Gelu is opset 20), swish as x * Sigmoid(x),
+ * HardSigmoid (alpha 1/6, beta 1/2: Keras 3's), hard swish as x times it
+ * (HardSwish is opset 14), Softmax, Identity. */
 #include <cjson/cJSON.h>
 
 #include "layer_export.h"
@@ -40,6 +42,24 @@ static int onnx(ps_onnx *b, size_t j, const ps_op *o, const char *in, const char
         ps_onnx_node(b, "Mul", q, 2, s3);
         const char *s4[2] = {q, c[2]};
         ps_onnx_node(b, "Mul", y, 2, s4);
+        break;
+    }
+    case PS_K_ACT_SWISH: { /* x * sigmoid(x) */
+        const char *sg = ps_onnx_helper(b, y, "sigmoid"), *ins[2] = {in, sg};
+        ps_onnx_node(b, "Sigmoid", sg, 1, &in);
+        ps_onnx_node(b, "Mul", y, 2, ins);
+        break;
+    }
+    case PS_K_ACT_HARD_SIGMOID:
+    case PS_K_ACT_HARD_SWISH: { /* relu6(x + 3) / 6 = clip(x / 6 + 1/2, 0, 1); times x */
+        const char *hs = o->act == PS_K_ACT_HARD_SIGMOID ? y : ps_onnx_helper(b, y, "hard_sigmoid");
+        Onnx__NodeProto *n = ps_onnx_node(b, "HardSigmoid", hs, 1, &in);
+        ps_onnx_attr_float(b, n, "alpha", 1.0f / 6.0f);
+        ps_onnx_attr_float(b, n, "beta", 0.5f);
+        if (o->act == PS_K_ACT_HARD_SWISH) {
+            const char *ins[2] = {in, hs};
+            ps_onnx_node(b, "Mul", y, 2, ins);
+        }
         break;
     }
     case PS_ACT_SOFTMAX: {

@@ -18,7 +18,7 @@ static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op
         (rc = ps_layer_parse_float(b, l, "momentum", 0.0, 1.0, 0.99f, &o->momentum)) ||
         (rc = ps_layer_parse_float(b, l, "epsilon", 1e-12, 1.0, 1e-3f, &o->eps)) ||
         (rc = ps_layer_parse_bool(b, l, "center", true, &o->center)) ||
-        (rc = ps_layer_parse_bool(b, l, "scale", true, &o->scale)))
+        (rc = ps_layer_parse_bool(b, l, "scale", true, &o->has_gamma)))
         return rc;
     o->kind = OP_BN;
     return PS_OK;
@@ -28,7 +28,7 @@ static int vars(ps_model *m, ps_op *o, size_t li) {
     const char *bn = "batch_normalization";
     size_t c = o->in.c;
     int rc = PS_OK;
-    if (o->scale) {
+    if (o->has_gamma) {
         o->kernel_var = m->nvars;
         rc = ps_layer_add_var(m, o, bn, li, "gamma", c, 0, 0, 0, INIT_ONES, true);
     }
