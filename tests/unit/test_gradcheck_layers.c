@@ -174,10 +174,9 @@ END_TEST
 
 /* A Keras 3 functional model (tests/fixtures/keras/make_apps_fixtures.py) with
  * squeeze-and-excitation's Multiply of an image by a 1x1 image of its channels. */
-static char *apps_block_spec(void) {
+static char *keras_fixture_spec(const char *file) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/tests/fixtures/keras/apps_block_k3.json",
-             ps_test_source_root());
+    snprintf(path, sizeof path, "%s/tests/fixtures/keras/%s", ps_test_source_root(), file);
     char *k = ps_test_slurp(path, NULL);
     ck_assert_msg(k, "cannot read %s", path);
     size_t n = strlen(k) + 128;
@@ -189,13 +188,36 @@ static char *apps_block_spec(void) {
 }
 
 START_TEST(keras_se_block) {
-    char *spec = apps_block_spec();
+    char *spec = keras_fixture_spec("apps_block_k3.json");
     ps_model *m = build(spec);
     ck_assert_uint_eq(ps_model_num_params(m), 597); /* Keras' count_params() */
     ps_model_free(m);
     static const int32_t y5[B] = {4, 0, 2, 1};
     check_model("Keras apps block (Rescaling, SE with Multiply, Cropping2D, LN, SeparableConv2D)",
                 spec, y5, 1e-3f, 5e-4, 2e-2);
+    free(spec);
+}
+END_TEST
+
+/* Keras 3's operators on tensors (x + 3.0, x * (1 / 6): Add and Multiply called with a
+ * number, read as Rescaling) and a Dropout called with training=False (never drops). */
+START_TEST(keras_operators_and_training_false) {
+    char *spec = keras_fixture_spec("ops_block_k3.json");
+    ps_model *m = build(spec);
+    ck_assert_uint_eq(ps_model_num_params(m), 127); /* Keras' count_params() */
+    size_t in = ps_model_input_dim(m);
+    float *x = malloc(B * in * sizeof *x), l1, l2;
+    ck_assert_ptr_nonnull(x);
+    ps_test_fill_uniform(x, B * in, 3, -1, 1);
+    ps_model_set_dropout_seed(m, 1);
+    ck_assert_int_eq(ps_model_train_loss(m, x, y3, B, &l1), PS_OK);
+    ps_model_set_dropout_seed(m, 2);
+    ck_assert_int_eq(ps_model_train_loss(m, x, y3, B, &l2), PS_OK);
+    ck_assert_msg(l1 == l2, "the Dropout called with training=False dropped: %g vs %g", l1, l2);
+    free(x);
+    ps_model_free(m);
+    check_model("Keras operators (Add/Multiply with a number), Dropout(training=False)", spec, y3,
+                1e-3f, 5e-4, 2e-2);
     free(spec);
 }
 END_TEST
@@ -324,7 +346,7 @@ START_TEST(cuda_model_matches_cpu) {
 END_TEST
 
 START_TEST(cuda_keras_se_block_matches_cpu) {
-    char *spec = apps_block_spec();
+    char *spec = keras_fixture_spec("apps_block_k3.json");
     cuda_matches_cpu("cuda_keras_se_block_matches_cpu", spec);
     free(spec);
 }
@@ -358,6 +380,7 @@ int main(void) {
     tcase_add_test(tc, gap_keepdims_then_conv);
     tcase_add_test(tc, applications_layers);
     tcase_add_test(tc, keras_se_block);
+    tcase_add_test(tc, keras_operators_and_training_false);
     tcase_add_test(tc, cuda_model_matches_cpu);
     tcase_add_test(tc, cuda_separable_keepdims_match_cpu);
     tcase_add_test(tc, cuda_keras_se_block_matches_cpu);

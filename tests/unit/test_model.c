@@ -192,8 +192,8 @@ START_TEST(bad_specs) {
         {"[]", PS_EFORMAT, "JSON object"},
         {L1 "{\"type\": \"Conv3D\", \"filters\": 3}]}", PS_EFORMAT,
          "layer 0: unknown type 'Conv3D'"},
-        {L1 DENSE3 ", {\"type\": \"Dense\", \"units\": 2, \"activation\": \"swish\"}]}", PS_EFORMAT,
-         "layer 1 (Dense): unknown activation 'swish'"},
+        {L1 DENSE3 ", {\"type\": \"Dense\", \"units\": 2, \"activation\": \"mish\"}]}", PS_EFORMAT,
+         "layer 1 (Dense): unknown activation 'mish'"},
         {L1 "{\"type\": \"Conv2D\", \"filters\": 3, \"kernel_size\": 3}, " DENSE3 "]}", PS_EFORMAT,
          "layer 0 (Conv2D): needs an image input"},
         {IMG "{\"type\": \"Flatten\"}, {\"type\": \"MaxPooling2D\"}, " DENSE3 "]}", PS_EFORMAT,
@@ -302,6 +302,45 @@ START_TEST(bad_specs) {
     char err[256] = "";
     ck_assert_int_eq(ps_model_load("/nonexistent/spec.json", &m, err, sizeof err), PS_EIO);
     ck_assert_ptr_nonnull(strstr(err, "/nonexistent/spec.json"));
+}
+END_TEST
+
+/* Keras' variance-scaling initializers: the spread each promises. */
+START_TEST(init_variance_scaling) {
+    ps_model *m = parse_ok(
+        "{\"input_shape\": [12, 12, 8], \"layers\": ["
+        "{\"type\": \"Conv2D\", \"filters\": 64, \"kernel_size\": 3,"
+        " \"kernel_initializer\": \"he_normal\"},"
+        "{\"type\": \"Conv2D\", \"filters\": 32, \"kernel_size\": 3,"
+        " \"kernel_initializer\": {\"class_name\": \"VarianceScaling\", \"config\":"
+        " {\"scale\": 0.5, \"mode\": \"fan_out\", \"distribution\": \"uniform\","
+        " \"seed\": null}}},"
+        "{\"type\": \"Flatten\"},"
+        "{\"type\": \"Dense\", \"units\": 10, \"kernel_initializer\": \"lecun_normal\"}]}");
+    ps_model_init_params(m, 5);
+    const float *p = ps_model_params(m);
+    /* var 0: He normal, fan_in 72, truncated at 2 sd; var 2: uniform, limit sqrt(3 * 0.5 / 288);
+     * var 4: LeCun normal, fan_in 8 x 8 x 32 = 2048 */
+    const struct {
+        size_t var;
+        double sd, bound;
+    } want[] = {{0, sqrt(2.0 / 72), 2 * sqrt(2.0 / 72) / 0.87962566103423978},
+                {2, sqrt(3 * 0.5 / 288) / sqrt(3.0), sqrt(3 * 0.5 / 288)},
+                {4, sqrt(1.0 / 2048), 2 * sqrt(1.0 / 2048) / 0.87962566103423978}};
+    for (size_t k = 0; k < 3; k++) {
+        const ps_model_var *v = ps_model_var_at(m, want[k].var);
+        double ss = 0;
+        for (size_t j = 0; j < v->numel; j++) {
+            const float x = p[v->offset + j];
+            ck_assert_msg(fabs(x) <= want[k].bound * (1 + 1e-6), "%s[%zu] = %g beyond %g",
+                          v->name, j, x, want[k].bound);
+            ss += (double)x * x;
+        }
+        double sd = sqrt(ss / (double)v->numel);
+        ck_assert_msg(fabs(sd - want[k].sd) < 0.05 * want[k].sd, "%s: sd %g, want %g", v->name,
+                      sd, want[k].sd);
+    }
+    ps_model_free(m);
 }
 END_TEST
 
@@ -473,6 +512,7 @@ int main(void) {
     tcase_add_test(tc, bad_specs);
     tcase_add_test(tc, cnn_examples);
     tcase_add_test(tc, init_deterministic);
+    tcase_add_test(tc, init_variance_scaling);
     tcase_add_test(tc, sgd_reduces_loss);
     tcase_add_test(tc, train_and_evaluate_contract);
     tcase_add_test(tc, examples_parse);

@@ -313,9 +313,12 @@ START_TEST(bad_files) {
         {WRAP(SEQ(CONV(", \"kernel_regularizer\": {\"class_name\": \"L2\"}") ", " FLAT
                                                                              ", " DENSE_OUT)),
          {"layer 'c1' (Conv2D)", "'kernel_regularizer'", "only null"}},
-        {WRAP(SEQ(CONV(", \"kernel_initializer\": {\"class_name\": \"HeNormal\"}") ", " FLAT
-                                                                                   ", " DENSE_OUT)),
-         {"layer 'c1' (Conv2D)", "'kernel_initializer'", "GlorotUniform"}},
+        {WRAP(SEQ(CONV(", \"kernel_initializer\": {\"class_name\": \"Orthogonal\"}") ", " FLAT
+                                                                                     ", " DENSE_OUT)),
+         {"layer 'c1' (Conv2D)", "'kernel_initializer'", "HeNormal"}},
+        {WRAP(SEQ(CONV(", \"kernel_initializer\": {\"class_name\": \"HeNormal\", \"config\": "
+                       "{\"seed\": 42}}") ", " FLAT ", " DENSE_OUT)),
+         {"layer 'c1' (Conv2D)", "'kernel_initializer'", "seed null"}},
         {WRAP(SEQ(CONV(", \"fancy\": 1") ", " FLAT ", " DENSE_OUT)),
          {"layer 'c1' (Conv2D)", "option 'fancy'", "filters, kernel_size"}},
         {WRAP(SEQ("{\"class_name\": \"ReLU\", \"config\": {\"name\": \"r\", \"negative_slope\": "

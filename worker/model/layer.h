@@ -96,6 +96,10 @@ int ps_layer_parse_bool(ps_build *b, const struct cJSON *l, const char *key, boo
                         bool *out);
 int ps_layer_parse_float(ps_build *b, const struct cJSON *l, const char *key, double lo,
                          double hi, float dflt, float *out);
+/* A kernel initializer under key (absent: Glorot uniform, scale 0): Keras'
+ * GlorotUniform/Normal, HeUniform/Normal, LecunUniform/Normal or
+ * VarianceScaling, by name or as a config with a null seed. */
+int ps_layer_parse_init(ps_build *b, const struct cJSON *l, const char *key, ps_vscale *out);
 /* The channel axis of BatchNormalization or Concatenate: -1 or the last. */
 int ps_layer_parse_channel_axis(ps_build *b, const struct cJSON *l, bool image);
 
@@ -106,6 +110,10 @@ int ps_layer_parse_channel_axis(ps_build *b, const struct cJSON *l, bool image);
 int ps_layer_add_var(ps_model *m, const ps_op *o, const char *kind, size_t li, const char *what,
                      size_t rows, size_t cols, size_t fan_in, size_t fan_out, ps_init_kind init,
                      bool trainable);
+/* A kernel: ps_layer_add_var with Glorot uniform, or vs when its scale is set. */
+int ps_layer_add_kernel(ps_model *m, const ps_op *o, const char *kind, size_t li,
+                        const char *what, size_t rows, size_t cols, size_t fan_in, size_t fan_out,
+                        const ps_vscale *vs);
 /* A variable's values / gradient on the device; NULL for PS_NO_VAR. */
 const float *ps_layer_param(const ps_model *m, size_t var);
 float *ps_layer_grad(const ps_model *m, size_t var);

@@ -3,6 +3,7 @@
  * layer and the option. */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "layer.h"
@@ -162,4 +163,90 @@ int ps_layer_parse_channel_axis(ps_build *b, const cJSON *l, bool image) {
     return ps_build_fail(b, PS_EFORMAT,
                          "%s: option 'axis' is not supported: only the channel axis (-1 or %d)",
                          b->where, image ? 3 : 1);
+}
+
+/* Keras' named variance-scaling initializers. */
+static bool named_init(const char *name, ps_vscale *v) {
+    static const struct {
+        const char *cls, *fn;
+        ps_vscale v;
+    } inits[] = {
+        {"GlorotUniform", "glorot_uniform", {1.0f, PS_FAN_AVG, PS_DIST_UNIFORM}},
+        {"GlorotNormal", "glorot_normal", {1.0f, PS_FAN_AVG, PS_DIST_TRUNCATED_NORMAL}},
+        {"HeUniform", "he_uniform", {2.0f, PS_FAN_IN, PS_DIST_UNIFORM}},
+        {"HeNormal", "he_normal", {2.0f, PS_FAN_IN, PS_DIST_TRUNCATED_NORMAL}},
+        {"LecunUniform", "lecun_uniform", {1.0f, PS_FAN_IN, PS_DIST_UNIFORM}},
+        {"LecunNormal", "lecun_normal", {1.0f, PS_FAN_IN, PS_DIST_TRUNCATED_NORMAL}},
+    };
+    for (size_t i = 0; i < sizeof inits / sizeof inits[0]; i++)
+        if (!strcmp(name, inits[i].cls) || !strcmp(name, inits[i].fn)) {
+            *v = inits[i].v;
+            return true;
+        }
+    return false;
+}
+
+/* Keys Keras writes into an initializer's config that must be null. */
+static bool nullable(const cJSON *k) {
+    return cJSON_IsNull(k) && (!strcmp(k->string, "seed") || !strcmp(k->string, "input_axes") ||
+                               !strcmp(k->string, "output_axes"));
+}
+
+static bool vscale_config(const cJSON *cfg, ps_vscale *v) {
+    const cJSON *k;
+    *v = (ps_vscale){1.0f, PS_FAN_IN, PS_DIST_TRUNCATED_NORMAL}; /* Keras' defaults */
+    cJSON_ArrayForEach(k, cfg) {
+        if (nullable(k)) continue;
+        if (!strcmp(k->string, "scale") && cJSON_IsNumber(k) && k->valuedouble > 0 &&
+            isfinite(k->valuedouble)) {
+            v->scale = (float)k->valuedouble;
+            continue;
+        }
+        const char *s = cJSON_IsString(k) ? k->valuestring : "";
+        if (!strcmp(k->string, "mode") && (!strcmp(s, "fan_in") || !strcmp(s, "fan_out") ||
+                                           !strcmp(s, "fan_avg"))) {
+            v->mode = !strcmp(s, "fan_in") ? PS_FAN_IN : !strcmp(s, "fan_out") ? PS_FAN_OUT
+                                                                                : PS_FAN_AVG;
+            continue;
+        }
+        if (!strcmp(k->string, "distribution") &&
+            (!strcmp(s, "truncated_normal") || !strcmp(s, "untruncated_normal") ||
+             !strcmp(s, "normal") || !strcmp(s, "uniform"))) {
+            v->dist = !strcmp(s, "uniform")              ? PS_DIST_UNIFORM
+                      : !strcmp(s, "untruncated_normal") ? PS_DIST_NORMAL
+                                                         : PS_DIST_TRUNCATED_NORMAL;
+            continue;
+        }
+        return false;
+    }
+    return true;
+}
+
+int ps_layer_parse_init(ps_build *b, const cJSON *l, const char *key, ps_vscale *out) {
+    const cJSON *v = ps_layer_item(l, key);
+    *out = (ps_vscale){0};
+    if (!v) return PS_OK;
+    bool ok;
+    if (cJSON_IsString(v)) {
+        ok = named_init(v->valuestring, out);
+    } else {
+        const cJSON *c = ps_layer_item(v, "class_name"), *cfg = ps_layer_item(v, "config"), *k;
+        ok = cJSON_IsString(c);
+        if (ok && !strcmp(c->valuestring, "VarianceScaling")) {
+            ok = vscale_config(cfg, out);
+        } else if (ok && (ok = named_init(c->valuestring, out))) {
+            cJSON_ArrayForEach(k, cfg) { /* only a null seed */
+                if (!nullable(k)) ok = false;
+            }
+        }
+    }
+    if (ok) return PS_OK;
+    char *s = cJSON_PrintUnformatted(v);
+    int rc = ps_build_fail(b, PS_EFORMAT,
+                           "%s: option '%s' = %.120s is not supported (GlorotUniform, GlorotNormal, "
+                           "HeUniform, HeNormal, LecunUniform, LecunNormal or VarianceScaling, "
+                           "seed null)",
+                           b->where, key, s ? s : "?");
+    cJSON_free(s);
+    return rc;
 }

@@ -271,6 +271,7 @@ void ps_model_free(ps_model *m) {
     free(m->ops);
     free(m->vars);
     free(m->inits);
+    free(m->vscale);
     free(m->ginit);
     free(m);
 }
@@ -365,11 +366,43 @@ static uint64_t splitmix64(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
+/* A standard normal draw (Box-Muller) from the stream s. */
+static double normal01(uint64_t *s) {
+    double u1 = ((double)(splitmix64(s) >> 11) + 1.0) * (1.0 / 9007199254740992.0); /* (0, 1] */
+    double u2 = (double)(splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* Keras' VarianceScaling: n the fan by mode; uniform in +-sqrt(3 scale / n);
+ * truncated normal (redrawn beyond 2 sd) with sd sqrt(scale / n) / .8796,
+ * the truncation's correction; or a plain normal with sd sqrt(scale / n). */
+static void init_vscale(float *p, size_t numel, const ps_model_var *v, const ps_vscale *vs,
+                        uint64_t *s) {
+    double n = vs->mode == PS_FAN_IN    ? (double)v->fan_in
+               : vs->mode == PS_FAN_OUT ? (double)v->fan_out
+                                        : ((double)v->fan_in + (double)v->fan_out) / 2.0;
+    double var = (double)vs->scale / (n > 1.0 ? n : 1.0);
+    for (size_t j = 0; j < numel; j++) {
+        if (vs->dist == PS_DIST_UNIFORM) {
+            double u = (double)(splitmix64(s) >> 40) * (1.0 / 16777216.0);
+            p[j] = (float)(sqrt(3.0 * var) * (2.0 * u - 1.0));
+            continue;
+        }
+        double z = normal01(s);
+        if (vs->dist == PS_DIST_TRUNCATED_NORMAL) {
+            while (fabs(z) > 2.0)
+                z = normal01(s);
+            z /= 0.87962566103423978;
+        }
+        p[j] = (float)(sqrt(var) * z);
+    }
+}
+
 void ps_model_init_params(ps_model *m, uint64_t seed) {
     for (size_t i = 0; i < m->nvars; i++) {
         const ps_model_var *v = &m->vars[i];
         float *p = m->params + v->offset;
-        if (m->inits[i] != INIT_GLOROT) {
+        if (m->inits[i] == INIT_ZEROS || m->inits[i] == INIT_ONES) {
             for (size_t j = 0; j < v->numel; j++)
                 p[j] = m->inits[i] == INIT_ONES ? 1.0f : 0.0f;
             continue;
@@ -377,6 +410,10 @@ void ps_model_init_params(ps_model *m, uint64_t seed) {
         /* One stream per variable, so a variable's values depend only on
          * (seed, its index), not on the sizes of the layers before it. */
         uint64_t s = seed ^ (0xD1B54A32D192ED03ull * (i + 1));
+        if (m->inits[i] == INIT_VSCALE) {
+            init_vscale(p, v->numel, v, &m->vscale[i], &s);
+            continue;
+        }
         float limit = (float)sqrt(6.0 / (double)(v->fan_in + v->fan_out));
         for (size_t j = 0; j < v->numel; j++) {
             float u = (float)(splitmix64(&s) >> 40) * (1.0f / 16777216.0f); /* [0, 1) */

@@ -43,8 +43,18 @@ typedef enum {
     OP_N_KINDS /* the number of kinds, not a kind */
 } ps_op_kind;
 typedef enum { LOSS_SPARSE_CE, LOSS_BCE, LOSS_MSE } ps_loss_kind;
-/* How a variable is initialised by ps_model_init_params. */
-typedef enum { INIT_GLOROT, INIT_ZEROS, INIT_ONES } ps_init_kind;
+/* How a variable is initialised by ps_model_init_params: Glorot uniform,
+ * zeros, ones, or Keras' VarianceScaling with the variable's ps_vscale. */
+typedef enum { INIT_GLOROT, INIT_ZEROS, INIT_ONES, INIT_VSCALE } ps_init_kind;
+typedef enum { PS_FAN_IN, PS_FAN_OUT, PS_FAN_AVG } ps_fan_mode;
+typedef enum { PS_DIST_UNIFORM, PS_DIST_TRUNCATED_NORMAL, PS_DIST_NORMAL } ps_init_dist;
+/* Keras' VarianceScaling (HeNormal: 2, fan_in, truncated normal; GlorotUniform:
+ * 1, fan_avg, uniform). scale 0: the default, Glorot uniform. */
+typedef struct {
+    float scale;
+    ps_fan_mode mode;
+    ps_init_dist dist;
+} ps_vscale;
 
 /* A per-sample tensor shape, channels last; a flat vector is 1 x 1 x width. */
 typedef struct {
@@ -79,6 +89,7 @@ typedef struct {
     size_t bias_var;           /* bias; OP_BN beta; PS_NO_VAR when absent */
     size_t mean_var, mvar_var; /* OP_BN moving mean / variance (non-trainable) */
     size_t kernel2_var;        /* OP_SEPCONV pointwise kernel (kernel_var: the depthwise) */
+    ps_vscale kinit, kinit2;   /* the kernels' initializers (scale 0: Glorot uniform) */
     ps_k_prec prec;            /* compute precision (dtype policy): F32, or F16 / BF16 for
                                 * the GEMMs, the output and the gradient into this op */
     /* run-time state (model.c) */
@@ -103,6 +114,7 @@ struct ps_model {
     size_t nops, nrun; /* nrun: ops executed (a final softmax/sigmoid is folded into the loss) */
     ps_model_var *vars;
     ps_init_kind *inits; /* per variable */
+    ps_vscale *vscale;   /* per variable: INIT_VSCALE's parameters */
     size_t nvars, nparams;
     ps_opt_spec opt;
     ps_opt_spec stat_opt; /* the moving statistics': SGD, learning rate 1 */

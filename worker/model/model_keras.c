@@ -51,7 +51,6 @@ typedef enum {
     D_ONE,
     D_CHANNELS_LAST,
     D_FLOAT32,
-    D_GLOROT,
     D_ZEROS,
     D_ONES,
     D_099
@@ -64,9 +63,6 @@ static const struct {
     {"data_format", D_CHANNELS_LAST},
     {"dilation_rate", D_ONE},
     {"groups", D_ONE},
-    {"kernel_initializer", D_GLOROT},
-    {"depthwise_initializer", D_GLOROT},
-    {"pointwise_initializer", D_GLOROT},
     {"bias_initializer", D_ZEROS},
     {"beta_initializer", D_ZEROS},
     {"gamma_initializer", D_ONES},
@@ -166,8 +162,6 @@ static bool default_ok(const cJSON *v, dflt want) {
         return cJSON_IsNull(v) || (cJSON_IsString(v) && !strcmp(v->valuestring, "channels_last"));
     case D_FLOAT32:
         return is_float32(v);
-    case D_GLOROT:
-        return is_init(v, "GlorotUniform", "glorot_uniform");
     case D_ZEROS:
         return is_init(v, "Zeros", "zeros");
     case D_ONES:
@@ -181,7 +175,7 @@ static bool default_ok(const cJSON *v, dflt want) {
 static const char *default_name(dflt want) {
     static const char *const names[] = {
         "null",    "true",          "false", "1",    "\"channels_last\"",
-        "float32", "GlorotUniform", "Zeros", "Ones", "0.99"};
+        "float32", "Zeros", "Ones", "0.99"};
     return names[want];
 }
 
@@ -281,6 +275,10 @@ typedef struct {
     size_t *tensor;     /* each one's output tensor */
     size_t n;
     bool have_input;
+    /* the call being read: a number after the tensor (Keras 3 writes x + 3.0 and
+     * x * (1 / 6) as Add / Multiply layers called with it), training=False */
+    bool has_const, training_false;
+    double konst;
 } kctx;
 
 static int find_layer(kctx *K, const char *name, const char *where, size_t *t) {
@@ -334,12 +332,21 @@ static int parse_inbound(kctx *K, const char *where, const cJSON *nodes) {
                     "supported)",
                     where);
     const cJSON *node = cJSON_GetArrayItem(nodes, 0), *x;
+    K->has_const = K->training_false = false;
     if (cJSON_IsObject(node)) { /* Keras 3 */
         const cJSON *args = item(node, "args"), *kw = item(node, "kwargs");
-        if (!cJSON_IsArray(args) || cJSON_GetArraySize(args) != 1)
+        int nargs = cJSON_IsArray(args) ? cJSON_GetArraySize(args) : 0;
+        const cJSON *second = nargs == 2 ? cJSON_GetArrayItem(args, 1) : NULL;
+        if (nargs == 2 && cJSON_IsNumber(second)) { /* tensor (op) number */
+            K->has_const = true;
+            K->konst = second->valuedouble;
+        } else if (nargs != 1) {
             return fail(K->e, "%s: the call must have one positional argument", where);
+        }
         cJSON_ArrayForEach(x, kw) {
-            if (!cJSON_IsNull(x))
+            if (!strcmp(x->string, "training") && cJSON_IsFalse(x))
+                K->training_false = true;
+            else if (!cJSON_IsNull(x))
                 return fail(K->e, "%s: call argument '%s' is not supported", where, x->string);
         }
         return collect_tensors(K, where, cJSON_GetArrayItem(args, 0));
@@ -359,6 +366,32 @@ static int parse_inbound(kctx *K, const char *where, const cJSON *nodes) {
         if (rc != PS_OK) return rc;
     }
     return PS_OK;
+}
+
+
+/* Builds the layer of class c from cfg over K->b's inputs, with what its call
+ * added: Add / Multiply of a tensor and a number is a Rescaling (x + c, x * c);
+ * Dropout called with training=False never drops. */
+static int build_call(kctx *K, const char *where, const char *c, const cJSON *cfg, size_t *t) {
+    if (!K->has_const && !K->training_false) return ps_build_layer(&K->b, c, cfg, true, t);
+    bool add = !strcmp(c, "Add"), mul = !strcmp(c, "Multiply");
+    if (K->has_const && !add && !mul)
+        return fail(K->e, "%s: a number as a call argument is only supported for Add and Multiply",
+                    where);
+    if (K->training_false && strcmp(c, "Dropout"))
+        return fail(K->e, "%s: call argument 'training' = false is only supported for Dropout",
+                    where);
+    cJSON *syn = cJSON_CreateObject();
+    bool ok = syn != NULL;
+    if (K->has_const)
+        ok = ok && cJSON_AddNumberToObject(syn, "scale", add ? 1.0 : K->konst) &&
+             cJSON_AddNumberToObject(syn, "offset", add ? K->konst : 0.0);
+    else
+        ok = ok && cJSON_AddNumberToObject(syn, "rate", 0.0);
+    int rc = ok ? ps_build_layer(&K->b, K->has_const ? "Rescaling" : "Dropout", syn, true, t)
+                : fail(K->e, "out of memory");
+    cJSON_Delete(syn);
+    return rc;
 }
 
 static int parse_one(kctx *K, const cJSON *l, size_t index, bool functional, size_t *cur) {
@@ -448,7 +481,7 @@ static int parse_one(kctx *K, const cJSON *l, size_t index, bool functional, siz
         if (K->b.nin == 0) return fail(e, "%s: has no input", where);
         snprintf(K->b.where, sizeof K->b.where, "%s", where);
         K->b.prefix = name->valuestring;
-        if ((rc = ps_build_layer(&K->b, c, cfg, true, &t))) return rc;
+        if ((rc = build_call(K, where, c, cfg, &t))) return rc;
         for (size_t j = first_op; j < K->m->nops; j++) /* the layer's ops compute in its policy */
             K->m->ops[j].prec = ps_dtype_policy_prec(pol);
     }

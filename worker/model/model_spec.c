@@ -480,6 +480,16 @@ int ps_layer_add_var(ps_model *m, const ps_op *o, const char *kind, size_t li, c
     return PS_OK;
 }
 
+int ps_layer_add_kernel(ps_model *m, const ps_op *o, const char *kind, size_t li,
+                        const char *what, size_t rows, size_t cols, size_t fan_in, size_t fan_out,
+                        const ps_vscale *vs) {
+    bool own = vs && vs->scale > 0.0f;
+    int rc = ps_layer_add_var(m, o, kind, li, what, rows, cols, fan_in, fan_out,
+                              own ? INIT_VSCALE : INIT_GLOROT, true);
+    if (rc == PS_OK && own) m->vscale[m->nvars - 1] = *vs;
+    return rc;
+}
+
 /* Lays out the variables in op order, each layer its own (layers/): e.g.
  * "dense_<i>/kernel" [in, out] and its bias; a Keras model's layers name
  * their own ("conv1/kernel"). At most PS_OP_MAX_VARS per op. */
@@ -487,7 +497,8 @@ static int layout_vars(ps_model *m, perr *e) {
     size_t cnt[OP_N_KINDS] = {0};
     m->vars = calloc(PS_OP_MAX_VARS * m->nops + 1, sizeof *m->vars);
     m->inits = calloc(PS_OP_MAX_VARS * m->nops + 1, sizeof *m->inits);
-    if (!m->vars || !m->inits) return fail(e, PS_ENOMEM, "out of memory");
+    m->vscale = calloc(PS_OP_MAX_VARS * m->nops + 1, sizeof *m->vscale);
+    if (!m->vars || !m->inits || !m->vscale) return fail(e, PS_ENOMEM, "out of memory");
     int rc = PS_OK;
     for (size_t j = 0; j < m->nops && rc == PS_OK; j++) {
         ps_op *o = &m->ops[j];

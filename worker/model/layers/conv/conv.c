@@ -6,7 +6,7 @@
 #include "ps_error.h"
 
 static const char *const keys[] = {"filters", "kernel_size", "strides", "padding",
-                                   "activation", "use_bias", NULL};
+                                   "activation", "use_bias", "kernel_initializer", NULL};
 static const ps_layer_class classes[] = {{"Conv2D", NULL, true, keys, keys}};
 
 static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op *o, int *act) {
@@ -21,7 +21,8 @@ static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op
                              b->where);
     if ((rc = ps_layer_parse_window(b, l, "kernel_size", true, o)) ||
         (rc = ps_layer_parse_activation(b, l, act)) ||
-        (rc = ps_layer_parse_bool(b, l, "use_bias", true, &o->use_bias)))
+        (rc = ps_layer_parse_bool(b, l, "use_bias", true, &o->use_bias)) ||
+        (rc = ps_layer_parse_init(b, l, "kernel_initializer", &o->kinit)))
         return rc;
     o->kind = OP_CONV;
     o->out.c = filters;
@@ -31,8 +32,8 @@ static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op
 static int vars(ps_model *m, ps_op *o, size_t li) {
     size_t area = o->kh * o->kw;
     o->kernel_var = m->nvars;
-    int rc = ps_layer_add_var(m, o, "conv2d", li, "kernel", area * o->in.c, o->out.c,
-                              area * o->in.c, area * o->out.c, INIT_GLOROT, true);
+    int rc = ps_layer_add_kernel(m, o, "conv2d", li, "kernel", area * o->in.c, o->out.c,
+                                 area * o->in.c, area * o->out.c, &o->kinit);
     if (rc == PS_OK && o->use_bias) {
         o->bias_var = m->nvars;
         rc = ps_layer_add_var(m, o, "conv2d", li, "bias", o->out.c, 0, 0, 0, INIT_ZEROS, true);

@@ -6,7 +6,8 @@
 #include "ps_error.h"
 
 static const char *const keys[] = {"kernel_size",      "strides",    "padding",
-                                   "depth_multiplier", "activation", "use_bias", NULL};
+                                   "depth_multiplier", "activation", "use_bias",
+                                   "depthwise_initializer", NULL};
 static const ps_layer_class classes[] = {{"DepthwiseConv2D", NULL, true, keys, keys}};
 
 static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op *o, int *act) {
@@ -20,7 +21,8 @@ static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op
                              "%s: 'depth_multiplier' must be an integer in [1, 4096]", b->where);
     if ((rc = ps_layer_parse_window(b, l, "kernel_size", true, o)) ||
         (rc = ps_layer_parse_activation(b, l, act)) ||
-        (rc = ps_layer_parse_bool(b, l, "use_bias", true, &o->use_bias)))
+        (rc = ps_layer_parse_bool(b, l, "use_bias", true, &o->use_bias)) ||
+        (rc = ps_layer_parse_init(b, l, "depthwise_initializer", &o->kinit)))
         return rc;
     o->kind = OP_DWCONV;
     o->out.c = o->in.c * o->mult;
@@ -32,8 +34,8 @@ static int vars(ps_model *m, ps_op *o, size_t li) {
     o->kernel_var = m->nvars;
     /* Keras 3 calls it "kernel", Keras 2 and the project's specs "depthwise_kernel" */
     const char *what = m->keras && !m->keras2 ? "kernel" : "depthwise_kernel";
-    int rc = ps_layer_add_var(m, o, "depthwise_conv2d", li, what, area * o->in.c, o->mult,
-                              area * o->in.c, area * o->mult, INIT_GLOROT, true);
+    int rc = ps_layer_add_kernel(m, o, "depthwise_conv2d", li, what, area * o->in.c, o->mult,
+                                 area * o->in.c, area * o->mult, &o->kinit);
     if (rc == PS_OK && o->use_bias) {
         o->bias_var = m->nvars;
         rc = ps_layer_add_var(m, o, "depthwise_conv2d", li, "bias", o->out.c, 0, 0, 0, INIT_ZEROS,

@@ -6,7 +6,7 @@
 #include "layers.h"
 #include "ps_error.h"
 
-static const char *const keys[] = {"units", "activation", "use_bias", NULL};
+static const char *const keys[] = {"units", "activation", "use_bias", "kernel_initializer", NULL};
 static const ps_layer_class classes[] = {{"Dense", NULL, true, keys, keys}};
 
 static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op *o, int *act) {
@@ -25,7 +25,8 @@ static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op
                              "GlobalAveragePooling2D before it",
                              b->where, o->in.h, o->in.w, o->in.c);
     if ((rc = ps_layer_parse_activation(b, l, act)) ||
-        (rc = ps_layer_parse_bool(b, l, "use_bias", true, &o->use_bias)))
+        (rc = ps_layer_parse_bool(b, l, "use_bias", true, &o->use_bias)) ||
+        (rc = ps_layer_parse_init(b, l, "kernel_initializer", &o->kinit)))
         return rc;
     o->kind = OP_DENSE;
     o->out = (ps_shape){1, 1, units};
@@ -36,8 +37,8 @@ static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op
 static int vars(ps_model *m, ps_op *o, size_t li) {
     size_t in = ps_shape_numel(o->in);
     o->kernel_var = m->nvars;
-    int rc = ps_layer_add_var(m, o, "dense", li, "kernel", in, o->out.c, in, o->out.c,
-                              INIT_GLOROT, true);
+    int rc = ps_layer_add_kernel(m, o, "dense", li, "kernel", in, o->out.c, in, o->out.c,
+                                 &o->kinit);
     if (rc == PS_OK && o->use_bias) {
         o->bias_var = m->nvars;
         rc = ps_layer_add_var(m, o, "dense", li, "bias", o->out.c, 0, 0, 0, INIT_ZEROS, true);

@@ -9,7 +9,8 @@
 #include "ps_error.h"
 
 static const char *const keys[] = {"filters",          "kernel_size", "strides",  "padding",
-                                   "depth_multiplier", "activation",  "use_bias", NULL};
+                                   "depth_multiplier", "activation",  "use_bias",
+                                   "depthwise_initializer", "pointwise_initializer", NULL};
 static const ps_layer_class classes[] = {{"SeparableConv2D", NULL, true, keys, keys}};
 
 static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op *o, int *act) {
@@ -28,7 +29,9 @@ static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op
                              "%s: 'depth_multiplier' must be an integer in [1, 4096]", b->where);
     if ((rc = ps_layer_parse_window(b, l, "kernel_size", true, o)) ||
         (rc = ps_layer_parse_activation(b, l, act)) ||
-        (rc = ps_layer_parse_bool(b, l, "use_bias", true, &o->use_bias)))
+        (rc = ps_layer_parse_bool(b, l, "use_bias", true, &o->use_bias)) ||
+        (rc = ps_layer_parse_init(b, l, "depthwise_initializer", &o->kinit)) ||
+        (rc = ps_layer_parse_init(b, l, "pointwise_initializer", &o->kinit2)))
         return rc;
     o->kind = OP_SEPCONV;
     o->out.c = filters;
@@ -43,12 +46,12 @@ static int vars(ps_model *m, ps_op *o, size_t li) {
     const char *k = "separable_conv2d";
     size_t area = o->kh * o->kw, mid = inner_c(o);
     o->kernel_var = m->nvars;
-    int rc = ps_layer_add_var(m, o, k, li, "depthwise_kernel", area * o->in.c, o->mult,
-                              area * o->in.c, area * o->mult, INIT_GLOROT, true);
+    int rc = ps_layer_add_kernel(m, o, k, li, "depthwise_kernel", area * o->in.c, o->mult,
+                                 area * o->in.c, area * o->mult, &o->kinit);
     o->kernel2_var = m->nvars;
     if (rc == PS_OK)
-        rc = ps_layer_add_var(m, o, k, li, "pointwise_kernel", mid, o->out.c, mid, o->out.c,
-                              INIT_GLOROT, true);
+        rc = ps_layer_add_kernel(m, o, k, li, "pointwise_kernel", mid, o->out.c, mid, o->out.c,
+                                 &o->kinit2);
     if (rc == PS_OK && o->use_bias) {
         o->bias_var = m->nvars;
         rc = ps_layer_add_var(m, o, k, li, "bias", o->out.c, 0, 0, 0, INIT_ZEROS, true);
