@@ -12,6 +12,7 @@
 #include <string.h>
 #include <zip.h>
 
+#include "export.h"
 #include "keras_file.h"
 #include "model.h"
 #include "ps_error.h"
@@ -179,8 +180,6 @@ START_TEST(extra_weight) {
 }
 END_TEST
 
-/* ---- hostile files ---- */
-
 static char *tmpdir;
 
 static void setup(void) {
@@ -191,6 +190,99 @@ static void teardown(void) {
     ps_test_rmdir(tmpdir);
     free(tmpdir);
 }
+
+/* ---- written by --export ---- */
+
+/* m's outputs on n random inputs (malloc'd). */
+static float *outputs_of(ps_model *m, size_t n) {
+    size_t in = ps_model_input_dim(m), out = ps_model_output_dim(m);
+    float *x = malloc(n * in * sizeof *x), *y = calloc(n * out, sizeof *y), loss;
+    int32_t *lab = calloc(n, sizeof *lab);
+    size_t correct;
+    ps_test_fill_uniform(x, n * in, 7, 0, 1);
+    ck_assert_int_eq(ps_model_evaluate_out(m, x, lab, n, &loss, &correct, y), PS_OK);
+    free(x);
+    free(lab);
+    return y;
+}
+
+/* m exported as .keras and .weights.h5, read back: the same outputs, the same
+ * variables, the loss and optimizer from compile_config. */
+static void round_trip(ps_model *m, const char *what) {
+    char kpath[4096], wpath[4096], err[1024] = "";
+    snprintf(kpath, sizeof kpath, "%s/%s.keras", tmpdir, what);
+    snprintf(wpath, sizeof wpath, "%s/%s.weights.h5", tmpdir, what);
+    ck_assert_msg(ps_export_model(m, kpath, err, sizeof err) == PS_OK, "%s: %s", what, err);
+    ck_assert_msg(ps_export_model(m, wpath, err, sizeof err) == PS_OK, "%s: %s", what, err);
+    size_t n = 5, w = ps_model_output_dim(m);
+    float *want = outputs_of(m, n);
+    ps_model *b = NULL;
+    ck_assert_msg(ps_keras_load_model(kpath, NULL, &b, err, sizeof err) == PS_OK, "%s: %s", what,
+                  err);
+    ck_assert_uint_eq(ps_model_num_vars(b), ps_model_num_vars(m));
+    ck_assert_uint_eq(ps_model_num_params(b), ps_model_num_params(m));
+    ck_assert_int_eq(ps_model_optimizer(b)->kind, ps_model_optimizer(m)->kind);
+    ck_assert_float_eq(ps_model_optimizer(b)->lr, ps_model_optimizer(m)->lr);
+    const char *files[] = {kpath, wpath};
+    for (size_t f = 0; f < 2; f++) {
+        ps_model_init_params(b, 99);
+        ck_assert_msg(ps_keras_load_weights(b, files[f], err, sizeof err) == PS_OK, "%s: %s",
+                      what, err);
+        ck_assert_int_eq(memcmp(ps_model_params(b), ps_model_params(m),
+                                ps_model_num_params(m) * sizeof(float)),
+                         0);
+        float *got = outputs_of(b, n);
+        for (size_t i = 0; i < n * w; i++)
+            ck_assert_msg(got[i] == want[i], "%s: %s: output %zu: %g, before %g", what, files[f],
+                          i, got[i], want[i]);
+        free(got);
+    }
+    free(want);
+    ps_model_free(b);
+}
+
+START_TEST(export_keras_fixtures) {
+    static const char *const names[] = {"mlp", "cnn", "residual"};
+    for (size_t i = 0; i < 3; i++) {
+        char file[64], path[2048], err[1024] = "";
+        snprintf(file, sizeof file, "%s.keras", names[i]);
+        ps_model *m = load_archive(file, i == 2 ? "sparse_categorical_crossentropy" : NULL);
+        fixture(path, sizeof path, file);
+        ck_assert_msg(ps_keras_load_weights(m, path, err, sizeof err) == PS_OK, "%s", err);
+        round_trip(m, names[i]);
+        ps_model_free(m);
+    }
+}
+END_TEST
+
+/* The project's own specs: layers named dense_0, conv2d_1...; a Dense on an image. */
+START_TEST(export_keras_specs) {
+    static const char *const specs[] = {"mlp.json", "fashion_cnn.json", "residual_cnn.json",
+                                        "mlp_momentum.json"};
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        char path[2048], err[1024] = "";
+        snprintf(path, sizeof path, "%s/examples/%s", ps_test_source_root(), specs[i]);
+        ps_model *m = NULL;
+        ck_assert_msg(ps_model_load(path, &m, err, sizeof err) == PS_OK, "%s", err);
+        ps_model_init_params(m, 3);
+        round_trip(m, specs[i]);
+        ps_model_free(m);
+    }
+    const char *img_dense = "{\"input_shape\": [6, 6, 2], \"layers\": [{\"type\": \"Conv2D\", "
+                            "\"filters\": 3, \"kernel_size\": 3}, {\"type\": \"Dense\", "
+                            "\"units\": 4, \"activation\": \"softmax\"}], "
+                            "\"loss\": \"sparse_categorical_crossentropy\", \"from_logits\": false}";
+    ps_model *m = NULL;
+    char err[1024] = "";
+    ck_assert_msg(ps_model_from_json(img_dense, &m, err, sizeof err) == PS_OK, "%s", err);
+    ps_model_init_params(m, 4);
+    round_trip(m, "image_dense");
+    ps_model_free(m);
+}
+END_TEST
+
+/* ---- hostile files ---- */
+
 
 /* Loads path into the fixture MLP and expects PS_EFORMAT with `want` in the message. */
 static void expect_refused(const char *path, const char *want) {
@@ -310,6 +402,12 @@ int main(void) {
     tcase_add_test(tc, missing_weight);
     tcase_add_test(tc, extra_weight);
     suite_add_tcase(s, tc);
+    TCase *te = tcase_create("export");
+    tcase_set_timeout(te, 60);
+    tcase_add_checked_fixture(te, setup, teardown);
+    tcase_add_test(te, export_keras_fixtures);
+    tcase_add_test(te, export_keras_specs);
+    suite_add_tcase(s, te);
     TCase *th = tcase_create("hostile");
     tcase_set_timeout(th, 60);
     tcase_add_checked_fixture(th, setup, teardown);
