@@ -5,6 +5,7 @@
  * truncated or damaged file, a zip bomb and member names escaping the archive
  * fail with PS_EFORMAT naming the file and the weight or member. */
 #include <check.h>
+#include <hdf5.h>
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -390,6 +391,36 @@ START_TEST(zip_bomb) {
 }
 END_TEST
 
+/* HDF5 links that make loops or lead out of the file. */
+START_TEST(link_tricks) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/loop.weights.h5", tmpdir);
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t ls = H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    for (int i = 0; i < 10; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "g%d", i);
+        hid_t g = H5Gcreate2(ls, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        ck_assert_int_ge(H5Lcreate_hard(g, "/layers", g, "layers", H5P_DEFAULT, H5P_DEFAULT), 0);
+        H5Gclose(g);
+    }
+    H5Gclose(ls);
+    H5Fclose(f);
+    expect_refused(path, "loop.weights.h5: layers/g0/layers/g0/layers/g0/layers/g0/layers/g0/");
+    expect_refused(path, "models nested too deep");
+    snprintf(path, sizeof path, "%s/ext.weights.h5", tmpdir);
+    f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ls = H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ck_assert_int_ge(H5Lcreate_external("/etc/other.h5", "/x", ls, "dense", H5P_DEFAULT,
+                                        H5P_DEFAULT),
+                     0);
+    ck_assert_int_ge(H5Lcreate_soft("/nowhere", ls, "soft", H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Gclose(ls);
+    H5Fclose(f);
+    expect_refused(path, "ext.weights.h5: layers/dense: not a group");
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("keras_files");
     TCase *tc = tcase_create("fixtures");
@@ -415,6 +446,7 @@ int main(void) {
     tcase_add_test(th, corrupted);
     tcase_add_test(th, escaping_members);
     tcase_add_test(th, zip_bomb);
+    tcase_add_test(th, link_tricks);
     suite_add_tcase(s, th);
     return ps_test_run_suite(s);
 }

@@ -12,6 +12,7 @@
 
 #define MAX_LINKS 100000 /* entries of one group we look at */
 #define MAX_DEPTH 8      /* nested models */
+#define MAX_GROUPS 100000 /* layer groups visited in all (hard links may make loops) */
 
 void ps__keras_h5_quiet(void) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
@@ -67,6 +68,7 @@ typedef struct {
     char *err;
     size_t errlen;
     bool *seen; /* per variable */
+    size_t groups; /* layer groups visited */
 } reader;
 
 static int fail(reader *r, const char *path, const char *fmt, const char *a, const char *b) {
@@ -222,6 +224,10 @@ static int read_layers(reader *r, hid_t g, const char *path, int depth) {
             break;
         }
         join(cpath, sizeof cpath, lpath, name);
+        if (++r->groups > MAX_GROUPS) {
+            rc = fail(r, cpath, "more than 100000 layer groups (a loop of links?)%s%s", "", "");
+            break;
+        }
         if (child_is(ls, name, H5O_TYPE_GROUP) != 1) {
             rc = fail(r, cpath, "not a group%s%s", "", "");
             break;
