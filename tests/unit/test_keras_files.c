@@ -5,8 +5,8 @@
  * truncated or damaged file, a zip bomb and member names escaping the archive
  * fail with PS_EFORMAT naming the file and the weight or member. */
 #include <check.h>
-#include <hdf5.h>
 #include <cjson/cJSON.h>
+#include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,7 +133,7 @@ END_TEST
 /* ---- models that do not match the file ---- */
 
 #define K3_SEQ(layers)                                                                             \
-    "{\"keras\": {\"class_name\": \"Sequential\", \"config\": {\"name\": \"mlp\", \"layers\": ["    \
+    "{\"keras\": {\"class_name\": \"Sequential\", \"config\": {\"name\": \"mlp\", \"layers\": ["   \
     "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 784], "                 \
     "\"name\": \"pixels\"}}, " layers "]}}, \"loss\": \"sparse_categorical_crossentropy\"}"
 #define K3_DENSE(name, units)                                                                      \
@@ -161,9 +161,9 @@ START_TEST(wrong_shape) {
 END_TEST
 
 START_TEST(missing_weight) {
-    expect_mismatch(K3_SEQ(K3_DENSE("hidden", 64) ", " K3_DENSE("logits", 10) ", " K3_DENSE(
-                        "more", 10)),
-                    "mlp.keras", "mlp.keras: missing weight: the model's more/kernel");
+    expect_mismatch(
+        K3_SEQ(K3_DENSE("hidden", 64) ", " K3_DENSE("logits", 10) ", " K3_DENSE("more", 10)),
+        "mlp.keras", "mlp.keras: missing weight: the model's more/kernel");
 }
 END_TEST
 
@@ -172,12 +172,14 @@ START_TEST(extra_weight) {
                     "mlp.keras: layers/dense_1/vars/0: a weight of layer 'logits', which the "
                     "model does not have");
     /* a Dense without its bias: vars/1 is one weight too many */
-    expect_mismatch(K3_SEQ(K3_DENSE("hidden", 64) ", "
-                           "{\"class_name\": \"Dense\", \"config\": {\"name\": \"logits\", "
-                           "\"units\": 10, \"use_bias\": false}}"),
-                    "mlp.weights.h5",
-                    "mlp.weights.h5: layers/dense_1/vars/1: an extra weight: the model's layer "
-                    "'logits' has 1");
+    expect_mismatch(
+        K3_SEQ(
+            K3_DENSE("hidden", 64) ", "
+                                   "{\"class_name\": \"Dense\", \"config\": {\"name\": \"logits\", "
+                                   "\"units\": 10, \"use_bias\": false}}"),
+        "mlp.weights.h5",
+        "mlp.weights.h5: layers/dense_1/vars/1: an extra weight: the model's layer "
+        "'logits' has 1");
 }
 END_TEST
 
@@ -227,15 +229,15 @@ static void round_trip(ps_model *m, const char *what) {
     const char *files[] = {kpath, wpath};
     for (size_t f = 0; f < 2; f++) {
         ps_model_init_params(b, 99);
-        ck_assert_msg(ps_keras_load_weights(b, files[f], err, sizeof err) == PS_OK, "%s: %s",
-                      what, err);
-        ck_assert_int_eq(memcmp(ps_model_params(b), ps_model_params(m),
-                                ps_model_num_params(m) * sizeof(float)),
-                         0);
+        ck_assert_msg(ps_keras_load_weights(b, files[f], err, sizeof err) == PS_OK, "%s: %s", what,
+                      err);
+        ck_assert_int_eq(
+            memcmp(ps_model_params(b), ps_model_params(m), ps_model_num_params(m) * sizeof(float)),
+            0);
         float *got = outputs_of(b, n);
         for (size_t i = 0; i < n * w; i++)
-            ck_assert_msg(got[i] == want[i], "%s: %s: output %zu: %g, before %g", what, files[f],
-                          i, got[i], want[i]);
+            ck_assert_msg(got[i] == want[i], "%s: %s: output %zu: %g, before %g", what, files[f], i,
+                          got[i], want[i]);
         free(got);
     }
     free(want);
@@ -269,10 +271,11 @@ START_TEST(export_keras_specs) {
         round_trip(m, specs[i]);
         ps_model_free(m);
     }
-    const char *img_dense = "{\"input_shape\": [6, 6, 2], \"layers\": [{\"type\": \"Conv2D\", "
-                            "\"filters\": 3, \"kernel_size\": 3}, {\"type\": \"Dense\", "
-                            "\"units\": 4, \"activation\": \"softmax\"}], "
-                            "\"loss\": \"sparse_categorical_crossentropy\", \"from_logits\": false}";
+    const char *img_dense =
+        "{\"input_shape\": [6, 6, 2], \"layers\": [{\"type\": \"Conv2D\", "
+        "\"filters\": 3, \"kernel_size\": 3}, {\"type\": \"Dense\", "
+        "\"units\": 4, \"activation\": \"softmax\"}], "
+        "\"loss\": \"sparse_categorical_crossentropy\", \"from_logits\": false}";
     ps_model *m = NULL;
     char err[1024] = "";
     ck_assert_msg(ps_model_from_json(img_dense, &m, err, sizeof err) == PS_OK, "%s", err);
@@ -283,7 +286,6 @@ START_TEST(export_keras_specs) {
 END_TEST
 
 /* ---- hostile files ---- */
-
 
 /* Loads path into the fixture MLP and expects PS_EFORMAT with `want` in the message. */
 static void expect_refused(const char *path, const char *want) {
@@ -298,8 +300,7 @@ static void expect_refused(const char *path, const char *want) {
 
 /* The first `keep` bytes of fixture `file` (keep 0: all) into tmpdir/out, with
  * byte `flip` (when < keep) inverted. */
-static void cut(const char *file, size_t keep, size_t flip, const char *out, char *path,
-                size_t n) {
+static void cut(const char *file, size_t keep, size_t flip, const char *out, char *path, size_t n) {
     char src[2048];
     fixture(src, sizeof src, file);
     size_t len = 0;
@@ -411,9 +412,8 @@ START_TEST(link_tricks) {
     snprintf(path, sizeof path, "%s/ext.weights.h5", tmpdir);
     f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     ls = H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    ck_assert_int_ge(H5Lcreate_external("/etc/other.h5", "/x", ls, "dense", H5P_DEFAULT,
-                                        H5P_DEFAULT),
-                     0);
+    ck_assert_int_ge(
+        H5Lcreate_external("/etc/other.h5", "/x", ls, "dense", H5P_DEFAULT, H5P_DEFAULT), 0);
     ck_assert_int_ge(H5Lcreate_soft("/nowhere", ls, "soft", H5P_DEFAULT, H5P_DEFAULT), 0);
     H5Gclose(ls);
     H5Fclose(f);

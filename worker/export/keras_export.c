@@ -35,34 +35,40 @@ typedef struct {
 
 static const char *act_name(int act) {
     switch (act) {
-    case PS_K_ACT_RELU: return "relu";
-    case PS_K_ACT_RELU6: return "relu6";
-    case PS_K_ACT_SIGMOID: return "sigmoid";
-    case PS_K_ACT_TANH: return "tanh";
-    case PS_K_ACT_GELU: return "gelu";
-    case PS_ACT_SOFTMAX: return "softmax";
-    default: return "linear";
+    case PS_K_ACT_RELU:
+        return "relu";
+    case PS_K_ACT_RELU6:
+        return "relu6";
+    case PS_K_ACT_SIGMOID:
+        return "sigmoid";
+    case PS_K_ACT_TANH:
+        return "tanh";
+    case PS_K_ACT_GELU:
+        return "gelu";
+    case PS_ACT_SOFTMAX:
+        return "softmax";
+    default:
+        return "linear";
     }
 }
 
 /* Keras' group name for a class: snake case (keras.src.utils.naming.to_snake_case). */
 static const char *snake(const char *cls) {
-    static const char *const map[][2] = {
-        {"InputLayer", "input_layer"},
-        {"Dense", "dense"},
-        {"Conv2D", "conv2d"},
-        {"DepthwiseConv2D", "depthwise_conv2d"},
-        {"BatchNormalization", "batch_normalization"},
-        {"MaxPooling2D", "max_pooling2d"},
-        {"AveragePooling2D", "average_pooling2d"},
-        {"GlobalAveragePooling2D", "global_average_pooling2d"},
-        {"ZeroPadding2D", "zero_padding2d"},
-        {"Flatten", "flatten"},
-        {"Reshape", "reshape"},
-        {"Dropout", "dropout"},
-        {"Activation", "activation"},
-        {"Add", "add"},
-        {"Concatenate", "concatenate"}};
+    static const char *const map[][2] = {{"InputLayer", "input_layer"},
+                                         {"Dense", "dense"},
+                                         {"Conv2D", "conv2d"},
+                                         {"DepthwiseConv2D", "depthwise_conv2d"},
+                                         {"BatchNormalization", "batch_normalization"},
+                                         {"MaxPooling2D", "max_pooling2d"},
+                                         {"AveragePooling2D", "average_pooling2d"},
+                                         {"GlobalAveragePooling2D", "global_average_pooling2d"},
+                                         {"ZeroPadding2D", "zero_padding2d"},
+                                         {"Flatten", "flatten"},
+                                         {"Reshape", "reshape"},
+                                         {"Dropout", "dropout"},
+                                         {"Activation", "activation"},
+                                         {"Add", "add"},
+                                         {"Concatenate", "concatenate"}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (!strcmp(map[i][0], cls)) return map[i][1];
     return "layer";
@@ -101,7 +107,8 @@ static void unique_name(kb *b, const char *want, char out[64]) {
     snprintf(out, 64, "%.60s", want);
     for (size_t k = 1;; k++) {
         bool used = false;
-        for (size_t i = 0; i < b->n && !used; i++) used = !strcmp(b->ls[i].name, out);
+        for (size_t i = 0; i < b->n && !used; i++)
+            used = !strcmp(b->ls[i].name, out);
         if (!used) return;
         snprintf(out, 64, "%.48s_%zu", want, k);
     }
@@ -137,7 +144,8 @@ static cJSON *add_layer(kb *b, const char *cls, const char *name, cJSON *cfg, co
     ps_keras_layer *l = &b->ls[b->n];
     snprintf(l->name, sizeof l->name, "%s", name);
     size_t same = 0;
-    for (size_t i = 0; i < b->n; i++) same += b->cls[i] == cls;
+    for (size_t i = 0; i < b->n; i++)
+        same += b->cls[i] == cls;
     b->cls[b->n] = cls;
     if (same)
         snprintf(l->group, sizeof l->group, "%s_%zu", snake(cls), same);
@@ -161,7 +169,8 @@ static cJSON *add_layer(kb *b, const char *cls, const char *name, cJSON *cfg, co
     if (nin) {
         cJSON *node = cJSON_CreateObject(), *args = cJSON_CreateArray();
         cJSON *list = nin > 1 ? cJSON_CreateArray() : args;
-        for (size_t i = 0; i < nin; i++) cJSON_AddItemToArray(list, tensor_ref(b, in[i]));
+        for (size_t i = 0; i < nin; i++)
+            cJSON_AddItemToArray(list, tensor_ref(b, in[i]));
         if (nin > 1) cJSON_AddItemToArray(args, list);
         cJSON_AddItemToObject(node, "args", args);
         cJSON_AddItemToObject(node, "kwargs", cJSON_CreateObject());
@@ -189,7 +198,8 @@ static void var_layer(const ps_model *m, size_t var, char out[64]) {
 static size_t readers(const ps_model *m, size_t t) {
     size_t c = 0;
     for (size_t j = 0; j < m->nops; j++)
-        for (size_t i = 0; i < m->ops[j].nin; i++) c += m->ops[j].in_t[i] == t;
+        for (size_t i = 0; i < m->ops[j].nin; i++)
+            c += m->ops[j].in_t[i] == t;
     return c;
 }
 
@@ -437,7 +447,8 @@ static void add_compile(const ps_model *m, cJSON *root) {
         cJSON_AddNumberToObject(oc, "beta_2", s->beta2);
         cJSON_AddNumberToObject(oc, "epsilon", s->epsilon);
         break;
-    default: break;
+    default:
+        break;
     }
     cJSON_AddNullToObject(o, "registered_name");
     cJSON *metrics = cJSON_AddArrayToObject(cc, "metrics");

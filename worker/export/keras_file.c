@@ -51,15 +51,14 @@ static int archive_open(const char *path, zip_t **out, char *err, size_t errlen)
         zip_error_t e;
         zip_error_init_with_code(&e, ze);
         snprintf(err, errlen, "%s: not a readable zip archive: %s", path, zip_error_strerror(&e));
-        int rc = ze == ZIP_ER_OPEN || ze == ZIP_ER_NOENT || ze == ZIP_ER_READ ? PS_EIO
-                                                                              : PS_EFORMAT;
+        int rc = ze == ZIP_ER_OPEN || ze == ZIP_ER_NOENT || ze == ZIP_ER_READ ? PS_EIO : PS_EFORMAT;
         zip_error_fini(&e);
         return rc;
     }
     zip_int64_t n = zip_get_num_entries(z, 0);
     if (n < 0 || n > MAX_MEMBERS) {
-        snprintf(err, errlen, "%s: %lld members (a .keras archive holds 3; at most %d taken)",
-                 path, (long long)n, MAX_MEMBERS);
+        snprintf(err, errlen, "%s: %lld members (a .keras archive holds 3; at most %d taken)", path,
+                 (long long)n, MAX_MEMBERS);
         zip_discard(z);
         return PS_EFORMAT;
     }
@@ -87,8 +86,9 @@ static int member_read(zip_t *z, const char *path, const char *name, size_t max,
         return PS_EFORMAT;
     }
     if (!(st.valid & ZIP_STAT_SIZE) || st.size > max) {
-        snprintf(err, errlen, "%s: member '%s' is %llu bytes uncompressed: more than the %zu "
-                              "MiB accepted",
+        snprintf(err, errlen,
+                 "%s: member '%s' is %llu bytes uncompressed: more than the %zu "
+                 "MiB accepted",
                  path, name, (unsigned long long)st.size, max >> 20);
         return PS_EFORMAT;
     }
@@ -105,8 +105,9 @@ static int member_read(zip_t *z, const char *path, const char *name, size_t max,
     if (got == (zip_int64_t)st.size) more = zip_fread(f, &extra, 1);
     int crc = zip_fclose(f);
     if (got != (zip_int64_t)st.size || more != 0 || crc != 0) {
-        snprintf(err, errlen, "%s: member '%s' is damaged (%lld of %llu bytes, or a bad "
-                              "checksum)",
+        snprintf(err, errlen,
+                 "%s: member '%s' is damaged (%lld of %llu bytes, or a bad "
+                 "checksum)",
                  path, name, (long long)got, (unsigned long long)st.size);
         free(b);
         return PS_EFORMAT;
@@ -142,8 +143,9 @@ int ps_keras_load_weights(ps_model *m, const char *path, char *err, size_t errle
                              errlen);
         if (z) zip_discard(z);
         if (rc == PS_OK && (f = open_image(buf, n)) < 0) {
-            snprintf(err, errlen, "%s: member 'model.weights.h5' is not an HDF5 file, or is "
-                                  "damaged",
+            snprintf(err, errlen,
+                     "%s: member 'model.weights.h5' is not an HDF5 file, or is "
+                     "damaged",
                      path);
             rc = PS_EFORMAT;
         }
@@ -187,8 +189,9 @@ static int add_loss(cJSON *w, const cJSON *loss, const char *path, char *err, si
         if (cJSON_IsBool(fl)) cJSON_AddBoolToObject(w, "from_logits", cJSON_IsTrue(fl));
         return PS_OK;
     }
-    snprintf(err, errlen, "%s: config.json: compile_config.loss: want a string or one of "
-                          "SparseCategoricalCrossentropy, BinaryCrossentropy, MeanSquaredError",
+    snprintf(err, errlen,
+             "%s: config.json: compile_config.loss: want a string or one of "
+             "SparseCategoricalCrossentropy, BinaryCrossentropy, MeanSquaredError",
              path);
     return PS_EFORMAT;
 }
@@ -196,11 +199,15 @@ static int add_loss(cJSON *w, const cJSON *loss, const char *path, char *err, si
 /* compile_config's optimizer ({"class_name": "Adam", "config": {...}}) as the
  * project's optimizer object: the name in lower case, Keras' None left out, the
  * settings the project has none for refused by ps_opt_spec_from_json later. */
-static int add_optimizer(cJSON *w, const cJSON *opt, const char *path, char *err,
-                         size_t errlen) {
-    static const char *const skip[] = {"name", "use_ema", "ema_momentum",
-                                       "ema_overwrite_frequency", "loss_scale_factor",
-                                       "gradient_accumulation_steps", "amsgrad", NULL};
+static int add_optimizer(cJSON *w, const cJSON *opt, const char *path, char *err, size_t errlen) {
+    static const char *const skip[] = {"name",
+                                       "use_ema",
+                                       "ema_momentum",
+                                       "ema_overwrite_frequency",
+                                       "loss_scale_factor",
+                                       "gradient_accumulation_steps",
+                                       "amsgrad",
+                                       NULL};
     if (cJSON_IsString(opt)) {
         cJSON_AddStringToObject(w, "optimizer", opt->valuestring);
         return PS_OK;
@@ -208,14 +215,16 @@ static int add_optimizer(cJSON *w, const cJSON *opt, const char *path, char *err
     const cJSON *cls = cJSON_GetObjectItemCaseSensitive(opt, "class_name");
     const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(opt, "config");
     if (!cJSON_IsString(cls) || strlen(cls->valuestring) >= 32 || !cJSON_IsObject(cfg)) {
-        snprintf(err, errlen, "%s: config.json: compile_config.optimizer: want a class_name and "
-                              "a config",
+        snprintf(err, errlen,
+                 "%s: config.json: compile_config.optimizer: want a class_name and "
+                 "a config",
                  path);
         return PS_EFORMAT;
     }
     char name[32];
     size_t i = 0;
-    for (; cls->valuestring[i]; i++) name[i] = (char)tolower((unsigned char)cls->valuestring[i]);
+    for (; cls->valuestring[i]; i++)
+        name[i] = (char)tolower((unsigned char)cls->valuestring[i]);
     name[i] = 0;
     cJSON *o = cJSON_AddObjectToObject(w, "optimizer");
     if (!o) return PS_ENOMEM;
@@ -223,10 +232,12 @@ static int add_optimizer(cJSON *w, const cJSON *opt, const char *path, char *err
     const cJSON *k;
     cJSON_ArrayForEach(k, cfg) {
         bool skipped = cJSON_IsNull(k);
-        for (size_t s = 0; !skipped && skip[s]; s++) skipped = !strcmp(k->string, skip[s]);
+        for (size_t s = 0; !skipped && skip[s]; s++)
+            skipped = !strcmp(k->string, skip[s]);
         if ((!strcmp(k->string, "use_ema") || !strcmp(k->string, "amsgrad")) && cJSON_IsTrue(k)) {
-            snprintf(err, errlen, "%s: config.json: compile_config.optimizer: %s = true is not "
-                                  "supported",
+            snprintf(err, errlen,
+                     "%s: config.json: compile_config.optimizer: %s = true is not "
+                     "supported",
                      path, k->string);
             return PS_EFORMAT;
         }
@@ -250,8 +261,9 @@ static int wrapper_of(cJSON *root, const ps_model_overrides *ov, const char *pat
     int rc = PS_OK;
     bool has_loss = loss && !cJSON_IsNull(loss);
     if (has_loss && ov && ov->loss) {
-        snprintf(err, errlen, "%s: config.json's compile_config has its own loss: --loss does "
-                              "not apply",
+        snprintf(err, errlen,
+                 "%s: config.json's compile_config has its own loss: --loss does "
+                 "not apply",
                  path);
         rc = PS_EINVAL;
     } else if (has_loss) {
@@ -260,8 +272,9 @@ static int wrapper_of(cJSON *root, const ps_model_overrides *ov, const char *pat
         cJSON_AddStringToObject(w, "loss", ov->loss);
         if (ov->from_logits >= 0) cJSON_AddBoolToObject(w, "from_logits", ov->from_logits);
     } else {
-        snprintf(err, errlen, "%s: config.json has no compile_config loss (the model was saved "
-                              "uncompiled): give --loss",
+        snprintf(err, errlen,
+                 "%s: config.json has no compile_config loss (the model was saved "
+                 "uncompiled): give --loss",
                  path);
         rc = PS_EFORMAT;
     }
@@ -274,8 +287,8 @@ static int wrapper_of(cJSON *root, const ps_model_overrides *ov, const char *pat
     return PS_OK;
 }
 
-int ps_keras_load_model(const char *path, const ps_model_overrides *ov, ps_model **out,
-                        char *err, size_t errlen) {
+int ps_keras_load_model(const char *path, const ps_model_overrides *ov, ps_model **out, char *err,
+                        size_t errlen) {
     zip_t *z = NULL;
     char *text = NULL;
     size_t n = 0;
@@ -288,7 +301,10 @@ int ps_keras_load_model(const char *path, const ps_model_overrides *ov, ps_model
     cJSON *root = cJSON_ParseWithOpts(text, &end, true), *w = NULL;
     if (!root || !cJSON_IsObject(root)) {
         snprintf(err, errlen, "%s: config.json: not a JSON object (syntax error at offset %zu)",
-                 path, root ? (size_t)0 : end ? (size_t)(end - text) : (size_t)0);
+                 path,
+                 root  ? (size_t)0
+                 : end ? (size_t)(end - text)
+                       : (size_t)0);
         cJSON_Delete(root);
         free(text);
         return PS_EFORMAT;
@@ -314,8 +330,9 @@ int ps_model_open(const char *path, const ps_model_overrides *ov, ps_model **out
     if (ps_keras_kind_of(path) == PS_KERAS_ARCHIVE)
         return ps_keras_load_model(path, ov, out, err, errlen);
     if (ps_keras_kind_of(path) == PS_KERAS_WEIGHTS) {
-        snprintf(err, errlen, "%s: a weights file has no architecture: give it to --init-from "
-                              "with the model in --model",
+        snprintf(err, errlen,
+                 "%s: a weights file has no architecture: give it to --init-from "
+                 "with the model in --model",
                  path);
         return PS_EINVAL;
     }

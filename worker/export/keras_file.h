@@ -36,8 +36,8 @@ int ps_keras_load_weights(ps_model *m, const char *path, char *err, size_t errle
  * to_json() file's rule). The weights are not loaded: call
  * ps_keras_load_weights after ps_model_init_params. *out owns the new model on
  * PS_OK; else an error with "FILE: why" in err. */
-int ps_keras_load_model(const char *path, const ps_model_overrides *ov, ps_model **out,
-                        char *err, size_t errlen);
+int ps_keras_load_model(const char *path, const ps_model_overrides *ov, ps_model **out, char *err,
+                        size_t errlen);
 
 /* --model FILE: a .keras archive (ps_keras_load_model) or anything
  * ps_model_load_with reads. Same contract. */

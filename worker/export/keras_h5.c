@@ -10,8 +10,8 @@
 #include "model_impl.h"
 #include "ps_error.h"
 
-#define MAX_LINKS 100000 /* entries of one group we look at */
-#define MAX_DEPTH 8      /* nested models */
+#define MAX_LINKS 100000  /* entries of one group we look at */
+#define MAX_DEPTH 8       /* nested models */
 #define MAX_GROUPS 100000 /* layer groups visited in all (hard links may make loops) */
 
 void ps__keras_h5_quiet(void) {
@@ -67,7 +67,7 @@ typedef struct {
     const char *file;
     char *err;
     size_t errlen;
-    bool *seen; /* per variable */
+    bool *seen;    /* per variable */
     size_t groups; /* layer groups visited */
 } reader;
 
@@ -102,14 +102,13 @@ static bool attr_name(hid_t o, char *out, size_t n) {
     hid_t a = H5Aopen(o, "name", H5P_DEFAULT);
     if (a < 0) return false;
     hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
-    bool ok = t >= 0 && sp >= 0 && H5Tget_class(t) == H5T_STRING &&
-              H5Sget_simple_extent_npoints(sp) == 1;
+    bool ok =
+        t >= 0 && sp >= 0 && H5Tget_class(t) == H5T_STRING && H5Sget_simple_extent_npoints(sp) == 1;
     if (ok && H5Tis_variable_str(t) > 0) {
         hid_t mt = H5Tcopy(H5T_C_S1);
         char *s = NULL;
         ok = mt >= 0 && H5Tset_size(mt, H5T_VARIABLE) >= 0 &&
-             H5Tset_cset(mt, H5Tget_cset(t)) >= 0 && H5Aread(a, mt, &s) >= 0 && s &&
-             strlen(s) < n;
+             H5Tset_cset(mt, H5Tget_cset(t)) >= 0 && H5Aread(a, mt, &s) >= 0 && s && strlen(s) < n;
         if (ok) snprintf(out, n, "%s", s);
         if (s) H5free_memory(s);
         if (mt >= 0) H5Tclose(mt);
@@ -134,8 +133,9 @@ static int read_one(reader *r, hid_t vars, const char *path, const char *key, co
     size_t count;
     size_t i = layer_var(r->m, layer, k, &count);
     if (i == PS_NO_VAR) {
-        if (!count) return fail(r, where, "a weight of layer '%s', which the model does not have%s",
-                                layer, "");
+        if (!count)
+            return fail(r, where, "a weight of layer '%s', which the model does not have%s", layer,
+                        "");
         (void)snprintf(why, sizeof why, "%zu", count);
         return fail(r, where, "an extra weight: the model's layer '%s' has %s", layer, why);
     }
@@ -157,7 +157,8 @@ static int read_one(reader *r, hid_t vars, const char *path, const char *key, co
                   rank < 0 ? "?" : (snprintf(why, sizeof why, "%d", rank), why), v->name);
     } else {
         bool same = rank == wrank;
-        for (int x = 0; same && x < rank; x++) same = dims[x] == wd[x];
+        for (int x = 0; same && x < rank; x++)
+            same = dims[x] == wd[x];
         if (!same) {
             dims_text(got, sizeof got, dims, rank);
             dims_text(want, sizeof want, wd, wrank);
@@ -265,8 +266,9 @@ int ps__keras_h5_read(ps_model *m, hid_t f, const char *file, char *err, size_t 
         char layer[64];
         snprintf(layer, sizeof layer, "%.*s", slash ? (int)(slash - m->vars[i].name) : 63,
                  m->vars[i].name);
-        snprintf(err, errlen, "%s: missing weight: the model's %s (no layers/*/vars named '%s' "
-                              "holds it)",
+        snprintf(err, errlen,
+                 "%s: missing weight: the model's %s (no layers/*/vars named '%s' "
+                 "holds it)",
                  file, m->vars[i].name, layer);
         rc = PS_EFORMAT;
     }
@@ -301,9 +303,9 @@ static int write_layer(const ps_model *m, hid_t ls, const ps_keras_layer *l) {
         char key[32];
         snprintf(key, sizeof key, "%zu", k);
         hid_t sp = H5Screate_simple(rank, d, NULL);
-        hid_t ds = sp >= 0 ? H5Dcreate2(v, key, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT,
-                                        H5P_DEFAULT)
-                           : -1;
+        hid_t ds =
+            sp >= 0 ? H5Dcreate2(v, key, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)
+                    : -1;
         ok = ds >= 0 && H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                                  m->params + m->vars[i].offset) >= 0;
         if (ds >= 0) H5Dclose(ds);
@@ -320,7 +322,8 @@ int ps__keras_h5_write(const ps_model *m, const ps_keras_layer *ls, size_t n, hi
     int rc = g >= 0 ? PS_OK : PS_EIO;
     for (size_t i = 0; rc == PS_OK && i < n; i++) {
         rc = write_layer(m, g, &ls[i]);
-        if (rc != PS_OK) snprintf(err, errlen, "%s: layers/%s: cannot be written", file, ls[i].group);
+        if (rc != PS_OK)
+            snprintf(err, errlen, "%s: layers/%s: cannot be written", file, ls[i].group);
     }
     if (g >= 0) H5Gclose(g);
     if (rc == PS_OK) {
