@@ -641,7 +641,7 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     if (rc == PS_OK && cfg->index == 0 && cfg->save_path)
         rc = save_model(st.model, cfg->save_path, clock, err, errlen);
     if (rc == PS_OK && cfg->index == 0 && cfg->export_path) {
-        rc = ps_export_model(st.model, cfg->export_path, err, errlen);
+        rc = ps_export_model_from(st.model, cfg->model_path, cfg->export_path, err, errlen);
         if (rc == PS_OK) PS_INFO("exported the model to %s", cfg->export_path);
     }
     if (rc == PS_OK) ps_exchange_finish(&st.ex);

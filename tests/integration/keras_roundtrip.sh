@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Keras 3 files both ways through real Keras: psworker trains a few steps (the MLP, and the
-# residual CNN with batch normalization), exports FILE.keras and FILE.weights.h5; Keras 3
+# Keras 3 files both ways through real Keras: psworker trains a few steps (the MLP, the
+# residual CNN with batch normalization, and a Keras-written Sequential MLP from
+# tests/fixtures/keras/mlp.keras, whose config.json the export keeps), exports FILE.keras and
+# FILE.weights.h5; Keras 3
 # (keras + jax from PyPI in a venv: tests/tools/pyvenv.sh) loads them with
 # keras.saving.load_model and model.load_weights and predicts the first 500 test samples:
 # within 1e-5 of psworker --evaluate FILE.keras --predictions. Then psworker starts from
@@ -22,9 +24,12 @@ rc=$?
 cd "$tmp" || exit 1
 n=500
 fail=0
-for spec in mlp residual_cnn; do
+for case in "mlp:$root/examples/mlp.json" "residual_cnn:$root/examples/residual_cnn.json" \
+    "keras_mlp:$root/tests/fixtures/keras/mlp.keras"; do
+    spec=${case%%:*}
+    model=${case#*:}
     for ext in keras weights.h5; do
-        if ! timeout 120 "$worker" --no-ps yes --model "$root/examples/$spec.json" --data "$data" \
+        if ! timeout 120 "$worker" --no-ps yes --model "$model" --data "$data" \
             --epochs 1 --max-train 1280 --max-steps 10 --max-test $n --progress none \
             --export "$spec.$ext" >"train-$spec-$ext.log" 2>&1; then
             echo "$spec: training with --export $spec.$ext failed:"; tail -5 "train-$spec-$ext.log"
@@ -37,7 +42,7 @@ for spec in mlp residual_cnn; do
         exit 1
     fi
     # the same values in the other file: the same predictions from it
-    "$worker" --evaluate "$spec.weights.h5" --model "$root/examples/$spec.json" --data "$data" \
+    "$worker" --evaluate "$spec.weights.h5" --model "$model" --data "$data" \
         --max-test $n --predictions "$spec.h5.f32" >/dev/null 2>&1 &&
         cmp -s "$spec.f32" "$spec.h5.f32" ||
         { echo "$spec: --evaluate $spec.weights.h5 differs from $spec.keras"; fail=1; }

@@ -211,12 +211,32 @@ static float *outputs_of(ps_model *m, size_t n) {
 
 /* m exported as .keras and .weights.h5, read back: the same outputs, the same
  * variables, the loss and optimizer from compile_config. */
-static void round_trip(ps_model *m, const char *what) {
+static void round_trip(ps_model *m, const char *what, const char *source) {
     char kpath[4096], wpath[4096], err[1024] = "";
     snprintf(kpath, sizeof kpath, "%s/%s.keras", tmpdir, what);
     snprintf(wpath, sizeof wpath, "%s/%s.weights.h5", tmpdir, what);
-    ck_assert_msg(ps_export_model(m, kpath, err, sizeof err) == PS_OK, "%s: %s", what, err);
-    ck_assert_msg(ps_export_model(m, wpath, err, sizeof err) == PS_OK, "%s: %s", what, err);
+    ck_assert_msg(ps_export_model_from(m, source, kpath, err, sizeof err) == PS_OK, "%s: %s", what,
+                  err);
+    ck_assert_msg(ps_export_model_from(m, source, wpath, err, sizeof err) == PS_OK, "%s: %s", what,
+                  err);
+    if (source) {
+        /* the source archive's own config.json, as Keras wrote it */
+        cJSON *a = NULL, *b = NULL;
+        char *ta = NULL, *tb = NULL;
+        ck_assert_int_eq(ps__keras_read_config(source, &a, &ta, err, sizeof err), PS_OK);
+        ck_assert_int_eq(ps__keras_read_config(kpath, &b, &tb, err, sizeof err), PS_OK);
+        /* compiled: the text itself (Keras' 0.0 stays 0.0) */
+        if (cJSON_GetObjectItem(cJSON_GetObjectItem(a, "compile_config"), "loss"))
+            ck_assert_str_eq(ta, tb);
+        free(ta);
+        free(tb);
+        ck_assert_msg(
+            cJSON_Compare(cJSON_GetObjectItem(a, "config"), cJSON_GetObjectItem(b, "config"), true),
+            "%s: config.json's config differs from %s's", what, source);
+        ck_assert_ptr_nonnull(cJSON_GetObjectItem(b, "compile_config"));
+        cJSON_Delete(a);
+        cJSON_Delete(b);
+    }
     size_t n = 5, w = ps_model_output_dim(m);
     float *want = outputs_of(m, n);
     ps_model *b = NULL;
@@ -252,7 +272,8 @@ START_TEST(export_keras_fixtures) {
         ps_model *m = load_archive(file, i == 2 ? "sparse_categorical_crossentropy" : NULL);
         fixture(path, sizeof path, file);
         ck_assert_msg(ps_keras_load_weights(m, path, err, sizeof err) == PS_OK, "%s", err);
-        round_trip(m, names[i]);
+        round_trip(m, names[i], NULL);
+        round_trip(m, names[i], path);
         ps_model_free(m);
     }
 }
@@ -268,7 +289,7 @@ START_TEST(export_keras_specs) {
         ps_model *m = NULL;
         ck_assert_msg(ps_model_load(path, &m, err, sizeof err) == PS_OK, "%s", err);
         ps_model_init_params(m, 3);
-        round_trip(m, specs[i]);
+        round_trip(m, specs[i], NULL);
         ps_model_free(m);
     }
     const char *img_dense =
@@ -280,7 +301,7 @@ START_TEST(export_keras_specs) {
     char err[1024] = "";
     ck_assert_msg(ps_model_from_json(img_dense, &m, err, sizeof err) == PS_OK, "%s", err);
     ps_model_init_params(m, 4);
-    round_trip(m, "image_dense");
+    round_trip(m, "image_dense", NULL);
     ps_model_free(m);
 }
 END_TEST

@@ -29,13 +29,18 @@ int ps_export_format_of(const char *path, ps_export_format *out, char *err, size
 }
 
 int ps_export_model(const ps_model *m, const char *path, char *err, size_t errlen) {
+    return ps_export_model_from(m, NULL, path, err, errlen);
+}
+
+int ps_export_model_from(const ps_model *m, const char *source, const char *path, char *err,
+                         size_t errlen) {
     ps_export_format f;
     int rc = ps_export_format_of(path, &f, err, errlen);
     if (rc != PS_OK) return rc;
     switch (f) {
     case PS_EXPORT_ONNX: return ps_export_onnx(m, path, err, errlen);
     case PS_EXPORT_SAFETENSORS: return ps_export_safetensors(m, path, err, errlen);
-    case PS_EXPORT_KERAS: return ps_export_keras(m, path, err, errlen);
-    default: return ps_export_weights_h5(m, path, err, errlen);
+    case PS_EXPORT_KERAS: return ps_export_keras(m, source, path, err, errlen);
+    default: return ps_export_weights_h5(m, source, path, err, errlen);
     }
 }

@@ -27,12 +27,19 @@ int ps_export_format_of(const char *path, ps_export_format *out, char *err, size
  * renamed). Returns PS_OK, or an error with a one-line reason in err (a layer
  * the format cannot express is named). */
 int ps_export_model(const ps_model *m, const char *path, char *err, size_t errlen);
+/* The same, with the file the model came from (psworker --model; NULL: none):
+ * a Keras 3 .keras archive there gives a .keras / .weights.h5 export its own
+ * config.json (and layer order) rather than one made from the graph. */
+int ps_export_model_from(const ps_model *m, const char *source, const char *path, char *err,
+                         size_t errlen);
 
 /* One per format (export_onnx.c, export_safetensors.c, keras_export.c); same
  * contract. The Keras files hold no optimizer state. */
 int ps_export_onnx(const ps_model *m, const char *path, char *err, size_t errlen);
 int ps_export_safetensors(const ps_model *m, const char *path, char *err, size_t errlen);
-int ps_export_keras(const ps_model *m, const char *path, char *err, size_t errlen);
-int ps_export_weights_h5(const ps_model *m, const char *path, char *err, size_t errlen);
+int ps_export_keras(const ps_model *m, const char *source, const char *path, char *err,
+                    size_t errlen);
+int ps_export_weights_h5(const ps_model *m, const char *source, const char *path, char *err,
+                         size_t errlen);
 
 #endif

@@ -1,10 +1,12 @@
-/* --export FILE.keras and FILE.weights.h5 (see export.h): the model as a Keras 3
- * Functional model (config.json, one Keras layer per layer of the graph, an
- * activation that follows a Dense / Conv2D / DepthwiseConv2D folded into it),
+/* --export FILE.keras and FILE.weights.h5 (see export.h): the model as the
+ * .keras archive it came from describes it (that config.json), else as a Keras 3
+ * Functional model (one Keras layer per layer of the graph, an activation
+ * that follows a Dense / Conv2D / DepthwiseConv2D folded into it),
  * its weights as Keras 3 writes model.weights.h5, metadata.json as Keras writes
  * it. The optimizer's state is not written (compile_config names the optimizer
  * and the loss only). docs/FORMATS.md, "Keras files", is the contract. */
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -15,6 +17,7 @@
 #include <zip.h>
 
 #include "export.h"
+#include "keras_file.h"
 #include "keras_h5.h"
 #include "model_impl.h"
 #include "ps_error.h"
@@ -394,6 +397,98 @@ static int describe(const ps_model *m, cJSON **model, ps_keras_layer **ls, size_
     return PS_OK;
 }
 
+/* Keras' to_snake_case of a class name: "ReLU" -> "re_lu", "Conv2D" -> "conv2d". */
+static void snake_case(const char *cls, char *out, size_t n) {
+    char a[128];
+    size_t k = 0, len = strlen(cls);
+    /* (.)([A-Z][a-z]+) -> \1_\2, left to right, matches not overlapping */
+    for (size_t i = 0; i < len && k + 2 < sizeof a;) {
+        a[k++] = cls[i];
+        if (i + 2 < len + 1 && isupper((unsigned char)cls[i + 1]) &&
+            islower((unsigned char)cls[i + 2])) {
+            a[k++] = '_';
+            size_t j = i + 1;
+            a[k++] = cls[j++];
+            while (j < len && islower((unsigned char)cls[j]) && k + 1 < sizeof a)
+                a[k++] = cls[j++];
+            i = j;
+        } else {
+            i++;
+        }
+    }
+    a[k] = 0;
+    /* ([a-z])([A-Z]) -> \1_\2, then lower case */
+    k = 0;
+    for (size_t i = 0; a[i] && k + 3 < n; i++) {
+        out[k++] = (char)tolower((unsigned char)a[i]);
+        if (islower((unsigned char)a[i]) && isupper((unsigned char)a[i + 1])) {
+            out[k++] = '_';
+            out[k++] = (char)tolower((unsigned char)a[++i]);
+        }
+    }
+    out[k] = 0;
+}
+
+/* The layers of the Keras 3 model config root as the weights file lists them
+ * (model.layers: a Sequential's without its InputLayer), when they name every
+ * variable's layer of m; else PS_EFORMAT (the caller describes m instead). */
+static int source_layers(const ps_model *m, const cJSON *root, ps_keras_layer **out, size_t *n) {
+    const cJSON *cls = cJSON_GetObjectItemCaseSensitive(root, "class_name");
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(cfg, "layers"), *l;
+    if (!cJSON_IsString(cls) || !cJSON_IsArray(layers)) return PS_EFORMAT;
+    bool seq = !strcmp(cls->valuestring, "Sequential");
+    if (!seq && strcmp(cls->valuestring, "Functional") && strcmp(cls->valuestring, "Model"))
+        return PS_EFORMAT;
+    size_t cap = (size_t)cJSON_GetArraySize(layers), k = 0;
+    ps_keras_layer *ls = calloc(cap ? cap : 1, sizeof *ls);
+    if (!ls) return PS_ENOMEM;
+    int rc = PS_OK;
+    cJSON_ArrayForEach(l, layers) {
+        const cJSON *lc = cJSON_GetObjectItemCaseSensitive(l, "class_name");
+        const cJSON *nm =
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(l, "config"), "name");
+        if (!cJSON_IsString(lc) || !cJSON_IsString(nm) || strlen(nm->valuestring) >= 64 ||
+            strlen(lc->valuestring) >= 60) {
+            rc = PS_EFORMAT;
+            break;
+        }
+        if (seq && !strcmp(lc->valuestring, "InputLayer")) continue;
+        char base[64];
+        snake_case(lc->valuestring, base, sizeof base);
+        size_t same = 0;
+        for (size_t i = 0; i < k; i++) {
+            size_t bl = strlen(base);
+            same += !strncmp(ls[i].group, base, bl) &&
+                    (ls[i].group[bl] == 0 ||
+                     (ls[i].group[bl] == '_' &&
+                      strspn(ls[i].group + bl + 1, "0123456789") == strlen(ls[i].group + bl + 1) &&
+                      ls[i].group[bl + 1]));
+        }
+        if (same)
+            snprintf(ls[k].group, sizeof ls[k].group, "%.40s_%zu", base, same);
+        else
+            snprintf(ls[k].group, sizeof ls[k].group, "%s", base);
+        snprintf(ls[k].name, sizeof ls[k].name, "%s", nm->valuestring);
+        k++;
+    }
+    for (size_t v = 0; rc == PS_OK && v < m->nvars; v++) {
+        char layer[64];
+        var_layer(m, v, layer);
+        bool found = false;
+        for (size_t i = 0; i < k && !found; i++)
+            found = !strcmp(ls[i].name, layer);
+        if (!found) rc = PS_EFORMAT;
+    }
+    if (rc != PS_OK) {
+        free(ls);
+        return rc;
+    }
+    *out = ls;
+    *n = k;
+    return PS_OK;
+}
+
 /* compile_config: the loss as a Keras loss object (with from_logits) and the
  * optimizer's class and settings; no optimizer state goes with them. */
 static void add_compile(const ps_model *m, cJSON *root) {
@@ -503,19 +598,85 @@ static void tmp_path(char *out, size_t n, const char *path) {
     snprintf(out, n, "%s.tmp", path);
 }
 
-int ps_export_keras(const ps_model *m, const char *path, char *err, size_t errlen) {
-    ps__keras_h5_quiet();
+/* The source's config.json text with compile_config set to ours (text as Keras
+ * wrote it elsewhere: re-printing it would turn Keras' floats such as 0.0 into
+ * integers, which some of its constructors refuse). NULL when it cannot be
+ * spliced (a compile_config with content but no loss). */
+static char *with_compile(const ps_model *m, const cJSON *root, const char *text) {
+    const cJSON *cc = cJSON_GetObjectItemCaseSensitive(root, "compile_config");
+    if (cJSON_IsObject(cc) && cJSON_GetObjectItemCaseSensitive(cc, "loss")) return strdup(text);
+    cJSON *tmp = cJSON_CreateObject();
+    add_compile(m, tmp);
+    char *ours = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(tmp, "compile_config"));
+    cJSON_Delete(tmp);
+    if (!ours) return NULL;
+    const char *empty = "\"compile_config\": {}", *at = strstr(text, empty);
+    size_t tl = strlen(text), ol = strlen(ours);
+    char *out = NULL;
+    if (at && !strstr(at + 1, empty)) { /* Keras' empty one: replaced */
+        size_t head = (size_t)(at - text) + strlen("\"compile_config\": ");
+        out = malloc(tl + ol + 1);
+        if (out) {
+            memcpy(out, text, head);
+            memcpy(out + head, ours, ol);
+            strcpy(out + head + ol, at + strlen(empty));
+        }
+    } else if (!cc) { /* none: added before the closing brace */
+        const char *end = strrchr(text, '}');
+        size_t head = end ? (size_t)(end - text) : 0;
+        out = end ? malloc(tl + ol + 32) : NULL;
+        if (out) {
+            memcpy(out, text, head);
+            sprintf(out + head, ", \"compile_config\": %s%s", ours, end);
+        }
+    }
+    free(ours);
+    return out;
+}
+
+/* config.json (*config, malloc'd text) and the weights file's layers: the
+ * source archive's own config when the model came from one (source: --model,
+ * may be NULL) and it names every layer with variables, else m described as a
+ * Functional model; compile_config ours where it has none. */
+static int prepare(const ps_model *m, const char *source, char **config, ps_keras_layer **ls,
+                   size_t *n, char *err, size_t errlen) {
+    cJSON *root = NULL;
+    char why[512], *text = NULL;
+    *config = NULL;
+    if (source && ps_keras_kind_of(source) == PS_KERAS_ARCHIVE &&
+        ps__keras_read_config(source, &root, &text, why, sizeof why) == PS_OK) {
+        if (source_layers(m, root, ls, n) == PS_OK) {
+            *config = with_compile(m, root, text);
+            if (!*config) free(*ls);
+        }
+        cJSON_Delete(root);
+        free(text);
+        if (*config) return PS_OK;
+    }
     cJSON *model = NULL;
+    int rc = describe(m, &model, ls, n, err, errlen);
+    if (rc != PS_OK) return rc;
+    add_compile(m, model);
+    *config = cJSON_PrintUnformatted(model);
+    cJSON_Delete(model);
+    if (!*config) {
+        free(*ls);
+        snprintf(err, errlen, "out of memory");
+        return PS_ENOMEM;
+    }
+    return PS_OK;
+}
+
+int ps_export_keras(const ps_model *m, const char *source, const char *path, char *err,
+                    size_t errlen) {
+    ps__keras_h5_quiet();
     ps_keras_layer *ls = NULL;
     size_t n = 0, wlen = 0;
     void *w = NULL;
     char *config = NULL, *meta = NULL, tmp[4200];
-    int rc = describe(m, &model, &ls, &n, err, errlen);
+    int rc = prepare(m, source, &config, &ls, &n, err, errlen);
     if (rc != PS_OK) return rc;
-    add_compile(m, model);
-    config = cJSON_PrintUnformatted(model);
     meta = metadata_json();
-    cJSON_Delete(model);
     rc = config && meta ? weights_image(m, ls, n, &w, &wlen, path, err, errlen) : PS_ENOMEM;
     free(ls);
     tmp_path(tmp, sizeof tmp, path);
@@ -559,14 +720,15 @@ int ps_export_keras(const ps_model *m, const char *path, char *err, size_t errle
     return rc;
 }
 
-int ps_export_weights_h5(const ps_model *m, const char *path, char *err, size_t errlen) {
+int ps_export_weights_h5(const ps_model *m, const char *source, const char *path, char *err,
+                         size_t errlen) {
     ps__keras_h5_quiet();
-    cJSON *model = NULL;
     ps_keras_layer *ls = NULL;
     size_t n = 0;
-    int rc = describe(m, &model, &ls, &n, err, errlen);
+    char *config = NULL;
+    int rc = prepare(m, source, &config, &ls, &n, err, errlen);
     if (rc != PS_OK) return rc;
-    cJSON_Delete(model);
+    free(config);
     char tmp[4200];
     tmp_path(tmp, sizeof tmp, path);
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);

@@ -287,8 +287,8 @@ static int wrapper_of(cJSON *root, const ps_model_overrides *ov, const char *pat
     return PS_OK;
 }
 
-int ps_keras_load_model(const char *path, const ps_model_overrides *ov, ps_model **out, char *err,
-                        size_t errlen) {
+int ps__keras_read_config(const char *path, cJSON **out, char **text_out, char *err,
+                          size_t errlen) {
     zip_t *z = NULL;
     char *text = NULL;
     size_t n = 0;
@@ -298,7 +298,7 @@ int ps_keras_load_model(const char *path, const ps_model_overrides *ov, ps_model
     if (z) zip_discard(z);
     if (rc != PS_OK) return rc;
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithOpts(text, &end, true), *w = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, true);
     if (!root || !cJSON_IsObject(root)) {
         snprintf(err, errlen, "%s: config.json: not a JSON object (syntax error at offset %zu)",
                  path,
@@ -309,7 +309,19 @@ int ps_keras_load_model(const char *path, const ps_model_overrides *ov, ps_model
         free(text);
         return PS_EFORMAT;
     }
-    free(text);
+    if (text_out)
+        *text_out = text;
+    else
+        free(text);
+    *out = root;
+    return PS_OK;
+}
+
+int ps_keras_load_model(const char *path, const ps_model_overrides *ov, ps_model **out, char *err,
+                        size_t errlen) {
+    cJSON *root = NULL, *w = NULL;
+    int rc = ps__keras_read_config(path, &root, NULL, err, errlen);
+    if (rc != PS_OK) return rc;
     rc = wrapper_of(root, ov, path, &w, err, errlen);
     if (rc != PS_OK) return rc;
     char *spec = cJSON_PrintUnformatted(w);

@@ -44,4 +44,11 @@ int ps_keras_load_model(const char *path, const ps_model_overrides *ov, ps_model
 int ps_model_open(const char *path, const ps_model_overrides *ov, ps_model **out, char *err,
                   size_t errlen);
 
+/* Internal to export/ (keras_export.c): the archive's config.json parsed (*out
+ * owned by the caller; the same checks as ps_keras_load_model), and its text
+ * as written (*text malloc'd, when text is not NULL). */
+struct cJSON;
+int ps__keras_read_config(const char *path, struct cJSON **out, char **text, char *err,
+                          size_t errlen);
+
 #endif
