@@ -439,6 +439,33 @@ START_TEST(link_tricks) {
     H5Gclose(ls);
     H5Fclose(f);
     expect_refused(path, "ext.weights.h5: layers/dense: not a group");
+    /* a weight whose values live in another file */
+    snprintf(path, sizeof path, "%s/raw.weights.h5", tmpdir);
+    f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    hid_t v = H5Gcreate2(f, "layers/dense_1/vars", lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    const char *name = "hidden";
+    hid_t st = H5Tcopy(H5T_C_S1), sc = H5Screate(H5S_SCALAR);
+    H5Tset_size(st, H5T_VARIABLE);
+    hid_t a = H5Acreate2(v, "name", st, sc, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, st, &name);
+    hsize_t dims[2] = {784, 64};
+    hid_t sp = H5Screate_simple(2, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    ck_assert_int_ge(H5Pset_external(dcpl, "/etc/hostname", 0, 784 * 64 * 4), 0);
+    hid_t d = H5Dcreate2(v, "0", H5T_IEEE_F32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ck_assert_int_ge(d, 0);
+    H5Dclose(d);
+    H5Pclose(dcpl);
+    H5Sclose(sp);
+    H5Aclose(a);
+    H5Sclose(sc);
+    H5Tclose(st);
+    H5Pclose(lcpl);
+    H5Gclose(v);
+    H5Fclose(f);
+    expect_refused(path, "raw.weights.h5: layers/dense_1/vars/0: its data is stored outside the "
+                         "file (the model's hidden/kernel)");
 }
 END_TEST
 

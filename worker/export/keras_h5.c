@@ -145,6 +145,16 @@ static int read_one(reader *r, hid_t vars, const char *path, const char *key, co
         return fail(r, where, "not a dataset (the model's %s)%s", v->name, "");
     hid_t d = H5Dopen2(vars, key, H5P_DEFAULT);
     if (d < 0) return fail(r, where, "cannot be opened (the model's %s)%s", v->name, "");
+    /* raw data kept in another file (external storage, a virtual dataset) is not read */
+    hid_t dcpl = H5Dget_create_plist(d);
+    bool outside =
+        dcpl < 0 || H5Pget_external_count(dcpl) != 0 || H5Pget_layout(dcpl) == H5D_VIRTUAL;
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (outside) {
+        H5Dclose(d);
+        return fail(r, where, "its data is stored outside the file (the model's %s)%s", v->name,
+                    "");
+    }
     hid_t t = H5Dget_type(d), sp = H5Dget_space(d);
     hsize_t dims[H5S_MAX_RANK], wd[4];
     int rank = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
