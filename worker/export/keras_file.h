@@ -2,7 +2,7 @@
  * model.weights.h5) and a bare .weights.h5, read into a model (psworker --model
  * FILE.keras, --init-from, --evaluate) and written from one (--export,
  * keras_export.c). The optimizer's state is neither read nor written.
- * docs/FORMATS.md, "Keras files", is the contract. */
+ * docs/FORMATS.md, "Keras 3 files", is the contract. */
 #ifndef PS_KERAS_FILE_H
 #define PS_KERAS_FILE_H
 

@@ -1,7 +1,7 @@
 /* Keras 3's weights file (model.weights.h5 inside a .keras archive, or a bare
  * .weights.h5): the model's variables read from and written to an open HDF5
- * file. Internal to export/ (keras_file.c, keras_export.c). docs/FORMATS.md,
- * "Keras files", has the layout as Keras 3.15 writes it. */
+ * file. Internal to export/ (keras_file.c, keras_export.c, keras_config.c).
+ * docs/FORMATS.md, "Keras 3 files", has the layout as Keras 3.15 writes it. */
 #ifndef PS_KERAS_H5_H
 #define PS_KERAS_H5_H
 
