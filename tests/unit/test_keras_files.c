@@ -281,8 +281,9 @@ END_TEST
 
 /* The project's own specs: layers named dense_0, conv2d_1...; a Dense on an image. */
 START_TEST(export_keras_specs) {
-    static const char *const specs[] = {"mlp.json", "fashion_cnn.json", "residual_cnn.json",
-                                        "mlp_momentum.json"};
+    static const char *const specs[] = {
+        "mlp.json",          "fashion_cnn.json",       "residual_cnn.json",
+        "mlp_momentum.json", "binary_classifier.json", "mobilenetv2_train.json"};
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         char path[2048], err[1024] = "";
         snprintf(path, sizeof path, "%s/examples/%s", ps_test_source_root(), specs[i]);
