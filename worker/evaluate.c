@@ -12,6 +12,7 @@
 #include "adapt.h"
 #include "cifar.h"
 #include "data.h"
+#include "keras_file.h"
 #include "kernels.h"
 #include "labels.h"
 #include "log.h"
@@ -139,8 +140,11 @@ int ps_evaluate_run(const ps_train_config *cfg, const char *model_file, const ch
     ps_dataset test = {0};
     float *out = NULL;
     ps_model_overrides ov = {.loss = cfg->loss, .from_logits = -1};
-    int rc = cfg->model_path ? ps_model_load_with(cfg->model_path, &ov, &m, err, errlen)
-                             : ps_model_from_json(ps_model_default_spec(), &m, err, errlen);
+    /* a .keras archive carries its architecture: --model may be left out */
+    const char *model_path = cfg->model_path;
+    if (!model_path && ps_keras_kind_of(model_file) == PS_KERAS_ARCHIVE) model_path = model_file;
+    int rc = model_path ? ps_model_open(model_path, &ov, &m, err, errlen)
+                        : ps_model_from_json(ps_model_default_spec(), &m, err, errlen);
     if (rc == PS_OK && cfg->dtype_policy) {
         ps_dtype_policy p;
         rc = ps_dtype_policy_parse(cfg->dtype_policy, &p, err, errlen);

@@ -74,12 +74,15 @@ static const ps_option table[] = {
      .help = "workers in the job (TF_CONFIG: chief + workers)",
      .default_text = "1"},
     {"model", PS_OPTION_STR, F(model), 0, 0, "", NULL, "FILE",
-     "Keras-like JSON model spec, a {\"keras\": ...} wrapper, or a Keras model.to_json() file "
-     "(then give --loss)",
+     "Keras-like JSON model spec, a {\"keras\": ...} wrapper, a Keras model.to_json() file "
+     "(then give --loss), or a Keras 3 .keras archive (architecture and weights)",
      .default_text = "built-in 784-128-10 MLP = examples/mlp.json",
      .doc = "The wrapper is {\"keras\": ..., \"loss\": ...} around a Keras model; a "
-            "model.to_json() file is taken as written. The examples are installed under "
-            "share/doc/ps/examples"},
+            "model.to_json() file is taken as written. A FILE.keras (Keras 3's model.save) gives "
+            "the layers of its config.json, the loss and optimizer of its compile_config (else "
+            "--loss is needed) and the initial weights (--init-from overrides them); the "
+            "optimizer's state in it is not loaded (docs/MODELS.md). The examples are installed "
+            "under share/doc/ps/examples"},
     {"loss", PS_OPTION_STR, F(loss), 0, 0, "", NULL, "NAME",
      "the loss of a bare Keras model file given to --model (to_json() carries none): "
      "sparse_categorical_crossentropy, binary_crossentropy or mse; refused for specs that "
@@ -174,18 +177,22 @@ static const ps_option table[] = {
      "chief: save the final model here (tensor file, docs/FORMATS.md)"},
     {"export", PS_OPTION_STR, F(export_path), 0, 0, "", NULL, "FILE",
      "chief: after training, write the model to FILE as ONNX (FILE.onnx: architecture and "
-     "weights) or safetensors (FILE.safetensors: the weights, the model JSON beside them)",
+     "weights), safetensors (FILE.safetensors: the weights, the model JSON beside them) or "
+     "Keras 3 (FILE.keras: architecture and weights; FILE.weights.h5: the weights)",
      .doc = "Any other extension is refused before training starts (exit status 2). The ONNX file "
             "(opset 13) takes channels-last input as psworker feeds it (pixels / 255) and outputs "
             "what the model's last layer does. A safetensors export holds the weights under "
             "PyTorch's state_dict names and layouts (layer.param: Dense weight (out, in), Conv2d "
             "OIHW, BatchNorm running_mean ...); beside it, FILE with .model.json in place of "
-            ".safetensors holds the layers (docs/FORMATS.md). Both appear, or neither: a failed "
-            "export exits 1"},
+            ".safetensors holds the layers (docs/FORMATS.md). Both appear, or neither. The Keras "
+            "files are what Keras 3's keras.saving.load_model and model.load_weights read: a "
+            "Functional model of the same layers, its loss and optimizer settings in "
+            "compile_config, without the optimizer's state. A failed export exits 1"},
     {"evaluate", PS_OPTION_STR, F(evaluate), 0, 0, "", NULL, "FILE",
-     "train nothing: load a model saved with --save (its architecture from --model), print "
-     "its test accuracy and loss as training's last line does (and --summary), exit 0; no "
-     "psd, no other workers. Reads the tensor file only, not an .onnx export",
+     "train nothing: load a model saved with --save, or a Keras 3 .keras / .weights.h5 file "
+     "(its architecture from --model, or from the .keras file), print its test accuracy and "
+     "loss as training's last line does (and --summary), exit 0; no psd, no other workers. "
+     "Not an .onnx export",
      .doc = "It evaluates as the chief does after training, with the same --data, --dataset, "
             "--max-test, --input-adapt, --rgb-to-gray and labels, and prints \"test accuracy: A  "
             "test loss: L  (evaluated FILE: N test samples, S s)\"; --summary gets them as JSON "
@@ -199,7 +206,12 @@ static const ps_option table[] = {
      "the last layer has softmax / sigmoid; docs/FORMATS.md)",
      .doc = "The outputs are those of the ONNX export"},
     {"init-from", PS_OPTION_STR, F(init_from), 0, 0, "", NULL, "FILE",
-     "chief: start from a model saved with --save instead of seeded values"},
+     "chief: start from a model saved with --save, or the weights of a Keras 3 FILE.keras or "
+     "FILE.weights.h5, instead of seeded values",
+     .doc = "Every variable of --model must be in FILE with its shape: Keras weights are matched "
+            "by layer name and order. A missing, extra or misshapen weight, or a damaged file, "
+            "exits 2 naming the file and the weight; the optimizer's state in a Keras file is not "
+            "loaded"},
     {"retry-ms", PS_OPTION_LONG, F(retry_ms), 50, 3600000, "5000", NULL, "MS",
      "a shard silent this long in a request is probed; one that does not answer is "
      "reconnected with backoff, and the request re-sent when it is back"},

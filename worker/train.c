@@ -16,6 +16,7 @@
 #include "export.h"
 #include "half.h"
 #include "job_metrics.h"
+#include "keras_file.h"
 #include "kernels.h"
 #include "labels.h"
 #include "log.h"
@@ -119,8 +120,9 @@ static void state_free(train_state *st) {
 
 /* --init-from: the saved model's tensors replace the seeded values; every
  * variable of the model must be there with the same size. */
-static int init_from_file(ps_model *m, const char *path, char *err, size_t errlen) {
-    int rc = ps_saved_model_load(m, path, "--init-from", err, errlen);
+static int init_from_file(ps_model *m, const char *path, const char *flag, char *err,
+                          size_t errlen) {
+    int rc = ps_saved_model_load(m, path, flag, err, errlen);
     if (rc == PS_OK) PS_INFO("initial values from %s", path);
     return rc;
 }
@@ -304,15 +306,20 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, uns
     }
     ps_model_overrides ov = {.loss = cfg->loss, .from_logits = -1};
     int rc = cfg->model_path
-                 ? ps_model_load_with(cfg->model_path, &ov, &st->model, err, errlen)
+                 ? ps_model_open(cfg->model_path, &ov, &st->model, err, errlen)
                  : ps_model_from_json(ps_model_default_spec(), &st->model, err, errlen);
     if (rc != PS_OK) return rc;
     rc = setup_policy(cfg, st, err, errlen);
     if (rc != PS_OK) return rc;
     *epochs = pick_epochs(cfg, st->model);
     ps_model_init_params(st->model, cfg->seed);
-    if (cfg->init_from && cfg->index == 0 &&
-        (rc = init_from_file(st->model, cfg->init_from, err, errlen)) != PS_OK)
+    /* a .keras archive given to --model brings its weights, unless --init-from says otherwise */
+    const char *init = cfg->init_from;
+    if (!init && cfg->model_path && ps_keras_kind_of(cfg->model_path) == PS_KERAS_ARCHIVE)
+        init = cfg->model_path;
+    const char *flag = cfg->init_from ? "--init-from" : "--model";
+    if (init && cfg->index == 0 &&
+        (rc = init_from_file(st->model, init, flag, err, errlen)) != PS_OK)
         return rc;
     /* every worker draws its own dropout masks */
     ps_model_set_dropout_seed(st->model, cfg->seed ^ (0x5851F42D4C957F2Dull * (cfg->index + 1)));
@@ -634,7 +641,7 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     if (rc == PS_OK && cfg->index == 0 && cfg->save_path)
         rc = save_model(st.model, cfg->save_path, clock, err, errlen);
     if (rc == PS_OK && cfg->index == 0 && cfg->export_path) {
-        rc = ps_export_model(st.model, cfg->export_path, err, errlen);
+        rc = ps_export_model_from(st.model, cfg->model_path, cfg->export_path, err, errlen);
         if (rc == PS_OK) PS_INFO("exported the model to %s", cfg->export_path);
     }
     if (rc == PS_OK) ps_exchange_finish(&st.ex);

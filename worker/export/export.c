@@ -16,18 +16,31 @@ int ps_export_format_of(const char *path, ps_export_format *out, char *err, size
         *out = PS_EXPORT_ONNX;
     } else if (ends_with(path, ".safetensors")) {
         *out = PS_EXPORT_SAFETENSORS;
+    } else if (ends_with(path, ".keras")) {
+        *out = PS_EXPORT_KERAS;
+    } else if (ends_with(path, ".weights.h5")) {
+        *out = PS_EXPORT_WEIGHTS_H5;
     } else {
-        snprintf(err, errlen, "--export %s: the format comes from the extension: .onnx or "
-                              ".safetensors", path);
+        snprintf(err, errlen, "--export %s: the format comes from the extension: .onnx, "
+                              ".safetensors, .keras or .weights.h5", path);
         return PS_EINVAL;
     }
     return PS_OK;
 }
 
 int ps_export_model(const ps_model *m, const char *path, char *err, size_t errlen) {
+    return ps_export_model_from(m, NULL, path, err, errlen);
+}
+
+int ps_export_model_from(const ps_model *m, const char *source, const char *path, char *err,
+                         size_t errlen) {
     ps_export_format f;
     int rc = ps_export_format_of(path, &f, err, errlen);
     if (rc != PS_OK) return rc;
-    return f == PS_EXPORT_ONNX ? ps_export_onnx(m, path, err, errlen)
-                               : ps_export_safetensors(m, path, err, errlen);
+    switch (f) {
+    case PS_EXPORT_ONNX: return ps_export_onnx(m, path, err, errlen);
+    case PS_EXPORT_SAFETENSORS: return ps_export_safetensors(m, path, err, errlen);
+    case PS_EXPORT_KERAS: return ps_export_keras(m, source, path, err, errlen);
+    default: return ps_export_weights_h5(m, source, path, err, errlen);
+    }
 }

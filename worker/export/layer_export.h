@@ -31,6 +31,14 @@ typedef struct {
     const char *class_name;
     const char *(*class_of)(const ps_op *o);
     void (*describe)(struct cJSON *e, const ps_model *m, size_t j, const ps_op *o);
+    /* Keras 3 (config.json): fills cfg with the layer's config and returns its
+     * class; keras_act: it takes the activation op that follows it (Dense and
+     * the convolutions carry an "activation" option). */
+    const char *(*keras)(struct cJSON *cfg, const ps_op *o);
+    bool keras_act;
+    /* Keras 3: the shape of variable var of o in Keras' files (a kernel's 4-D
+     * one) into d, returning its rank; 0 (or NULL): the variable's own. */
+    int (*keras_dims)(const ps_op *o, size_t var, size_t d[4]);
     /* PyTorch: op j's parameters under module (NULL: none). */
     int (*torch)(ps_torch_b *b, size_t j, const char *module);
     /* PyTorch: a flat output keeps its input's flatten order (Flatten,
@@ -84,6 +92,12 @@ void ps_onnx_window_attrs(ps_onnx *b, Onnx__NodeProto *n, const ps_op *o, size_t
 void ps_describe_window(struct cJSON *e, const ps_op *o, const char *key);
 struct cJSON *ps_describe_sizes(const size_t *v, size_t n);
 const char *ps_describe_act_name(int act);
+
+/* ---- Keras' config.json (keras_config.c) ---- */
+
+struct cJSON *ps_keras_ints(const size_t *v, size_t n);
+/* kkey (kernel_size or pool_size), strides, padding, data_format. */
+void ps_keras_window(struct cJSON *c, const ps_op *o, const char *kkey);
 
 /* ---- PyTorch (export_torch.c) ---- */
 

@@ -4,13 +4,19 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "keras_file.h"
 #include "ps_error.h"
 #include "tensorfile.h"
 
 int ps_saved_model_load(ps_model *m, const char *path, const char *flag, char *err,
                         size_t errlen) {
     ps_tf_file f;
-    char why[300];
+    char why[600];
+    if (ps_keras_kind_of(path) != PS_KERAS_NONE) {
+        int krc = ps_keras_load_weights(m, path, why, sizeof why);
+        if (krc != PS_OK) snprintf(err, errlen, "%s %s", flag, why);
+        return krc;
+    }
     int rc = ps_tf_read(path, &f, why, sizeof why);
     if (rc != PS_OK) {
         snprintf(err, errlen, "%s %s: %s", flag, path, why);

@@ -80,6 +80,11 @@ static void describe(cJSON *e, const ps_model *m, size_t j, const ps_op *o) {
     cJSON_AddStringToObject(e, "activation", ps_describe_act_name(o->act));
 }
 
+static const char *keras(cJSON *c, const ps_op *o) {
+    cJSON_AddStringToObject(c, "activation", ps_describe_act_name(o->act));
+    return "Activation";
+}
+
 const ps_layer_export ps_layer_export_activation = {
     .kind = OP_ACT,
     .onnx_name = "activation",
@@ -87,4 +92,5 @@ const ps_layer_export ps_layer_export_activation = {
     .class_name = "Activation",
     .describe = describe,
     .torch_keeps_order = true,
+    .keras = keras,
 };

@@ -70,6 +70,15 @@ static int torch(ps_torch_b *b, size_t j, const char *module) {
     return rc;
 }
 
+static const char *keras(cJSON *c, const ps_op *o) {
+    cJSON_AddNumberToObject(c, "axis", -1);
+    cJSON_AddNumberToObject(c, "momentum", o->momentum);
+    cJSON_AddNumberToObject(c, "epsilon", o->eps);
+    cJSON_AddBoolToObject(c, "center", o->center);
+    cJSON_AddBoolToObject(c, "scale", o->has_gamma);
+    return "BatchNormalization";
+}
+
 const ps_layer_export ps_layer_export_bn = {
     .kind = OP_BN,
     .onnx_name = "batch_normalization",
@@ -78,4 +87,5 @@ const ps_layer_export ps_layer_export_bn = {
     .describe = describe,
     .torch = torch,
     .torch_keeps_order = true,
+    .keras = keras,
 };

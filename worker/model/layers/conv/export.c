@@ -98,6 +98,26 @@ static int torch(ps_torch_b *b, size_t j, const char *module) {
     return PS_OK;
 }
 
+static const char *keras(cJSON *c, const ps_op *o) {
+    size_t one[2] = {1, 1};
+    if (o->kind == OP_CONV) cJSON_AddNumberToObject(c, "filters", (double)o->out.c);
+    ps_keras_window(c, o, "kernel_size");
+    if (o->kind == OP_DWCONV) cJSON_AddNumberToObject(c, "depth_multiplier", (double)o->mult);
+    cJSON_AddItemToObject(c, "dilation_rate", ps_keras_ints(one, 2));
+    if (o->kind == OP_CONV) cJSON_AddNumberToObject(c, "groups", 1);
+    return o->kind == OP_CONV ? "Conv2D" : "DepthwiseConv2D";
+}
+
+/* Keras' kernel: [kh, kw, c_in, filters] or, depthwise, [kh, kw, c_in, multiplier]. */
+static int keras_dims(const ps_op *o, size_t var, size_t d[4]) {
+    if (var != o->kernel_var) return 0;
+    d[0] = o->kh;
+    d[1] = o->kw;
+    d[2] = o->in.c;
+    d[3] = o->kind == OP_CONV ? o->out.c : o->mult;
+    return 4;
+}
+
 const ps_layer_export ps_layer_export_conv = {
     .kind = OP_CONV,
     .onnx_name = "conv2d",
@@ -105,6 +125,9 @@ const ps_layer_export ps_layer_export_conv = {
     .class_name = "Conv2D",
     .describe = describe,
     .torch = torch,
+    .keras = keras,
+    .keras_act = true,
+    .keras_dims = keras_dims,
 };
 
 const ps_layer_export ps_layer_export_dwconv = {
@@ -114,4 +137,7 @@ const ps_layer_export ps_layer_export_dwconv = {
     .class_name = "DepthwiseConv2D",
     .describe = describe,
     .torch = torch,
+    .keras = keras,
+    .keras_act = true,
+    .keras_dims = keras_dims,
 };

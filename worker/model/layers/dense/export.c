@@ -59,6 +59,11 @@ static int torch(ps_torch_b *b, size_t j, const char *module) {
     return rc;
 }
 
+static const char *keras(cJSON *c, const ps_op *o) {
+    cJSON_AddNumberToObject(c, "units", (double)o->out.c);
+    return "Dense";
+}
+
 const ps_layer_export ps_layer_export_dense = {
     .kind = OP_DENSE,
     .onnx_name = "dense",
@@ -66,4 +71,6 @@ const ps_layer_export ps_layer_export_dense = {
     .class_name = "Dense",
     .describe = describe,
     .torch = torch,
+    .keras = keras,
+    .keras_act = true,
 };

@@ -18,6 +18,13 @@ static void describe(cJSON *e, const ps_model *m, size_t j, const ps_op *o) {
     cJSON_AddNumberToObject(e, "rate", o->rate);
 }
 
+static const char *keras(cJSON *c, const ps_op *o) {
+    cJSON_AddNumberToObject(c, "rate", o->rate);
+    cJSON_AddNullToObject(c, "seed");
+    cJSON_AddNullToObject(c, "noise_shape");
+    return "Dropout";
+}
+
 const ps_layer_export ps_layer_export_dropout = {
     .kind = OP_DROPOUT,
     .onnx_name = "dropout",
@@ -25,4 +32,5 @@ const ps_layer_export ps_layer_export_dropout = {
     .class_name = "Dropout",
     .describe = describe,
     .torch_keeps_order = true,
+    .keras = keras,
 };

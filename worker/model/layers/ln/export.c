@@ -73,6 +73,15 @@ static int torch(ps_torch_b *b, size_t j, const char *module) {
                        : rc;
 }
 
+static const char *keras(cJSON *c, const ps_op *o) {
+    cJSON_AddNumberToObject(c, "axis", -1);
+    cJSON_AddNumberToObject(c, "epsilon", o->eps);
+    cJSON_AddBoolToObject(c, "center", o->center);
+    cJSON_AddBoolToObject(c, "scale", o->has_gamma);
+    cJSON_AddBoolToObject(c, "rms_scaling", false);
+    return "LayerNormalization";
+}
+
 const ps_layer_export ps_layer_export_ln = {
     .kind = OP_LN,
     .onnx_name = "layer_normalization",
@@ -80,4 +89,5 @@ const ps_layer_export ps_layer_export_ln = {
     .class_name = "LayerNormalization",
     .describe = describe,
     .torch = torch,
+    .keras = keras,
 };

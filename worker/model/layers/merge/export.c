@@ -1,5 +1,7 @@
 /* Add and Concatenate in ONNX: Add (Sum for three or more), Concat along the
  * channels (axis 1 in NCHW and in [N, C]). */
+#include <cjson/cJSON.h>
+
 #include "layer_export.h"
 #include "ps_error.h"
 
@@ -15,11 +17,18 @@ static int onnx(ps_onnx *b, size_t j, const ps_op *o, const char *in, const char
     return PS_OK;
 }
 
+static const char *keras(cJSON *c, const ps_op *o) {
+    if (o->kind == OP_ADD) return "Add";
+    cJSON_AddNumberToObject(c, "axis", -1);
+    return "Concatenate";
+}
+
 const ps_layer_export ps_layer_export_add = {
     .kind = OP_ADD,
     .onnx_name = "add",
     .onnx = onnx,
     .class_name = "Add",
+    .keras = keras,
 };
 
 const ps_layer_export ps_layer_export_concat = {
@@ -27,4 +36,5 @@ const ps_layer_export ps_layer_export_concat = {
     .onnx_name = "concatenate",
     .onnx = onnx,
     .class_name = "Concatenate",
+    .keras = keras,
 };

@@ -22,10 +22,19 @@ static void describe(cJSON *e, const ps_model *m, size_t j, const ps_op *o) {
     cJSON_AddItemToObject(e, "pads", ps_describe_sizes(o->pad, 4));
 }
 
+static const char *keras(cJSON *c, const ps_op *o) {
+    cJSON *p = cJSON_AddArrayToObject(c, "padding");
+    cJSON_AddItemToArray(p, ps_keras_ints(o->pad, 2));
+    cJSON_AddItemToArray(p, ps_keras_ints(o->pad + 2, 2));
+    cJSON_AddStringToObject(c, "data_format", "channels_last");
+    return "ZeroPadding2D";
+}
+
 const ps_layer_export ps_layer_export_pad = {
     .kind = OP_PAD,
     .onnx_name = "zero_padding2d",
     .onnx = onnx,
     .class_name = "ZeroPadding2D",
     .describe = describe,
+    .keras = keras,
 };

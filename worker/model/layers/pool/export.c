@@ -22,12 +22,18 @@ static void describe(cJSON *e, const ps_model *m, size_t j, const ps_op *o) {
     ps_describe_window(e, o, "pool_size");
 }
 
+static const char *keras(cJSON *c, const ps_op *o) {
+    ps_keras_window(c, o, "pool_size");
+    return o->kind == OP_MAXPOOL ? "MaxPooling2D" : "AveragePooling2D";
+}
+
 const ps_layer_export ps_layer_export_maxpool = {
     .kind = OP_MAXPOOL,
     .onnx_name = "max_pooling2d",
     .onnx = onnx,
     .class_name = "MaxPooling2D",
     .describe = describe,
+    .keras = keras,
 };
 
 const ps_layer_export ps_layer_export_avgpool = {
@@ -36,4 +42,5 @@ const ps_layer_export ps_layer_export_avgpool = {
     .onnx = onnx,
     .class_name = "AveragePooling2D",
     .describe = describe,
+    .keras = keras,
 };

@@ -21,6 +21,12 @@ static void describe(cJSON *e, const ps_model *m, size_t j, const ps_op *o) {
     cJSON_AddNumberToObject(e, "offset", o->offset);
 }
 
+static const char *keras(cJSON *c, const ps_op *o) {
+    cJSON_AddNumberToObject(c, "scale", o->scale);
+    cJSON_AddNumberToObject(c, "offset", o->offset);
+    return "Rescaling";
+}
+
 const ps_layer_export ps_layer_export_rescale = {
     .kind = OP_RESCALE,
     .onnx_name = "rescaling",
@@ -28,4 +34,5 @@ const ps_layer_export ps_layer_export_rescale = {
     .class_name = "Rescaling",
     .describe = describe,
     .torch_keeps_order = true,
+    .keras = keras,
 };

@@ -1,6 +1,8 @@
 /* Flatten and Reshape in the exports: ONNX Flatten of the model's (NHWC)
  * order, and for an image target a Reshape then NCHW again; PyTorch: the flat
  * order is its input's. */
+#include <cjson/cJSON.h>
+
 #include "layer_export.h"
 #include "ps_error.h"
 
@@ -25,10 +27,21 @@ static const char *class_of(const ps_op *o) {
     return o->image ? "Reshape" : "Flatten";
 }
 
+static const char *keras(cJSON *c, const ps_op *o) {
+    if (!o->image) {
+        cJSON_AddStringToObject(c, "data_format", "channels_last");
+        return "Flatten";
+    }
+    size_t d[3] = {o->out.h, o->out.w, o->out.c};
+    cJSON_AddItemToObject(c, "target_shape", ps_keras_ints(d, 3));
+    return "Reshape";
+}
+
 const ps_layer_export ps_layer_export_reshape = {
     .kind = OP_FLATTEN,
     .onnx_name = "flatten",
     .onnx = onnx,
     .class_of = class_of,
     .torch_keeps_order = true,
+    .keras = keras,
 };

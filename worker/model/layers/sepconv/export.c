@@ -70,6 +70,32 @@ static int torch(ps_torch_b *b, size_t j, const char *module) {
     return PS_OK;
 }
 
+static const char *keras(cJSON *c, const ps_op *o) {
+    size_t one[2] = {1, 1};
+    cJSON_AddNumberToObject(c, "filters", (double)o->out.c);
+    ps_keras_window(c, o, "kernel_size");
+    cJSON_AddNumberToObject(c, "depth_multiplier", (double)o->mult);
+    cJSON_AddItemToObject(c, "dilation_rate", ps_keras_ints(one, 2));
+    return "SeparableConv2D";
+}
+
+/* Keras' kernels: depthwise [kh, kw, c_in, multiplier], pointwise [1, 1, c_in *
+ * multiplier, filters]. */
+static int keras_dims(const ps_op *o, size_t var, size_t d[4]) {
+    if (var == o->kernel_var) {
+        d[0] = o->kh;
+        d[1] = o->kw;
+        d[2] = o->in.c;
+        d[3] = o->mult;
+        return 4;
+    }
+    if (var != o->kernel2_var) return 0;
+    d[0] = d[1] = 1;
+    d[2] = o->in.c * o->mult;
+    d[3] = o->out.c;
+    return 4;
+}
+
 const ps_layer_export ps_layer_export_sepconv = {
     .kind = OP_SEPCONV,
     .onnx_name = "separable_conv2d",
@@ -77,4 +103,7 @@ const ps_layer_export ps_layer_export_sepconv = {
     .class_name = "SeparableConv2D",
     .describe = describe,
     .torch = torch,
+    .keras = keras,
+    .keras_act = true,
+    .keras_dims = keras_dims,
 };
