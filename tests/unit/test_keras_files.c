@@ -98,6 +98,13 @@ START_TEST(cnn_predictions) {
 }
 END_TEST
 
+/* A functional base used as a layer of a Sequential with a new head: the
+ * weights file nests the base's layers under its name. */
+START_TEST(nested_predictions) {
+    check_fixture("nested", NULL, 1e-5);
+}
+END_TEST
+
 START_TEST(residual_predictions) {
     /* saved uncompiled: the loss comes from the caller (--loss) */
     char path[2048], err[1024] = "";
@@ -477,6 +484,7 @@ int main(void) {
     tcase_add_test(tc, mlp_predictions);
     tcase_add_test(tc, cnn_predictions);
     tcase_add_test(tc, residual_predictions);
+    tcase_add_test(tc, nested_predictions);
     tcase_add_test(tc, compile_config);
     tcase_add_test(tc, wrong_shape);
     tcase_add_test(tc, missing_weight);

@@ -275,6 +275,11 @@ typedef struct {
     size_t *tensor;     /* each one's output tensor */
     size_t n;
     bool have_input;
+    /* a model nested as a layer: its InputLayer is tensor in_t of the model
+     * around it (bound: the outer model had its input already), depth its level */
+    bool nested, bound;
+    size_t in_t;
+    int depth;
     /* the call being read: a number after the tensor (Keras 3 writes x + 3.0 and
      * x * (1 / 6) as Add / Multiply layers called with it), training=False */
     bool has_const, training_false;
@@ -394,10 +399,40 @@ static int build_call(kctx *K, const char *where, const char *c, const cJSON *cf
     return rc;
 }
 
+static int parse_model(kctx *K, const cJSON *root, bool top, size_t *out);
+static int parse_nested(kctx *K, const cJSON *l, const char *where, const cJSON *cfg,
+                        bool functional, size_t cur, size_t *t);
+
+static bool is_model_class(const char *c) {
+    return !strcmp(c, "Functional") || !strcmp(c, "Model") || !strcmp(c, "Sequential");
+}
+
+/* A nested model's InputLayer: its shape must be that of the tensor feeding it
+ * (null sizes match any); *t is that tensor. */
+static int bind_input(kctx *K, const char *where, const cJSON *cfg, size_t *t) {
+    const cJSON *bs = item(cfg, "batch_shape");
+    if (!bs) bs = item(cfg, "batch_input_shape");
+    ps_shape s = ps_tensor_shape(K->m, K->in_t);
+    bool image = ps_tensor_image(K->m, K->in_t);
+    int rank = cJSON_IsArray(bs) ? cJSON_GetArraySize(bs) - 1 : -1;
+    size_t want[3] = {s.h, s.w, s.c};
+    bool ok = rank == (image ? 3 : 1);
+    for (int i = 0; ok && i < rank; i++) {
+        const cJSON *v = cJSON_GetArrayItem(bs, i + 1);
+        size_t w = image ? want[i] : s.c;
+        ok = cJSON_IsNull(v) || (cJSON_IsNumber(v) && v->valuedouble == (double)w);
+    }
+    if (!ok)
+        return fail(K->e, "%s: the nested model's input shape differs from its input %zux%zux%zu",
+                    where, s.h, s.w, s.c);
+    *t = K->in_t;
+    return PS_OK;
+}
+
 static int parse_one(kctx *K, const cJSON *l, size_t index, bool functional, size_t *cur) {
     static const char *const entry_keys[] = {
         "module",       "class_name", "config",        "registered_name",
-        "build_config", "name",       "inbound_nodes", NULL};
+        "build_config", "name",       "inbound_nodes", "compile_config", NULL};
     kerr *e = K->e;
     const cJSON *cls = item(l, "class_name"), *cfg = item(l, "config"), *k;
     const cJSON *name = item(l, "name");
@@ -425,10 +460,14 @@ static int parse_one(kctx *K, const cJSON *l, size_t index, bool functional, siz
         if (K->have_input)
             return fail(e, "%s: a second input: models with several inputs are not supported",
                         where);
-        if (K->m->nops) return fail(e, "%s: the input must come first", where);
-        int rc = parse_input_layer(K->m, e, where, cfg);
+        int rc = K->bound ? bind_input(K, where, cfg, &t) : PS_OK;
         if (rc != PS_OK) return rc;
+        if (!K->bound && K->m->nops) return fail(e, "%s: the input must come first", where);
+        if (!K->bound && (rc = parse_input_layer(K->m, e, where, cfg)) != PS_OK) return rc;
         K->have_input = true;
+    } else if (is_model_class(c)) {
+        int rc = parse_nested(K, l, where, cfg, functional, *cur, &t);
+        if (rc != PS_OK) return rc;
     } else {
         if (!lc) {
             char list[512];
@@ -436,7 +475,7 @@ static int parse_one(kctx *K, const cJSON *l, size_t index, bool functional, siz
             return fail(e, "%s: layer class '%s' is not supported (supported: InputLayer, %s)",
                         where, cls->valuestring, list);
         }
-        bool first = !functional && !K->have_input;
+        bool first = !functional && !K->have_input && !K->bound;
         if (first) { /* a Keras 2 Sequential's first layer may carry the input shape */
             const cJSON *bis = item(cfg, "batch_input_shape");
             if (!bis) bis = item(cfg, "batch_shape");
@@ -452,6 +491,10 @@ static int parse_one(kctx *K, const cJSON *l, size_t index, bool functional, siz
             cJSON_Delete(holder);
             if (rc != PS_OK) return rc;
             K->have_input = true;
+        }
+        if (!K->have_input && K->bound) { /* a nested Sequential without an InputLayer */
+            K->have_input = true;
+            *cur = K->in_t;
         }
         if (!K->have_input) return fail(e, "%s: comes before the model's InputLayer", where);
         int rc = check_options(e, where, lc, cfg, first);
@@ -508,14 +551,17 @@ static const char *single_ref(const cJSON *v) {
     return n->valuestring;
 }
 
-int ps_keras_parse(ps_model *m, const cJSON *root, char *err, size_t errlen) {
+/* A model's layers into K's graph (the model itself, or one nested as a layer:
+ * top false); *out its output tensor. */
+static int parse_model(kctx *K, const cJSON *root, bool top, size_t *out) {
     static const char *const top_keys[] = {"module",          "class_name",     "config",
                                            "registered_name", "build_config",   "keras_version",
                                            "backend",         "compile_config", NULL};
     static const char *const cfg_keys[] = {
         "name",          "trainable",         "dtype", "layers", "input_layers",
         "output_layers", "build_input_shape", NULL};
-    kerr ke = {err, errlen}, *e = &ke;
+    kerr *e = K->e;
+    ps_model *m = K->m;
     const cJSON *cls = item(root, "class_name"), *cfg = item(root, "config"), *k;
     if (!cJSON_IsString(cls) || !cJSON_IsObject(cfg))
         return fail(e, "a Keras model file needs 'class_name' and a 'config' object");
@@ -524,53 +570,97 @@ int ps_keras_parse(ps_model *m, const cJSON *root, char *err, size_t errlen) {
         return fail(e, "model class '%s' is not supported (Sequential or Functional)",
                     cls->valuestring);
     cJSON_ArrayForEach(k, root) {
-        if (!key_in(k->string, top_keys))
+        if (top && !key_in(k->string, top_keys))
             return fail(e, "the Keras model's key '%s' is not supported", k->string);
     }
+    const cJSON *name = item(cfg, "name"), *layers = item(cfg, "layers");
+    const char *mname = cJSON_IsString(name) ? name->valuestring : "?";
     cJSON_ArrayForEach(k, cfg) {
         if (!key_in(k->string, cfg_keys))
-            return fail(e, "the Keras model's config key '%s' is not supported", k->string);
+            return fail(e, "the Keras model '%s': config key '%s' is not supported", mname,
+                        k->string);
         if (!strcmp(k->string, "trainable") && !cJSON_IsTrue(k))
-            return fail(e, "a model with trainable = false is not supported");
+            return fail(e, "the Keras model '%s': trainable = false is not supported", mname);
         ps_dtype_policy pol;
         if (!strcmp(k->string, "dtype") && !policy_of(k, &pol))
-            return fail(e, "the model's dtype must be float32 or a mixed policy");
+            return fail(e, "the Keras model '%s': its dtype must be float32 or a mixed policy",
+                        mname);
     }
-    const cJSON *name = item(cfg, "name"), *layers = item(cfg, "layers");
-    if (cJSON_IsString(name)) snprintf(m->name, sizeof m->name, "%s", name->valuestring);
+    if (top && cJSON_IsString(name)) snprintf(m->name, sizeof m->name, "%s", name->valuestring);
     int n = cJSON_IsArray(layers) ? cJSON_GetArraySize(layers) : 0;
     if (n < 1 || n > MAX_LAYERS)
-        return fail(e, "the Keras model's 'layers' must be an array of 1 to %d layers", MAX_LAYERS);
-    m->keras = true;
-    const cJSON *ver = item(root, "keras_version");
-    m->keras2 = cJSON_IsString(ver) && strncmp(ver->valuestring, "2.", 2) == 0;
-    kctx K = {.m = m, .e = e, .b = {.m = m, .err = err, .errlen = errlen}};
-    K.names = calloc((size_t)n, sizeof *K.names);
-    K.tensor = calloc((size_t)n, sizeof *K.tensor);
-    int rc = K.names && K.tensor ? PS_OK : PS_ENOMEM;
+        return fail(e, "the Keras model '%s': 'layers' must be an array of 1 to %d layers", mname,
+                    MAX_LAYERS);
+    K->names = calloc((size_t)n, sizeof *K->names);
+    K->tensor = calloc((size_t)n, sizeof *K->tensor);
+    int rc = K->names && K->tensor ? PS_OK : PS_ENOMEM;
     if (rc != PS_OK) fail(e, "out of memory");
-    size_t cur = 0, index = 0;
+    size_t cur = K->bound ? K->in_t : 0, index = 0;
     const cJSON *l;
     cJSON_ArrayForEach(l, layers) {
         if (rc != PS_OK) break;
-        rc = parse_one(&K, l, index++, functional, &cur);
+        rc = parse_one(K, l, index++, functional, &cur);
     }
-    if (rc == PS_OK && !K.have_input) rc = fail(e, "the model has no InputLayer");
+    if (rc == PS_OK && !K->have_input) rc = fail(e, "the model '%s' has no InputLayer", mname);
     if (rc == PS_OK && functional) {
         const char *in = single_ref(item(cfg, "input_layers"));
-        const char *out = single_ref(item(cfg, "output_layers"));
+        const char *o = single_ref(item(cfg, "output_layers"));
         size_t t = 0;
-        if (!in || !out)
+        if (!in || !o)
             rc = fail(e, "only models with one input and one output are supported "
-                         "('input_layers', 'output_layers')");
-        else if ((rc = find_layer(&K, in, "'input_layers'", &t)) == PS_OK && t != 0)
-            rc = fail(e, "'input_layers' names '%s', not the InputLayer", in);
-        if (rc == PS_OK && (rc = find_layer(&K, out, "'output_layers'", &t)) == PS_OK &&
+                         "('input_layers', 'output_layers' of '%s')",
+                      mname);
+        else if ((rc = find_layer(K, in, "'input_layers'", &t)) == PS_OK &&
+                 t != (K->bound ? K->in_t : 0))
+            rc = fail(e, "'input_layers' of '%s' names '%s', not the InputLayer", mname, in);
+        if (rc == PS_OK && (rc = find_layer(K, o, "'output_layers'", &t)) == PS_OK &&
             t != m->nops)
-            rc = fail(e, "the output layer '%s' must be the last layer", out);
+            rc = fail(e, "the output layer '%s' of '%s' must be its last layer", o, mname);
+        cur = t;
     }
+    *out = cur;
+    free(K->names);
+    free(K->tensor);
+    K->names = NULL;
+    K->tensor = NULL;
+    return rc;
+}
+
+/* A model used as a layer (a base with a new head: the transfer-learning
+ * shape): its layers go into the graph, its InputLayer bound to the tensor
+ * that feeds it (or, as the first layer of a Sequential without an input, the
+ * model's input); its layers' names are its own (Keras' weights file nests them
+ * under the model's name). */
+static int parse_nested(kctx *K, const cJSON *l, const char *where, const cJSON *cfg,
+                        bool functional, size_t cur, size_t *t) {
+    (void)cfg;
+    if (K->depth >= 8) return fail(K->e, "%s: models nested deeper than 8", where);
+    kctx in = {.m = K->m, .e = K->e, .b = K->b, .nested = true, .depth = K->depth + 1};
+    if (functional) {
+        int rc = parse_inbound(K, where, item(l, "inbound_nodes"));
+        if (rc != PS_OK) return rc;
+        if (K->b.nin != 1 || K->has_const || K->training_false)
+            return fail(K->e, "%s: a nested model takes one input tensor", where);
+        in.in_t = K->b.in_t[0];
+        in.bound = true;
+    } else {
+        in.in_t = cur;
+        in.bound = K->have_input;
+    }
+    int rc = parse_model(&in, l, false, t);
+    K->b.cap = in.b.cap;
+    if (rc == PS_OK) K->have_input = true;
+    return rc;
+}
+
+int ps_keras_parse(ps_model *m, const cJSON *root, char *err, size_t errlen) {
+    kerr ke = {err, errlen};
+    m->keras = true;
+    const cJSON *ver = item(root, "keras_version");
+    m->keras2 = cJSON_IsString(ver) && strncmp(ver->valuestring, "2.", 2) == 0;
+    kctx K = {.m = m, .e = &ke, .b = {.m = m, .err = err, .errlen = errlen}};
+    size_t out;
+    int rc = parse_model(&K, root, true, &out);
     if (rc == PS_OK) rc = ps_build_finish(&K.b);
-    free(K.names);
-    free(K.tensor);
     return rc;
 }
