@@ -81,7 +81,6 @@ static const struct {
     {"pointwise_constraint", D_NULL},
     {"beta_constraint", D_NULL},
     {"gamma_constraint", D_NULL},
-    {"noise_shape", D_NULL},
     {"seed", D_NULL},
     {"lora_rank", D_NULL},
     {"lora_alpha", D_NULL},

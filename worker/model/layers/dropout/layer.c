@@ -7,7 +7,10 @@
 #include "ps_error.h"
 
 static const char *const keys[] = {"rate", NULL};
-static const ps_layer_class classes[] = {{"Dropout", NULL, true, keys, keys}};
+/* noise_shape: read here (null only), but a Dropout called with training=False
+ * (EfficientNet's drop connect) never drops, whatever its noise_shape */
+static const char *const keras_keys[] = {"rate", "noise_shape", NULL};
+static const ps_layer_class classes[] = {{"Dropout", NULL, true, keys, keras_keys}};
 
 static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op *o, int *act) {
     (void)cls;
@@ -16,6 +19,12 @@ static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op
     const cJSON *r = ps_layer_item(l, "rate");
     if (!cJSON_IsNumber(r) || !(r->valuedouble >= 0.0 && r->valuedouble < 1.0))
         return ps_build_fail(b, PS_EFORMAT, "%s: 'rate' must be a number in [0, 1)", b->where);
+    const cJSON *ns = ps_layer_item(l, "noise_shape");
+    if (ns && !cJSON_IsNull(ns))
+        return ps_build_fail(b, PS_EFORMAT,
+                             "%s: option 'noise_shape' is not supported (only null, or any in a "
+                             "call with training=False)",
+                             b->where);
     o->kind = OP_DROPOUT;
     o->rate = (float)r->valuedouble;
     return PS_OK;
