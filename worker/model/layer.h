@@ -100,6 +100,11 @@ int ps_layer_parse_float(ps_build *b, const struct cJSON *l, const char *key, do
  * GlorotUniform/Normal, HeUniform/Normal, LecunUniform/Normal or
  * VarianceScaling, by name or as a config with a null seed. */
 int ps_layer_parse_init(ps_build *b, const struct cJSON *l, const char *key, ps_vscale *out);
+/* ZeroPadding2D's padding, Cropping2D's cropping under key: n, [rows, cols] or
+ * [[top, bottom], [left, right]] in [0, PS_LAYER_MAX_PAD], into e (top, bottom,
+ * left, right); absent: dflt on every edge. */
+int ps_layer_parse_edges(ps_build *b, const struct cJSON *l, const char *key, size_t dflt,
+                         size_t e[4]);
 /* The channel axis of BatchNormalization or Concatenate: -1 or the last. */
 int ps_layer_parse_channel_axis(ps_build *b, const struct cJSON *l, bool image);
 

@@ -250,3 +250,22 @@ int ps_layer_parse_init(ps_build *b, const cJSON *l, const char *key, ps_vscale 
     cJSON_free(s);
     return rc;
 }
+
+int ps_layer_parse_edges(ps_build *b, const cJSON *l, const char *key, size_t dflt, size_t e[4]) {
+    const cJSON *p = ps_layer_item(l, key);
+    e[0] = e[1] = e[2] = e[3] = dflt;
+    if (!p) return PS_OK;
+    if (ps_layer_get_pair(p, 0, PS_LAYER_MAX_PAD, &e[0], &e[2])) {
+        e[1] = e[0];
+        e[3] = e[2];
+        return PS_OK;
+    }
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 2 && cJSON_IsArray(cJSON_GetArrayItem(p, 0)) &&
+        ps_layer_get_pair(cJSON_GetArrayItem(p, 0), 0, PS_LAYER_MAX_PAD, &e[0], &e[1]) &&
+        cJSON_IsArray(cJSON_GetArrayItem(p, 1)) &&
+        ps_layer_get_pair(cJSON_GetArrayItem(p, 1), 0, PS_LAYER_MAX_PAD, &e[2], &e[3]))
+        return PS_OK;
+    return ps_build_fail(b, PS_EFORMAT,
+                         "%s: '%s' must be an integer, a pair, or a pair of pairs in [0, %d]",
+                         b->where, key, PS_LAYER_MAX_PAD);
+}

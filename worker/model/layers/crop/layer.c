@@ -8,31 +8,13 @@
 static const char *const keys[] = {"cropping", NULL};
 static const ps_layer_class classes[] = {{"Cropping2D", NULL, true, keys, keys}};
 
-static int parse_cropping(ps_build *b, const cJSON *l, size_t c[4]) {
-    const cJSON *p = ps_layer_item(l, "cropping");
-    c[0] = c[1] = c[2] = c[3] = 0;
-    if (!p) return PS_OK;
-    if (ps_layer_get_pair(p, 0, PS_LAYER_MAX_PAD, &c[0], &c[2])) {
-        c[1] = c[0];
-        c[3] = c[2];
-        return PS_OK;
-    }
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 2 && cJSON_IsArray(cJSON_GetArrayItem(p, 0)) &&
-        ps_layer_get_pair(cJSON_GetArrayItem(p, 0), 0, PS_LAYER_MAX_PAD, &c[0], &c[1]) &&
-        cJSON_IsArray(cJSON_GetArrayItem(p, 1)) &&
-        ps_layer_get_pair(cJSON_GetArrayItem(p, 1), 0, PS_LAYER_MAX_PAD, &c[2], &c[3]))
-        return PS_OK;
-    return ps_build_fail(b, PS_EFORMAT,
-                         "%s: 'cropping' must be an integer, a pair, or a pair of pairs in [0, %d]",
-                         b->where, PS_LAYER_MAX_PAD);
-}
-
 static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op *o, int *act) {
     (void)cls;
     (void)keras;
     (void)act;
     int rc;
-    if ((rc = ps_layer_need_image(b)) || (rc = parse_cropping(b, l, o->pad))) return rc;
+    if ((rc = ps_layer_need_image(b)) || (rc = ps_layer_parse_edges(b, l, "cropping", 0, o->pad)))
+        return rc;
     if (o->pad[0] + o->pad[1] >= o->in.h || o->pad[2] + o->pad[3] >= o->in.w)
         return ps_build_fail(b, PS_EFORMAT, "%s: cropping %zu+%zu x %zu+%zu leaves nothing of %zux%zu",
                              b->where, o->pad[0], o->pad[1], o->pad[2], o->pad[3], o->in.h,

@@ -8,31 +8,13 @@
 static const char *const keys[] = {"padding", NULL};
 static const ps_layer_class classes[] = {{"ZeroPadding2D", NULL, true, keys, keys}};
 
-static int parse_padding(ps_build *b, const cJSON *l, size_t pad[4]) {
-    const cJSON *p = ps_layer_item(l, "padding");
-    pad[0] = pad[1] = pad[2] = pad[3] = 1;
-    if (!p) return PS_OK;
-    if (ps_layer_get_pair(p, 0, PS_LAYER_MAX_PAD, &pad[0], &pad[2])) {
-        pad[1] = pad[0];
-        pad[3] = pad[2];
-        return PS_OK;
-    }
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 2 && cJSON_IsArray(cJSON_GetArrayItem(p, 0)) &&
-        ps_layer_get_pair(cJSON_GetArrayItem(p, 0), 0, PS_LAYER_MAX_PAD, &pad[0], &pad[1]) &&
-        cJSON_IsArray(cJSON_GetArrayItem(p, 1)) &&
-        ps_layer_get_pair(cJSON_GetArrayItem(p, 1), 0, PS_LAYER_MAX_PAD, &pad[2], &pad[3]))
-        return PS_OK;
-    return ps_build_fail(b, PS_EFORMAT,
-                         "%s: 'padding' must be an integer, a pair, or a pair of pairs in [0, %d]",
-                         b->where, PS_LAYER_MAX_PAD);
-}
-
 static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op *o, int *act) {
     (void)cls;
     (void)keras;
     (void)act;
     int rc;
-    if ((rc = ps_layer_need_image(b)) || (rc = parse_padding(b, l, o->pad))) return rc;
+    if ((rc = ps_layer_need_image(b)) || (rc = ps_layer_parse_edges(b, l, "padding", 1, o->pad)))
+        return rc;
     o->kind = OP_PAD;
     o->out.h = o->in.h + o->pad[0] + o->pad[1];
     o->out.w = o->in.w + o->pad[2] + o->pad[3];
