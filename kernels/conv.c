@@ -123,10 +123,11 @@ static void conv2d_backward(ps_k_dev *d, const ps_k_conv *p, float *dx, float *d
     for (size_t i0 = 0; i0 < p->n; i0 += p->chunk) {
         size_t nb = p->n - i0 < p->chunk ? p->n - i0 : p->chunk, rows = nb * pix;
         const float *dyc = dy + i0 * pix * p->cout;
-        ps_k_im2col_overwrite(d, p, ws, x + i0 * img_in, nb);
-        /* dw[K, cout] (+)= cols^T @ dy */
-        float beta = (i0 == 0 && !acc) ? 0.0f : 1.0f;
-        conv_gemm(d, p, true, false, K, p->cout, rows, ws, dyc, beta, dw);
+        if (dw) { /* dw[K, cout] (+)= cols^T @ dy */
+            ps_k_im2col_overwrite(d, p, ws, x + i0 * img_in, nb);
+            float beta = (i0 == 0 && !acc) ? 0.0f : 1.0f;
+            conv_gemm(d, p, true, false, K, p->cout, rows, ws, dyc, beta, dw);
+        }
         if (dx) { /* dcols[rows, K] = dy @ w^T, then scattered back onto the images */
             conv_gemm(d, p, false, true, rows, K, p->cout, dyc, w, 0.0f, ws);
             ps_k_col2im_overwrite(d, p, dx + i0 * img_in, ws, nb);

@@ -294,7 +294,7 @@ static PS_INLINE void dw_pixel_mult_backward(const ps_k_conv *p, float *dxi, flo
         for (size_t kx = kx0; kx < kx1; kx++) {
             size_t iy = oy * p->sh + ky - p->pad_top, ix = ox * p->sw + kx - p->pad_left;
             size_t cell = (iy * p->w + ix) * C, k = (ky * p->kw + kx) * CO;
-            madd_mult(dw + k, xi + cell, g, C, CO / C); /* dw += x * dy */
+            if (dw) madd_mult(dw + k, xi + cell, g, C, CO / C); /* dw += x * dy */
             if (dxi) madd_mult_t(dxi + cell, g, w + k, C, CO / C);
         }
 }
@@ -336,13 +336,14 @@ void ps__cpu_dwconv2d_backward_overwrite(const ps_k_conv *p, float *dx, float *d
     size_t gt[MAX_TAPS], wt[MAX_TAPS];
     bool unit = p->sh == 1 && p->sw == 1; /* stride 1: interior cells share one tap list */
     if (listed && unit) window_taps_t(p, gt, wt);
-    memset(dw, 0, p->kh * p->kw * CO * sizeof *dw);
+    if (dw) memset(dw, 0, p->kh * p->kw * CO * sizeof *dw);
     if (db) memset(db, 0, CO * sizeof *db);
+    bool walk = dw || db || !listed; /* the dy pass: dw, db, and dx when not listed */
     if (dx && !listed) memset(dx, 0, p->n * p->h * p->w * C * sizeof *dx);
     for (size_t img = 0; img < p->n; img++) {
         const float *xi = x + img * p->h * p->w * C, *gi = dy + img * p->oh * p->ow * CO;
         float *dxi = dx ? dx + img * p->h * p->w * C : NULL;
-        for (size_t oy = 0; oy < p->oh; oy++)
+        for (size_t oy = 0; walk && oy < p->oh; oy++)
             for (size_t ox = 0; ox < p->ow; ox++) {
                 const float *g = gi + (oy * p->ow + ox) * CO;
                 if (db) madd_scalar(db, g, CO);
@@ -350,6 +351,7 @@ void ps__cpu_dwconv2d_backward_overwrite(const ps_k_conv *p, float *dx, float *d
                     dw_pixel_mult_backward(p, dxi, dw, g, xi, w, oy, ox);
                     continue;
                 }
+                if (!dw) continue;
                 taps t = pixel(p, xi, oy, ox, xw, ww, xo, wo);
                 if (t.xo == xw && ox + 1 < p->ow && interior_x(p, ox + 1)) {
                     if (db) madd_scalar(db, g + CO, CO);

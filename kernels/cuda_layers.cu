@@ -130,7 +130,7 @@ extern "C" void ps__cuda_dwconv2d_backward_overwrite(ps_k_dev *d, const ps_k_con
                                                      const float *x, const float *w) {
     size_t cells = p->n * p->h * p->w * p->c, weights = p->kh * p->kw * p->cout;
     if (dx) launch(d, dwconv_dx_kernel, cells, *p, dx, dy, w, cells);
-    launch_blocks(d, dwconv_dw_kernel, weights, *p, dw, dy, x, weights);
+    if (dw) launch_blocks(d, dwconv_dw_kernel, weights, *p, dw, dy, x, weights);
     if (db) ps__cuda_col_sum(d, db, dy, p->n * p->oh * p->ow, p->cout, false);
 }
 

@@ -249,9 +249,9 @@ void ps_k_col2im_overwrite(ps_k_dev *d, const ps_k_conv *p, float *dx, const flo
  * ps_k_conv_workspace(p) floats on d. */
 void ps_k_conv2d_forward_overwrite(ps_k_dev *d, const ps_k_conv *p, float *y, const float *x,
                                    const float *w, const float *b, float *ws);
-/* From dy[n, oh, ow, cout]: dw[kh,kw,c,cout] and db[cout] (db may be NULL)
- * are overwritten (_overwrite) or added to (_acc); dx[n,h,w,c] (may be NULL)
- * is always overwritten. */
+/* From dy[n, oh, ow, cout]: dw[kh,kw,c,cout] and db[cout] (each may be NULL:
+ * skipped) are overwritten (_overwrite) or added to (_acc); dx[n,h,w,c] (may
+ * be NULL) is always overwritten. */
 void ps_k_conv2d_backward_overwrite(ps_k_dev *d, const ps_k_conv *p, float *dx, float *dw,
                                     float *db, const float *dy, const float *x, const float *w,
                                     float *ws);
@@ -310,8 +310,8 @@ int ps_k_dwconv_plan(ps_k_conv *p, size_t n, size_t h, size_t w, size_t c, size_
 /* y = depthwise(x, w) + b (b [c*mult] may be NULL); a direct kernel (no im2col). */
 void ps_k_dwconv2d_forward_overwrite(ps_k_dev *d, const ps_k_conv *p, float *y, const float *x,
                                      const float *w, const float *b);
-/* From dy: dw [kh,kw,c,mult] and db (may be NULL) overwritten; dx [n,h,w,c]
- * (may be NULL) overwritten. */
+/* From dy: dw [kh,kw,c,mult] and db overwritten (each may be NULL: skipped);
+ * dx [n,h,w,c] (may be NULL) overwritten. */
 void ps_k_dwconv2d_backward_overwrite(ps_k_dev *d, const ps_k_conv *p, float *dx, float *dw,
                                       float *db, const float *dy, const float *x, const float *w);
 

@@ -127,6 +127,17 @@ static int init_from_file(ps_model *m, const char *path, const char *flag, char 
     return rc;
 }
 
+/* A spec wrapping a .keras archive: the archive's variables that the model
+ * has (by name); the others (a new head) keep their seeded values. */
+static int init_by_name(ps_model *m, const char *archive, char *err, size_t errlen) {
+    size_t copied = 0;
+    int rc = ps_keras_load_weights_by_name(m, archive, &copied, err, errlen);
+    if (rc == PS_OK)
+        PS_INFO("initial values of %zu of %zu variables from %s (by name; the others seeded)",
+                copied, ps_model_num_vars(m), archive);
+    return rc;
+}
+
 /* --save: the model's current values (just pulled), one tensor per variable. */
 static int save_model(ps_model *m, const char *path, uint64_t steps, char *err, size_t errlen) {
     size_t n = ps_model_num_vars(m);
@@ -298,6 +309,25 @@ static int setup_policy(const ps_train_config *cfg, train_state *st, char *err, 
     return PS_OK;
 }
 
+/* Frozen layers (trainable: false): something must still train, and their
+ * values should come from a file (seeded values frozen are legal but rarely
+ * meant: said). */
+static int check_frozen(const ps_model *m, const char *init, char *err, size_t errlen) {
+    size_t all = ps_model_num_params(m), live = ps_model_num_updated_params(m);
+    if (live == all) return PS_OK;
+    size_t nf = 0;
+    for (size_t i = 0; i < ps_model_num_vars(m); i++)
+        nf += ps_model_var_at(m, i)->frozen;
+    if (ps_model_num_trainable_params(m) == 0) {
+        snprintf(err, errlen,
+                 "every layer with weights is frozen (trainable: false): nothing would train");
+        return PS_EINVAL;
+    }
+    PS_INFO("%zu frozen variables (%zu parameters) are not trained or exchanged%s", nf,
+            all - live, init ? "" : "; they keep their seeded initial values (no --init-from)");
+    return PS_OK;
+}
+
 static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, unsigned *epochs,
                  char *err, size_t errlen) {
     if (!cfg->model_path && cfg->loss) {
@@ -318,9 +348,19 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, uns
     if (!init && cfg->model_path && ps_keras_kind_of(cfg->model_path) == PS_KERAS_ARCHIVE)
         init = cfg->model_path;
     const char *flag = cfg->init_from ? "--init-from" : "--model";
-    if (init && cfg->index == 0 &&
+    /* the others get the chief's values from psd or the ring; frozen variables
+     * never travel (docs/TRAINING.md, "Transfer learning"): every worker reads them */
+    bool frozen = ps_model_num_updated_params(st->model) < ps_model_num_params(st->model);
+    if (init && (cfg->index == 0 || frozen) &&
         (rc = init_from_file(st->model, init, flag, err, errlen)) != PS_OK)
         return rc;
+    char base[4096];
+    if (!init && cfg->model_path && ps_keras_wrapped_archive(cfg->model_path, base, sizeof base)) {
+        init = base; /* a base's weights under a new head: by name */
+        if ((cfg->index == 0 || frozen) && (rc = init_by_name(st->model, base, err, errlen)))
+            return rc;
+    }
+    if ((rc = check_frozen(st->model, init, err, errlen)) != PS_OK) return rc;
     /* every worker draws its own dropout masks */
     ps_model_set_dropout_seed(st->model, cfg->seed ^ (0x5851F42D4C957F2Dull * (cfg->index + 1)));
     rc = ps_k_dev_open(cfg->device ? cfg->device : "auto", &st->dev, err, errlen);

@@ -3,7 +3,9 @@
 # the wrong shape, a missing and an extra weight, a zip bomb (config.json of 17 MiB
 # deflated to a few KiB), members named ../x and /etc/x: each exits with status 2 and one
 # error line naming the file and the weight or member, no crash (the ASan build runs it
-# too). The files are made here from tests/fixtures/keras/mlp.* and psworker's own export.
+# too); transfer-learning wrappers naming a missing archive, an unknown layer, a weight of
+# another shape, or freezing everything. The files are made here from
+# tests/fixtures/keras/mlp.* and psworker's own export.
 # usage: keras_hostile.sh PSWORKER SOURCE_ROOT. Exit 0 ok, 1 failed.
 set -uo pipefail
 worker=$1
@@ -89,5 +91,20 @@ expect "abs.keras: member '/etc/x' escapes the archive" --model "$fx/mlp.keras" 
 expect "mlp.weights.h5: a weights file has no architecture" --model "$fx/mlp.weights.h5"
 expect "--evaluate $fx/cnn.weights.h5: layers/batch_normalization/vars/0: a weight of layer 'bn1', which the model does not have" \
     --evaluate "$fx/cnn.weights.h5"
+# transfer-learning wrappers over an archive (docs/TRAINING.md, "Transfer learning")
+wrap() { # wrap FILE ARCHIVE EXTRA: a spec wrapping ARCHIVE
+    printf '{"keras": "%s", "loss": "sparse_categorical_crossentropy", "from_logits": true%s}\n' \
+        "$2" "$3" >"$1"
+}
+wrap damaged.json cut.keras ""
+expect "damaged.json: 'keras': cut.keras: not a readable zip archive" --model damaged.json
+wrap cut.json "$fx/mlp.keras" ', "head": {"after": "nope", "layers": [{"type": "Dense", "units": 3}]}'
+expect "'head': the Keras model has no layer named 'nope'" --model cut.json
+wrap shape.json "$fx/mlp.keras" ', "head": {"after": "hidden", "layers": [{"type": "Dense", "units": 7, "name": "logits"}]}'
+expect "mlp.keras: logits/kernel: 640 values, the model's has 448" --model shape.json
+wrap frozen.json "$fx/mlp.keras" ', "trainable": false'
+expect "every layer with weights is frozen (trainable: false): nothing would train" --model frozen.json
+wrap name.json "$fx/mlp.keras" ', "trainable": {"hiddn": false}'
+expect "'trainable': the Keras model has no layer named 'hiddn'" --model name.json
 [ $fail = 0 ] && echo "keras_hostile: ok"
 exit $fail

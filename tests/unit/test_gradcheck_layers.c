@@ -364,6 +364,23 @@ START_TEST(cuda_separable_keepdims_match_cpu) {
 }
 END_TEST
 
+/* frozen layers: no weight gradients (NULL dw in the kernels), BN in inference mode */
+START_TEST(cuda_frozen_layers_match_cpu) {
+    cuda_matches_cpu("cuda_frozen_layers_match_cpu",
+                     "{" IMG "\"layers\": ["
+                     "{\"type\": \"Conv2D\", \"filters\": 3, \"kernel_size\": 2},"
+                     "{\"type\": \"BatchNormalization\", \"trainable\": false},"
+                     "{\"type\": \"Conv2D\", \"filters\": 4, \"kernel_size\": 2,"
+                     " \"trainable\": false},"
+                     "{\"type\": \"DepthwiseConv2D\", \"kernel_size\": 2, \"trainable\": false},"
+                     "{\"type\": \"SeparableConv2D\", \"filters\": 3, \"kernel_size\": 2,"
+                     " \"trainable\": false},"
+                     "{\"type\": \"Flatten\"},"
+                     "{\"type\": \"Dense\", \"units\": 5, \"trainable\": false},"
+                     "{\"type\": \"Dense\", \"units\": 3}]" SGD);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("gradcheck_layers");
     TCase *tc = tcase_create("core");
@@ -384,6 +401,7 @@ int main(void) {
     tcase_add_test(tc, cuda_model_matches_cpu);
     tcase_add_test(tc, cuda_separable_keepdims_match_cpu);
     tcase_add_test(tc, cuda_keras_se_block_matches_cpu);
+    tcase_add_test(tc, cuda_frozen_layers_match_cpu);
     suite_add_tcase(s, tc);
     return ps_test_run_suite(s);
 }

@@ -44,7 +44,7 @@ static void hook(void *ctx, const float *begin, const float *end) {
 int ps_accum_new(ps_model *m, ps_exchange *ex, ps_accum **out) {
     *out = NULL;
     ps_accum *a = calloc(1, sizeof *a);
-    size_t n = ps_model_num_params(m);
+    size_t n = ps_model_num_updated_params(m); /* the frozen variables have no gradient */
     if (!a || !(a->sum = malloc((n ? n : 1) * sizeof *a->sum)) || !(a->done = malloc(n ? n : 1))) {
         ps_accum_free(a);
         return PS_ENOMEM;

@@ -200,7 +200,7 @@ static int by_lo(const void *a, const void *b) {
 static void start_rest(coll_ex *x) {
     if (x->pending.lo) start_span(x, x->pending);
     x->pending = (span){NULL, NULL};
-    float *g = ps_model_grads(x->model), *gend = g + ps_model_num_params(x->model);
+    float *g = ps_model_grads(x->model), *gend = g + ps_model_num_updated_params(x->model);
     size_t n = x->n_started;
     if (n) qsort(x->started, n, sizeof *x->started, by_lo); /* none yet: started is NULL */
     float *at = g;
@@ -227,6 +227,8 @@ static model_desc describe(ps_model *m) {
         d.layout_crc = ps_crc32c_extend(d.layout_crc, v->name, strlen(v->name) + 1);
         uint64_t numel = v->numel;
         d.layout_crc = ps_crc32c_extend(d.layout_crc, &numel, sizeof numel);
+        uint8_t frozen = v->frozen; /* every rank must exchange the same variables */
+        d.layout_crc = ps_crc32c_extend(d.layout_crc, &frozen, 1);
     }
     d.opt_kind = (uint32_t)ps_model_optimizer(m)->kind;
     return d;
@@ -339,7 +341,7 @@ static int open_nccl(coll_ex *x, char *err, size_t errlen) {
     rc = ring_failed(x, ps_nccl_open(x->ring, atoi(name + 5), &x->nccl, err, errlen));
     if (rc != PS_OK) return rc;
     void *buf = NULL;
-    if (ps_k_malloc(dev, ps_model_num_params(x->model) * sizeof(float), &buf) != PS_OK) {
+    if (ps_k_malloc(dev, ps_model_num_updated_params(x->model) * sizeof(float), &buf) != PS_OK) {
         snprintf(err, errlen, "no device memory for the NCCL all-reduce buffer");
         return PS_ENOMEM;
     }
@@ -352,7 +354,7 @@ static int open_nccl(coll_ex *x, char *err, size_t errlen) {
  * summed on the device and brought back. */
 static int nccl_sum(coll_ex *x, char *err, size_t errlen) {
     ps_k_dev *dev = ps_model_device(x->model);
-    size_t n = ps_model_num_params(x->model);
+    size_t n = ps_model_num_updated_params(x->model);
     float *g = ps_model_grads(x->model);
     int rc = ps_k_copy_to_dev(dev, x->d_sum, g, n * sizeof(float));
     if (rc == PS_OK) rc = ps_nccl_allreduce(x->nccl, x->d_sum, n, err, errlen);
@@ -519,18 +521,18 @@ static int coll_step_end(void *self, char *err, size_t errlen) {
     if (x->size > 1) {
         float scale = 1.0f / (float)x->size;
         float *g = ps_model_grads(x->model);
-        size_t n = ps_model_num_params(x->model);
+        size_t n = ps_model_num_updated_params(x->model);
         for (size_t i = 0; i < n; i++)
             g[i] *= scale;
     }
     /* loss scaling: checked on the reduced gradient, the same on every replica */
     x->skipped = x->check_finite &&
-                 !ps_all_finite(ps_model_grads(x->model), ps_model_num_params(x->model));
+                 !ps_all_finite(ps_model_grads(x->model), ps_model_num_updated_params(x->model));
     if (x->skipped) {
         /* nothing applied */
     } else if (x->cfg->sync_every > 1) { /* local SGD (exchange_localsgd.c): minus the mean delta */
         float *w = ps_model_params(x->model), *g = ps_model_grads(x->model);
-        for (size_t i = 0, n = ps_model_num_params(x->model); i < n; i++)
+        for (size_t i = 0, n = ps_model_num_updated_params(x->model); i < n; i++)
             w[i] -= g[i];
     } else {
         ps_local_opt_step(x->opt);

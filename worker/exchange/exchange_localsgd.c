@@ -86,7 +86,7 @@ static int local_step(lsgd *x, int apply, char *err, size_t errlen) {
     uint64_t s = x->clock % x->spe + 1;
     if (s % x->k != 0 && s != x->spe) return PS_OK;
     float *w = ps_model_params(x->model), *g = ps_model_grads(x->model);
-    size_t n = ps_model_num_params(x->model);
+    size_t n = ps_model_num_updated_params(x->model); /* the frozen variables never move */
     for (size_t i = 0; i < n; i++) {
         g[i] = x->anchor[i] - w[i];
         w[i] = x->anchor[i];

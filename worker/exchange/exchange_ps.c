@@ -36,26 +36,37 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* all: every variable's optimizer on psd (local SGD's delta rule); NULL: the model's. */
+/* all: every variable's optimizer on psd (local SGD's delta rule); NULL: the model's.
+ * The frozen variables stay here: psd never sees them (constants of the job, the
+ * same on every worker from the same --init-from / --model file or --seed). */
 static int register_vars(ps_model *m, ps_client *c, unsigned n_shards, const ps_opt_spec *all,
                          char *err, size_t errlen) {
-    size_t n = ps_model_num_vars(m);
-    ps_place_var *in = calloc(n, sizeof *in);
-    if (!in) return PS_ENOMEM;
-    for (size_t i = 0; i < n; i++) {
+    size_t nv = ps_model_num_vars(m), n = 0;
+    ps_place_var *in = calloc(nv + 1, sizeof *in);
+    size_t *var_of = calloc(nv + 1, sizeof *var_of); /* in[k] is variable var_of[k] */
+    if (!in || !var_of) {
+        free(in);
+        free(var_of);
+        return PS_ENOMEM;
+    }
+    for (size_t i = 0; i < nv; i++) {
         const ps_model_var *v = ps_model_var_at(m, i);
-        in[i] = (ps_place_var){v->name, v->shape[0], v->numel / v->shape[0]};
+        if (v->frozen) continue;
+        var_of[n] = i;
+        in[n++] = (ps_place_var){v->name, v->shape[0], v->numel / v->shape[0]};
     }
     ps_placement pl;
     int rc = ps_place(in, n, n_shards, PS_PLACE_MIN_SLICE_BYTES, &pl);
     if (rc != PS_OK) {
         free(in);
+        free(var_of);
         snprintf(err, errlen, "placing variables: %s", ps_strerror(rc));
         return rc;
     }
     for (size_t k = 0; k < pl.n && rc == PS_OK; k++) {
         const ps_place_piece *pc = &pl.pieces[k];
-        const ps_model_var *v = ps_model_var_at(m, pc->var);
+        size_t var = var_of[pc->var];
+        const ps_model_var *v = ps_model_var_at(m, var);
         size_t row = v->numel / v->shape[0];
         ps_client_tensor t = {.shard = pc->shard, .rank = (size_t)v->rank};
         snprintf(t.name, sizeof t.name, "%s", pc->name);
@@ -63,12 +74,13 @@ static int register_vars(ps_model *m, ps_client *c, unsigned n_shards, const ps_
         t.shape[1] = v->rank > 1 ? v->shape[1] : 0;
         t.param = ps_model_params(m) + v->offset + pc->row_begin * row;
         t.grad = ps_model_grads(m) + v->offset + pc->row_begin * row;
-        t.opt = all ? *all : *ps_model_var_optimizer(m, pc->var); /* moving statistics: SGD 1 */
+        t.opt = all ? *all : *ps_model_var_optimizer(m, var); /* moving statistics: SGD 1 */
         rc = ps_client_add(c, &t);
         PS_DEBUG("%s -> psd %u", t.name, t.shard);
     }
     ps_placement_free(&pl);
     free(in);
+    free(var_of);
     return rc;
 }
 
@@ -145,7 +157,7 @@ static int ps_join(void *self, ps_exchange_job *job, char *err, size_t errlen) {
             snprintf(err, errlen, "%s", ps_client_error(x->client));
         else if (rc == PS_OK)
             PS_INFO("created %zu variables (%zu parameters) on %zu shards", created,
-                    ps_model_num_params(x->model), cfg->n_ps);
+                    ps_model_num_updated_params(x->model), cfg->n_ps);
     } else {
         /* a shard without variables may be one the chief is creating them on now:
          * the chief decides (PS_ELOST); another job's variables fail here too */

@@ -43,7 +43,7 @@ int ps_local_opt_new(ps_model *m, ps_local_opt **out) {
     }
     for (size_t i = 0; i < n; i++) {
         const ps_opt_spec *spec = ps_model_var_optimizer(m, i);
-        int k = ps_optim_num_slots(spec->kind);
+        int k = ps_optim_num_slots(spec->kind); /* frozen: SGD's, none */
         size_t numel = ps_model_var_at(m, i)->numel;
         for (int s = 0; s < k; s++) {
             float *p = malloc((numel ? numel : 1) * sizeof *p);
@@ -78,6 +78,7 @@ void ps_local_opt_step(ps_local_opt *o) {
     o->t++;
     for (size_t i = 0; i < ps_model_num_vars(o->m); i++) {
         const ps_model_var *v = ps_model_var_at(o->m, i);
+        if (v->frozen) continue;
         /* the moving statistics have their own optimizer (SGD, rate 1) */
         ps_optim_apply(ps_model_var_optimizer(o->m, i), params + v->offset, grads + v->offset, &o->slots[PS_OPT_MAX_SLOTS * i],
                        v->numel, o->t);

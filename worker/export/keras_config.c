@@ -27,6 +27,7 @@ typedef struct {
     char (*names)[64];  /* the names, owned here (tname points into them) */
     const char **cls;   /* per layer: its class (a string constant of this file) */
     ps_shape flat;      /* a Flatten put before a Dense on an image: its output (tensor nops+1) */
+    bool frozen;        /* the layer being added has trainable: false */
     bool oom;
 } kb;
 
@@ -149,7 +150,7 @@ static cJSON *add_layer(kb *b, const char *cls, const char *name, cJSON *cfg, co
     cJSON_AddStringToObject(j, "class_name", cls);
     cJSON_AddStringToObject(cfg, "name", name);
     if (strcmp(cls, "InputLayer")) {
-        cJSON_AddBoolToObject(cfg, "trainable", true);
+        cJSON_AddBoolToObject(cfg, "trainable", !b->frozen);
         cJSON_AddItemToObject(cfg, "dtype", policy(b->m));
     }
     cJSON_AddItemToObject(j, "config", cfg);
@@ -251,7 +252,9 @@ static int add_op(kb *b, size_t j, size_t *skip, char *err, size_t errlen) {
         if (o->prefix[0]) snprintf(want, sizeof want, "%s", o->prefix);
         unique_name(b, want, name);
     }
+    b->frozen = o->frozen;
     add_layer(b, cls, name, c, in, o->nin, j + 1 + *skip);
+    b->frozen = false;
     if (*skip) b->tname[j + 1] = b->tname[j + 2];
     return b->oom ? PS_ENOMEM : PS_OK;
 }

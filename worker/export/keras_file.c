@@ -14,6 +14,7 @@
 #include <zip.h>
 
 #include "keras_h5.h"
+#include "model_impl.h" /* ps_model_read_file */
 #include "ps_error.h"
 
 #define MAX_MEMBERS 64
@@ -337,10 +338,115 @@ int ps_keras_load_model(const char *path, const ps_model_overrides *ov, ps_model
     return rc;
 }
 
+/* The spec file at path, parsed, when it is a wrapper naming a .keras archive
+ * ({"keras": "base.keras", ...}): *archive gets its path (relative names are
+ * the spec file's). NULL otherwise (not JSON, not such a wrapper). */
+static cJSON *wrapped_archive(const char *path, char *archive, size_t n) {
+    char *text = NULL, why[256];
+    if (ps_model_read_file(path, &text, why, sizeof why) != PS_OK) return NULL;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(root, "keras");
+    if (!cJSON_IsString(k) || ps_keras_kind_of(k->valuestring) != PS_KERAS_ARCHIVE) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    const char *slash = strrchr(path, '/');
+    if (k->valuestring[0] == '/' || !slash)
+        snprintf(archive, n, "%s", k->valuestring);
+    else
+        snprintf(archive, n, "%.*s/%s", (int)(slash - path), path, k->valuestring);
+    return root;
+}
+
+bool ps_keras_wrapped_archive(const char *spec_path, char *archive, size_t n) {
+    cJSON *root = wrapped_archive(spec_path, archive, n);
+    cJSON_Delete(root);
+    return root != NULL;
+}
+
+/* A wrapper over an archive: the archive's config.json in place of its name. */
+static int open_wrapper(const char *path, cJSON *root, const char *archive, ps_model **out,
+                        char *err, size_t errlen) {
+    cJSON *cfg = NULL;
+    char why[600] = "";
+    int rc = ps__keras_read_config(archive, &cfg, NULL, why, sizeof why);
+    if (rc != PS_OK) {
+        snprintf(err, errlen, "%s: 'keras': %s", path, why);
+        cJSON_Delete(root);
+        return rc;
+    }
+    cJSON_ReplaceItemInObjectCaseSensitive(root, "keras", cfg);
+    char *spec = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!spec) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return PS_ENOMEM;
+    }
+    why[0] = '\0';
+    rc = ps_model_from_json(spec, out, why, sizeof why);
+    free(spec);
+    if (rc != PS_OK) snprintf(err, errlen, "%s: %s", path, why);
+    return rc;
+}
+
+int ps_keras_load_weights_by_name(ps_model *m, const char *archive, size_t *copied, char *err,
+                                  size_t errlen) {
+    *copied = 0;
+    ps_model *base = NULL;
+    /* the base's loss is irrelevant here: only its variables are read */
+    ps_model_overrides ov = {.loss = "sparse_categorical_crossentropy", .from_logits = -1};
+    cJSON *cfg = NULL;
+    int rc = ps__keras_read_config(archive, &cfg, NULL, err, errlen);
+    bool has_loss = rc == PS_OK &&
+                    cJSON_GetObjectItemCaseSensitive(
+                        cJSON_GetObjectItemCaseSensitive(cfg, "compile_config"), "loss");
+    cJSON_Delete(cfg);
+    if (rc == PS_OK) rc = ps_keras_load_model(archive, has_loss ? NULL : &ov, &base, err, errlen);
+    if (rc != PS_OK) return rc;
+    ps_model_init_params(base, 0);
+    rc = ps_keras_load_weights(base, archive, err, errlen);
+    for (size_t i = 0; rc == PS_OK && i < ps_model_num_vars(m); i++) {
+        const ps_model_var *v = ps_model_var_at(m, i);
+        for (size_t k = 0; k < ps_model_num_vars(base); k++) {
+            const ps_model_var *b = ps_model_var_at(base, k);
+            if (strcmp(b->name, v->name)) continue;
+            if (b->numel != v->numel || b->shape[0] != v->shape[0] || b->rank != v->rank) {
+                snprintf(err, errlen, "%s: %s: %zu values, the model's has %zu", archive,
+                         v->name, b->numel, v->numel);
+                rc = PS_EFORMAT;
+                break;
+            }
+            memcpy(ps_model_params(m) + v->offset, ps_model_params(base) + b->offset,
+                   v->numel * sizeof(float));
+            ++*copied;
+            break;
+        }
+    }
+    if (rc == PS_OK && *copied == 0) {
+        snprintf(err, errlen, "%s: none of the model's variables is in it (by name)", archive);
+        rc = PS_EFORMAT;
+    }
+    ps_model_free(base);
+    return rc;
+}
+
 int ps_model_open(const char *path, const ps_model_overrides *ov, ps_model **out, char *err,
                   size_t errlen) {
     if (ps_keras_kind_of(path) == PS_KERAS_ARCHIVE)
         return ps_keras_load_model(path, ov, out, err, errlen);
+    char archive[4096];
+    cJSON *wrapped = ps_keras_kind_of(path) == PS_KERAS_NONE
+                         ? wrapped_archive(path, archive, sizeof archive)
+                         : NULL;
+    if (wrapped) {
+        if (ov && ov->loss) {
+            cJSON_Delete(wrapped);
+            snprintf(err, errlen, "--loss is for a bare Keras model file; %s gives its own", path);
+            return PS_EINVAL;
+        }
+        return open_wrapper(path, wrapped, archive, out, err, errlen);
+    }
     if (ps_keras_kind_of(path) == PS_KERAS_WEIGHTS) {
         snprintf(err, errlen,
                  "%s: a weights file has no architecture: give it to --init-from "

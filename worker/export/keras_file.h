@@ -6,6 +6,7 @@
 #ifndef PS_KERAS_FILE_H
 #define PS_KERAS_FILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "model.h"
@@ -43,6 +44,18 @@ int ps_keras_load_model(const char *path, const ps_model_overrides *ov, ps_model
  * ps_model_load_with reads. Same contract. */
 int ps_model_open(const char *path, const ps_model_overrides *ov, ps_model **out, char *err,
                   size_t errlen);
+
+/* Whether the spec file at spec_path is a wrapper naming a .keras archive
+ * ({"keras": "base.keras", "loss": ..., "trainable": ..., "head": ...}); its
+ * path (relative to the spec's directory) into archive. ps_model_open builds
+ * such a model from the archive's config.json. */
+bool ps_keras_wrapped_archive(const char *spec_path, char *archive, size_t n);
+
+/* Copies into m, by variable name, every variable the archive's model has too
+ * (shapes must agree): a base's weights under a new head. *copied counts
+ * them; the others keep their values. PS_EFORMAT when none matches. */
+int ps_keras_load_weights_by_name(ps_model *m, const char *archive, size_t *copied, char *err,
+                                  size_t errlen);
 
 /* Internal to export/ (keras_export.c): the archive's config.json parsed (*out
  * owned by the caller; the same checks as ps_keras_load_model), and its text

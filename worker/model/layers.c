@@ -13,7 +13,7 @@ static void dense_backward(ps_k_dev *d, float *din, float *dw, float *db, const 
                            const float *in, const float *w, size_t B, size_t C_in, size_t C_out,
                            float beta) {
     /* dw[C_in, C_out] = in^T[C_in, B] @ dout[B, C_out] (+ beta * dw) */
-    ps_k_gemm(d, true, false, C_in, C_out, B, 1.0f, in, dout, beta, dw);
+    if (dw) ps_k_gemm(d, true, false, C_in, C_out, B, 1.0f, in, dout, beta, dw);
     if (db) {
         if (beta == 0.0f)
             ps_k_bias_grad_overwrite(d, db, dout, B, C_out);
@@ -45,7 +45,8 @@ int ps_dense_forward_ex(ps_k_dev *d, ps_k_prec prec, float *out, const float *in
 int ps_dense_backward_overwrite_ex(ps_k_dev *d, ps_k_prec prec, float *din, float *dw, float *db,
                                    const float *dout, const float *in, const float *w, size_t B,
                                    size_t C_in, size_t C_out) {
-    int rc = ps_k_gemm_ex(d, prec, true, false, C_in, C_out, B, 1.0f, in, dout, 0.0f, dw);
+    int rc = dw ? ps_k_gemm_ex(d, prec, true, false, C_in, C_out, B, 1.0f, in, dout, 0.0f, dw)
+                : PS_OK;
     if (rc == PS_OK && db) ps_k_bias_grad_overwrite(d, db, dout, B, C_out);
     if (rc == PS_OK && din)
         rc = ps_k_gemm_ex(d, prec, false, true, B, C_in, C_out, 1.0f, dout, w, 0.0f, din);

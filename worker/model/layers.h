@@ -11,7 +11,8 @@
  * layout [in, out]). Overwrites out; b may be NULL (no bias). */
 void ps_dense_forward(ps_k_dev *d, float *out, const float *in, const float *w, const float *b,
                       size_t B, size_t C_in, size_t C_out);
-/* Dense backward from dout[B, C_out]: overwrites dw[C_in, C_out] = in^T @ dout,
+/* Dense backward from dout[B, C_out]: overwrites dw[C_in, C_out] = in^T @ dout
+ * (skipped when dw is NULL: a frozen layer),
  * db[C_out] = column sums of dout (skipped when db is NULL), and
  * din[B, C_in] = dout @ w^T (skipped when din is NULL, e.g. for the first layer).
  * din must not alias dout. */

@@ -204,6 +204,21 @@ static int assign_gslots(ps_model *m, char *err, size_t errlen) {
     return rc;
 }
 
+/* Which tensors' gradients the backward pass computes: those read by an op
+ * with variables to train, directly or through ops that pass the gradient on.
+ * The input's never; a frozen layer's variables get none. */
+static int mark_tgrad(ps_model *m) {
+    if (!(m->tgrad = calloc(m->nops + 1, sizeof *m->tgrad))) return PS_ENOMEM;
+    for (size_t j = 0; j < m->nops; j++) {
+        const ps_op *o = &m->ops[j];
+        bool need = !o->frozen && ps_layer_of(o->kind)->vars;
+        for (size_t i = 0; i < o->nin && !need; i++)
+            need = m->tgrad[o->in_t[i]];
+        m->tgrad[j + 1] = need;
+    }
+    return PS_OK;
+}
+
 /* ---- construction ---------------------------------------------------------- */
 
 static int model_new(const char *json, const char *base_dir, const ps_model_overrides *ov,
@@ -219,6 +234,7 @@ static int model_new(const char *json, const char *base_dir, const ps_model_over
     int rc = ps_model_parse(m, json, base_dir, ov, err, errlen);
     if (rc == PS_OK) rc = assign_gslots(m, err, errlen);
     if (rc == PS_OK && !(m->ginit = calloc(m->nops + 1, sizeof *m->ginit))) rc = PS_ENOMEM;
+    if (rc == PS_OK) rc = mark_tgrad(m);
     if (rc == PS_OK) {
         m->maxw = ps_shape_numel(m->input);
         for (size_t j = 0; j < m->nops; j++)
@@ -273,6 +289,7 @@ void ps_model_free(ps_model *m) {
     free(m->inits);
     free(m->vscale);
     free(m->ginit);
+    free(m->tgrad);
     free(m);
 }
 
@@ -311,6 +328,9 @@ const ps_model_var *ps_model_var_at(const ps_model *m, size_t i) {
 }
 size_t ps_model_num_params(const ps_model *m) {
     return m->nparams;
+}
+size_t ps_model_num_updated_params(const ps_model *m) {
+    return m->nupdated;
 }
 float *ps_model_params(ps_model *m) {
     return m->params;
@@ -435,7 +455,7 @@ const float *ps_layer_param(const ps_model *m, size_t var) {
 }
 
 float *ps_layer_grad(const ps_model *m, size_t var) {
-    return var == PS_NO_VAR ? NULL : m->d_grads + m->vars[var].offset;
+    return var == PS_NO_VAR || m->vars[var].frozen ? NULL : m->d_grads + m->vars[var].offset;
 }
 
 int ps_layer_alloc(ps_model *m, size_t floats, void *out) {
@@ -516,7 +536,7 @@ void ps_model_set_grad_hook(ps_model *m, ps_model_grad_hook fn, void *ctx) {
 /* Tells the hook that op o's variables' gradients are final (CPU: d_grads is
  * grads); for batch normalization also the moving statistics' slots. */
 void ps_layer_grads_final(const ps_model *m, const ps_op *o) {
-    if (!m->grad_hook || m->d_grads != m->grads || m->loss_scale > 0.0f) return;
+    if (!m->grad_hook || m->d_grads != m->grads || m->loss_scale > 0.0f || o->frozen) return;
     size_t vs[5] = {o->kernel_var, o->kernel2_var, o->bias_var, o->mean_var, o->mvar_var};
     for (int k = 0; k < 5; k++) {
         if (vs[k] == PS_NO_VAR) continue;
@@ -531,10 +551,11 @@ static float *gbuf(const ps_model *m, size_t t) {
 
 /* Where a backward kernel writes the gradient of input tensor s: its own
  * buffer the first time, else the scratch buffer, added in by din_done (the
- * tensor fans out). NULL for the model's input (no gradient needed). */
+ * tensor fans out). NULL where no gradient is needed (the model's input, a
+ * tensor only frozen layers read). */
 float *ps_layer_din(ps_model *m, size_t s, bool *acc) {
     *acc = false;
-    if (s == 0) return NULL;
+    if (!m->tgrad[s]) return NULL;
     if (!m->ginit[s]) {
         m->ginit[s] = true;
         return gbuf(m, s);
@@ -552,7 +573,7 @@ float *ps_layer_scratch(ps_model *m) {
 }
 
 void ps_layer_pass_grad(ps_model *m, size_t s, const float *dout, size_t n) {
-    if (s == 0) return;
+    if (!m->tgrad[s]) return;
     float *g = gbuf(m, s);
     if (!m->ginit[s]) {
         m->ginit[s] = true;
@@ -571,6 +592,7 @@ static int backward(ps_model *m, const float *x, size_t rows) {
     int rc = PS_OK;
     for (size_t j = m->nrun; j-- > 0 && rc == PS_OK;) {
         ps_op *o = &m->ops[j];
+        if (!m->tgrad[j + 1]) continue; /* frozen, and nothing before it trains */
         /* mixed precision: the gradient reaching a layer is in its precision
          * (complete here: every reader of the output has run its backward) */
         if (o->prec != PS_K_PREC_F32)
@@ -636,9 +658,9 @@ int ps_model_train_step(ps_model *m, const float *x, const int32_t *y, size_t ba
     int src = ps_k_sync(m->dev);
     if (rc == PS_OK) rc = src;
     if (rc == PS_OK && on_cuda(m))
-        rc = ps_k_copy_to_host(m->dev, m->grads, m->d_grads, m->nparams * sizeof(float));
+        rc = ps_k_copy_to_host(m->dev, m->grads, m->d_grads, m->nupdated * sizeof(float));
     if (rc == PS_OK && on_cuda(m) && m->grad_hook && m->loss_scale <= 0.0f)
-        m->grad_hook(m->grad_hook_ctx, m->grads, m->grads + m->nparams);
+        m->grad_hook(m->grad_hook_ctx, m->grads, m->grads + m->nupdated);
     return rc;
 }
 

@@ -40,6 +40,11 @@ typedef struct {
      * step, and their optimizer (ps_model_var_optimizer) is SGD with learning
      * rate 1, so applying it gives Keras' moving average. */
     bool trainable;
+    /* true for a frozen layer's variables (Keras' trainable: false, on the layer or
+     * a model around it): constants of the job, never updated, exchanged or
+     * given optimizer slots (trainable is false too). They lie after every other
+     * variable in the params / grads allocations: see ps_model_num_updated_params. */
+    bool frozen;
 } ps_model_var;
 
 /* Settings a bare Keras model file does not carry (to_json() has no loss);
@@ -86,6 +91,10 @@ size_t ps_model_output_dim(const ps_model *m);
 size_t ps_model_num_vars(const ps_model *m);
 const ps_model_var *ps_model_var_at(const ps_model *m, size_t i);
 size_t ps_model_num_params(const ps_model *m); /* total floats over all vars */
+/* Floats of the variables a training step may change (all but the frozen
+ * ones): the prefix [0, n) of ps_model_params() / ps_model_grads() that an
+ * exchange sends and updates. */
+size_t ps_model_num_updated_params(const ps_model *m);
 float *ps_model_params(ps_model *m);           /* owned by the model */
 float *ps_model_grads(ps_model *m);            /* owned by the model */
 const ps_opt_spec *ps_model_optimizer(const ps_model *m);

@@ -85,6 +85,8 @@ typedef struct {
                                 * channel (a 1x1 image), broadcast over the other's */
     bool use_bias;             /* OP_DENSE, OP_CONV, OP_DWCONV */
     bool center, has_gamma;    /* OP_BN, OP_LN: beta, gamma present */
+    bool frozen;               /* trainable false (Keras): its variables never change and get
+                                * no gradient; BatchNormalization runs in inference mode */
     size_t kernel_var;         /* OP_DENSE, OP_CONV, OP_DWCONV kernel; OP_BN gamma */
     size_t bias_var;           /* bias; OP_BN beta; PS_NO_VAR when absent */
     size_t mean_var, mvar_var; /* OP_BN moving mean / variance (non-trainable) */
@@ -116,6 +118,8 @@ struct ps_model {
     ps_init_kind *inits; /* per variable */
     ps_vscale *vscale;   /* per variable: INIT_VSCALE's parameters */
     size_t nvars, nparams;
+    size_t nupdated;      /* params [0, nupdated) may change in training; the frozen
+                           * variables lie after them */
     ps_opt_spec opt;
     ps_opt_spec stat_opt; /* the moving statistics': SGD, learning rate 1 */
     size_t batch_size;
@@ -136,6 +140,8 @@ struct ps_model {
     float *g[PS_MAX_GSLOTS];
     float *gscr; /* scratch for a gradient added into a fanned-out tensor's */
     bool *ginit; /* per tensor: its gradient buffer holds a value (backward) */
+    bool *tgrad; /* per tensor: its gradient is needed (a trainable op reads it, directly
+                  * or through others); false for the input */
     float *ws;   /* conv workspace */
     size_t ws_floats;
     float *h_stat;    /* host copy of one BN layer's batch statistics [2, c] */
@@ -194,6 +200,11 @@ int ps_build_layer(ps_build *b, const char *cls, const struct cJSON *cfg, bool k
 /* Checks the finished graph (a Dense somewhere, softmax only at the end, a
  * flat output, every op used, the parameter bound). */
 int ps_build_finish(ps_build *b);
+/* Adds the project spec's layers (a "layers" array: {"type": ..., options,
+ * "trainable"}) as a stack on tensor *cur; *cur gets the last one's output.
+ * stem not NULL (a head on a Keras model): each layer may have a "name", by
+ * default "<stem>_<index>". PS_EFORMAT with a reason in b->err. */
+int ps_spec_add_layers(ps_build *b, const struct cJSON *layers, const char *stem, size_t *cur);
 /* The top-level training settings (loss, from_logits, optimizer, batch_size,
  * epochs, metrics, name) from obj; keys not present keep their defaults. */
 int ps_spec_parse_training(ps_model *m, const struct cJSON *obj, char *err, size_t errlen);
@@ -204,5 +215,14 @@ ps_k_prec ps_dtype_policy_prec(ps_dtype_policy p);
 /* model_keras.c: the graph of a Keras to_json() object (Sequential or
  * Functional, Keras 3 or 2 form) into m. */
 int ps_keras_parse(ps_model *m, const struct cJSON *root, char *err, size_t errlen);
+/* The same with a new head: the graph cut after layer `after` (NULL: not
+ * cut), then head (a spec's "layers" array) on top of it. */
+int ps_keras_parse_head(ps_model *m, const struct cJSON *root, const char *after,
+                        const struct cJSON *head, char *err, size_t errlen);
+/* Applies a wrapper's "trainable" to a Keras to_json() object: true / false
+ * for the whole model, or {"layer or nested model name": bool, ...} in order,
+ * each setting the layer and, for a model, every layer inside it (Keras'
+ * setter). PS_EFORMAT with a reason (an unknown name). */
+int ps_keras_set_trainable(struct cJSON *root, const struct cJSON *tr, char *err, size_t errlen);
 
 #endif

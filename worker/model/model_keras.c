@@ -59,7 +59,6 @@ static const struct {
     const char *key;
     dflt want;
 } defaults[] = {
-    {"trainable", D_TRUE},
     {"data_format", D_CHANNELS_LAST},
     {"dilation_rate", D_ONE},
     {"groups", D_ONE},
@@ -196,6 +195,10 @@ static int check_options(kerr *e, const char *where, const ps_layer_class *lc, c
         const char *key = k->string;
         if (!strcmp(key, "name") || !strcmp(key, "dtype") || key_in(key, lc->keras_keys))
             continue; /* dtype: the layer's policy, read by parse_one */
+        if (!strcmp(key, "trainable")) {
+            if (!cJSON_IsBool(k)) return fail(e, "%s: 'trainable' must be true or false", where);
+            continue; /* read by parse_one */
+        }
         if (first && (!strcmp(key, "batch_input_shape") || !strcmp(key, "batch_shape"))) continue;
         size_t d = 0;
         while (d < N_DEFAULTS && strcmp(defaults[d].key, key))
@@ -283,6 +286,7 @@ typedef struct {
      * x * (1 / 6) as Add / Multiply layers called with it), training=False */
     bool has_const, training_false;
     double konst;
+    bool frozen; /* this model or one around it has trainable: false */
 } kctx;
 
 static int find_layer(kctx *K, const char *name, const char *where, size_t *t) {
@@ -524,8 +528,14 @@ static int parse_one(kctx *K, const cJSON *l, size_t index, bool functional, siz
         snprintf(K->b.where, sizeof K->b.where, "%s", where);
         K->b.prefix = name->valuestring;
         if ((rc = build_call(K, where, c, cfg, &t))) return rc;
-        for (size_t j = first_op; j < K->m->nops; j++) /* the layer's ops compute in its policy */
+        /* the layer's ops compute in its policy; trainable: false on it or on a
+         * model around it freezes them (Keras: a layer trains only when it and
+         * every model around it are trainable) */
+        bool frozen = K->frozen || cJSON_IsFalse(item(cfg, "trainable"));
+        for (size_t j = first_op; j < K->m->nops; j++) {
             K->m->ops[j].prec = ps_dtype_policy_prec(pol);
+            K->m->ops[j].frozen = frozen;
+        }
     }
     if (functional && !strcmp(c, "InputLayer")) {
         const cJSON *in = item(l, "inbound_nodes");
@@ -578,8 +588,9 @@ static int parse_model(kctx *K, const cJSON *root, bool top, size_t *out) {
         if (!key_in(k->string, cfg_keys))
             return fail(e, "the Keras model '%s': config key '%s' is not supported", mname,
                         k->string);
-        if (!strcmp(k->string, "trainable") && !cJSON_IsTrue(k))
-            return fail(e, "the Keras model '%s': trainable = false is not supported", mname);
+        if (!strcmp(k->string, "trainable") && !cJSON_IsBool(k))
+            return fail(e, "the Keras model '%s': 'trainable' must be true or false", mname);
+        if (!strcmp(k->string, "trainable") && cJSON_IsFalse(k)) K->frozen = true;
         ps_dtype_policy pol;
         if (!strcmp(k->string, "dtype") && !policy_of(k, &pol))
             return fail(e, "the Keras model '%s': its dtype must be float32 or a mixed policy",
@@ -634,7 +645,12 @@ static int parse_nested(kctx *K, const cJSON *l, const char *where, const cJSON 
                         bool functional, size_t cur, size_t *t) {
     (void)cfg;
     if (K->depth >= 8) return fail(K->e, "%s: models nested deeper than 8", where);
-    kctx in = {.m = K->m, .e = K->e, .b = K->b, .nested = true, .depth = K->depth + 1};
+    kctx in = {.m = K->m,
+               .e = K->e,
+               .b = K->b,
+               .nested = true,
+               .depth = K->depth + 1,
+               .frozen = K->frozen};
     if (functional) {
         int rc = parse_inbound(K, where, item(l, "inbound_nodes"));
         if (rc != PS_OK) return rc;
@@ -652,7 +668,22 @@ static int parse_nested(kctx *K, const cJSON *l, const char *where, const cJSON 
     return rc;
 }
 
-int ps_keras_parse(ps_model *m, const cJSON *root, char *err, size_t errlen) {
+/* A new head: the graph cut after the last op of layer `after` (the ops after
+ * it dropped), then the spec's layers on that tensor. */
+static int add_head(kctx *K, const char *after, const cJSON *layers) {
+    ps_model *m = K->m;
+    size_t cut = m->nops;
+    for (size_t j = 0; j < m->nops; j++)
+        if (!strcmp(m->ops[j].prefix, after)) cut = j;
+    if (cut == m->nops)
+        return fail(K->e, "'head': the Keras model has no layer named '%s' ('after')", after);
+    m->nops = cut + 1;
+    size_t cur = cut + 1;
+    return ps_spec_add_layers(&K->b, layers, "head", &cur);
+}
+
+int ps_keras_parse_head(ps_model *m, const cJSON *root, const char *after, const cJSON *head,
+                        char *err, size_t errlen) {
     kerr ke = {err, errlen};
     m->keras = true;
     const cJSON *ver = item(root, "keras_version");
@@ -660,6 +691,67 @@ int ps_keras_parse(ps_model *m, const cJSON *root, char *err, size_t errlen) {
     kctx K = {.m = m, .e = &ke, .b = {.m = m, .err = err, .errlen = errlen}};
     size_t out;
     int rc = parse_model(&K, root, true, &out);
+    if (rc == PS_OK && after) rc = add_head(&K, after, head);
     if (rc == PS_OK) rc = ps_build_finish(&K.b);
     return rc;
+}
+
+int ps_keras_parse(ps_model *m, const cJSON *root, char *err, size_t errlen) {
+    return ps_keras_parse_head(m, root, NULL, NULL, err, errlen);
+}
+
+/* ---- trainable overrides ---------------------------------------------------- */
+
+/* The "layers" of a model entry (Sequential / Functional / Model), else NULL. */
+static cJSON *layers_of(cJSON *l) {
+    const cJSON *c = item(l, "class_name");
+    if (!cJSON_IsString(c) || !is_model_class(c->valuestring)) return NULL;
+    cJSON *ls = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(l, "config"),
+                                                 "layers");
+    return cJSON_IsArray(ls) ? ls : NULL;
+}
+
+/* Sets config.trainable of entry l, and of every layer inside when l is a model
+ * (as Keras' setter does). */
+static bool set_trainable(cJSON *l, bool v) {
+    cJSON *cfg = cJSON_GetObjectItemCaseSensitive(l, "config");
+    if (!cJSON_IsObject(cfg)) return false;
+    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "trainable");
+    if (!cJSON_AddBoolToObject(cfg, "trainable", v)) return false;
+    cJSON *ls = layers_of(l), *x;
+    cJSON_ArrayForEach(x, ls) {
+        const cJSON *c = item(x, "class_name");
+        if (cJSON_IsString(c) && !strcmp(c->valuestring, "InputLayer")) continue;
+        if (!set_trainable(x, v)) return false;
+    }
+    return true;
+}
+
+/* The entry named name among root's layers, nested models searched too. */
+static cJSON *find_entry(cJSON *root, const char *name) {
+    cJSON *x;
+    cJSON_ArrayForEach(x, layers_of(root)) {
+        const cJSON *n = item(x, "name");
+        if (!n) n = item(item(x, "config"), "name");
+        if (cJSON_IsString(n) && !strcmp(n->valuestring, name)) return x;
+        cJSON *in = find_entry(x, name);
+        if (in) return in;
+    }
+    return NULL;
+}
+
+int ps_keras_set_trainable(cJSON *root, const cJSON *tr, char *err, size_t errlen) {
+    kerr ke = {err, errlen};
+    if (cJSON_IsBool(tr))
+        return set_trainable(root, cJSON_IsTrue(tr)) ? PS_OK : fail(&ke, "out of memory");
+    if (!cJSON_IsObject(tr))
+        return fail(&ke, "'trainable' must be true, false or an object of layer names: true/false");
+    const cJSON *k;
+    cJSON_ArrayForEach(k, tr) { /* in order, as a script setting them one by one */
+        if (!cJSON_IsBool(k)) return fail(&ke, "'trainable': '%s' must be true or false", k->string);
+        cJSON *l = find_entry(root, k->string);
+        if (!l) return fail(&ke, "'trainable': the Keras model has no layer named '%s'", k->string);
+        if (!set_trainable(l, cJSON_IsTrue(k))) return fail(&ke, "'trainable': out of memory");
+    }
+    return PS_OK;
 }

@@ -199,11 +199,12 @@ int ps_build_finish(ps_build *b) {
 
 /* ---- the project's spec: "layers" as a stack ----------------------------- */
 
-static int parse_layers(ps_model *m, const cJSON *layers, perr *e) {
+int ps_spec_add_layers(ps_build *b, const cJSON *layers, const char *stem, size_t *cur) {
+    ps_model *m = b->m;
+    perr pe = {b->err, b->errlen}, *e = &pe;
     if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) == 0)
         return fail(e, PS_EFORMAT, "'layers' must be a non-empty array");
-    ps_build b = {.m = m, .err = e->err, .errlen = e->errlen, .nin = 1};
-    size_t index = 0, cur = 0;
+    size_t index = 0;
     const cJSON *l;
     cJSON_ArrayForEach(l, layers) {
         if (!cJSON_IsObject(l)) return fail(e, PS_EFORMAT, "layer %zu: not an object", index);
@@ -217,19 +218,42 @@ static int parse_layers(ps_model *m, const cJSON *layers, perr *e) {
             return fail(e, PS_EFORMAT, "layer %zu: unknown type '%s' (want one of %s)", index,
                         type->valuestring, list);
         }
-        snprintf(b.where, sizeof b.where, "layer %zu (%s)", index, cls->name);
+        snprintf(b->where, sizeof b->where, "layer %zu (%s)", index, cls->name);
         const cJSON *k;
         cJSON_ArrayForEach(k, l) {
-            if (strcmp(k->string, "type") != 0 && !key_in(k->string, cls->spec_keys))
-                return fail(e, PS_EFORMAT, "%s: unknown key '%s'", b.where, k->string);
+            if (strcmp(k->string, "type") != 0 && strcmp(k->string, "trainable") != 0 &&
+                !(stem && !strcmp(k->string, "name")) && !key_in(k->string, cls->spec_keys))
+                return fail(e, PS_EFORMAT, "%s: unknown key '%s'", b->where, k->string);
         }
-        b.nin = 1;
-        b.in_t[0] = cur;
-        int rc = ps_build_layer(&b, cls->name, l, false, &cur);
+        const cJSON *tr = item(l, "trainable"), *nm = item(l, "name");
+        if (tr && !cJSON_IsBool(tr))
+            return fail(e, PS_EFORMAT, "%s: 'trainable' must be true or false", b->where);
+        char name[48];
+        if (stem && nm && (!cJSON_IsString(nm) || !nm->valuestring[0] ||
+                           strlen(nm->valuestring) >= sizeof name))
+            return fail(e, PS_EFORMAT, "%s: 'name' must be a string of 1 to %zu characters",
+                        b->where, sizeof name - 1);
+        if (stem) snprintf(name, sizeof name, "%s", nm ? nm->valuestring : "");
+        if (stem && !nm) snprintf(name, sizeof name, "%s_%zu", stem, index);
+        b->nin = 1;
+        b->in_t[0] = *cur;
+        b->prefix = stem ? name : NULL;
+        size_t first_op = m->nops;
+        int rc = ps_build_layer(b, cls->name, l, false, cur);
         if (rc != PS_OK) return rc;
+        for (size_t j = first_op; j < m->nops; j++)
+            m->ops[j].frozen = cJSON_IsFalse(tr);
         index++;
     }
-    return ps_build_finish(&b);
+    b->prefix = NULL; /* it pointed at name */
+    return PS_OK;
+}
+
+static int parse_layers(ps_model *m, const cJSON *layers, perr *e) {
+    ps_build b = {.m = m, .err = e->err, .errlen = e->errlen, .nin = 1};
+    size_t cur = 0;
+    int rc = ps_spec_add_layers(&b, layers, NULL, &cur);
+    return rc == PS_OK ? ps_build_finish(&b) : rc;
 }
 
 /* ---- training settings ----------------------------------------------------- */
@@ -392,17 +416,17 @@ static int parse_spec(ps_model *m, const cJSON *root, perr *e) {
 
 /* {"keras": <to_json() object or a file name>, "loss": ..., ...}. */
 static int parse_wrapper(ps_model *m, const cJSON *root, const char *base_dir, perr *e) {
-    static const char *const keys[] = {"keras",       "name",      "loss",
-                                       "from_logits", "optimizer", "batch_size",
-                                       "epochs",      "metrics",   "labels",
-                                       "dtype_policy", NULL};
+    static const char *const keys[] = {"keras",        "name",      "loss",      "from_logits",
+                                       "optimizer",    "batch_size", "epochs",   "metrics",
+                                       "labels",       "dtype_policy", "trainable", "head",
+                                       NULL};
     const cJSON *k, *kj = item(root, "keras");
     cJSON_ArrayForEach(k, root) {
         if (!key_in(k->string, keys))
             return fail(e, PS_EFORMAT, "unknown top-level key '%s' (a \"keras\" wrapper takes %s)",
                         k->string,
                         "keras, name, loss, from_logits, optimizer, batch_size, epochs, metrics, "
-                        "labels, dtype_policy");
+                        "labels, dtype_policy, trainable, head");
     }
     if (!item(root, "loss"))
         return fail(e, PS_EFORMAT, "a \"keras\" wrapper needs a 'loss' (to_json() carries none)");
@@ -433,7 +457,23 @@ static int parse_wrapper(ps_model *m, const cJSON *root, const char *base_dir, p
         return fail(e, PS_EFORMAT,
                     "'keras' must be a model's to_json() object or the name of a file holding it");
     }
-    int rc = ps_keras_parse(m, kj, e->err, e->errlen);
+    const cJSON *tr = item(root, "trainable"), *head = item(root, "head");
+    const cJSON *after = item(head, "after"), *hl = item(head, "layers");
+    int rc = PS_OK;
+    if (head && (!cJSON_IsObject(head) || !cJSON_IsString(after) || !hl ||
+                 cJSON_GetArraySize(head) != 2))
+        rc = fail(e, PS_EFORMAT,
+                  "'head' must be {\"after\": \"<a layer of the Keras model>\", \"layers\": "
+                  "[<spec layers>]}");
+    if (rc == PS_OK && tr) { /* on a copy: kj may be the caller's */
+        cJSON *copy = cJSON_Duplicate(kj, true);
+        cJSON_Delete(owned);
+        kj = owned = copy;
+        rc = copy ? ps_keras_set_trainable(copy, tr, e->err, e->errlen)
+                  : fail(e, PS_ENOMEM, "out of memory");
+    }
+    if (rc == PS_OK)
+        rc = ps_keras_parse_head(m, kj, head ? after->valuestring : NULL, hl, e->err, e->errlen);
     cJSON_Delete(owned);
     if (rc == PS_OK) rc = parse_name(m, root, e);
     if (rc == PS_OK) rc = ps_spec_parse_training(m, root, e->err, e->errlen);
@@ -473,8 +513,9 @@ int ps_layer_add_var(ps_model *m, const ps_op *o, const char *kind, size_t li, c
     v->numel = cols ? rows * cols : rows;
     v->fan_in = fan_in;
     v->fan_out = fan_out;
-    v->offset = m->nparams;
-    v->trainable = trainable;
+    v->offset = m->nparams; /* frozen ones move to the end: layout_vars */
+    v->frozen = o->frozen;
+    v->trainable = trainable && !o->frozen;
     m->inits[m->nvars++] = init;
     m->nparams += v->numel;
     return PS_OK;
@@ -514,6 +555,17 @@ static int layout_vars(ps_model *m, perr *e) {
             if (strcmp(m->vars[i].name, m->vars[k].name) == 0)
                 return fail(e, PS_EFORMAT, "two variables are named '%s': layer names must differ",
                             m->vars[i].name);
+    /* the variables that may change first, in op order, then the frozen ones:
+     * an exchange covers one prefix of the params and grads */
+    size_t off = 0;
+    for (int frozen = 0; frozen < 2; frozen++) {
+        for (size_t i = 0; i < m->nvars; i++) {
+            if (m->vars[i].frozen != (bool)frozen) continue;
+            m->vars[i].offset = off;
+            off += m->vars[i].numel;
+        }
+        if (!frozen) m->nupdated = off;
+    }
     m->stat_opt = ps_opt_spec_default(PS_OPT_SGD);
     m->stat_opt.lr = 1.0f;
     return PS_OK;

@@ -1,6 +1,8 @@
 /* BatchNormalization over the channels: gamma, beta (scale, center), and the
  * moving mean and variance, non-trainable, updated as Keras does through
- * their own optimizer (SGD, learning rate 1: see stat_grads). */
+ * their own optimizer (SGD, learning rate 1: see stat_grads). A frozen one
+ * (trainable: false) runs in inference mode, as Keras 3 does: the moving
+ * statistics normalize, nothing is updated. */
 #include <cjson/cJSON.h>
 
 #include "layer.h"
@@ -82,7 +84,7 @@ static int forward(const ps_pass *p, size_t j, ps_op *o, const float *in, const 
     ps_model *m = p->m;
     size_t n = p->rows * o->in.h * o->in.w;
     const float *gamma = ps_layer_param(m, o->kernel_var), *beta = ps_layer_param(m, o->bias_var);
-    if (!p->training) {
+    if (!p->training || o->frozen) {
         ps_k_bn_forward_infer_overwrite(m->dev, o->y, in, ps_layer_param(m, o->mean_var),
                                         ps_layer_param(m, o->mvar_var), gamma, beta, n, o->in.c,
                                         o->eps);
@@ -93,12 +95,28 @@ static int forward(const ps_pass *p, size_t j, ps_op *o, const float *in, const 
     return p->stats ? stat_grads(m, o) : PS_OK;
 }
 
+/* Frozen (inference mode): y = gamma (x - moving mean) / sqrt(moving var + eps)
+ * + beta is affine in x, so dx = dy gamma / sqrt(moving var + eps): the same
+ * kernel over dy with a zero mean and no beta. */
+static void backward_frozen(const ps_pass *p, ps_op *o, float *din, const float *dout) {
+    ps_model *m = p->m;
+    ps_k_zero(m->dev, o->stat, o->in.c * sizeof(float)); /* unused by a frozen forward */
+    ps_k_bn_forward_infer_overwrite(m->dev, din, dout, o->stat, ps_layer_param(m, o->mvar_var),
+                                    ps_layer_param(m, o->kernel_var), NULL,
+                                    p->rows * o->in.h * o->in.w, o->in.c, o->eps);
+}
+
 static int backward(const ps_pass *p, size_t j, ps_op *o, const float *in, const float *dout) {
     (void)j;
     ps_model *m = p->m;
     size_t s = o->in_t[0];
     bool acc;
     float *din = ps_layer_din(m, s, &acc);
+    if (o->frozen) { /* din: not NULL, else the backward pass skips this op */
+        backward_frozen(p, o, din, dout);
+        ps_layer_din_done(m, s, acc, p->rows * ps_shape_numel(o->in));
+        return PS_OK;
+    }
     /* the kernel always writes dx: the scratch buffer takes it for the input */
     ps_k_bn_backward_overwrite(m->dev, din ? din : ps_layer_scratch(m),
                                ps_layer_grad(m, o->kernel_var), ps_layer_grad(m, o->bias_var),
