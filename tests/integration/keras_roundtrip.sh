@@ -8,6 +8,8 @@
 # keras.saving.load_model and model.load_weights and predicts the first 500 test samples:
 # within 1e-5 of psworker --evaluate FILE.keras --predictions. Then psworker starts from
 # the Keras-read files again: --model FILE.keras (its weights), --init-from FILE.weights.h5.
+# And a Keras-written model whose nested base is frozen trains with it frozen
+# (tests/tools/keras_frozen.py).
 # usage: keras_roundtrip.sh PSWORKER SOURCE_ROOT. Exit 0 ok, 1 failed, 77 skipped (no PyPI,
 # no Fashion-MNIST).
 set -uo pipefail
@@ -64,5 +66,16 @@ for case in "mlp:$root/examples/mlp.json" "residual_cnn:$root/examples/residual_
         >"init-$spec.log" 2>&1 && grep -q "initial values from $spec.weights.h5" "init-$spec.log" ||
         { echo "$spec: --init-from $spec.weights.h5 failed:"; tail -3 "init-$spec.log"; fail=1; }
 done
+# transfer learning from a file Keras wrote: its base frozen (base.trainable = False, nested),
+# trained here, exported: the base bit-identical, the head trained, still frozen in Keras
+KERAS_BACKEND=jax PYTHONWARNINGS=ignore "$py" "$root/tests/tools/keras_frozen.py" make frozen.keras \
+    2>frozen-make.err || { echo "keras_frozen.py make failed:"; tail -3 frozen-make.err; exit 1; }
+timeout 120 "$worker" --no-ps yes --model frozen.keras --data "$data" --epochs 1 --max-train 1280 \
+    --max-steps 10 --max-test $n --progress none --export frozen-out.keras >frozen.log 2>&1 &&
+    grep -q "frozen variables (" frozen.log ||
+    { echo "frozen.keras: training failed or froze nothing:"; tail -3 frozen.log; fail=1; }
+KERAS_BACKEND=jax PYTHONWARNINGS=ignore "$py" "$root/tests/tools/keras_frozen.py" check \
+    frozen.keras frozen-out.keras 2>frozen-check.err ||
+    { echo "frozen.keras:"; tail -3 frozen-check.err; fail=1; }
 [ $fail = 0 ] && echo "keras_roundtrip: ok"
 exit $fail
