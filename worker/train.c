@@ -64,6 +64,8 @@ static int write_summary(const ps_train_config *cfg, const ps_train_result *res,
         cJSON_AddNumberToObject(o, "bytes_sent_per_step", res->bytes_sent_per_step);
     cJSON_AddStringToObject(o, "dtype_policy",
                             ps_dtype_policy_name((ps_dtype_policy)res->dtype_policy));
+    cJSON_AddNumberToObject(o, "params", (double)res->params);
+    cJSON_AddNumberToObject(o, "trainable_params", (double)res->trainable_params);
     if (res->loss_scale > 0) { /* mixed_float16: this worker's scaler */
         cJSON_AddNumberToObject(o, "loss_scale", res->loss_scale);
         cJSON_AddNumberToObject(o, "skipped_steps", (double)res->skipped_steps);
@@ -367,6 +369,9 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, uns
     if (rc == PS_OK) rc = ps_model_set_device(st->model, st->dev, err, errlen);
     if (rc != PS_OK) return rc;
     PS_INFO("computing on %s", ps_k_dev_name(st->dev));
+    size_t all = ps_model_num_params(st->model), tr = ps_model_num_trainable_params(st->model);
+    PS_INFO("model '%s': %zu parameters: %zu trainable, %zu non-trainable", ps_model_name(st->model),
+            all, tr, all - tr);
     *batch = cfg->batch ? cfg->batch : ps_model_batch_size(st->model);
     rc = load_data(cfg, st, err, errlen);
     if (rc == PS_OK) rc = adapt_inputs(cfg, st, err, errlen);
@@ -688,6 +693,8 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     if (rc != PS_OK) res->peer_failed = ps_exchange_peer_failed(&st.ex);
     res->samples_per_sec = train_secs > 0 ? (double)job_samples / train_secs : 0;
     if (st.model) res->dtype_policy = (int)ps_model_dtype_policy(st.model);
+    if (st.model) res->params = ps_model_num_params(st.model);
+    if (st.model) res->trainable_params = ps_model_num_trainable_params(st.model);
     res->loss_scale = st.scaling ? st.scaler.scale : 0.0f;
     res->skipped_steps = st.scaling ? st.scaler.skipped : 0;
     res->wall_seconds = now_s() - t0;

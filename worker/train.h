@@ -102,6 +102,8 @@ typedef struct {
     int peer_failed; /* the failure was another worker's (a broken ring, diverged replicas) */
     double bytes_sent_per_step; /* gradient bytes this worker put on the wire per step (-1: n/a) */
     int dtype_policy;       /* the model's ps_dtype_policy */
+    size_t params, trainable_params; /* as Keras counts them (the rest: moving statistics,
+                                      * frozen layers) */
     float loss_scale;       /* mixed_float16: the loss scale at the end (0: none) */
     uint64_t skipped_steps; /* mixed_float16: steps skipped for inf / NaN gradients */
 } ps_train_result;
