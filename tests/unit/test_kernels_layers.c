@@ -495,7 +495,8 @@ static void check_norm(ps_k_dev *d) {
             ps_ref_norm_forward_overwrite(want, x, mean, var, n, c, 1e-7f);
             ps_ref_norm_backward_overwrite(wdx, g, var, n, c, 1e-7f);
             float *dx_ = dev_from(d, x, nx), *dg = dev_from(d, g, nx), *dy = dev_from(d, got, nx);
-            float *ddx = dev_from(d, got, nx), *dm = dev_from(d, mean, c), *dv = dev_from(d, var, c);
+            float *ddx = dev_from(d, got, nx), *dm = dev_from(d, mean, c);
+            float *dv = dev_from(d, var, c);
             ps_k_norm_forward_overwrite(d, dy, dx_, dm, dv, n, c, 1e-7f);
             ps_k_norm_backward_overwrite(d, ddx, dg, dv, n, c, 1e-7f);
             dev_get(d, got, dy, nx);

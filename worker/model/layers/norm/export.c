@@ -14,8 +14,7 @@
 static const char *channels(ps_onnx *b, const ps_op *o, size_t var) {
     int64_t dims[3] = {(int64_t)o->in.c, 1, 1};
     const char *n = ps_onnx_var_name(b, var);
-    ps_onnx_init_f32(b, n, o->image ? 3 : 1, dims, ps_onnx_var_values(b, var), o->in.c, NULL,
-                     NULL);
+    ps_onnx_init_f32(b, n, o->image ? 3 : 1, dims, ps_onnx_var_values(b, var), o->in.c, NULL, NULL);
     return n;
 }
 

@@ -36,8 +36,7 @@ static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op
     bool invert;
     int rc;
     if ((rc = ps_layer_parse_channel_axis(b, l, o->image)) ||
-        (rc = ps_layer_parse_bool(b, l, "invert", false, &invert)) ||
-        (rc = no_given_stats(b, l)))
+        (rc = ps_layer_parse_bool(b, l, "invert", false, &invert)) || (rc = no_given_stats(b, l)))
         return rc;
     if (invert)
         return ps_build_fail(b, PS_EFORMAT,
@@ -53,7 +52,8 @@ static int vars(ps_model *m, ps_op *o, size_t li) {
     o->mean_var = m->nvars;
     int rc = ps_layer_add_var(m, o, kind, li, "mean", c, 0, 0, 0, INIT_ZEROS, false);
     o->mvar_var = m->nvars;
-    if (rc == PS_OK) rc = ps_layer_add_var(m, o, kind, li, "variance", c, 0, 0, 0, INIT_ONES, false);
+    if (rc == PS_OK)
+        rc = ps_layer_add_var(m, o, kind, li, "variance", c, 0, 0, 0, INIT_ONES, false);
     o->count_var = m->nvars;
     if (rc == PS_OK) rc = ps_layer_add_var(m, o, kind, li, "count", 1, 0, 0, 0, INIT_ZEROS, false);
     return rc;
