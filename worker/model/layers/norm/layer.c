@@ -73,8 +73,9 @@ static int forward(const ps_pass *p, size_t j, ps_op *o, const float *in, const 
     return PS_OK;
 }
 
-/* The statistics' gradient slots (mean, variance, count: consecutive) are
- * zeroed every step (on a CUDA device they start undefined). */
+/* The statistics' gradient slots (mean, variance, count: added one after the
+ * other, so consecutive) are zeroed every step (on a CUDA device they start
+ * undefined). */
 static int zero_stat_grads(ps_model *m, const ps_op *o) {
     size_t n = 2 * o->in.c + 1;
     int rc = ps_k_zero(m->dev, ps_layer_grad(m, o->mean_var), n * sizeof(float));
@@ -87,10 +88,11 @@ static int backward(const ps_pass *p, size_t j, ps_op *o, const float *in, const
     (void)in;
     ps_model *m = p->m;
     int rc = zero_stat_grads(m, o);
+    if (rc != PS_OK) return rc;
     size_t s = o->in_t[0];
     bool acc;
     float *din = ps_layer_din(m, s, &acc);
-    if (rc != PS_OK || !din) return rc;
+    if (!din) return PS_OK;
     ps_k_norm_backward_overwrite(m->dev, din, dout, ps_layer_param(m, o->mvar_var),
                                  p->rows * o->in.h * o->in.w, o->in.c, o->eps);
     ps_layer_din_done(m, s, acc, p->rows * ps_shape_numel(o->in));
