@@ -101,6 +101,9 @@ void ps__cpu_mul_channels_backward_overwrite(float *dx, float *ds, const float *
                                              const float *s, size_t n, size_t hw, size_t c);
 /* y = x * scale + offset; also the backward (offset 0). */
 void ps__cpu_rescale(float *y, const float *x, float scale, float offset, size_t n);
+/* y = (x - mean) / max(sqrt(var), eps) per channel (mean NULL: 0, the backward). */
+void ps__cpu_norm(float *y, const float *x, const float *mean, const float *var, size_t n,
+                  size_t c, float eps);
 /* cpu_ln.c */
 void ps__cpu_ln_forward_overwrite(float *y, float *mean, float *rstd, const float *x,
                                   const float *gamma, const float *beta, size_t rows, size_t c,
@@ -198,6 +201,8 @@ void ps__cuda_mul_channels_backward_overwrite(ps_k_dev *d, float *dx, float *ds,
                                               const float *x, const float *s, size_t n, size_t hw,
                                               size_t c);
 void ps__cuda_rescale(ps_k_dev *d, float *y, const float *x, float scale, float offset, size_t n);
+void ps__cuda_norm(ps_k_dev *d, float *y, const float *x, const float *mean, const float *var,
+                   size_t n, size_t c, float eps);
 void ps__cuda_ln_forward_overwrite(ps_k_dev *d, float *y, float *mean, float *rstd, const float *x,
                                    const float *gamma, const float *beta, size_t rows, size_t c,
                                    float eps);

@@ -1,6 +1,7 @@
 /* CPU backend of kernels/: the element-wise products of the Keras
  * applications networks (Multiply, the squeeze-and-excitation channel
- * product) and Rescaling, as loops over contiguous channel rows. */
+ * product), Rescaling and Normalization, as loops over contiguous channel rows. */
+#include <math.h>
 #include <string.h>
 
 #include "backend.h"
@@ -57,4 +58,18 @@ PS_SIMD_CLONES
 void ps__cpu_rescale(float *y, const float *x, float scale, float offset, size_t n) {
     for (size_t i = 0; i < n; i++)
         y[i] = x[i] * scale + offset;
+}
+
+/* The divisor of a channel, max(sqrt(var), eps), NaN kept (numpy's maximum). */
+static PS_INLINE float norm_div(float var, float eps) {
+    float s = sqrtf(var);
+    return s < eps ? eps : s;
+}
+
+PS_SIMD_CLONES
+void ps__cpu_norm(float *y, const float *x, const float *mean, const float *var, size_t n,
+                  size_t c, float eps) {
+    for (size_t r = 0; r < n; r++)
+        for (size_t j = 0; j < c; j++)
+            y[r * c + j] = (x[r * c + j] - (mean ? mean[j] : 0.0f)) / norm_div(var[j], eps);
 }

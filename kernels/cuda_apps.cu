@@ -1,7 +1,8 @@
 /* CUDA backend of kernels/, part 4: the kernels of the Keras applications
- * networks: element-wise and per-channel products, rescaling and layer
- * normalization. One thread per output element, one block per row (layer
- * norm statistics, dx) or per channel (dgamma, dbeta): gathers, no atomics.
+ * networks: element-wise and per-channel products, rescaling, Keras'
+ * Normalization and layer normalization. One thread per output element, one
+ * block per row (layer norm statistics, dx) or per channel (dgamma, dbeta):
+ * gathers, no atomics.
  * Compiled by nvcc; not run on the build hosts (no GPU). */
 #include "cuda_common.cuh"
 #include "ew.h"
@@ -72,6 +73,25 @@ extern "C" void ps__cuda_mul_channels_backward_overwrite(ps_k_dev *d, float *dx,
 extern "C" void ps__cuda_rescale(ps_k_dev *d, float *y, const float *x, float scale, float offset,
                                  size_t n) {
     launch(d, rescale_kernel, n, y, x, scale, offset, n);
+}
+
+/* ---- Keras' Normalization --------------------------------------------------------- */
+
+/* y = (x - mean) / max(sqrt(var), eps) per channel (mean NULL: 0, the
+ * backward); NaN kept as numpy's maximum keeps it. IEEE sqrt and division
+ * (nvcc's defaults), as the CPU's. */
+__global__ void norm_kernel(float *y, const float *x, const float *mean, const float *var,
+                            size_t n, size_t c, float eps) {
+    GRID_STRIDE_LOOP(i, n * c) {
+        size_t j = i % c;
+        float s = sqrtf(var[j]);
+        y[i] = (x[i] - (mean ? mean[j] : 0.0f)) / (s < eps ? eps : s);
+    }
+}
+
+extern "C" void ps__cuda_norm(ps_k_dev *d, float *y, const float *x, const float *mean,
+                              const float *var, size_t n, size_t c, float eps) {
+    launch(d, norm_kernel, n * c, y, x, mean, var, n, c, eps);
 }
 
 /* ---- layer normalization ------------------------------------------------------- */

@@ -440,6 +440,18 @@ void ps_k_rescale_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, fl
     ps__cpu_rescale(dx, dy, scale, 0.0f, n);
 }
 
+void ps_k_norm_forward_overwrite(ps_k_dev *d, float *y, const float *x, const float *mean,
+                                 const float *var, size_t n, size_t c, float eps) {
+    IF_CUDA(d, ps__cuda_norm(d, y, x, mean, var, n, c, eps));
+    ps__cpu_norm(y, x, mean, var, n, c, eps);
+}
+
+void ps_k_norm_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, const float *var,
+                                  size_t n, size_t c, float eps) {
+    IF_CUDA(d, ps__cuda_norm(d, dx, dy, NULL, var, n, c, eps));
+    ps__cpu_norm(dx, dy, NULL, var, n, c, eps);
+}
+
 /* The crop is the adjoint of zero padding and the other way round: pad2d's
  * backward (a crop of its padded input) and forward (a zero-padded copy),
  * with h and w the cropped sizes. */

@@ -369,6 +369,14 @@ void ps_k_rescale_forward_overwrite(ps_k_dev *d, float *y, const float *x, float
 /* Its backward: dx[i] = dy[i] * scale; dx may equal dy. */
 void ps_k_rescale_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, float scale,
                                      size_t n);
+/* Keras' Normalization over the channels of x[n, c] (its adapted statistics):
+ * y = (x - mean[j]) / max(sqrt(var[j]), eps), Keras' eps being its backend
+ * epsilon, 1e-7; a negative variance gives NaN, as in Keras. y may equal x. */
+void ps_k_norm_forward_overwrite(ps_k_dev *d, float *y, const float *x, const float *mean,
+                                 const float *var, size_t n, size_t c, float eps);
+/* Its backward: dx = dy / max(sqrt(var[j]), eps); dx may equal dy. */
+void ps_k_norm_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, const float *var,
+                                  size_t n, size_t c, float eps);
 /* Cropping2D: y[n, h-top-bottom, w-left-right, c] = the window of x[n, h, w, c]
  * starting at (top, left). Requires top + bottom < h and left + right < w;
  * otherwise nothing is written and the next ps_k_sync returns PS_EINVAL. */

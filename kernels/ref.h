@@ -109,6 +109,12 @@ void ps_ref_mul_channels_backward_overwrite(float *dx, float *ds, const float *d
 void ps_ref_rescale_forward_overwrite(float *y, const float *x, float scale, float offset,
                                       size_t n);
 void ps_ref_rescale_backward_overwrite(float *dx, const float *dy, float scale, size_t n);
+/* Keras' Normalization: (x - mean) / max(sqrt(var), eps) in double, each
+ * channel's divisor as numpy's maximum gives it (NaN kept). */
+void ps_ref_norm_forward_overwrite(float *y, const float *x, const float *mean, const float *var,
+                                   size_t n, size_t c, float eps);
+void ps_ref_norm_backward_overwrite(float *dx, const float *dy, const float *var, size_t n,
+                                    size_t c, float eps);
 void ps_ref_crop2d_forward_overwrite(float *y, const float *x, size_t n, size_t h, size_t w,
                                      size_t c, size_t top, size_t bottom, size_t left,
                                      size_t right);

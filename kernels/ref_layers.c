@@ -269,6 +269,27 @@ void ps_ref_rescale_backward_overwrite(float *dx, const float *dy, float scale, 
         dx[i] = (float)((double)dy[i] * scale);
 }
 
+/* Keras computes the divisor in float32: sqrt(var) rounded to float, then the
+ * maximum with eps. */
+static double norm_divisor(float var, float eps) {
+    float s = (float)sqrt((double)var);
+    return isnan(s) || s >= eps ? (double)s : (double)eps;
+}
+
+void ps_ref_norm_forward_overwrite(float *y, const float *x, const float *mean, const float *var,
+                                   size_t n, size_t c, float eps) {
+    for (size_t r = 0; r < n; r++)
+        for (size_t j = 0; j < c; j++)
+            y[r * c + j] = (float)(((double)x[r * c + j] - mean[j]) / norm_divisor(var[j], eps));
+}
+
+void ps_ref_norm_backward_overwrite(float *dx, const float *dy, const float *var, size_t n,
+                                    size_t c, float eps) {
+    for (size_t r = 0; r < n; r++)
+        for (size_t j = 0; j < c; j++)
+            dx[r * c + j] = (float)((double)dy[r * c + j] / norm_divisor(var[j], eps));
+}
+
 /* Whether cell (iy, ix) of the uncropped image is inside the kept window. */
 static bool kept(size_t iy, size_t ix, size_t h, size_t w, size_t top, size_t bottom, size_t left,
                  size_t right) {

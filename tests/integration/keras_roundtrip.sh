@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Keras 3 files both ways through real Keras: psworker trains a few steps (the MLP, the
 # residual CNN with batch normalization, the applications layers' block of
-# tests/fixtures/keras/apps_fmnist_k3.json, and a Keras-written Sequential MLP from
-# tests/fixtures/keras/mlp.keras, whose config.json the export keeps), exports FILE.keras and
+# tests/fixtures/keras/apps_fmnist_k3.json, a Keras-written Sequential MLP from
+# tests/fixtures/keras/mlp.keras, whose config.json the export keeps, and EfficientNet's layers
+# from tests/fixtures/keras/effnet_fmnist.keras: Normalization with adapted statistics, which
+# training leaves as they are, its count written back as int64), exports FILE.keras and
 # FILE.weights.h5; Keras 3
 # (keras + jax from PyPI in a venv: tests/tools/pyvenv.sh) loads them with
 # keras.saving.load_model and model.load_weights and predicts the first 500 test samples:
@@ -32,7 +34,8 @@ fail=0
 printf '{"keras": "%s", "loss": "sparse_categorical_crossentropy"}\n' \
     "$root/tests/fixtures/keras/apps_fmnist_k3.json" >"$tmp/apps.json"
 for case in "mlp:$root/examples/mlp.json" "residual_cnn:$root/examples/residual_cnn.json" \
-    "keras_mlp:$root/tests/fixtures/keras/mlp.keras" "apps:$tmp/apps.json"; do
+    "keras_mlp:$root/tests/fixtures/keras/mlp.keras" "apps:$tmp/apps.json" \
+    "effnet:$root/tests/fixtures/keras/effnet_fmnist.keras"; do
     spec=${case%%:*}
     model=${case#*:}
     for ext in keras weights.h5; do
@@ -56,6 +59,19 @@ for case in "mlp:$root/examples/mlp.json" "residual_cnn:$root/examples/residual_
     KERAS_BACKEND=jax PYTHONWARNINGS=ignore "$py" "$root/tests/tools/keras_predict.py" \
         "$spec.keras" "$spec.weights.h5" "$spec.f32" "$data" $n 1e-5 2>"keras-$spec.err" ||
         { echo "$spec: Keras' predictions differ:"; tail -5 "keras-$spec.err"; fail=1; }
+    # Normalization's statistics: as adapted (training leaves them), count an int64 scalar
+    if [ "$spec" = effnet ]; then
+        "$py" - "$model" "$spec.weights.h5" >"stats-$spec.log" 2>&1 <<'PY' ||
+import io, sys, zipfile
+import h5py, numpy as np
+src = h5py.File(io.BytesIO(zipfile.ZipFile(sys.argv[1]).read("model.weights.h5")), "r")
+out = h5py.File(sys.argv[2], "r")
+a, b = src["layers/normalization/vars"], out["layers/normalization/vars"]
+assert all(np.array_equal(a[k][()], b[k][()]) for k in "012"), "statistics changed"
+assert b["2"].dtype == np.int64 and b["2"].shape == (), (b["2"].dtype, b["2"].shape)
+PY
+            { echo "$spec: Normalization's statistics:"; tail -3 "stats-$spec.log"; fail=1; }
+    fi
     # psworker starts from the exported files: the archive's weights are the model's
     timeout 120 "$worker" --no-ps yes --model "$spec.keras" --data "$data" --epochs 1 \
         --max-train 640 --max-steps 1 --max-test $n --progress none >"again-$spec.log" 2>&1 &&

@@ -105,6 +105,11 @@ def apps_block():
 
 APPS_BLOCK = apps_block()
 
+# EfficientNet's layers (Rescaling, Normalization with adapted statistics, BatchNormalization,
+# swish, depthwise, squeeze-and-excitation through Reshape, the skip Add): a Keras-written
+# .keras archive (an absolute path: the join below keeps it).
+EFFNET_BLOCK = str(SRC / "tests/fixtures/keras/effnet_fmnist.keras")
+
 # SeparableConv2D (strided "same", a depth multiplier; no bias) and
 # GlobalAveragePooling2D(keepdims=True) read by a 1x1 Conv2D.
 SEPARABLE = {
@@ -130,6 +135,7 @@ MODELS = {
     "residual": (RESIDUAL, ["--max-steps", "10", "--max-train", "1000"], 2000, 0),
     "separable": (SEPARABLE, ["--max-steps", "20", "--max-train", "1000"], 2000, 0),
     "apps_block": (APPS_BLOCK, ["--max-steps", "10", "--max-train", "1000"], 2000, 0),
+    "effnet_block": (EFFNET_BLOCK, ["--max-steps", "10", "--max-train", "1000"], 2000, 0),
 }
 
 ORT_SCRIPT = r"""
@@ -269,7 +275,7 @@ def test_export_matches_onnx_runtime(name, tmp_path, ort_python, test_images):
     ort_acc = float(np.mean(np.argmax(theirs, axis=1) == labels))
     assert round(ort_acc, 4) == acc
     assert np.array_equal(np.argmax(theirs, axis=1), np.argmax(ours, axis=1))
-    if name in ("mobilenetv2", "all_layers", "residual", "apps_block"):  # ends in softmax: the graph's output is probabilities
+    if name in ("mobilenetv2", "all_layers", "residual", "apps_block", "effnet_block"):  # ends in softmax: the graph's output is probabilities
         np.testing.assert_allclose(theirs.sum(axis=1), 1.0, atol=1e-5)
 
 

@@ -5,8 +5,9 @@
  * global average pooling, zero padding, channel split (the adjoint of concat)
  * and the relu6 activation; and of the Keras applications layers: swish, hard
  * sigmoid and hard swish, the element-wise and per-channel products,
- * rescaling, cropping and layer normalization (through the row statistics,
- * with and without gamma and beta). For each, L = sum(g * forward(inputs)) with a fixed
+ * rescaling, cropping, layer normalization (through the row statistics,
+ * with and without gamma and beta) and Keras' Normalization (in x: its
+ * statistics are constants). For each, L = sum(g * forward(inputs)) with a fixed
  * random g; backward with dy = g must match central differences of L in every
  * input element (a sample of them for the larger tensors). */
 #include <check.h>
@@ -93,6 +94,41 @@ static void free_inputs(gc_op *op) {
 }
 
 /* ---- batch normalization ---------------------------------------------------- */
+
+/* Keras' Normalization: x [n, c] by fixed per-channel statistics. */
+typedef struct {
+    size_t n, c;
+    const float *mean, *var;
+} norm_ctx;
+
+static void norm_fwd(const gc_op *op, float *y) {
+    const norm_ctx *k = op->ctx;
+    ps_k_norm_forward_overwrite(ps_k_cpu(), y, op->in[0], k->mean, k->var, k->n, k->c, 1e-7f);
+}
+
+static void norm_bwd(const gc_op *op, const float *g, float **grad) {
+    const norm_ctx *k = op->ctx;
+    ps_k_norm_backward_overwrite(ps_k_cpu(), grad[0], g, k->var, k->n, k->c, 1e-7f);
+}
+
+/* Channel variances from small to large (the eps floor, a divisor of 1e-7, is
+ * checked against the reference in test_kernels_layers.c: its 1e7 slope is
+ * beyond a float finite difference). */
+START_TEST(keras_normalization) {
+    const float mean[4] = {0.5f, -1, 0, 2}, var[4] = {0.04f, 1, 9, 2.25f};
+    norm_ctx k = {5, 4, mean, var};
+    gc_op op = {.name = "normalization",
+                .nin = 1,
+                .fwd = norm_fwd,
+                .bwd = norm_bwd,
+                .ctx = &k,
+                .n = {5 * 4},
+                .ny = 5 * 4};
+    op.in[0] = rnd(op.n[0], 46, -2, 2);
+    gradcheck(&op, 1e-2f, 1e-4, 1e-3);
+    free_inputs(&op);
+}
+END_TEST
 
 typedef struct {
     size_t rows, c;
@@ -484,6 +520,7 @@ int main(void) {
     tcase_add_test(tc, activations);
     tcase_add_test(tc, products_rescale_crop);
     tcase_add_test(tc, layer_norm_through_row_statistics);
+    tcase_add_test(tc, keras_normalization);
     suite_add_tcase(s, tc);
     return ps_test_run_suite(s);
 }

@@ -24,13 +24,37 @@ static ps_model *build(const char *spec) {
     int rc = ps_model_from_json(spec, &m, err, sizeof err);
     ck_assert_msg(rc == PS_OK, "%s: %s", spec, err);
     ps_model_init_params(m, 77);
-    /* biases start at zero: give them values so their gradients are general */
+    /* biases start at zero: give them values so their gradients are general;
+     * statistics (non-trainable: Normalization's) positive, as variances are */
     float *p = ps_model_params(m);
     for (size_t i = 0; i < ps_model_num_vars(m); i++) {
         const ps_model_var *v = ps_model_var_at(m, i);
-        if (v->rank == 1) ps_test_fill_uniform(p + v->offset, v->numel, 100 + i, -0.3f, 0.3f);
+        if (v->rank == 1)
+            ps_test_fill_uniform(p + v->offset, v->numel, 100 + i, v->trainable ? -0.3f : 0.5f,
+                                 v->trainable ? 0.3f : 2.0f);
     }
     return m;
+}
+
+/* The variable holding parameter i. */
+static const ps_model_var *var_at(const ps_model *m, size_t i) {
+    for (size_t k = 0; k < ps_model_num_vars(m); k++) {
+        const ps_model_var *v = ps_model_var_at(m, k);
+        if (i >= v->offset && i < v->offset + v->numel) return v;
+    }
+    ck_abort_msg("parameter %zu is in no variable", i);
+    return NULL;
+}
+
+static bool trainable_at(const ps_model *m, size_t i) {
+    return var_at(m, i)->trainable;
+}
+
+/* A non-trainable slot holds no gradient of the loss: BatchNormalization's the
+ * moving statistics' update, Normalization's (mean, variance, count) 0. */
+static bool slot_must_be_zero(const ps_model *m, size_t i) {
+    const char *s = strrchr(var_at(m, i)->name, '/');
+    return s && (!strcmp(s, "/mean") || !strcmp(s, "/variance") || !strcmp(s, "/count"));
 }
 
 /* Compares every parameter gradient with central differences; h is the step. */
@@ -45,6 +69,7 @@ static void check_model(const char *what, const char *spec, const int32_t *label
     ps_test_fill_uniform(x, B * in, 5, -1, 1);
     ck_assert_int_eq(ps_model_train_loss(m, x, labels, B, &l0), PS_OK);
     for (size_t i = 0; i < n; i++) {
+        if (!trainable_at(m, i)) continue;
         float v = p[i], lp, lm;
         p[i] = v + h;
         ck_assert_int_eq(ps_model_train_loss(m, x, labels, B, &lp), PS_OK);
@@ -60,6 +85,11 @@ static void check_model(const char *what, const char *spec, const int32_t *label
     const float *ana = ps_model_grads(m);
     double worst = 0;
     for (size_t i = 0; i < n; i++) {
+        if (!trainable_at(m, i)) {
+            ck_assert_msg(!slot_must_be_zero(m, i) || ana[i] == 0.0f,
+                          "%s: statistic d[%zu] = %g, not 0", what, i, ana[i]);
+            continue;
+        }
         double a = ana[i], nu = num[i];
         double scale = fabs(a) > fabs(nu) ? fabs(a) : fabs(nu);
         ck_assert_msg(fabs(a - nu) <= atol + rtol * scale,
@@ -172,6 +202,20 @@ START_TEST(applications_layers) {
 }
 END_TEST
 
+START_TEST(keras_normalization_layer) {
+    /* through Normalization into the Conv2D before it (its statistics fixed) */
+    check_model("normalization after a conv, before a conv",
+                "{" IMG "\"layers\": ["
+                "{\"type\": \"Conv2D\", \"filters\": 3, \"kernel_size\": 2,"
+                " \"activation\": \"tanh\"},"
+                "{\"type\": \"Normalization\"},"
+                "{\"type\": \"Conv2D\", \"filters\": 2, \"kernel_size\": 2},"
+                "{\"type\": \"Flatten\"}, {\"type\": \"Normalization\", \"axis\": -1},"
+                "{\"type\": \"Dense\", \"units\": 3}]" SGD,
+                y3, 1e-3f, 5e-4, 2e-2);
+}
+END_TEST
+
 /* A Keras 3 functional model (tests/fixtures/keras/make_apps_fixtures.py) with
  * squeeze-and-excitation's Multiply of an image by a 1x1 image of its channels. */
 static char *keras_fixture_spec(const char *file) {
@@ -195,6 +239,20 @@ START_TEST(keras_se_block) {
     static const int32_t y5[B] = {4, 0, 2, 1};
     check_model("Keras apps block (Rescaling, SE with Multiply, Cropping2D, LN, SeparableConv2D)",
                 spec, y5, 1e-3f, 5e-4, 2e-2);
+    free(spec);
+}
+END_TEST
+
+/* EfficientNet's layers (make_apps_fixtures.py): Rescaling, Normalization,
+ * stem, BatchNormalization, swish, depthwise, squeeze-and-excitation through
+ * Reshape, the skip Add; Keras' parameter count. */
+START_TEST(keras_effnet_block) {
+    char *spec = keras_fixture_spec("effnet_block_k3.json");
+    ps_model *m = build(spec);
+    ck_assert_uint_eq(ps_model_num_params(m), 533); /* Keras' count_params() */
+    ps_model_free(m);
+    check_model("Keras EfficientNet-style block (Normalization, SE with Reshape, Add)", spec, y3,
+                1e-3f, 5e-4, 2e-2);
     free(spec);
 }
 END_TEST
@@ -352,6 +410,13 @@ START_TEST(cuda_keras_se_block_matches_cpu) {
 }
 END_TEST
 
+START_TEST(cuda_keras_effnet_block_matches_cpu) {
+    char *spec = keras_fixture_spec("effnet_block_k3.json");
+    cuda_matches_cpu("cuda_keras_effnet_block_matches_cpu", spec);
+    free(spec);
+}
+END_TEST
+
 START_TEST(cuda_separable_keepdims_match_cpu) {
     cuda_matches_cpu("cuda_separable_keepdims_match_cpu",
                      "{" IMG "\"layers\": ["
@@ -396,12 +461,15 @@ int main(void) {
     tcase_add_test(tc, separable_conv);
     tcase_add_test(tc, gap_keepdims_then_conv);
     tcase_add_test(tc, applications_layers);
+    tcase_add_test(tc, keras_normalization_layer);
     tcase_add_test(tc, keras_se_block);
+    tcase_add_test(tc, keras_effnet_block);
     tcase_add_test(tc, keras_operators_and_training_false);
     tcase_add_test(tc, cuda_model_matches_cpu);
     tcase_add_test(tc, cuda_separable_keepdims_match_cpu);
     tcase_add_test(tc, cuda_keras_se_block_matches_cpu);
     tcase_add_test(tc, cuda_frozen_layers_match_cpu);
+    tcase_add_test(tc, cuda_keras_effnet_block_matches_cpu);
     suite_add_tcase(s, tc);
     return ps_test_run_suite(s);
 }

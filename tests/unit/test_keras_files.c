@@ -314,6 +314,52 @@ START_TEST(export_keras_specs) {
 }
 END_TEST
 
+/* Normalization's count (an int64 scalar in Keras' files, one float in the
+ * model): written as a scalar int64, read back exactly, and read from an int32
+ * one (Keras' JAX backend writes int32). */
+static void expect_int_scalar(const char *file, const char *dset, hid_t want) {
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    ck_assert_msg(f >= 0, "%s: cannot open", file);
+    hid_t d = H5Dopen2(f, dset, H5P_DEFAULT), t = H5Dget_type(d), sp = H5Dget_space(d);
+    ck_assert_msg(d >= 0 && H5Tequal(t, want) > 0, "%s: %s is not the integer type", file, dset);
+    ck_assert_int_eq(H5Sget_simple_extent_type(sp), H5S_SCALAR);
+    H5Sclose(sp), H5Tclose(t), H5Dclose(d), H5Fclose(f);
+}
+
+/* Rewrites dataset dset of file as a scalar int32 holding v. */
+static void set_int32(const char *file, const char *dset, int32_t v) {
+    hid_t f = H5Fopen(file, H5F_ACC_RDWR, H5P_DEFAULT);
+    ck_assert_int_ge(f, 0);
+    ck_assert_int_ge(H5Ldelete(f, dset, H5P_DEFAULT), 0);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t d = H5Dcreate2(f, dset, H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ck_assert_int_ge(H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v), 0);
+    H5Dclose(d), H5Sclose(sp), H5Fclose(f);
+}
+
+START_TEST(export_keras_normalization) {
+    char path[2048], err[1024] = "";
+    fixture(path, sizeof path, "effnet_block_k3.json");
+    ps_model_overrides ov = {.loss = "sparse_categorical_crossentropy", .from_logits = -1};
+    ps_model *m = NULL;
+    ck_assert_msg(ps_model_load_with(path, &ov, &m, err, sizeof err) == PS_OK, "%s", err);
+    ps_model_init_params(m, 3);
+    const ps_model_var *count = ps_model_var_at(m, 2);
+    ck_assert_str_eq(count->name, "normalization/count");
+    const float stats[7] = {0.25f, -0.5f, 0.125f, 2.0f, 0.5f, 1.5f, 50000.0f * 32 * 32};
+    memcpy(ps_model_params(m), stats, sizeof stats); /* mean, variance, count */
+    round_trip(m, "effnet_block", NULL);
+    char wpath[4096];
+    snprintf(wpath, sizeof wpath, "%s/effnet_block.weights.h5", tmpdir);
+    const char *dset = "layers/normalization/vars/2";
+    expect_int_scalar(wpath, dset, H5T_STD_I64LE);
+    set_int32(wpath, dset, 1234);
+    ck_assert_msg(ps_keras_load_weights(m, wpath, err, sizeof err) == PS_OK, "%s", err);
+    ck_assert_float_eq(ps_model_params(m)[count->offset], 1234.0f);
+    ps_model_free(m);
+}
+END_TEST
+
 /* ---- hostile files ---- */
 
 /* Loads path into the fixture MLP and expects PS_EFORMAT with `want` in the message. */
@@ -495,6 +541,7 @@ int main(void) {
     tcase_add_checked_fixture(te, setup, teardown);
     tcase_add_test(te, export_keras_fixtures);
     tcase_add_test(te, export_keras_specs);
+    tcase_add_test(te, export_keras_normalization);
     suite_add_tcase(s, te);
     TCase *th = tcase_create("hostile");
     tcase_set_timeout(th, 60);

@@ -481,6 +481,53 @@ static void check_rescale(ps_k_dev *d) {
         }
 }
 
+/* Keras' Normalization against the reference over variances small and large,
+ * one under eps^2 (the divisor is eps, 1e-7) and one at 0; in place too. */
+static void check_norm(ps_k_dev *d) {
+    const size_t ns[] = {1, 7, 4099}, cs[] = {1, 3, 5, 32};
+    for (size_t s = 0; s < 3; s++)
+        for (size_t k = 0; k < 4; k++) {
+            size_t n = ns[s], c = cs[k], nx = n * c;
+            float *x = host(nx, 1200 + s, -3, 3), *g = host(nx, 1210 + s, -1, 1);
+            float *mean = host(c, 1220 + k, -1, 1), *var = host(c, 1230 + k, 0.01f, 4);
+            if (c >= 3) var[1] = 1e-15f, var[2] = 0.0f;
+            float *want = garbage(nx), *wdx = garbage(nx), *got = garbage(nx);
+            ps_ref_norm_forward_overwrite(want, x, mean, var, n, c, 1e-7f);
+            ps_ref_norm_backward_overwrite(wdx, g, var, n, c, 1e-7f);
+            float *dx_ = dev_from(d, x, nx), *dg = dev_from(d, g, nx), *dy = dev_from(d, got, nx);
+            float *ddx = dev_from(d, got, nx), *dm = dev_from(d, mean, c);
+            float *dv = dev_from(d, var, c);
+            ps_k_norm_forward_overwrite(d, dy, dx_, dm, dv, n, c, 1e-7f);
+            ps_k_norm_backward_overwrite(d, ddx, dg, dv, n, c, 1e-7f);
+            dev_get(d, got, dy, nx);
+            expect_close("normalization forward", got, want, nx, 1e-6f, 1e-6f);
+            dev_get(d, got, ddx, nx);
+            expect_close("normalization backward", got, wdx, nx, 0, 2e-7f);
+            ps_k_norm_forward_overwrite(d, dx_, dx_, dm, dv, n, c, 1e-7f);
+            ps_k_norm_backward_overwrite(d, dg, dg, dv, n, c, 1e-7f);
+            dev_get(d, got, dx_, nx);
+            expect_close("normalization forward in place", got, want, nx, 1e-6f, 1e-6f);
+            dev_get(d, got, dg, nx);
+            expect_close("normalization backward in place", got, wdx, nx, 0, 2e-7f);
+            if (c >= 3) /* the floor: a variance of 0 divides by eps */
+                ck_assert_float_eq_tol(want[2], (x[2] - mean[2]) / 1e-7f, 1e-6f * fabsf(want[2]));
+            ps_k_free(d, dx_), ps_k_free(d, dg), ps_k_free(d, dy), ps_k_free(d, ddx);
+            ps_k_free(d, dm), ps_k_free(d, dv);
+            free(x), free(g), free(mean), free(var), free(want), free(wdx), free(got);
+        }
+    /* a negative variance: NaN in its channel, as Keras' sqrt and maximum give */
+    const float x[4] = {1, 2, 3, 4}, mean[2] = {0, 0}, var[2] = {-1, 4};
+    float y[4];
+    float *dx_ = dev_from(d, x, 4), *dm = dev_from(d, mean, 2), *dv = dev_from(d, var, 2);
+    float *dy = dev_from(d, x, 4);
+    ps_k_norm_forward_overwrite(d, dy, dx_, dm, dv, 2, 2, 1e-7f);
+    dev_get(d, y, dy, 4);
+    ck_assert(isnan(y[0]) && isnan(y[2]));
+    ck_assert_float_eq(y[1], 1.0f);
+    ck_assert_float_eq(y[3], 2.0f);
+    ps_k_free(d, dx_), ps_k_free(d, dm), ps_k_free(d, dv), ps_k_free(d, dy);
+}
+
 /* Cropping2D both ways, and crops that leave nothing (PS_EINVAL, untouched). */
 static void check_crop2d(ps_k_dev *d) {
     /* n, h, w, c, top, bottom, left, right */
@@ -668,6 +715,7 @@ START_TEST(cpu_apps_ops) {
     check_mul(ps_k_cpu());
     check_mul_channels(ps_k_cpu());
     check_rescale(ps_k_cpu());
+    check_norm(ps_k_cpu());
     check_crop2d(ps_k_cpu());
 }
 END_TEST
@@ -699,6 +747,7 @@ START_TEST(cuda_vs_reference) {
     check_mul(d);
     check_mul_channels(d);
     check_rescale(d);
+    check_norm(d);
     check_crop2d(d);
     check_ln_known(d);
     check_ln(d);

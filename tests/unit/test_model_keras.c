@@ -285,6 +285,105 @@ START_TEST(references_reshape) {
 }
 END_TEST
 
+/* An EfficientNet-style block (make_apps_fixtures.py) with Keras' Normalization:
+ * outputs, loss, gradients as Keras computes them, the statistics unchanged. */
+START_TEST(references_effnet_block) {
+    check_reference("effnet_block");
+}
+END_TEST
+
+/* keras.applications.EfficientNetB0(weights=None, 32x32x3, 10 classes) with and
+ * without its top: Keras' count_params() and trainable count; Normalization's
+ * mean, variance and count (one value) are non-trainable. */
+START_TEST(efficientnetb0_counts) {
+    static const struct {
+        const char *file;
+        size_t total, trainable, out;
+    } nets[] = {{"efficientnetb0_k3.json", 4062381, 4020358, 10},
+                {"efficientnetb0_notop_k3.json", 4049571, 4007548, 1280}};
+    for (size_t i = 0; i < 2; i++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "tests/fixtures/keras/%s", nets[i].file);
+        ps_model *m = load_keras(rel, "sparse_categorical_crossentropy");
+        ck_assert_uint_eq(ps_model_num_params(m), nets[i].total);
+        ck_assert_uint_eq(ps_model_num_trainable_params(m), nets[i].trainable);
+        ck_assert_uint_eq(ps_model_output_dim(m), nets[i].out);
+        static const char *const stats[] = {"/mean", "/variance", "/count"};
+        for (size_t k = 0; k < 3; k++) {
+            const ps_model_var *v = ps_model_var_at(m, k);
+            const char *slash = strrchr(v->name, '/');
+            ck_assert_msg(strncmp(v->name, "normalization", 13) == 0 && slash &&
+                              strcmp(slash, stats[k]) == 0,
+                          "variable %zu: %s", k, v->name);
+            ck_assert(!v->trainable);
+            ck_assert_uint_eq(v->numel, k < 2 ? 3 : 1);
+        }
+        ps_model_free(m);
+    }
+}
+END_TEST
+
+/* EfficientNetB0 trains (a few AdamW steps with weight decay on one batch lower
+ * its loss) and Normalization's statistics never change: their gradient slots
+ * stay 0, so their SGD (rate 1) leaves them bit for bit, while BatchNorm's
+ * moving statistics move. */
+START_TEST(efficientnetb0_trains_statistics_fixed) {
+    enum { N = 8, STEPS = 6 };
+    char path[2048], *k, *spec;
+    snprintf(path, sizeof path, "%s/tests/fixtures/keras/efficientnetb0_k3.json",
+             ps_test_source_root());
+    k = ps_test_slurp(path, NULL);
+    ck_assert_ptr_nonnull(k);
+    size_t len = strlen(k) + 256;
+    spec = malloc(len);
+    snprintf(spec, len,
+             "{\"keras\": %s, \"loss\": \"sparse_categorical_crossentropy\", \"optimizer\": "
+             "{\"name\": \"adamw\", \"learning_rate\": 0.001, \"weight_decay\": 0.1}}",
+             k);
+    free(k);
+    ps_model *m = NULL;
+    char err[512];
+    ck_assert_msg(ps_model_from_json(spec, &m, err, sizeof err) == PS_OK, "%s", err);
+    free(spec);
+    ps_model_init_params(m, 5);
+    float *p = ps_model_params(m), stats[7], *x = malloc(N * ps_model_input_dim(m) * sizeof *x);
+    const float set[7] = {120.0f, 115.5f, 104.25f, 3600.0f, 3300.0f, 3500.0f, 1234.0f};
+    const ps_model_var *mean = ps_model_var_at(m, 0), *bn_mean = ps_model_var_at(m, 6);
+    ck_assert_str_eq(bn_mean->name, "stem_bn/moving_mean");
+    memcpy(p + mean->offset, set, sizeof set); /* mean, variance, count: consecutive */
+    float bn0 = p[bn_mean->offset];
+    ps_test_fill_uniform(x, N * ps_model_input_dim(m), 22, 0, 255);
+    int32_t y[N];
+    for (size_t i = 0; i < N; i++)
+        y[i] = (int32_t)(i % 10);
+    ps_local_opt *o = NULL;
+    ck_assert_int_eq(ps_local_opt_new(m, &o), PS_OK);
+    float loss, first = 0, best = 1e30f;
+    size_t correct;
+    for (int s = 0; s < STEPS; s++) {
+        /* what a CUDA device's gradient buffer may hold before the step writes it */
+        for (size_t i = 0; i < 7; i++)
+            ps_model_grads(m)[mean->offset + i] = 7.0f;
+        ck_assert_int_eq(ps_model_train_step(m, x, y, N, &loss, &correct), PS_OK);
+        ck_assert_msg(isfinite(loss), "step %d: loss %g", s, loss);
+        for (size_t i = 0; i < 7; i++)
+            ck_assert_msg(ps_model_grads(m)[mean->offset + i] == 0.0f,
+                          "step %d: statistic %zu's gradient slot is %g", s, i,
+                          ps_model_grads(m)[mean->offset + i]);
+        if (s == 0) first = loss;
+        if (loss < best) best = loss;
+        ps_local_opt_step(o);
+    }
+    memcpy(stats, p + mean->offset, sizeof stats);
+    ck_assert_msg(memcmp(stats, set, sizeof set) == 0, "Normalization's statistics changed");
+    ck_assert_msg(p[bn_mean->offset] != bn0, "BatchNorm's moving mean did not move");
+    ck_assert_msg(best < first, "loss %g -> best %g: not falling", first, best);
+    ps_local_opt_free(o);
+    free(x);
+    ps_model_free(m);
+}
+END_TEST
+
 /* ---- malformed and unsupported files ---- */
 
 #define IN3(name)                                                                                  \
@@ -331,6 +430,18 @@ START_TEST(bad_files) {
         {WRAP(SEQ("{\"class_name\": \"BatchNormalization\", \"config\": {\"name\": \"bn\", "
                   "\"axis\": 1}}, " FLAT ", " DENSE_OUT)),
          {"layer 'bn' (BatchNormalization)", "'axis'", NULL}},
+        {WRAP(SEQ("{\"class_name\": \"Normalization\", \"config\": {\"name\": \"n\", "
+                  "\"axis\": [1, 2]}}, " FLAT ", " DENSE_OUT)),
+         {"layer 'n' (Normalization)", "'axis'", "only the channel axis"}},
+        {WRAP(SEQ("{\"class_name\": \"Normalization\", \"config\": {\"name\": \"n\", "
+                  "\"axis\": null}}, " FLAT ", " DENSE_OUT)),
+         {"layer 'n' (Normalization)", "'axis'", "only the channel axis"}},
+        {WRAP(SEQ("{\"class_name\": \"Normalization\", \"config\": {\"name\": \"n\", "
+                  "\"invert\": true}}, " FLAT ", " DENSE_OUT)),
+         {"layer 'n' (Normalization)", "'invert'", "only false"}},
+        {WRAP(SEQ("{\"class_name\": \"Normalization\", \"config\": {\"name\": \"n\", "
+                  "\"mean\": [0.5, 0.5], \"variance\": [1, 1]}}, " FLAT ", " DENSE_OUT)),
+         {"layer 'n' (Normalization)", "'mean' given in the config", "weights file"}},
         {WRAP(SEQ("{\"class_name\": \"Conv2D\", \"config\": {\"name\": \"c1\", \"filters\": 2, "
                   "\"kernel_size\": 3, \"dtype\": \"float64\"}}, " FLAT ", " DENSE_OUT)),
          {"layer 'c1' (Conv2D)", "'dtype'", "float32, mixed_float16 or mixed_bfloat16"}},
@@ -449,6 +560,9 @@ int main(void) {
     tcase_add_test(tc, references_cnn_seq);
     tcase_add_test(tc, references_residual);
     tcase_add_test(tc, references_reshape);
+    tcase_add_test(tc, references_effnet_block);
+    tcase_add_test(tc, efficientnetb0_counts);
+    tcase_add_test(tc, efficientnetb0_trains_statistics_fixed);
     tcase_add_test(tc, bad_files);
     tcase_add_test(tc, epochs_exposed);
     tcase_add_test(tc, mobilenetv2_trains);

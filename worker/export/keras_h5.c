@@ -2,7 +2,9 @@
  * and order with every shape checked, and written as Keras 3 writes them. */
 #include "keras_h5.h"
 
+#include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +21,16 @@ void ps__keras_h5_quiet(void) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 }
 
+bool ps__keras_var_int_scalar(const ps_model *m, size_t i) {
+    for (size_t j = 0; j < m->nops; j++) {
+        const ps_layer_export *le = ps_layer_export_of(m->ops[j].kind);
+        if (le->keras_int_scalar && le->keras_int_scalar(&m->ops[j], i)) return true;
+    }
+    return false;
+}
+
 int ps__keras_var_dims(const ps_model *m, size_t i, hsize_t d[4]) {
+    if (ps__keras_var_int_scalar(m, i)) return 0;
     for (size_t j = 0; j < m->nops; j++) {
         const ps_op *o = &m->ops[j];
         const ps_layer_export *le = ps_layer_export_of(o->kind);
@@ -162,8 +173,11 @@ static int read_one(reader *r, hid_t vars, const char *path, const char *key, co
     int rank = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
     int wrank = ps__keras_var_dims(r->m, i, wd);
     int rc = PS_OK;
-    if (t < 0 || H5Tget_class(t) != H5T_FLOAT) {
-        rc = fail(r, where, "not floating point (the model's %s)%s", v->name, "");
+    bool int_ok = ps__keras_var_int_scalar(r->m, i); /* Normalization's count: int64, int32 */
+    H5T_class_t tc = t < 0 ? H5T_NO_CLASS : H5Tget_class(t);
+    if (tc != H5T_FLOAT && !(int_ok && tc == H5T_INTEGER)) {
+        rc = fail(r, where, "not %s (the model's %s)", int_ok ? "a number" : "floating point",
+                  v->name);
     } else if (rank < 0 || rank > 4 || H5Sget_simple_extent_dims(sp, dims, NULL) < 0) {
         rc = fail(r, where, "a dataspace of rank %s (the model's %s)",
                   rank < 0 ? "?" : (snprintf(why, sizeof why, "%d", rank), why), v->name);
@@ -302,6 +316,30 @@ static bool write_name(hid_t o, const char *name) {
     return ok;
 }
 
+/* An integer scalar (Normalization's count, a float in the model) as the int64
+ * Keras' TensorFlow and PyTorch backends write. */
+static bool write_int_scalar(hid_t ds, float v) {
+    int64_t n = isfinite(v) && v > 0 ? (int64_t)llroundf(v) : 0;
+    return H5Dwrite(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &n) >= 0;
+}
+
+/* Variable i as dataset `key` of vars (Keras' shape d, rank). */
+static bool write_var(const ps_model *m, hid_t vars, const char *key, size_t i, int rank,
+                      const hsize_t *d) {
+    bool is_int = ps__keras_var_int_scalar(m, i);
+    const float *p = m->params + m->vars[i].offset;
+    hid_t sp = rank ? H5Screate_simple(rank, d, NULL) : H5Screate(H5S_SCALAR);
+    hid_t ds = sp >= 0 ? H5Dcreate2(vars, key, is_int ? H5T_STD_I64LE : H5T_IEEE_F32LE, sp,
+                                    H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)
+                       : -1;
+    bool ok = ds >= 0 && (is_int ? write_int_scalar(ds, *p)
+                                 : H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                                            p) >= 0);
+    if (ds >= 0) H5Dclose(ds);
+    if (sp >= 0) H5Sclose(sp);
+    return ok;
+}
+
 static int write_layer(const ps_model *m, hid_t ls, const ps_keras_layer *l) {
     hid_t g = H5Gcreate2(ls, l->group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     hid_t v = g >= 0 ? H5Gcreate2(g, "vars", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT) : -1;
@@ -314,14 +352,7 @@ static int write_layer(const ps_model *m, hid_t ls, const ps_keras_layer *l) {
         int rank = ps__keras_var_dims(m, i, d);
         char key[32];
         snprintf(key, sizeof key, "%zu", k);
-        hid_t sp = H5Screate_simple(rank, d, NULL);
-        hid_t ds =
-            sp >= 0 ? H5Dcreate2(v, key, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)
-                    : -1;
-        ok = ds >= 0 && H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                                 m->params + m->vars[i].offset) >= 0;
-        if (ds >= 0) H5Dclose(ds);
-        if (sp >= 0) H5Sclose(sp);
+        ok = write_var(m, v, key, i, rank, d);
     }
     if (v >= 0) H5Gclose(v);
     if (g >= 0) H5Gclose(g);

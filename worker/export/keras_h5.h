@@ -6,6 +6,7 @@
 #define PS_KERAS_H5_H
 
 #include <hdf5.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "model.h"
@@ -39,8 +40,11 @@ int ps__keras_h5_write(const ps_model *m, const ps_keras_layer *ls, size_t n, hi
 
 /* Keras' shape of variable i (Conv2D kernel [kh, kw, in, filters],
  * DepthwiseConv2D [kh, kw, in, multiplier], Dense [in, out], vectors [n]) into
- * d; returns the rank. */
+ * d; returns the rank (0: a scalar, Normalization's count). */
 int ps__keras_var_dims(const ps_model *m, size_t i, hsize_t d[4]);
+/* Whether variable i is an integer scalar in Keras' files (Normalization's
+ * count): read from any integer type, written as int64. */
+bool ps__keras_var_int_scalar(const ps_model *m, size_t i);
 
 /* Turns off HDF5's printing of its error stack (a library never prints). */
 void ps__keras_h5_quiet(void);

@@ -39,6 +39,10 @@ typedef struct {
     /* Keras 3: the shape of variable var of o in Keras' files (a kernel's 4-D
      * one) into d, returning its rank; 0 (or NULL): the variable's own. */
     int (*keras_dims)(const ps_op *o, size_t var, size_t d[4]);
+    /* Keras 3: variable var of o is an integer scalar in Keras' files (shape
+     * (), written as int64; read from any integer type): Normalization's count.
+     * NULL: none is. */
+    bool (*keras_int_scalar)(const ps_op *o, size_t var);
     /* PyTorch: op j's parameters under module (NULL: none). */
     int (*torch)(ps_torch_b *b, size_t j, const char *module);
     /* PyTorch: a flat output keeps its input's flatten order (Flatten,

@@ -537,8 +537,9 @@ void ps_model_set_grad_hook(ps_model *m, ps_model_grad_hook fn, void *ctx) {
  * grads); for batch normalization also the moving statistics' slots. */
 void ps_layer_grads_final(const ps_model *m, const ps_op *o) {
     if (!m->grad_hook || m->d_grads != m->grads || m->loss_scale > 0.0f || o->frozen) return;
-    size_t vs[5] = {o->kernel_var, o->kernel2_var, o->bias_var, o->mean_var, o->mvar_var};
-    for (int k = 0; k < 5; k++) {
+    size_t vs[6] = {o->kernel_var, o->kernel2_var, o->bias_var,
+                    o->mean_var,   o->mvar_var,    o->count_var};
+    for (int k = 0; k < 6; k++) {
         if (vs[k] == PS_NO_VAR) continue;
         const ps_model_var *v = &m->vars[vs[k]];
         m->grad_hook(m->grad_hook_ctx, m->grads + v->offset, m->grads + v->offset + v->numel);

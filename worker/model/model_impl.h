@@ -40,6 +40,7 @@ typedef enum {
     OP_RESCALE, /* Rescaling: x * scale + offset */
     OP_CROP,    /* Cropping2D */
     OP_LN,      /* LayerNormalization over the channels */
+    OP_NORM,    /* Normalization: Keras' adapted statistics over the channels */
     OP_N_KINDS /* the number of kinds, not a kind */
 } ps_op_kind;
 typedef enum { LOSS_SPARSE_CE, LOSS_BCE, LOSS_MSE } ps_loss_kind;
@@ -79,7 +80,7 @@ typedef struct {
     size_t mult;               /* OP_DWCONV depth multiplier */
     size_t pad[4];             /* OP_PAD, OP_CROP top, bottom, left, right */
     float rate;                /* OP_DROPOUT */
-    float momentum, eps;       /* OP_BN, OP_LN (eps) */
+    float momentum, eps;       /* OP_BN, OP_LN and OP_NORM (eps) */
     float scale, offset;       /* OP_RESCALE */
     size_t bcast;              /* OP_MUL: 0 same shapes; 1 + i: input i holds one value per
                                 * channel (a 1x1 image), broadcast over the other's */
@@ -89,7 +90,9 @@ typedef struct {
                                 * no gradient; BatchNormalization runs in inference mode */
     size_t kernel_var;         /* OP_DENSE, OP_CONV, OP_DWCONV kernel; OP_BN gamma */
     size_t bias_var;           /* bias; OP_BN beta; PS_NO_VAR when absent */
-    size_t mean_var, mvar_var; /* OP_BN moving mean / variance (non-trainable) */
+    size_t mean_var, mvar_var; /* OP_BN moving mean / variance, OP_NORM mean / variance
+                                * (non-trainable) */
+    size_t count_var;          /* OP_NORM count (non-trainable) */
     size_t kernel2_var;        /* OP_SEPCONV pointwise kernel (kernel_var: the depthwise) */
     ps_vscale kinit, kinit2;   /* the kernels' initializers (scale 0: Glorot uniform) */
     ps_k_prec prec;            /* compute precision (dtype policy): F32, or F16 / BF16 for

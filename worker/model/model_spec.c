@@ -112,7 +112,7 @@ static int push_op(ps_build *b, ps_op o, size_t *t) {
     }
     o.nin = b->nin;
     memcpy(o.in_t, b->in_t, sizeof o.in_t);
-    o.kernel_var = o.bias_var = o.mean_var = o.mvar_var = o.kernel2_var = PS_NO_VAR;
+    o.kernel_var = o.bias_var = o.mean_var = o.mvar_var = o.kernel2_var = o.count_var = PS_NO_VAR;
     snprintf(o.prefix, sizeof o.prefix, "%s", b->prefix ? b->prefix : "");
     m->ops[m->nops++] = o;
     *t = m->nops;

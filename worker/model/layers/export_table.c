@@ -7,7 +7,7 @@ extern const ps_layer_export ps_layer_export_dense, ps_layer_export_conv, ps_lay
     ps_layer_export_pad, ps_layer_export_reshape, ps_layer_export_dropout,
     ps_layer_export_activation, ps_layer_export_add, ps_layer_export_concat,
     ps_layer_export_sepconv, ps_layer_export_mul, ps_layer_export_rescale, ps_layer_export_crop,
-    ps_layer_export_ln;
+    ps_layer_export_ln, ps_layer_export_norm;
 
 static const ps_layer_export *const all[] = {
     &ps_layer_export_dense,   &ps_layer_export_conv,       &ps_layer_export_dwconv,
@@ -16,6 +16,7 @@ static const ps_layer_export *const all[] = {
     &ps_layer_export_dropout, &ps_layer_export_activation, &ps_layer_export_add,
     &ps_layer_export_concat,  &ps_layer_export_sepconv,    &ps_layer_export_mul,
     &ps_layer_export_rescale, &ps_layer_export_crop,       &ps_layer_export_ln,
+    &ps_layer_export_norm,
 };
 
 const ps_layer_export *ps_layer_export_of(ps_op_kind kind) {
