@@ -53,7 +53,8 @@ void ps__cpu_onehot_overwrite(float *out, const int32_t *labels, size_t rows, si
 int ps__cpu_binary_correct(const float *logits, const int32_t *labels, size_t rows,
                            size_t *correct);
 int ps__cpu_sum(const float *x, size_t n, bool squares, double *out);
-void ps__cpu_dropout(float *y, const float *x, size_t n, float rate, uint64_t seed);
+void ps__cpu_dropout(float *y, const float *x, size_t n, size_t group, float rate,
+                     uint64_t seed);
 void ps__cpu_im2col_overwrite(const ps_k_conv *p, float *cols, const float *x, size_t n);
 void ps__cpu_col2im_overwrite(const ps_k_conv *p, float *dx, const float *cols, size_t n);
 void ps__cpu_maxpool_forward_overwrite(const ps_k_pool *p, float *y, int32_t *arg, const float *x);
@@ -152,7 +153,8 @@ void ps__cuda_onehot_overwrite(ps_k_dev *d, float *out, const int32_t *labels, s
 int ps__cuda_binary_correct(ps_k_dev *d, const float *logits, const int32_t *labels, size_t rows,
                             size_t *correct);
 int ps__cuda_sum(ps_k_dev *d, const float *x, size_t n, bool squares, double *out);
-void ps__cuda_dropout(ps_k_dev *d, float *y, const float *x, size_t n, float rate, uint64_t seed);
+void ps__cuda_dropout(ps_k_dev *d, float *y, const float *x, size_t n, size_t group, float rate,
+                      uint64_t seed);
 void ps__cuda_im2col_overwrite(ps_k_dev *d, const ps_k_conv *p, float *cols, const float *x,
                                size_t n);
 void ps__cuda_col2im_overwrite(ps_k_dev *d, const ps_k_conv *p, float *dx, const float *cols,

@@ -246,8 +246,17 @@ int ps__cpu_sum(const float *x, size_t n, bool squares, double *out) {
     return PS_OK;
 }
 
-void ps__cpu_dropout(float *y, const float *x, size_t n, float rate, uint64_t seed) {
+void ps__cpu_dropout(float *y, const float *x, size_t n, size_t group, float rate,
+                     uint64_t seed) {
     float scale = 1.0f / (1.0f - rate);
-    for (size_t i = 0; i < n; i++)
-        y[i] = ps_ew_dropout_keep(seed, i, rate) ? x[i] * scale : 0.0f;
+    if (group <= 1) {
+        for (size_t i = 0; i < n; i++)
+            y[i] = ps_ew_dropout_keep(seed, i, rate) ? x[i] * scale : 0.0f;
+        return;
+    }
+    for (size_t g = 0; g * group < n; g++) {
+        int keep = ps_ew_dropout_keep(seed, g, rate);
+        for (size_t i = g * group, end = i + group < n ? i + group : n; i < end; i++)
+            y[i] = keep ? x[i] * scale : 0.0f;
+    }
 }

@@ -276,9 +276,9 @@ __global__ void onehot_kernel(float *out, const int32_t *labels, size_t rows, si
 }
 
 /* The keep decision is a pure function of (seed, i): no mask, no RNG state. */
-__global__ void dropout_kernel(float *y, const float *x, size_t n, float rate, float scale,
-                               uint64_t seed) {
-    GRID_STRIDE_LOOP(i, n) y[i] = ps_ew_dropout_keep(seed, i, rate) ? x[i] * scale : 0.0f;
+__global__ void dropout_kernel(float *y, const float *x, size_t n, size_t group, float rate,
+                               float scale, uint64_t seed) {
+    GRID_STRIDE_LOOP(i, n) y[i] = ps_ew_dropout_keep(seed, i / group, rate) ? x[i] * scale : 0.0f;
 }
 
 extern "C" void ps__cuda_onehot_overwrite(ps_k_dev *d, float *out, const int32_t *labels,
@@ -286,9 +286,9 @@ extern "C" void ps__cuda_onehot_overwrite(ps_k_dev *d, float *out, const int32_t
     launch(d, onehot_kernel, rows * cols, out, labels, rows, cols);
 }
 
-extern "C" void ps__cuda_dropout(ps_k_dev *d, float *y, const float *x, size_t n, float rate,
-                                 uint64_t seed) {
-    launch(d, dropout_kernel, n, y, x, n, rate, 1.0f / (1.0f - rate), seed);
+extern "C" void ps__cuda_dropout(ps_k_dev *d, float *y, const float *x, size_t n, size_t group,
+                                 float rate, uint64_t seed) {
+    launch(d, dropout_kernel, n, y, x, n, group ? group : 1, rate, 1.0f / (1.0f - rate), seed);
 }
 
 /* ---- convolution and pooling ------------------------------------------- */

@@ -276,16 +276,25 @@ int ps_k_sumsq(ps_k_dev *d, const float *x, size_t n, double *out) {
     return ps__cpu_sum(x, n, true, out);
 }
 
+void ps_k_dropout_group_forward_overwrite(ps_k_dev *d, float *y, const float *x, size_t n,
+                                          size_t group, float rate, uint64_t seed) {
+    IF_CUDA(d, ps__cuda_dropout(d, y, x, n, group, rate, seed));
+    ps__cpu_dropout(y, x, n, group, rate, seed);
+}
+
+void ps_k_dropout_group_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t n,
+                                           size_t group, float rate, uint64_t seed) {
+    ps_k_dropout_group_forward_overwrite(d, dx, dy, n, group, rate, seed); /* the same mask */
+}
+
 void ps_k_dropout_forward_overwrite(ps_k_dev *d, float *y, const float *x, size_t n, float rate,
                                     uint64_t seed) {
-    IF_CUDA(d, ps__cuda_dropout(d, y, x, n, rate, seed));
-    ps__cpu_dropout(y, x, n, rate, seed);
+    ps_k_dropout_group_forward_overwrite(d, y, x, n, 1, rate, seed);
 }
 
 void ps_k_dropout_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t n, float rate,
                                      uint64_t seed) {
-    IF_CUDA(d, ps__cuda_dropout(d, dx, dy, n, rate, seed));
-    ps__cpu_dropout(dx, dy, n, rate, seed);
+    ps_k_dropout_group_forward_overwrite(d, dx, dy, n, 1, rate, seed);
 }
 
 void ps_k_im2col_overwrite(ps_k_dev *d, const ps_k_conv *p, float *cols, const float *x, size_t n) {

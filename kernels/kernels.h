@@ -227,6 +227,13 @@ void ps_k_dropout_forward_overwrite(ps_k_dev *d, float *y, const float *x, size_
                                     uint64_t seed);
 void ps_k_dropout_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t n, float rate,
                                      uint64_t seed);
+/* The same with one decision per group of `group` consecutive elements (element
+ * i follows ps_ew_dropout_keep(seed, i / group, rate)): Keras' noise_shape
+ * (None, 1, 1, 1), a whole sample dropped (drop connect). group 1: the above. */
+void ps_k_dropout_group_forward_overwrite(ps_k_dev *d, float *y, const float *x, size_t n,
+                                          size_t group, float rate, uint64_t seed);
+void ps_k_dropout_group_backward_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t n,
+                                           size_t group, float rate, uint64_t seed);
 
 /* ---- convolution ---------------------------------------------------------- */
 

@@ -275,6 +275,13 @@ void ps_ref_dropout_backward_overwrite(float *dx, const float *dy, size_t n, flo
     ps_ref_dropout_forward_overwrite(dx, dy, n, rate, seed);
 }
 
+void ps_ref_dropout_group_forward_overwrite(float *y, const float *x, size_t n, size_t group,
+                                            float rate, uint64_t seed) {
+    double scale = 1.0 / (1.0 - (double)rate);
+    for (size_t i = 0; i < n; i++)
+        y[i] = ps_ew_dropout_keep(seed, i / group, rate) ? (float)(x[i] * scale) : 0.0f;
+}
+
 /* ---- convolution: from the definition ------------------------------------ */
 
 /* Input row (or column) read by output index o and kernel tap k; may be

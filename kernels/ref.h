@@ -47,6 +47,9 @@ void ps_ref_dropout_forward_overwrite(float *y, const float *x, size_t n, float 
                                       uint64_t seed);
 void ps_ref_dropout_backward_overwrite(float *dx, const float *dy, size_t n, float rate,
                                        uint64_t seed);
+/* One decision per group of `group` consecutive elements (element i: i / group). */
+void ps_ref_dropout_group_forward_overwrite(float *y, const float *x, size_t n, size_t group,
+                                            float rate, uint64_t seed);
 
 /* Convolution and pooling take the geometry from ps_k_conv_plan /
  * ps_k_pool_plan (p->chunk is ignored) and work from the definitions: a

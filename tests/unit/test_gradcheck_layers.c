@@ -258,7 +258,9 @@ START_TEST(keras_effnet_block) {
 END_TEST
 
 /* Keras 3's operators on tensors (x + 3.0, x * (1 / 6): Add and Multiply called with a
- * number, read as Rescaling) and a Dropout called with training=False (never drops). */
+ * number, read as Rescaling) and a Dropout called with training=False, as Keras 3 records
+ * every Dropout call, with noise_shape (None, 1, 1, 1): it drops whole samples in training,
+ * as Keras does (drop connect). */
 START_TEST(keras_operators_and_training_false) {
     char *spec = keras_fixture_spec("ops_block_k3.json");
     ps_model *m = build(spec);
@@ -271,7 +273,7 @@ START_TEST(keras_operators_and_training_false) {
     ck_assert_int_eq(ps_model_train_loss(m, x, y3, B, &l1), PS_OK);
     ps_model_set_dropout_seed(m, 2);
     ck_assert_int_eq(ps_model_train_loss(m, x, y3, B, &l2), PS_OK);
-    ck_assert_msg(l1 == l2, "the Dropout called with training=False dropped: %g vs %g", l1, l2);
+    ck_assert_msg(l1 != l2, "the drop-connect Dropout did not drop: %g with both seeds", l1);
     free(x);
     ps_model_free(m);
     check_model("Keras operators (Add/Multiply with a number), Dropout(training=False)", spec, y3,

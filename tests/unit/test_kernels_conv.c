@@ -545,6 +545,20 @@ static void check_dropout(ps_k_dev *d) {
                 ps_k_dropout_forward_overwrite(d, dx, dx, n, rate, seed); /* in place */
                 dev_get(d, y, dx, n);
                 expect_close("dropout in place", y, want, n, 0, 1e-6f);
+                /* whole groups (samples) kept or dropped: a ragged last group too */
+                size_t group = n > 7 ? 7 : n;
+                ck_assert_int_eq(ps_k_copy_to_dev(d, dx, x, n * 4), PS_OK); /* x again */
+                ps_ref_dropout_group_forward_overwrite(want, x, n, group, rate, seed);
+                ps_k_dropout_group_forward_overwrite(d, dy, dx, n, group, rate, seed);
+                dev_get(d, y, dy, n);
+                expect_close("dropout by group", y, want, n, 0, 1e-6f);
+                for (size_t g = 0; g * group < n; g++)
+                    for (size_t i = g * group + 1; i < n && i < (g + 1) * group; i++)
+                        ck_assert_msg((y[i] == 0.0f) == (y[g * group] == 0.0f) || x[i] == 0.0f,
+                                      "dropout by group: group %zu split at %zu", g, i);
+                ps_k_dropout_group_backward_overwrite(d, dy, dx, n, group, rate, seed);
+                dev_get(d, y, dy, n);
+                expect_close("dropout by group backward", y, want, n, 0, 1e-6f);
                 ps_k_free(d, dx), ps_k_free(d, dy);
                 free(x), free(y), free(want);
             }

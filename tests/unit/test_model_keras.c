@@ -419,8 +419,8 @@ START_TEST(bad_files) {
                        "{\"seed\": 42}}") ", " FLAT ", " DENSE_OUT)),
          {"layer 'c1' (Conv2D)", "'kernel_initializer'", "seed null"}},
         {WRAP(SEQ(CONV("") ", " FLAT ", {\"class_name\": \"Dropout\", \"config\": {\"name\": "
-                  "\"drop\", \"rate\": 0.5, \"noise_shape\": [null, 1]}}, " DENSE_OUT)),
-         {"layer 'drop' (Dropout)", "'noise_shape'", "training=False"}},
+                  "\"drop\", \"rate\": 0.5, \"noise_shape\": [null, 5]}}, " DENSE_OUT)),
+         {"layer 'drop' (Dropout)", "'noise_shape'", "whole samples"}},
         {WRAP(SEQ(CONV(", \"fancy\": 1") ", " FLAT ", " DENSE_OUT)),
          {"layer 'c1' (Conv2D)", "option 'fancy'", "filters, kernel_size"}},
         {WRAP(SEQ("{\"class_name\": \"ReLU\", \"config\": {\"name\": \"r\", \"negative_slope\": "

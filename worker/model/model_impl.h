@@ -80,6 +80,8 @@ typedef struct {
     size_t mult;               /* OP_DWCONV depth multiplier */
     size_t pad[4];             /* OP_PAD, OP_CROP top, bottom, left, right */
     float rate;                /* OP_DROPOUT */
+    bool per_sample;           /* OP_DROPOUT: Keras' noise_shape (None, 1, ...): one decision
+                                * per sample (drop connect) */
     float momentum, eps;       /* OP_BN, OP_LN and OP_NORM (eps) */
     float scale, offset;       /* OP_RESCALE */
     size_t bcast;              /* OP_MUL: 0 same shapes; 1 + i: input i holds one value per

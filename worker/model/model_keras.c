@@ -378,26 +378,22 @@ static int parse_inbound(kctx *K, const char *where, const cJSON *nodes) {
 
 
 /* Builds the layer of class c from cfg over K->b's inputs, with what its call
- * added: Add / Multiply of a tensor and a number is a Rescaling (x + c, x * c);
- * Dropout called with training=False never drops. */
+ * added: Add / Multiply of a tensor and a number is a Rescaling (x + c, x * c).
+ * Keras 3 records training=False on every Dropout call of a functional model
+ * and still drops when the model trains: read as a plain Dropout. */
 static int build_call(kctx *K, const char *where, const char *c, const cJSON *cfg, size_t *t) {
-    if (!K->has_const && !K->training_false) return ps_build_layer(&K->b, c, cfg, true, t);
-    bool add = !strcmp(c, "Add"), mul = !strcmp(c, "Multiply");
-    if (K->has_const && !add && !mul)
-        return fail(K->e, "%s: a number as a call argument is only supported for Add and Multiply",
-                    where);
     if (K->training_false && strcmp(c, "Dropout"))
         return fail(K->e, "%s: call argument 'training' = false is only supported for Dropout",
                     where);
+    if (!K->has_const) return ps_build_layer(&K->b, c, cfg, true, t);
+    bool add = !strcmp(c, "Add"), mul = !strcmp(c, "Multiply");
+    if (!add && !mul)
+        return fail(K->e, "%s: a number as a call argument is only supported for Add and Multiply",
+                    where);
     cJSON *syn = cJSON_CreateObject();
-    bool ok = syn != NULL;
-    if (K->has_const)
-        ok = ok && cJSON_AddNumberToObject(syn, "scale", add ? 1.0 : K->konst) &&
-             cJSON_AddNumberToObject(syn, "offset", add ? K->konst : 0.0);
-    else
-        ok = ok && cJSON_AddNumberToObject(syn, "rate", 0.0);
-    int rc = ok ? ps_build_layer(&K->b, K->has_const ? "Rescaling" : "Dropout", syn, true, t)
-                : fail(K->e, "out of memory");
+    bool ok = syn != NULL && cJSON_AddNumberToObject(syn, "scale", add ? 1.0 : K->konst) &&
+              cJSON_AddNumberToObject(syn, "offset", add ? K->konst : 0.0);
+    int rc = ok ? ps_build_layer(&K->b, "Rescaling", syn, true, t) : fail(K->e, "out of memory");
     cJSON_Delete(syn);
     return rc;
 }

@@ -16,12 +16,20 @@ static void describe(cJSON *e, const ps_model *m, size_t j, const ps_op *o) {
     (void)m;
     (void)j;
     cJSON_AddNumberToObject(e, "rate", o->rate);
+    if (o->per_sample) cJSON_AddBoolToObject(e, "per_sample", true);
 }
 
 static const char *keras(cJSON *c, const ps_op *o) {
     cJSON_AddNumberToObject(c, "rate", o->rate);
     cJSON_AddNullToObject(c, "seed");
-    cJSON_AddNullToObject(c, "noise_shape");
+    if (!o->per_sample) {
+        cJSON_AddNullToObject(c, "noise_shape");
+        return "Dropout";
+    }
+    cJSON *ns = cJSON_AddArrayToObject(c, "noise_shape"); /* whole samples */
+    cJSON_AddItemToArray(ns, cJSON_CreateNull());
+    for (int k = 0; k < (o->image ? 3 : 1); k++)
+        cJSON_AddItemToArray(ns, cJSON_CreateNumber(1));
     return "Dropout";
 }
 

@@ -1,15 +1,25 @@
 /* Dropout: in training, each value zeroed with probability rate and the
  * others scaled by 1 / (1 - rate), the mask drawn from (seed, step, op); the
- * input itself otherwise. */
+ * input itself otherwise. Keras' noise_shape (None, 1, 1, 1) (or (None, 1) on a
+ * flat tensor) drops whole samples: EfficientNet's drop connect. */
 #include <cjson/cJSON.h>
 
 #include "layer.h"
 #include "ps_error.h"
 
 static const char *const keys[] = {"rate", NULL};
-/* noise_shape: read here (null only), but a Dropout called with training=False
- * (EfficientNet's drop connect) never drops, whatever its noise_shape */
 static const char *const keras_keys[] = {"rate", "noise_shape", NULL};
+
+/* null, or a batch axis (null) then ones: one decision per sample */
+static bool per_sample(const cJSON *ns, bool image) {
+    if (!cJSON_IsArray(ns) || cJSON_GetArraySize(ns) != (image ? 4 : 2)) return false;
+    const cJSON *v;
+    int k = 0;
+    cJSON_ArrayForEach(v, ns) {
+        if (k++ == 0 ? !cJSON_IsNull(v) : !(cJSON_IsNumber(v) && v->valuedouble == 1)) return false;
+    }
+    return true;
+}
 static const ps_layer_class classes[] = {{"Dropout", NULL, true, keys, keras_keys}};
 
 static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op *o, int *act) {
@@ -20,10 +30,11 @@ static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op
     if (!cJSON_IsNumber(r) || !(r->valuedouble >= 0.0 && r->valuedouble < 1.0))
         return ps_build_fail(b, PS_EFORMAT, "%s: 'rate' must be a number in [0, 1)", b->where);
     const cJSON *ns = ps_layer_item(l, "noise_shape");
-    if (ns && !cJSON_IsNull(ns))
+    o->per_sample = ns && !cJSON_IsNull(ns);
+    if (o->per_sample && !per_sample(ns, o->image))
         return ps_build_fail(b, PS_EFORMAT,
-                             "%s: option 'noise_shape' is not supported (only null, or any in a "
-                             "call with training=False)",
+                             "%s: option 'noise_shape' is not supported (only null, or [null, 1, "
+                             "1, 1] on an image / [null, 1] on a vector: whole samples)",
                              b->where);
     o->kind = OP_DROPOUT;
     o->rate = (float)r->valuedouble;
@@ -35,8 +46,9 @@ static int forward(const ps_pass *p, size_t j, ps_op *o, const float *in, const 
         *out = in;
         return PS_OK;
     }
-    ps_k_dropout_forward_overwrite(p->m->dev, o->y, in, p->rows * ps_shape_numel(o->out),
-                                   o->rate, ps_layer_dropout_seed(p->m, j));
+    size_t group = o->per_sample ? ps_shape_numel(o->out) : 1;
+    ps_k_dropout_group_forward_overwrite(p->m->dev, o->y, in, p->rows * ps_shape_numel(o->out),
+                                         group, o->rate, ps_layer_dropout_seed(p->m, j));
     return PS_OK;
 }
 
@@ -49,8 +61,9 @@ static int backward(const ps_pass *p, size_t j, ps_op *o, const float *in, const
     bool acc;
     float *din = ps_layer_din(p->m, s, &acc);
     if (!din) return PS_OK;
-    ps_k_dropout_backward_overwrite(p->m->dev, din, dout, n, o->rate,
-                                    ps_layer_dropout_seed(p->m, j));
+    ps_k_dropout_group_backward_overwrite(p->m->dev, din, dout, n,
+                                          o->per_sample ? ps_shape_numel(o->out) : 1, o->rate,
+                                          ps_layer_dropout_seed(p->m, j));
     ps_layer_din_done(p->m, s, acc, p->rows * ps_shape_numel(o->in));
     return PS_OK;
 }
