@@ -10,6 +10,23 @@ cd "$(dirname "$0")/.."
 
 status=0
 BUILD=build-test MESON_ARGS="-Dwerror=true" deploy/bootstrap.sh || exit 1
+
+# An OpenBLAS older than the CPU falls back to its SSE3 ("Prescott") kernels, several times
+# slower (docs/TRAINING.md, "Devices"): where the CPU has AVX-512 or AVX2 + FMA, the suite
+# runs with the kernels psworker's warning names (OPENBLAS_CORETYPE, as a user would set it).
+# The tests check results, not speed; an OPENBLAS_CORETYPE already set is kept.
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ -x build-test/worker/psworker ]; then
+    core=$(OPENBLAS_VERBOSE=2 build-test/worker/psworker --help 2>&1 | sed -n 's/^Core: //p' | head -1)
+    flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+    has() { for f in "$@"; do [[ $flags == *" $f "* ]] || return 1; done; }
+    case "$core" in
+    Prescott | Core2 | Penryn | Dunnington | Nehalem | Atom | Sandybridge | Barcelona | Bobcat | Opteron*)
+        if has avx512f avx512bw avx512dq avx512vl; then export OPENBLAS_CORETYPE=SkylakeX
+        elif has avx2 fma; then export OPENBLAS_CORETYPE=Haswell; fi ;;
+    esac
+    [ -n "${OPENBLAS_CORETYPE:-}" ] &&
+        echo "run-all: OpenBLAS chose $core kernels on this CPU: the suite runs with OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE"
+fi
 meson test -C build-test --print-errorlogs --num-processes 2 || status=1
 
 BUILD=build-asan MESON_ARGS="-Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled -Dbuildtype=debug" \
