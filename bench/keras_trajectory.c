@@ -7,7 +7,9 @@
  * repeated), with the file's optimizer applied by the in-worker optimizer
  * (psworker --no-ps's). After every step it records the step's loss and the values
  * of chosen variables: every BatchNormalization moving mean and variance, the first
- * and the last kernel (or every variable with --all-vars).
+ * and the last kernel (or every variable with --all-vars). --nudge moves every
+ * trainable initial weight by one float32 ulp first: the same run perturbed at
+ * rounding's scale, the noise floor the comparison with Keras is read against.
  *
  * Output file (--out): a text header, then binary records:
  *   keras_trajectory 1\n
