@@ -292,12 +292,36 @@ def print_ref64(name, ref, sides, steps):
         print("| " + " | ".join(cells) + " |")
 
 
+def keep_float64():
+    """Keras computes some ops in result_type(input, "float32") (BatchNormalization,
+    ops.mean: GlobalAveragePooling2D, the loss's mean) and promotes float64 with float32
+    to float32, so a float64 model would hold float32 islands. Patched so that float64
+    stays float64 (the reference must be float64 throughout)."""
+    from keras.src import backend
+    from keras.src.backend.common import dtypes
+
+    real = dtypes.result_type
+
+    def result_type(*args):
+        for d in args:
+            try:
+                if d is not None and backend.standardize_dtype(d) == "float64":
+                    return "float64"
+            except (TypeError, ValueError):
+                pass
+        return real(*args)
+
+    dtypes.result_type = result_type
+    backend.result_type = result_type
+
+
 def run_float64(args, name):
     """The float64 pass (a process of its own: JAX's 64-bit mode is set at start):
     Keras in float64 from the same float32 archive, on the same batches, for --ref64-steps
     steps, and its one-step SGD gradient run."""
     import keras
 
+    keep_float64()
     work = Path(args.workdir)
     keras_file = work / f"{name}.keras"
     keras.config.set_floatx("float64")
