@@ -198,6 +198,35 @@ START_TEST(self_add_reshape) {
 }
 END_TEST
 
+/* Momentum 0.999 (MobileNetV2's): the slots' rate is Keras' (1.0 - momentum)
+ * taken in double and rounded once, 0.001f; 1 - 0.999f in float would be
+ * 0.00099998713, 1.3e-5 relative off (docs/PERFORMANCE.md, "Parity with Keras,
+ * step by step"). */
+START_TEST(batchnorm_rate_as_keras) {
+    static const int32_t labels[B] = {0, 1, 1, 0};
+    const char *spec =
+        MODEL(INPUT("3") ", " L("BatchNormalization", "bn", ", \"momentum\": 0.999",
+                                T("in")) ", " L("Dense", "out", ", \"units\": 2", T("bn")),
+              "out");
+    ps_model *m = build(spec);
+    const ps_model_var *mm = ps_model_var_at(m, 2), *mv = ps_model_var_at(m, 3);
+    float *p = ps_model_params(m), x[B * 3], loss, old[6];
+    ps_test_fill_uniform(x, B * 3, 12, -2, 3);
+    memcpy(old, p + mm->offset, 3 * sizeof(float));
+    memcpy(old + 3, p + mv->offset, 3 * sizeof(float));
+    size_t correct;
+    ck_assert_int_eq(ps_model_train_step(m, x, labels, B, &loss, &correct), PS_OK);
+    const float *g = ps_model_grads(m), *stat = m->ops[0].stat;
+    const float k = (float)(1.0 - 0.999);
+    ck_assert_float_eq(k, 0.001f);
+    for (size_t c = 0; c < 3; c++) {
+        ck_assert_float_eq(g[mm->offset + c], k * (old[c] - stat[c]));
+        ck_assert_float_eq(g[mv->offset + c], k * (old[3 + c] - stat[3 + c]));
+    }
+    ps_model_free(m);
+}
+END_TEST
+
 /* Input -> BatchNormalization -> Dense: the moving statistics after one step
  * are exactly the documented rule, and evaluation uses them. */
 START_TEST(batchnorm_moving_stats) {
@@ -281,6 +310,7 @@ int main(void) {
     tcase_add_test(tc, concat_batchnorm);
     tcase_add_test(tc, self_add_reshape);
     tcase_add_test(tc, batchnorm_moving_stats);
+    tcase_add_test(tc, batchnorm_rate_as_keras);
     suite_add_tcase(s, tc);
     return ps_test_run_suite(s);
 }

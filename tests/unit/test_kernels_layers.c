@@ -689,11 +689,34 @@ START_TEST(dwconv_plans) {
 }
 END_TEST
 
+/* Many rows (a batch of 256 images of 64x64 in one channel block): the CPU's
+ * per-channel sums are kept in double, so the statistics and the parameter
+ * gradients stay within a few float roundings of the double reference (float
+ * sums over 2^20 rows drifted by ~1e-5 relative, which training amplifies;
+ * docs/PERFORMANCE.md, "Parity with Keras, step by step"). */
+static void check_bn_many_rows(ps_k_dev *d) {
+    size_t rows = (size_t)1 << 20, c = 2, n = rows * c;
+    float *x = host(n, 7, 0.25f, 0.75f), *dy = host(n, 8, -1.0f, 1.0f), *y = garbage(n);
+    float *dx = garbage(n), g[2] = {1.5f, 0.5f}, m[2], v[2], wm[2], wv[2];
+    float dg[2], db[2], wdg[2], wdb[2];
+    float *wy = garbage(n), *wdx = garbage(n);
+    ps_ref_bn_forward_train_overwrite(wy, wm, wv, x, g, NULL, rows, c, 1e-3f);
+    ps_k_bn_forward_train_overwrite(d, y, m, v, x, g, NULL, rows, c, 1e-3f);
+    ps_ref_bn_backward_overwrite(wdx, wdg, wdb, dy, x, wm, wv, g, rows, c, 1e-3f);
+    ps_k_bn_backward_overwrite(d, dx, dg, db, dy, x, wm, wv, g, rows, c, 1e-3f);
+    expect_close("bn many rows: mean", m, wm, c, 0.0f, 1e-6f);
+    expect_close("bn many rows: variance", v, wv, c, 0.0f, 1e-6f);
+    expect_close("bn many rows: dgamma", dg, wdg, c, 0.0f, 1e-5f);
+    expect_close("bn many rows: dbeta", db, wdb, c, 0.0f, 1e-5f);
+    free(x), free(dy), free(y), free(dx), free(wy), free(wdx);
+}
+
 /* ---- tests -------------------------------------------------------------- */
 
 START_TEST(cpu_bn) {
     check_bn_known(ps_k_cpu());
     check_bn(ps_k_cpu());
+    check_bn_many_rows(ps_k_cpu());
 }
 END_TEST
 

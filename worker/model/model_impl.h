@@ -83,6 +83,9 @@ typedef struct {
     bool per_sample;           /* OP_DROPOUT: Keras' noise_shape (None, 1, ...): one decision
                                 * per sample (drop connect) */
     float momentum, eps;       /* OP_BN, OP_LN and OP_NORM (eps) */
+    float stat_rate;           /* OP_BN: 1 - momentum, taken in double from the spec's
+                                * number and rounded once, as Keras' (1.0 - momentum)
+                                * (1 - 0.999f in float is 1.3e-5 relative off 0.001) */
     float scale, offset;       /* OP_RESCALE */
     size_t bcast;              /* OP_MUL: 0 same shapes; 1 + i: input i holds one value per
                                 * channel (a 1x1 image), broadcast over the other's */

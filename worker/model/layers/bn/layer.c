@@ -22,6 +22,8 @@ static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op
         (rc = ps_layer_parse_bool(b, l, "center", true, &o->center)) ||
         (rc = ps_layer_parse_bool(b, l, "scale", true, &o->has_gamma)))
         return rc;
+    const cJSON *mom = ps_layer_item(l, "momentum");
+    o->stat_rate = (float)(1.0 - (mom ? mom->valuedouble : 0.99));
     o->kind = OP_BN;
     return PS_OK;
 }
@@ -64,7 +66,7 @@ static int alloc(ps_model *m, ps_op *o, size_t rows, size_t *ws_floats, size_t *
 static int stat_grads(ps_model *m, const ps_op *o) {
     size_t c = o->in.c;
     int rc = ps_k_copy_to_host(m->dev, m->h_stat, o->stat, 2 * c * sizeof(float));
-    float k = 1.0f - o->momentum;
+    float k = o->stat_rate;
     size_t vs[2] = {o->mean_var, o->mvar_var};
     for (int s = 0; s < 2 && rc == PS_OK; s++) {
         size_t off = m->vars[vs[s]].offset;
