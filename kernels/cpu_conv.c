@@ -1,10 +1,12 @@
 /* CPU backend of kernels/ for images: im2col and col2im as row-wise copies
  * (the training hot path), pooling as loops over each window's contiguous
- * channel rows; the results are those of the per-cell formulas of ew.h. */
+ * channel rows; the results are those of the per-cell formulas of ew.h. In
+ * the SIMD-cloned library (simd.h): the channel loops vectorise. */
 #include <string.h>
 
 #include "backend.h"
 #include "ew.h"
+#include "simd.h"
 
 /* Same result as ps_ew_im2col_at for every (r, k): per output cell and kernel
  * row ky, the kw*c column entries are one contiguous run of the input row
@@ -39,6 +41,7 @@ void ps__cpu_im2col_overwrite(const ps_k_conv *p, float *cols, const float *x, s
 
 /* The adjoint of im2col as a scatter-add over the same runs (the sum of
  * ps_ew_col2im_at up to the order of the float additions). */
+PS_SIMD_CLONES
 void ps__cpu_col2im_overwrite(const ps_k_conv *p, float *dx, const float *cols, size_t n) {
     size_t c = p->c, K = p->kh * p->kw * c, rowlen = p->kw * c;
     memset(dx, 0, n * p->h * p->w * c * sizeof *dx);
@@ -69,6 +72,7 @@ void ps__cpu_col2im_overwrite(const ps_k_conv *p, float *dx, const float *cols, 
  * (no per-cell index division); forward results are those of the ew.h
  * per-cell formulas (same comparisons, same order). Backward passes scatter
  * into dx: one CPU thread needs no atomics, and it touches each dy once. */
+PS_SIMD_CLONES
 void ps__cpu_maxpool_forward_overwrite(const ps_k_pool *p, float *y, int32_t *arg, const float *x) {
     size_t C = p->c;
     for (size_t img = 0; img < p->n; img++) {
@@ -77,8 +81,8 @@ void ps__cpu_maxpool_forward_overwrite(const ps_k_pool *p, float *y, int32_t *ar
             for (size_t ox = 0; ox < p->ow; ox++) {
                 size_t y0, y1, x0, x1, o = ((img * p->oh + oy) * p->ow + ox) * C;
                 ps_ew_pool_window(p, oy, ox, &y0, &y1, &x0, &x1);
-                float *yo = y + o;
-                int32_t *ao = arg + o;
+                float *restrict yo = y + o;
+                int32_t *restrict ao = arg + o;
                 int32_t first = (int32_t)(y0 * p->w + x0);
                 memcpy(yo, xi + (size_t)first * C, C * sizeof *yo);
                 for (size_t ci = 0; ci < C; ci++)
@@ -86,17 +90,21 @@ void ps__cpu_maxpool_forward_overwrite(const ps_k_pool *p, float *y, int32_t *ar
                 for (size_t iy = y0; iy < y1; iy++)
                     for (size_t ix = x0; ix < x1; ix++) {
                         int32_t cell = (int32_t)(iy * p->w + ix);
-                        const float *xc = xi + (size_t)cell * C;
-                        for (size_t ci = 0; ci < C; ci++)
-                            if (xc[ci] > yo[ci] || yo[ci] != yo[ci]) { /* as ps_ew_maxpool_at */
-                                yo[ci] = xc[ci];
-                                ao[ci] = cell;
-                            }
+                        const float *restrict xc = xi + (size_t)cell * C;
+                        /* as ps_ew_maxpool_at, without a branch: both stores
+                         * unconditional, so the loop vectorises to blends */
+                        for (size_t ci = 0; ci < C; ci++) {
+                            float v = xc[ci], m = yo[ci];
+                            bool take = v > m || m != m;
+                            yo[ci] = take ? v : m;
+                            ao[ci] = take ? cell : ao[ci];
+                        }
                     }
             }
     }
 }
 
+PS_SIMD_CLONES
 void ps__cpu_maxpool_backward_overwrite(const ps_k_pool *p, float *dx, const float *dy,
                                         const int32_t *arg) {
     size_t C = p->c, per_out = p->oh * p->ow * C;
@@ -111,6 +119,7 @@ void ps__cpu_maxpool_backward_overwrite(const ps_k_pool *p, float *dx, const flo
     }
 }
 
+PS_SIMD_CLONES
 void ps__cpu_avgpool_forward_overwrite(const ps_k_pool *p, float *y, const float *x) {
     size_t C = p->c;
     for (size_t img = 0; img < p->n; img++) {
@@ -134,6 +143,7 @@ void ps__cpu_avgpool_forward_overwrite(const ps_k_pool *p, float *y, const float
     }
 }
 
+PS_SIMD_CLONES
 void ps__cpu_avgpool_backward_overwrite(const ps_k_pool *p, float *dx, const float *dy) {
     size_t C = p->c;
     memset(dx, 0, p->n * p->h * p->w * C * sizeof *dx);

@@ -398,7 +398,7 @@ static const pool_case pools[] = {
 static void check_pool(ps_k_dev *d) {
     char what[160];
     for (size_t pi = 0; pi < sizeof pools / sizeof pools[0]; pi++)
-        for (int ties = 0; ties < 2; ties++) {
+        for (int ties = 0; ties < 3; ties++) { /* 2: NaNs among the inputs */
             const pool_case *k = &pools[pi];
             ps_k_pool p;
             ck_assert_int_eq(
@@ -406,13 +406,16 @@ static void check_pool(ps_k_dev *d) {
                 PS_OK);
             snprintf(what, sizeof what, "pool n=%zu h=%zu w=%zu c=%zu win=%zux%zu s=%zu,%zu %s%s",
                      p.n, p.h, p.w, p.c, p.ph, p.pw, p.sh, p.sw, k->same ? "same" : "valid",
-                     ties ? " ties" : "");
+                     ties == 1 ? " ties" : ties == 2 ? " NaN" : "");
             size_t nx = p.n * p.h * p.w * p.c, ny = p.n * p.oh * p.ow * p.c;
             float *x = host(nx, 800 + pi, ties ? 0 : -3, ties ? 3 : -1); /* negative: padding
                                                                              must not win */
-            if (ties)
+            if (ties == 1)
                 for (size_t i = 0; i < nx; i++)
                     x[i] = floorf(x[i]); /* 0, 1, 2: many ties */
+            if (ties == 2) /* NaN wins a window only when the whole window is NaN */
+                for (size_t i = 0; i < nx; i++)
+                    if (i % 3 != 2) x[i] = NAN;
             float *y = garbage(ny), *wy = garbage(ny), *dy = host(ny, 900 + pi, -1, 1);
             int32_t *arg = malloc(ny * 4), *warg = malloc(ny * 4);
             for (size_t i = 0; i < ny; i++)
@@ -422,10 +425,20 @@ static void check_pool(ps_k_dev *d) {
             void *darg = dev_from(d, arg, ny * 4), *ddy = dev_from(d, dy, ny * 4);
             ps_k_maxpool_forward_overwrite(d, &p, dyo, darg, dx);
             dev_get(d, y, dyo, ny), dev_get(d, arg, darg, ny);
-            expect_close(what, y, wy, ny, 0, 0);
+            if (ties == 2)
+                for (size_t i = 0; i < ny; i++)
+                    ck_assert_msg(isnan(y[i]) ? isnan(wy[i]) : y[i] == wy[i],
+                                  "%s: y[%zu] = %g, want %g", what, i, y[i], wy[i]);
+            else
+                expect_close(what, y, wy, ny, 0, 0);
             for (size_t i = 0; i < ny; i++)
                 ck_assert_msg(arg[i] == warg[i], "%s: arg[%zu] = %d, want %d", what, i, arg[i],
                               warg[i]);
+            if (ties == 2) { /* the backward passes and average pooling: finite inputs only */
+                ps_k_free(d, dx), ps_k_free(d, dyo), ps_k_free(d, darg), ps_k_free(d, ddy);
+                free(x), free(y), free(wy), free(dy), free(arg), free(warg);
+                continue;
+            }
             float *g = garbage(nx), *wg = garbage(nx);
             void *dg = dev_from(d, g, nx * 4);
             ps_ref_maxpool_backward_overwrite(&p, wg, dy, warg);
