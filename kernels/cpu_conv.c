@@ -104,9 +104,44 @@ void ps__cpu_maxpool_forward_overwrite(const ps_k_pool *p, float *y, int32_t *ar
     }
 }
 
+/* Windows that tile the input (stride = window, no padding before, the last
+ * row and column of windows reaching the edge): every input cell is in
+ * exactly one window, so dx is written once, without zeroing it first. */
+static bool pool_tiles(const ps_k_pool *p) {
+    return p->sh == p->ph && p->sw == p->pw && p->pad_top == 0 && p->pad_left == 0 &&
+           p->oh * p->ph >= p->h && p->ow * p->pw >= p->w;
+}
+
+PS_SIMD_CLONES
+static void maxpool_backward_tiled(const ps_k_pool *p, float *dx, const float *dy,
+                                   const int32_t *arg) {
+    size_t C = p->c;
+    for (size_t img = 0; img < p->n; img++) {
+        float *dxi = dx + img * p->h * p->w * C;
+        for (size_t oy = 0; oy < p->oh; oy++)
+            for (size_t ox = 0; ox < p->ow; ox++) {
+                size_t y0, y1, x0, x1, o = ((img * p->oh + oy) * p->ow + ox) * C;
+                ps_ew_pool_window(p, oy, ox, &y0, &y1, &x0, &x1);
+                const float *restrict g = dy + o;
+                const int32_t *restrict a = arg + o;
+                for (size_t iy = y0; iy < y1; iy++)
+                    for (size_t ix = x0; ix < x1; ix++) {
+                        int32_t cell = (int32_t)(iy * p->w + ix);
+                        float *restrict dc = dxi + (size_t)cell * C;
+                        for (size_t ci = 0; ci < C; ci++)
+                            dc[ci] = a[ci] == cell ? g[ci] : 0.0f;
+                    }
+            }
+    }
+}
+
 PS_SIMD_CLONES
 void ps__cpu_maxpool_backward_overwrite(const ps_k_pool *p, float *dx, const float *dy,
                                         const int32_t *arg) {
+    if (pool_tiles(p)) {
+        maxpool_backward_tiled(p, dx, dy, arg);
+        return;
+    }
     size_t C = p->c, per_out = p->oh * p->ow * C;
     memset(dx, 0, p->n * p->h * p->w * C * sizeof *dx);
     for (size_t img = 0; img < p->n; img++) {

@@ -392,7 +392,8 @@ static const pool_case pools[] = {
     {1, 5, 6, 1, 3, 3, 2, 2, true},  {2, 4, 9, 2, 3, 2, 1, 3, false},
     {1, 1, 1, 1, 1, 1, 1, 1, false}, {1, 6, 5, 3, 3, 1, 3, 1, true},
     {1, 3, 3, 1, 5, 5, 1, 1, true},  {3, 8, 8, 1, 3, 3, 1, 1, true},
-    {1, 9, 9, 2, 2, 2, 3, 3, false},
+    {1, 9, 9, 2, 2, 2, 3, 3, false}, {2, 8, 6, 9, 2, 2, 2, 2, false}, /* windows that tile */
+    {1, 5, 3, 2, 3, 3, 3, 3, true},
 };
 
 static void check_pool(ps_k_dev *d) {
