@@ -98,13 +98,27 @@ static void conv_gemm(ps_k_dev *d, const ps_k_conv *p, bool ta, bool tb, size_t 
         ps__dev_fail(d, ps_k_gemm_ex(d, p->prec, ta, tb, M, N, K, 1.0f, A, B, beta, C));
 }
 
+/* A 1x1 kernel with stride 1 (no padding then): im2col is the identity, the
+ * images themselves are the GEMM's [pixels, c] operand and col2im's output. */
+static bool cols_are_input(const ps_k_conv *p) {
+    return p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1;
+}
+
+/* The chunk's im2col: the input itself for a 1x1 kernel, else built in ws. */
+static const float *chunk_cols(ps_k_dev *d, const ps_k_conv *p, float *ws, const float *x,
+                               size_t nb) {
+    if (cols_are_input(p)) return x;
+    ps_k_im2col_overwrite(d, p, ws, x, nb);
+    return ws;
+}
+
 void ps_k_conv2d_forward_overwrite(ps_k_dev *d, const ps_k_conv *p, float *y, const float *x,
                                    const float *w, const float *b, float *ws) {
     size_t pix = p->oh * p->ow, K = p->kh * p->kw * p->c, img_in = p->h * p->w * p->c;
     for (size_t i0 = 0; i0 < p->n; i0 += p->chunk) {
         size_t nb = p->n - i0 < p->chunk ? p->n - i0 : p->chunk;
-        ps_k_im2col_overwrite(d, p, ws, x + i0 * img_in, nb);
-        conv_gemm(d, p, false, false, nb * pix, p->cout, K, ws, w, 0.0f, y + i0 * pix * p->cout);
+        const float *cols = chunk_cols(d, p, ws, x + i0 * img_in, nb);
+        conv_gemm(d, p, false, false, nb * pix, p->cout, K, cols, w, 0.0f, y + i0 * pix * p->cout);
     }
     if (b) ps_k_bias_add_rows_acc(d, y, b, p->n * pix, p->cout);
 }
@@ -124,11 +138,13 @@ static void conv2d_backward(ps_k_dev *d, const ps_k_conv *p, float *dx, float *d
         size_t nb = p->n - i0 < p->chunk ? p->n - i0 : p->chunk, rows = nb * pix;
         const float *dyc = dy + i0 * pix * p->cout;
         if (dw) { /* dw[K, cout] (+)= cols^T @ dy */
-            ps_k_im2col_overwrite(d, p, ws, x + i0 * img_in, nb);
+            const float *cols = chunk_cols(d, p, ws, x + i0 * img_in, nb);
             float beta = (i0 == 0 && !acc) ? 0.0f : 1.0f;
-            conv_gemm(d, p, true, false, K, p->cout, rows, ws, dyc, beta, dw);
+            conv_gemm(d, p, true, false, K, p->cout, rows, cols, dyc, beta, dw);
         }
-        if (dx) { /* dcols[rows, K] = dy @ w^T, then scattered back onto the images */
+        if (dx && cols_are_input(p)) { /* dx[rows, c] = dy @ w^T */
+            conv_gemm(d, p, false, true, rows, K, p->cout, dyc, w, 0.0f, dx + i0 * img_in);
+        } else if (dx) { /* dcols[rows, K] = dy @ w^T, then scattered back onto the images */
             conv_gemm(d, p, false, true, rows, K, p->cout, dyc, w, 0.0f, ws);
             ps_k_col2im_overwrite(d, p, dx + i0 * img_in, ws, nb);
         }
