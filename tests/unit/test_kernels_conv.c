@@ -69,6 +69,7 @@ static const conv_case convs[] = {
     {1, 9, 9, 2, 2, 2, 3, 3, 3, false}, /* stride > kernel: cells no window reads */
     {1, 33, 1, 3, 7, 1, 2, 1, 1, true}, {3, 6, 7, 3, 4, 2, 2, 2, 1, true},
     {3, 5, 6, 4, 1, 1, 7, 1, 1, false}, {2, 4, 3, 9, 1, 1, 5, 1, 1, true}, /* 1x1: no im2col */
+    {2, 6, 5, 8, 3, 3, 4, 1, 1, true},  {1, 7, 7, 6, 3, 3, 5, 2, 2, false}, /* kernel rows of 16+ */
 };
 #define NCONVS (sizeof convs / sizeof convs[0])
 
