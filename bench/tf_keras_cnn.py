@@ -330,7 +330,7 @@ def run(args):
     result = {
         "config": args.config if args.config == "single" else
         f"ps ({args.workers} workers, {args.ps} ps, 1 chief)",
-        "model": args.model, "source": source,
+        "model": args.model, "source": source, "seed": args.seed,
         "tensorflow": tf.__version__, "keras": K.__version__,
         "batch": batch, "optimizer": f"adam lr {lr}",
         "loss": "sparse_categorical_crossentropy" + (" from_logits" if from_logits else ""),
