@@ -7,10 +7,14 @@
 #   TensorFlow:   one process, Keras 3 and tf_keras, default threads and 1 thread
 #                 (bench/tf_apps.py), batch BATCH, WARMUP steps then STEPS timed.
 # Prints one JSON line per run and a table with each network's ratio to TensorFlow's best.
-# usage: bench/apps_speed.sh [BUILD] [NETWORK...]   (env BATCH=64 STEPS=40 WARMUP=10)
+# TF_RUNS picks TensorFlow's configurations, KERAS:THREADS (KERAS 3 or 2, THREADS 0 for
+# TensorFlow's default pools; empty: none); a column left out prints as empty.
+# usage: bench/apps_speed.sh [BUILD] [NETWORK...]   (env BATCH=64 STEPS=40 WARMUP=10
+#        TF_RUNS="3:0 3:1 2:0 2:1")
 # $TF_VENV (default /tmp/tfvenv): made like bench/tf_compare.sh's when missing (PyPI).
 # Benchmarks never run in the test suite.
 set -uo pipefail
+case "${1:-}" in -h|--help) sed -n "2,16p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 build=${1:-$root/build}
@@ -49,18 +53,18 @@ for net in "${nets[@]}"; do
     else
         echo "apps_speed: $net: the project's run failed:" >&2; tail -5 "$log" >&2
     fi
-    for k in 3 2; do
-        for t in 0 1; do
-            line=$(timeout 1800 "$venv/bin/python" "$here/tf_apps.py" "$net" --keras $k --threads $t \
-                --batch "$batch" --steps "$steps" --warmup "$warmup" --data "$data" 2>"$out/tf.err" | tail -1)
-            if [ -z "$line" ]; then
-                echo "apps_speed: $net: TensorFlow (Keras $k, threads $t) failed:" >&2; tail -3 "$out/tf.err" >&2
-                continue
-            fi
-            echo "$line"
-            sps=$(sed -n 's/.*"samples_per_sec": \([0-9.]*\).*/\1/p' <<<"$line")
-            echo "$net tf_k${k}_t$t $sps" >>"$out/all"
-        done
+    for run in ${TF_RUNS-3:0 3:1 2:0 2:1}; do
+        k=${run%%:*} t=${run#*:}
+        case "$k:$t" in 3:0|3:1|2:0|2:1) ;; *) echo "apps_speed: TF_RUNS: $run is not 3:0, 3:1, 2:0 or 2:1" >&2; exit 2 ;; esac
+        line=$(timeout 1800 "$venv/bin/python" "$here/tf_apps.py" "$net" --keras $k --threads $t \
+            --batch "$batch" --steps "$steps" --warmup "$warmup" --data "$data" 2>"$out/tf.err" | tail -1)
+        if [ -z "$line" ]; then
+            echo "apps_speed: $net: TensorFlow (Keras $k, threads $t) failed:" >&2; tail -3 "$out/tf.err" >&2
+            continue
+        fi
+        echo "$line"
+        sps=$(sed -n 's/.*"samples_per_sec": \([0-9.]*\).*/\1/p' <<<"$line")
+        echo "$net tf_k${k}_t$t $sps" >>"$out/all"
     done
 done
 echo
