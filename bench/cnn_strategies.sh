@@ -6,8 +6,11 @@
 # interleaved; STEPS steps per worker (per-worker batch: the spec's, 64: global batch 128).
 # Prints one JSON line per run and the median per setup. TensorFlow's side:
 # bench/tf_compare.sh (its single-process run with --batch 128 is the same global batch).
-# Usage: bench/cnn_strategies.sh [BUILD] (env REPS=3 STEPS=300)
+# MODELS and SETUPS narrow it (e.g. MODELS=fashion_cnn.json SETUPS=mirrored).
+# Usage: bench/cnn_strategies.sh [BUILD] (env REPS=3 STEPS=300
+#        MODELS="fashion_cnn.json mobilenetv2_train.json" SETUPS="ps_sync mirrored")
 set -uo pipefail
+case "${1:-}" in -h|--help) sed -n "2,11p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 build=${1:-$root/build}
@@ -32,14 +35,20 @@ run() { # model setup-name psctl-args...
     echo "$model $name $sps" >>"$out/all"
 }
 
-for model in fashion_cnn.json mobilenetv2_train.json; do
-    for r in $(seq "$reps"); do
+setup() { # name
+    case $1 in
+        ps_sync) run "$model" ps_sync --ps 2 --mode sync ;;
+        mirrored) run "$model" mirrored --strategy mirrored ;;
+        *) echo "cnn_strategies: unknown setup $1" >&2; exit 2 ;;
+    esac
+}
+setups=(${SETUPS:-ps_sync mirrored})
+for model in ${MODELS:-fashion_cnn.json mobilenetv2_train.json}; do
+    for r in $(seq "$reps"); do # interleaved, the order reversed every other repeat
         if [ $((r % 2)) = 1 ]; then
-            run "$model" ps_sync --ps 2 --mode sync
-            run "$model" mirrored --strategy mirrored
+            for ((i = 0; i < ${#setups[@]}; i++)); do setup "${setups[i]}"; done
         else
-            run "$model" mirrored --strategy mirrored
-            run "$model" ps_sync --ps 2 --mode sync
+            for ((i = ${#setups[@]} - 1; i >= 0; i--)); do setup "${setups[i]}"; done
         fi
     done
 done
