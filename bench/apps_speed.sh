@@ -14,7 +14,7 @@
 # $TF_VENV (default /tmp/tfvenv): made like bench/tf_compare.sh's when missing (PyPI).
 # Benchmarks never run in the test suite.
 set -uo pipefail
-case "${1:-}" in -h|--help) sed -n "2,16p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case "${1:-}" in -h|--help) sed -n "2,15p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 build=${1:-$root/build}
