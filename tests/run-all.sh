@@ -3,7 +3,7 @@
 # 1. installs what is missing and builds with -Werror (CUDA backend compiled when nvcc is there),
 # 2. runs every test (unit + integration with real processes),
 # 3. runs the same suite again built with ASan + UBSan,
-# 4. fuzzes psd's request path for a minute (libFuzzer, tests/fuzz/),
+# 4. fuzzes psd's request path for a minute and the data readers for 30 s (libFuzzer, tests/fuzz/),
 # and ends with one line "N passed, N failed, N skipped" counted from meson's results.
 set -uo pipefail
 cd "$(dirname "$0")/.."
