@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "order.h"
 #include "ps_error.h"
 
 /* Largest file (after decompression) we accept: stops a gzip bomb. */
@@ -360,23 +361,6 @@ void ps_dataset_free(ps_dataset *d) {
     memset(d, 0, sizeof *d);
 }
 
-/* splitmix64: small, fast and the same on every platform. */
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform integer in [0, bound) without modulo bias (bound > 0). */
-static uint64_t uniform_below(uint64_t *s, uint64_t bound) {
-    uint64_t threshold = -bound % bound; /* 2^64 mod bound */
-    for (;;) {
-        uint64_t r = splitmix64(s);
-        if (r >= threshold) return r % bound;
-    }
-}
-
 /* Returns PS_OK, PS_EINVAL or PS_ENOMEM; b owns order, borrows d. */
 int ps_batcher_init(ps_batcher *b, const ps_dataset *d, unsigned index, unsigned count,
                     size_t batch, uint64_t seed) {
@@ -419,11 +403,9 @@ void ps_batcher_start_epoch(ps_batcher *b, unsigned epoch) {
     /* Start from the canonical shard so the order depends only on (seed, epoch, index). */
     for (size_t k = 0; k < b->shard_n; k++)
         b->order[k] = b->index + k * b->count;
-    uint64_t s = b->seed;
-    s = splitmix64(&s) ^ ((uint64_t)epoch * 0xD1B54A32D192ED03ull);
-    s = splitmix64(&s) ^ ((uint64_t)b->index * 0xA0761D6478BD642Full);
+    uint64_t s = ps_order_seed(b->seed, epoch, b->index); /* order.h draws the same */
     for (size_t i = b->shard_n; i > 1; i--) {
-        size_t j = (size_t)uniform_below(&s, i);
+        size_t j = (size_t)ps_order_below(&s, i);
         size_t t = b->order[i - 1];
         b->order[i - 1] = b->order[j];
         b->order[j] = t;
