@@ -14,7 +14,9 @@
 static int read_line(ps_csv_reader *r) {
     size_t n = 0;
     int c;
+    r->row_offset = r->offset;
     while ((c = getc(r->f)) != EOF && c != '\n') {
+        r->offset++;
         if (n + 2 > r->cap) {
             if (r->cap >= PS_CSV_MAX_LINE) return -1;
             size_t cap = r->cap ? 2 * r->cap : 256;
@@ -25,6 +27,7 @@ static int read_line(ps_csv_reader *r) {
         r->buf[n++] = (char)c;
     }
     if (ferror(r->f)) return -2;
+    if (c == '\n') r->offset++;
     if (c == EOF && n == 0) return 0;
     if (n && r->buf[n - 1] == '\r') n--;
     if (!r->buf) { /* an empty line before anything was allocated */
@@ -40,8 +43,9 @@ static int read_line(ps_csv_reader *r) {
 /* Splits the line in r->buf in place; fields[i] point into it. Returns the
  * number of fields (up to max, then max + 1 meaning "more"), or -1 for an
  * unterminated quote (*bad_col set). */
-static long split(ps_csv_reader *r, char **fields, size_t max, size_t *bad_col) {
-    char *p = r->buf;
+static long split(const ps_csv_reader *r, char *line, char **fields, size_t max,
+                  size_t *bad_col) {
+    char *p = line;
     size_t n = 0;
     for (;;) {
         char *q = p;
@@ -111,7 +115,7 @@ int ps_csv_open(ps_csv_reader *r, const char *path, char delim, char *err, size_
     char **fields = r->fields = calloc(ncols + 1, sizeof *fields);
     r->names = calloc(ncols, sizeof *r->names);
     size_t bad = 0;
-    long n = fields && r->names ? split(r, fields, ncols, &bad) : -2;
+    long n = fields && r->names ? split(r, r->buf, fields, ncols, &bad) : -2;
     int rc = PS_OK;
     if (n == -2) {
         rc = PS_ENOMEM;
@@ -156,15 +160,20 @@ int ps_csv_next(ps_csv_reader *r, double *vals, char *err, size_t errlen) {
                  got == -1 ? "line over the limit of 1 MiB" : "read error");
         return got == -1 ? PS_EFORMAT : PS_EIO;
     }
+    r->row_len = strlen(r->buf);
+    return ps_csv_parse_row(r, r->buf, r->line, r->fields, vals, err, errlen);
+}
+
+int ps_csv_parse_row(const ps_csv_reader *r, char *line, size_t lineno, char **fields,
+                     double *vals, char *err, size_t errlen) {
     size_t bad = 0;
-    long n = split(r, r->fields, r->cols, &bad);
-    char **fields = r->fields;
+    long n = split(r, line, fields, r->cols, &bad);
     if (n < 0) {
-        snprintf(err, errlen, "%s:%zu: column %zu: unterminated quote", r->path, r->line, bad);
+        snprintf(err, errlen, "%s:%zu: column %zu: unterminated quote", r->path, lineno, bad);
         return PS_EFORMAT;
     }
     if ((size_t)n != r->cols) {
-        snprintf(err, errlen, "%s:%zu: %s%ld fields, the header has %zu", r->path, r->line,
+        snprintf(err, errlen, "%s:%zu: %s%ld fields, the header has %zu", r->path, lineno,
                  (size_t)n > r->cols ? "more than " : "", (size_t)n > r->cols ? (long)r->cols : n,
                  r->cols);
         return PS_EFORMAT;
@@ -179,7 +188,7 @@ int ps_csv_next(ps_csv_reader *r, double *vals, char *err, size_t errlen) {
         while (*end == ' ')
             end++;
         if (end == s || *end != '\0') {
-            snprintf(err, errlen, "%s:%zu: column %zu (%.64s): %s%.64s%s", r->path, r->line,
+            snprintf(err, errlen, "%s:%zu: column %zu (%.64s): %s%.64s%s", r->path, lineno,
                      i + 1, r->names[i], *s ? "not a number: \"" : "empty field", s,
                      *s ? "\"" : "");
             return PS_EFORMAT;

@@ -20,6 +20,9 @@ typedef struct {
     char **names; /* owned: the header's column names */
     char **fields; /* owned: cols + 1 pointers into buf, for splitting a row */
     size_t line;  /* the last line read, from 1 */
+    unsigned long long offset;     /* bytes read so far */
+    unsigned long long row_offset; /* where the last line read begins */
+    size_t row_len;                /* the last row's length, without its line end */
     char *buf;    /* owned: the current line */
     size_t cap;
 } ps_csv_reader;
@@ -37,5 +40,10 @@ long ps_csv_column(const ps_csv_reader *r, const char *name);
 int ps_csv_next(ps_csv_reader *r, double *vals, char *err, size_t errlen);
 
 void ps_csv_close(ps_csv_reader *r);
+/* Parses one row held in line (without its line end; split in place) as
+ * ps_csv_next does; fields holds cols + 1 pointers, lineno names the line in
+ * err. For readers that go back to a row by its offset. */
+int ps_csv_parse_row(const ps_csv_reader *r, char *line, size_t lineno, char **fields,
+                     double *vals, char *err, size_t errlen);
 
 #endif

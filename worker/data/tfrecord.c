@@ -30,6 +30,15 @@ static void put_le(uint8_t *p, uint64_t v, int n) {
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
+int ps_tfrecord_header(const uint8_t head[12], uint64_t *len) {
+    *len = le64(head);
+    return ps_tfrecord_mask(ps_crc32c(head, 8)) == le32(head + 8);
+}
+
+int ps_tfrecord_data_ok(const uint8_t *data, size_t len, const uint8_t foot[4]) {
+    return ps_tfrecord_mask(ps_crc32c(data, len)) == le32(foot);
+}
+
 int ps_tfrecord_open(ps_tfrecord_reader *r, const char *path, size_t max_len, char *err,
                      size_t errlen) {
     memset(r, 0, sizeof *r);
@@ -68,8 +77,8 @@ int ps_tfrecord_next(ps_tfrecord_reader *r, const uint8_t **data, size_t *len, c
         what = ferror(r->f) ? strerror(errno) : "truncated length header";
         goto bad;
     }
-    uint64_t n = le64(head);
-    if (ps_tfrecord_mask(ps_crc32c(head, 8)) != le32(head + 8)) {
+    uint64_t n;
+    if (!ps_tfrecord_header(head, &n)) {
         what = "the length's checksum does not match (not a TFRecord file, or damaged)";
         goto bad;
     }
@@ -97,7 +106,7 @@ int ps_tfrecord_next(ps_tfrecord_reader *r, const uint8_t **data, size_t *len, c
         what = ferror(r->f) ? strerror(errno) : "truncated record";
         goto bad;
     }
-    if (ps_tfrecord_mask(ps_crc32c(r->buf, n)) != le32(foot)) {
+    if (!ps_tfrecord_data_ok(r->buf, n, foot)) {
         what = "the data's checksum does not match";
         goto bad;
     }

@@ -46,6 +46,12 @@ int ps_tfrecord_next(ps_tfrecord_reader *r, const uint8_t **data, size_t *len, c
 
 void ps_tfrecord_close(ps_tfrecord_reader *r);
 
+/* For readers of their own (the indexed source): a 12-byte record header's
+ * length into *len; returns 1 when its checksum matches, else 0. */
+int ps_tfrecord_header(const uint8_t head[12], uint64_t *len);
+/* 1 when the 4-byte footer is the masked CRC-32C of data, else 0. */
+int ps_tfrecord_data_ok(const uint8_t *data, size_t len, const uint8_t foot[4]);
+
 /* Appends one record to f. Returns PS_OK or PS_EIO. */
 int ps_tfrecord_write(FILE *f, const void *data, size_t len);
 
