@@ -181,9 +181,14 @@ static ps_dataset make_data(size_t n, size_t dim) {
 
 /* A prepare step that adds a value drawn from the record's seed to every
  * element, to see the draws depend on the record alone. */
-static int add_draw(void *ctx, const ps_sample *in, float *out, float *scratch, uint64_t seed,
-                    bool training, char *err, size_t errlen) {
-    (void)ctx, (void)scratch, (void)err, (void)errlen;
+static int add_draw(void *ctx, const ps_sample *in, float *out, float **scratch, size_t *cap,
+                    uint64_t seed, bool training, char *err, size_t errlen) {
+    (void)ctx, (void)err, (void)errlen;
+    if (*cap < 3) { /* grows like a real step's */
+        float *s = realloc(*scratch, 3 * sizeof *s);
+        ck_assert_ptr_nonnull(s);
+        *scratch = s, *cap = 3;
+    }
     float v = training ? (float)(seed % 1000) / 1000.0f : 0.0f;
     for (size_t k = 0; k < in->h * in->w * in->c; k++) out[k] = in->x[k] + v;
     return PS_OK;

@@ -27,6 +27,7 @@ typedef struct {
     pthread_t tid;
     ps_sample sample;
     float *scratch;
+    size_t scratch_cap;
 } worker;
 
 struct ps_pipeline {
@@ -98,8 +99,8 @@ static int produce(ps_pipeline *p, worker *w, size_t k, unsigned epoch, const si
     }
     if (c->prepare) {
         uint64_t seed = ps_order_seed(c->seed ^ (0x9E3779B97F4A7C15ull * (rec + 1)), epoch, 0);
-        rc = c->prepare(c->prepare_ctx, &w->sample, out, w->scratch, seed, c->training, why,
-                        sizeof why);
+        rc = c->prepare(c->prepare_ctx, &w->sample, out, &w->scratch, &w->scratch_cap, seed,
+                        c->training, why, sizeof why);
         if (rc != PS_OK) {
             snprintf(err, errlen, "%s: record %zu: %s", c->src->desc, rec, why);
             return rc;
@@ -211,12 +212,7 @@ int ps_pipeline_open(ps_pipeline **out, const ps_pipeline_cfg *cfg, char *err, s
         s->ok = malloc(cfg->batch);
         if (!s->x || !s->y || !s->ok) rc = PS_ENOMEM;
     }
-    for (size_t i = 0; rc == PS_OK && i < p->n_workers; i++) {
-        p->workers[i].p = p;
-        if (cfg->scratch_floats &&
-            !(p->workers[i].scratch = malloc(cfg->scratch_floats * sizeof(float))))
-            rc = PS_ENOMEM;
-    }
+    for (size_t i = 0; rc == PS_OK && i < p->n_workers; i++) p->workers[i].p = p;
     for (size_t i = 0; rc == PS_OK && i < cfg->threads; i++) {
         if (pthread_create(&p->workers[i].tid, NULL, run, &p->workers[i]) != 0) {
             rc = PS_ENOMEM;

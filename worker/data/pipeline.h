@@ -14,12 +14,14 @@
 
 #include "source.h"
 
-/* Makes the model's input (dim floats into out) from a decoded record; scratch
- * holds the configured number of floats. seed is the record's own for this
+/* Makes the model's input (dim floats into out) from a decoded record.
+ * *scratch (*scratch_cap floats) is the thread's own, grown with realloc as
+ * the step needs (the pipeline frees it). seed is the record's own for this
  * epoch. Returns PS_OK or an error with the reason in err (the pipeline adds
  * the record). */
-typedef int (*ps_pipeline_prepare_fn)(void *ctx, const ps_sample *in, float *out, float *scratch,
-                                      uint64_t seed, bool training, char *err, size_t errlen);
+typedef int (*ps_pipeline_prepare_fn)(void *ctx, const ps_sample *in, float *out,
+                                      float **scratch, size_t *scratch_cap, uint64_t seed,
+                                      bool training, char *err, size_t errlen);
 
 #define PS_PIPELINE_MEMORY_DEFAULT ((size_t)256 << 20) /* psworker --input-memory */
 
@@ -29,7 +31,6 @@ typedef struct {
     ps_pipeline_prepare_fn prepare; /* NULL: a record must already have that shape (or as
                                        many values, when either side is flat) */
     void *prepare_ctx;
-    size_t scratch_floats;
     int num_classes;         /* labels must be below it (0: unchecked) */
     const int32_t *label_map; /* label l becomes label_map[l] (NULL: as they are) */
     size_t label_map_n;
