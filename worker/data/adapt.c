@@ -1,7 +1,6 @@
 /* Adapting the data's images to the model's input shape (see adapt.h). */
 #include "adapt.h"
 
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +8,7 @@
 
 #include "errf.h"
 #include "ps_error.h"
+#include "resize.h"
 
 
 void ps_adapt_data_shape(const ps_dataset *d, size_t *h, size_t *w, size_t *c) {
@@ -94,44 +94,11 @@ static void map_channels(const ps_adapt_plan *p, const float *in, float *s) {
     }
 }
 
-/* Source coordinate of output index o along an axis (half-pixel centres),
- * split into the two neighbours and the weight of the second. */
-static void bilinear_axis(size_t o, size_t in, size_t out, size_t *a, size_t *b, float *f) {
-    double s = ((double)o + 0.5) * (double)in / (double)out - 0.5;
-    if (s < 0) s = 0;
-    size_t lo = (size_t)floor(s);
-    if (lo >= in - 1) {
-        *a = *b = in - 1;
-        *f = 0;
-        return;
-    }
-    *a = lo;
-    *b = lo + 1;
-    *f = (float)(s - (double)lo);
-}
-
 void ps_adapt_image(const ps_adapt_plan *p, const float *in, float *out, float *scratch) {
     size_t c = p->out_c, ow = p->out_w;
     map_channels(p, in, scratch);
     if (p->resize) {
-        for (size_t y = 0; y < p->out_h; y++) {
-            size_t y0, y1;
-            float fy;
-            bilinear_axis(y, p->in_h, p->out_h, &y0, &y1, &fy);
-            for (size_t x = 0; x < ow; x++) {
-                size_t x0, x1;
-                float fx;
-                bilinear_axis(x, p->in_w, ow, &x0, &x1, &fx);
-                for (size_t k = 0; k < c; k++) {
-                    float v00 = scratch[(y0 * p->in_w + x0) * c + k];
-                    float v01 = scratch[(y0 * p->in_w + x1) * c + k];
-                    float v10 = scratch[(y1 * p->in_w + x0) * c + k];
-                    float v11 = scratch[(y1 * p->in_w + x1) * c + k];
-                    float top = v00 + (v01 - v00) * fx, bot = v10 + (v11 - v10) * fx;
-                    out[(y * ow + x) * c + k] = top + (bot - top) * fy;
-                }
-            }
-        }
+        ps_resize_bilinear(scratch, p->in_h, p->in_w, c, out, p->out_h, ow);
         return;
     }
     memset(out, 0, p->out_h * ow * c * sizeof *out);
