@@ -3,6 +3,7 @@
  * (--strategy), and as chief evaluates and writes the summary. Its exit
  * statuses are the table `exits` (--help, psworker(1)). */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -39,7 +40,7 @@ static void lib_log(void *user, ps_lib_log_level level, const char *line) {
 typedef struct {
     char ps[8192];
     long index, workers;
-    char model[1024], data[1024], summary[1024], device[64], save[1024], init_from[1024];
+    char model[1024], data[1024], test_data[1024], summary[1024], device[64], save[1024], init_from[1024];
     char export_path[1024], tensorboard[1024], history[1024];
     long tensorboard_every;
     char evaluate[1024], predictions[1024];
@@ -47,6 +48,8 @@ typedef struct {
     long epochs, batch, seed, progress, dataset;
     long max_train, max_test, max_steps, timeout, blas_threads, retry_ms, slow_ms, no_ps, push_pull;
     long prefetch, recreate_lost;
+    double validation_split;
+    long shuffle_buffer, input_threads, input_memory;
     char positive_classes[1024], label_map[4096];
     long input_adapt, rgb_to_gray;
     long strategy, communication, worker_timeout, ring_connect_timeout, bucket_kb, check_every;
@@ -58,6 +61,20 @@ typedef struct {
 } worker_opts;
 
 enum { PROGRESS_AUTO, PROGRESS_TTY, PROGRESS_PLAIN, PROGRESS_NONE };
+
+/* --validation-split: a fraction in [0, 1). */
+static int parse_fraction(const ps_option *o, void *cfg, const char *val, char *err,
+                          size_t errlen) {
+    char *end;
+    errno = 0;
+    double d = strtod(val, &end);
+    if (end == val || *end || errno || !(d >= 0 && d < 1)) {
+        snprintf(err, errlen, "--%s needs a fraction from 0 to below 1, got '%s'", o->name, val);
+        return PS_EINVAL;
+    }
+    memcpy((char *)cfg + o->offset, &d, sizeof d);
+    return PS_OK;
+}
 /* --dataset choices, in table order; fashion_mnist is another name for idx. */
 static const char *const dataset_names[] = {"auto", "idx", "idx", "cifar10"};
 
@@ -89,9 +106,37 @@ static const ps_option table[] = {
      "give their own",
      .doc = "Such a file without --loss is refused, and so is --loss with a spec that names its "
             "own loss"},
-    {"data", PS_OPTION_STR, F(data), 0, 0, DEFAULT_DATA_DIR, NULL, "DIR",
-     "dataset directory: IDX files or CIFAR-10 binary batches",
-     .doc = "IDX files may be gzipped or raw"},
+    {"data", PS_OPTION_STR, F(data), 0, 0, DEFAULT_DATA_DIR, NULL, "PATH",
+     "the training data: a directory (IDX files, CIFAR-10 batches, *.tfrecord files, or "
+     "class subdirectories of images), a file (.npz, .csv, .tsv, TFRecord), a glob of files, "
+     "or a data spec (FILE.json: format, files, preprocessing, validation)",
+     .doc = "IDX files may be gzipped or raw. IDX and CIFAR-10 load whole; every other format "
+            "streams from disk through the input pipeline (--input-threads, --input-memory). "
+            "Image folders are read as Keras' image_dataset_from_directory reads them (classes "
+            "sorted, the mapping logged), every image resized to the model's input unless the "
+            "data spec's \"preprocess\" says otherwise. README.md's \"Your own data\" shows "
+            "each form"},
+    {"test-data", PS_OPTION_STR, F(test_data), 0, 0, "", NULL, "PATH",
+     "chief: the test set, evaluated at the end (and after each epoch when there is no "
+     "validation set), in the forms --data takes",
+     .default_text = "--data's own test files (IDX, CIFAR-10), else none"},
+    {"validation-split", PS_OPTION_CUSTOM, F(validation_split), 0, 0, "0", NULL, "F",
+     "hold out this fraction of the training data (chosen by --seed, as Keras' "
+     "validation_split with a seed) and evaluate it after each epoch as val_loss and "
+     "val_accuracy",
+     .parse = parse_fraction,
+     .default_text = "the data spec's \"validation_split\", else 0"},
+    {"shuffle-buffer", PS_OPTION_LONG, F(shuffle_buffer), 0, 1L << 40, "0", NULL, "N",
+     "shuffle through a buffer of N records as tf.data's shuffle does (files in a shuffled "
+     "order, each read in order; 1: no shuffling); 0: a full shuffle of the worker's share "
+     "every epoch",
+     .default_text = "the data spec's \"shuffle_buffer\", else 0"},
+    {"input-threads", PS_OPTION_LONG, F(input_threads), 0, 256, "0", NULL, "N",
+     "threads that read, decode and augment records ahead of training",
+     .default_text = "one per core, at most 8 (1 for IDX and CIFAR-10)"},
+    {"input-memory", PS_OPTION_LONG, F(input_memory), 1, 1L << 20, "256", NULL, "MB",
+     "the prepared batches held ahead of training take at most this much (at least two "
+     "batches)"},
     {"dataset", PS_OPTION_CHOICE, F(dataset), 0, 0, "auto", "auto|idx|fashion_mnist|cifar10", NULL,
      "format of --data (fashion_mnist = idx); auto: cifar10 when --data holds "
      "data_batch_1.bin or test_batch.bin (or .bin.gz), else idx"},
@@ -231,8 +276,8 @@ static const ps_option table[] = {
             "back), each during the backward pass as soon as that shard's gradients are computed; "
             "no makes two round trips, a pull before and a push after each step"},
     {"prefetch", PS_OPTION_CHOICE, F(prefetch), 0, 0, "yes", "no|yes", NULL,
-     "yes: a thread copies the next batch out of the data set while this one computes "
-     "(same batches, same results); no: copy it between steps",
+     "yes: the input threads prepare the next batches while this one computes (same "
+     "batches, same results); no: each batch is read on this thread between steps",
      .doc = "no is for measuring what the thread gains"},
     {"job-id", PS_OPTION_STR, F(job_id), 0, 0, DEFAULT_JOB_ID, NULL, "ID",
      "the job the variables belong to (1..64 of A-Z a-z 0-9 . _ -): the shards remember it "
@@ -538,6 +583,11 @@ int main(int argc, char **argv) {
         .model_path = o.model[0] ? o.model : NULL,
         .loss = o.loss[0] ? o.loss : NULL,
         .data_dir = o.data,
+        .test_data = o.test_data[0] ? o.test_data : NULL,
+        .validation_split = o.validation_split,
+        .shuffle_buffer = o.shuffle_buffer,
+        .input_threads = o.input_threads,
+        .input_memory = (size_t)o.input_memory << 20,
         .device = o.device,
         .dataset = dataset_names[o.dataset],
         .epochs = GIVEN("epochs") ? (unsigned)o.epochs : 0,

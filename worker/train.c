@@ -9,21 +9,18 @@
 #include <time.h>
 
 #include "accumulate.h"
-#include "adapt.h"
-#include "cifar.h"
 #include "data.h"
 #include "exchange.h"
 #include "export.h"
 #include "half.h"
+#include "input.h"
 #include "job_metrics.h"
 #include "keras_file.h"
 #include "kernels.h"
-#include "labels.h"
 #include "log.h"
 #include "loss_scale.h"
 #include "model.h"
 #include "optim.h"
-#include "prefetch.h"
 #include "ps.h"
 #include "saved_model.h"
 #include "ps_error.h"
@@ -96,10 +93,8 @@ typedef struct {
     ps_k_dev *dev;
     ps_exchange ex; /* where the gradients go: psd, or the optimizer here (--no-ps) */
     ps_accum *acc;  /* --accumulate-steps N > 1: sums the micro-batches' gradients; else NULL */
-    ps_dataset train, test;
-    ps_batcher batcher;
-    ps_prefetch *pf; /* owned: copies the next batch out of batcher meanwhile */
-    float *x;        /* the current batch, borrowed from pf */
+    ps_input in;     /* the data: training batches, validation and test sets */
+    float *x;        /* the current batch, borrowed from in.train_pl */
     int32_t *y;
     bool scaling;          /* mixed_float16: dynamic loss scaling */
     ps_loss_scale scaler;
@@ -109,10 +104,7 @@ typedef struct {
 } train_state;
 
 static void state_free(train_state *st) {
-    ps_prefetch_close(st->pf); /* before the batcher its thread reads */
-    ps_batcher_free(&st->batcher);
-    ps_dataset_free(&st->train);
-    ps_dataset_free(&st->test);
+    ps_input_close(&st->in);
     ps_accum_free(st->acc);
     ps_exchange_free(&st->ex); /* before the model it borrows */
     ps_job_metrics_free(&st->jm);
@@ -163,84 +155,6 @@ static int save_model(ps_model *m, const char *path, uint64_t steps, char *err, 
     else
         PS_INFO("saved the model to %s", path);
     return rc;
-}
-
-/* Loads the training set (and, on the chief, the test set): CIFAR-10 binary
- * batches or IDX files, as --dataset says (auto: CIFAR-10 when the directory
- * holds its files). */
-static int load_data(const ps_train_config *cfg, train_state *st, char *err, size_t errlen) {
-    const char *ds = cfg->dataset ? cfg->dataset : "auto";
-    bool cifar = strcmp(ds, "cifar10") == 0 ||
-                 (strcmp(ds, "auto") == 0 && ps_cifar10_dir_detect(cfg->data_dir));
-    int (*load)(const char *, int, size_t, ps_dataset *, char *, size_t) =
-        cifar ? ps_dataset_load_cifar10_dir : ps_dataset_load_dir;
-    int rc = load(cfg->data_dir, 1, cfg->max_train, &st->train, err, errlen);
-    if (rc == PS_OK && cfg->index == 0)
-        rc = load(cfg->data_dir, 0, cfg->max_test, &st->test, err, errlen);
-    if (rc == PS_OK)
-        PS_INFO("data: %s (%zu training samples)", cifar ? "CIFAR-10" : "IDX", st->train.n);
-    return rc;
-}
-
-/* The images as the model takes them: adapted once here (--input-adapt), with
- * one log line saying how; the same shape is refused with its reason. */
-static int adapt_inputs(const ps_train_config *cfg, train_state *st, char *err, size_t errlen) {
-    size_t h, w, c, mh, mw, mc;
-    ps_adapt_data_shape(&st->train, &h, &w, &c);
-    ps_model_input_shape(st->model, &mh, &mw, &mc);
-    ps_adapt_plan plan;
-    int rc = ps_adapt_plan_make(h, w, c, mh, mw, mc, (ps_adapt_mode)cfg->input_adapt,
-                                cfg->rgb_to_gray, &plan, err, errlen);
-    if (rc != PS_OK || plan.identity) return rc;
-    size_t before = (st->train.n + st->test.n) * st->train.dim * sizeof(float);
-    rc = ps_adapt_dataset(&plan, &st->train, err, errlen);
-    if (rc == PS_OK) rc = ps_adapt_dataset(&plan, &st->test, err, errlen);
-    if (rc != PS_OK) return rc;
-    char how[256];
-    ps_adapt_describe(&plan, how, sizeof how);
-    PS_INFO("input: the data's %zux%zux%zu images adapted to the model's %zux%zux%zu (%s; "
-            "--input-adapt %s), once at load: %zu samples, %.0f MB (was %.0f MB)",
-            h, w, c, mh, mw, mc, how, cfg->input_adapt == PS_ADAPT_RESIZE ? "resize" : "pad",
-            st->train.n + st->test.n,
-            (double)((st->train.n + st->test.n) * st->train.dim * sizeof(float)) / 1e6,
-            (double)before / 1e6);
-    return PS_OK;
-}
-
-/* The labels as the model takes them: --positive-classes or --label-map, else
- * the spec's "labels", else the data's own (which must fit the model). */
-static int map_labels(const ps_train_config *cfg, train_state *st, char *err, size_t errlen) {
-    ps_label_spec flag;
-    const ps_label_spec *spec = ps_model_labels(st->model);
-    const char *what = "the model spec's \"labels\"";
-    int rc = PS_OK;
-    if (cfg->positive_classes) {
-        rc = ps_labels_parse_positive(cfg->positive_classes, &flag, err, errlen);
-        spec = &flag, what = "--positive-classes";
-    } else if (cfg->label_map) {
-        rc = ps_labels_parse_map(cfg->label_map, &flag, err, errlen);
-        spec = &flag, what = "--label-map";
-    }
-    if (rc != PS_OK) return rc;
-    if (spec->kind != PS_LABELS_NONE && (cfg->positive_classes || cfg->label_map) &&
-        ps_model_labels(st->model)->kind != PS_LABELS_NONE)
-        PS_INFO("labels: %s replaces the model spec's \"labels\"", what);
-    int classes = st->train.num_classes;
-    if (st->test.num_classes > classes) classes = st->test.num_classes;
-    size_t model_classes = ps_model_num_classes(st->model);
-    int32_t table[PS_LABELS_MAX];
-    rc = ps_labels_resolve(spec, what, classes, model_classes, table, err, errlen);
-    if (rc != PS_OK || spec->kind == PS_LABELS_NONE) return rc;
-    ps_labels_apply(&st->train, table, (int)model_classes);
-    ps_labels_apply(&st->test, table, (int)model_classes);
-    char desc[1200], btrain[512], btest[512] = "not loaded here";
-    int binary = spec->kind == PS_LABELS_POSITIVE;
-    ps_labels_describe(spec, classes, desc, sizeof desc);
-    PS_INFO("labels: %s (%s)", desc, what);
-    ps_labels_balance(&st->train, binary, btrain, sizeof btrain);
-    if (st->test.n) ps_labels_balance(&st->test, binary, btest, sizeof btest);
-    PS_INFO("class balance: train %s; test %s", btrain, btest);
-    return PS_OK;
 }
 
 /* The model's gradient hook: the exchange hears of each range of gradients
@@ -373,21 +287,8 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, uns
     PS_INFO("model '%s': %zu parameters: %zu trainable, %zu non-trainable", ps_model_name(st->model),
             all, tr, all - tr);
     *batch = cfg->batch ? cfg->batch : ps_model_batch_size(st->model);
-    rc = load_data(cfg, st, err, errlen);
-    if (rc == PS_OK) rc = adapt_inputs(cfg, st, err, errlen);
-    if (rc == PS_OK) rc = map_labels(cfg, st, err, errlen);
+    rc = ps_input_open(&st->in, cfg, st->model, *batch, err, errlen);
     if (rc != PS_OK) return rc;
-    rc = ps_batcher_init(&st->batcher, &st->train, cfg->index, cfg->workers, *batch, cfg->seed);
-    if (rc != PS_OK) {
-        snprintf(err, errlen, "cannot shard %zu samples over %u workers with batch %zu",
-                 st->train.n, cfg->workers, *batch);
-        return rc;
-    }
-    rc = ps_prefetch_open(&st->pf, &st->batcher, !cfg->no_prefetch);
-    if (rc != PS_OK) {
-        snprintf(err, errlen, "cannot start the batch prefetcher: %s", ps_strerror(rc));
-        return rc;
-    }
     rc = open_exchange(cfg, st->model, &st->ex, err, errlen);
     if (rc != PS_OK) return rc;
     PS_DEBUG("exchange: %s", st->ex.ops->name);
@@ -401,15 +302,12 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, uns
 
 /* Chief: brings the values to evaluate (the exchange's eval_sync: newest =
  * 0, those at the end of the epoch; 1, the newest) and evaluates them on the
- * test set. */
-static int evaluate(train_state *st, int newest, uint64_t clock, uint64_t want, float *loss,
-                    double *acc, char *err, size_t errlen) {
+ * set. */
+static int evaluate(train_state *st, ps_input_set set, int newest, uint64_t clock, uint64_t want,
+                    float *loss, double *acc, char *err, size_t errlen) {
     int rc = ps_exchange_eval_sync(&st->ex, newest, clock, want, err, errlen);
-    if (rc != PS_OK) return rc;
-    size_t correct = 0;
-    rc = ps_model_evaluate(st->model, st->test.x, st->test.y, st->test.n, loss, &correct);
-    if (rc != PS_OK) snprintf(err, errlen, "evaluation failed: %s", ps_strerror(rc));
-    *acc = st->test.n ? (double)correct / (double)st->test.n : 0;
+    size_t n = 0;
+    if (rc == PS_OK) rc = ps_input_evaluate(&st->in, st->model, set, loss, acc, &n, err, errlen);
     return rc;
 }
 
@@ -474,8 +372,10 @@ static int train_one(const ps_train_config *cfg, train_state *st, uint64_t clock
     double loss_sum = 0;
     *samples = *correct = 0;
     for (size_t i = 0; i < micro; i++) {
-        size_t nb = ps_prefetch_next(st->pf, &st->x, &st->y), hits = 0;
+        size_t nb = 0, hits = 0;
         float l = 0;
+        rc = ps_pipeline_next(st->in.train_pl, &st->x, &st->y, &nb, err, errlen);
+        if (rc != PS_OK) return rc;
         rc = !nb     ? PS_EINVAL
              : st->acc ? ps_accum_micro_step(st->acc, st->x, st->y, nb, i == 0, i + 1 == micro,
                                              &l, &hits)
@@ -568,7 +468,7 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     /* a step takes N micro-batches (--accumulate-steps), the epoch's last step the
      * remainder: an epoch still covers the data once */
     size_t accum = cfg->accumulate_steps > 1 ? cfg->accumulate_steps : 1;
-    size_t micro_per_epoch = ps_batcher_steps_per_epoch(&st.batcher);
+    size_t micro_per_epoch = rc == PS_OK ? ps_pipeline_steps_per_epoch(st.in.train_pl) : 0;
     size_t steps = (micro_per_epoch + accum - 1) / accum;
     if (cfg->max_steps && steps > cfg->max_steps) steps = cfg->max_steps;
     uint64_t total = (uint64_t)steps * cfg->epochs;
@@ -603,12 +503,18 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
         PS_INFO("%s training: %u workers x batch %zu x %zu accumulated micro-batches = global "
                 "batch %zu; %zu samples per worker, %zu steps per epoch",
                 async ? "async" : "sync", cfg->workers, batch, accum,
-                batch * accum * cfg->workers, st.batcher.shard_n, steps);
+                batch * accum * cfg->workers, ps_pipeline_epoch_records(st.in.train_pl), steps);
     else if (rc == PS_OK && cfg->index == 0)
         PS_INFO("%s training: %u workers x batch %zu = global batch %zu; %zu samples per worker",
                 async ? "async" : "sync", cfg->workers, batch, batch * cfg->workers,
-                st.batcher.shard_n);
+                ps_pipeline_epoch_records(st.in.train_pl));
 
+    /* the chief's per-epoch evaluation (Keras' val_ metrics): the validation
+     * set, else the test set */
+    int vset = rc != PS_OK || cfg->index != 0                   ? -1
+               : ps_input_has(&st.in, PS_INPUT_VALIDATION) ? PS_INPUT_VALIDATION
+               : ps_input_has(&st.in, PS_INPUT_TEST)       ? PS_INPUT_TEST
+                                                           : -1;
     ps_train_log *tlog = NULL;
     if (rc == PS_OK && cfg->index == 0)
         rc = ps_train_log_open(cfg->tensorboard_dir, cfg->history_path, &tlog, err, errlen);
@@ -620,7 +526,11 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     for (unsigned epoch = first_epoch; rc == PS_OK && epoch < cfg->epochs; epoch++) {
         size_t s0 = epoch == first_epoch ? first_step : 0;
         /* skips what the job already did this epoch */
-        ps_prefetch_start_epoch(st.pf, epoch, s0 * accum);
+        rc = ps_pipeline_start_epoch(st.in.train_pl, epoch, s0 * accum);
+        if (rc != PS_OK) {
+            snprintf(err, errlen, "the input pipeline: %s", ps_strerror(rc));
+            break;
+        }
         ps_progress_begin_epoch(&prog, epoch, steps - s0);
         double te = now_s(), tb_t = te;
         size_t tb_samples = 0; /* job-wide, since tb_t */
@@ -650,20 +560,18 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
         if (rc == PS_OK) rc = epoch_metrics(cfg, &st, &prog, epoch, err, errlen);
         if (rc != PS_OK) break;
         char extra[128] = "";
-        if (cfg->index == 0 && st.test.n > 0) {
-            float vloss = 0;
-            double vacc = 0;
+        float vloss = 0;
+        double vacc = 0;
+        if (cfg->index == 0 && vset >= 0) {
             uint64_t want = (uint64_t)(epoch + 1) * steps * cfg->workers;
-            rc = evaluate(&st, 0, clock, want, &vloss, &vacc, err, errlen);
+            rc = evaluate(&st, (ps_input_set)vset, 0, clock, want, &vloss, &vacc, err, errlen);
             if (rc != PS_OK) break;
-            res->test_loss = vloss;
-            res->test_accuracy = vacc;
+            if (vset == PS_INPUT_TEST) res->test_loss = vloss, res->test_accuracy = vacc;
             snprintf(extra, sizeof extra, "val_loss: %.4f - val_accuracy: %.4f", (double)vloss,
                      vacc);
         }
         if (tlog)
-            rc = log_epoch(tlog, &st, &prog, epoch, clock, st.test.n > 0, (float)res->test_loss,
-                           res->test_accuracy, err, errlen);
+            rc = log_epoch(tlog, &st, &prog, epoch, clock, vset >= 0, vloss, vacc, err, errlen);
         ps_progress_end_epoch(&prog, extra);
         if (rc != PS_OK) break;
     }
@@ -675,13 +583,15 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     if (res->bytes_sent_per_step >= 0)
         PS_INFO("gradients sent: %.0f bytes per step (--compression %s)",
                 res->bytes_sent_per_step, ps_compression_name(cfg->compression));
-    if (rc == PS_OK && cfg->index == 0 && res->test_accuracy < 0 && st.test.n > 0) {
-        /* started after the last epoch had ended: evaluate what the job made */
-        float vloss = 0;
-        double vacc = 0;
-        rc = evaluate(&st, 1, clock, 0, &vloss, &vacc, err, errlen);
-        res->test_loss = vloss;
-        res->test_accuracy = vacc;
+    if (rc == PS_OK && cfg->index == 0 && res->test_accuracy < 0 &&
+        ps_input_has(&st.in, PS_INPUT_TEST)) {
+        /* the test set after a validation set, or started after the last epoch
+         * had ended: evaluate what the job made */
+        float tloss = 0;
+        double tacc = 0;
+        rc = evaluate(&st, PS_INPUT_TEST, 1, clock, 0, &tloss, &tacc, err, errlen);
+        res->test_loss = tloss;
+        res->test_accuracy = tacc;
     }
     if (rc == PS_OK && cfg->index == 0 && cfg->save_path)
         rc = save_model(st.model, cfg->save_path, clock, err, errlen);

@@ -21,7 +21,14 @@ typedef struct {
     unsigned index, workers; /* global worker index (0 = chief) and count */
     const char *model_path;  /* NULL: the built-in default model */
     const char *loss;        /* --loss: for a bare Keras model file; NULL: none */
-    const char *data_dir;    /* IDX or CIFAR-10 binary files */
+    const char *data_dir;    /* --data: a directory, a file, a glob or a data spec (input.h) */
+    const char *test_data;   /* --test-data: the test set in the same forms; NULL: --data's own
+                                (IDX, CIFAR-10) or none */
+    double validation_split; /* --validation-split: held out of the training data (0: the
+                                spec's, else none) */
+    long shuffle_buffer;     /* --shuffle-buffer N (0: the spec's, else a full shuffle) */
+    long input_threads;      /* --input-threads (0: one per core, at most 8) */
+    size_t input_memory;     /* --input-memory, bytes (0: PS_PIPELINE_MEMORY_DEFAULT) */
     const char *device;      /* "auto", "cpu", "cuda:N" */
     const char *dataset;     /* "auto", "fashion_mnist"/"idx", "cifar10" */
     unsigned epochs; /* 0: the model spec's "epochs", else PS_TRAIN_DEFAULT_EPOCHS */

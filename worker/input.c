@@ -1,0 +1,475 @@
+/* The worker's input side (input.h). */
+#include "input.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "adapt.h"
+#include "augment.h"
+#include "cifar.h"
+#include "labels.h"
+#include "log.h"
+#include "order.h"
+#include "ps_error.h"
+
+struct ps_input_prep {
+    size_t out_h, out_w, out_c;
+    bool has_plan;    /* the data spec's "preprocess" */
+    ps_aug_plan plan;
+    bool resize;      /* no plan: records of another size are resized (bilinear) to the model's */
+    int rgb_to_gray;
+};
+
+static int grow(float **scratch, size_t *cap, size_t need) {
+    if (*cap >= need) return PS_OK;
+    float *b = realloc(*scratch, need * sizeof *b);
+    if (!b) return PS_ENOMEM;
+    *scratch = b, *cap = need;
+    return PS_OK;
+}
+
+/* The spec's preprocessing; its result must be the model's input. */
+static int apply_plan(const ps_input_prep *p, const ps_sample *s, float *out, float **scratch,
+                      size_t *cap, uint64_t seed, bool training, char *err, size_t errlen) {
+    size_t oh, ow, oc;
+    char why[256];
+    if (ps_aug_plan_shape(&p->plan, s->h, s->w, s->c, &oh, &ow, &oc, why, sizeof why) != PS_OK) {
+        snprintf(err, errlen, "%zux%zux%zu: %s", s->h, s->w, s->c, why);
+        return PS_ESHAPE;
+    }
+    if (oh != p->out_h || ow != p->out_w || oc != p->out_c) {
+        snprintf(err, errlen,
+                 "%zux%zux%zu after the data spec's \"preprocess\" (from %zux%zux%zu), the model "
+                 "takes %zux%zux%zu",
+                 oh, ow, oc, s->h, s->w, s->c, p->out_h, p->out_w, p->out_c);
+        return PS_ESHAPE;
+    }
+    if (grow(scratch, cap, ps_aug_scratch_floats(&p->plan, s->h, s->w, s->c) + 1) != PS_OK)
+        return PS_ENOMEM;
+    ps_aug_apply(&p->plan, s->x, s->h, s->w, s->c, out, *scratch, seed, training);
+    return PS_OK;
+}
+
+/* --- in memory: IDX and CIFAR-10, loaded whole, adapted and relabelled once --- */
+
+static int load_memory(const ps_train_config *cfg, ps_input *in, bool cifar, char *err,
+                       size_t errlen) {
+    int (*load)(const char *, int, size_t, ps_dataset *, char *, size_t) =
+        cifar ? ps_dataset_load_cifar10_dir : ps_dataset_load_dir;
+    const char *dir = in->spec.n_paths ? in->spec.paths[0] : cfg->data_dir;
+    int rc = load(dir, 1, cfg->max_train, &in->train, err, errlen);
+    if (rc == PS_OK && cfg->index == 0 && !cfg->test_data)
+        rc = load(dir, 0, cfg->max_test, &in->test, err, errlen);
+    if (rc == PS_OK)
+        PS_INFO("data: %s (%zu training samples)", cifar ? "CIFAR-10" : "IDX", in->train.n);
+    return rc;
+}
+
+/* The images as the model takes them: adapted once here (--input-adapt), with
+ * one log line saying how; the same shape is refused with its reason. */
+static int adapt_inputs(const ps_train_config *cfg, ps_input *in, const ps_model *m, char *err,
+                        size_t errlen) {
+    size_t h, w, c, mh, mw, mc;
+    ps_adapt_data_shape(&in->train, &h, &w, &c);
+    ps_model_input_shape(m, &mh, &mw, &mc);
+    ps_adapt_plan plan;
+    int rc = ps_adapt_plan_make(h, w, c, mh, mw, mc, (ps_adapt_mode)cfg->input_adapt,
+                                cfg->rgb_to_gray, &plan, err, errlen);
+    if (rc != PS_OK || plan.identity) return rc;
+    size_t before = (in->train.n + in->test.n) * in->train.dim * sizeof(float);
+    rc = ps_adapt_dataset(&plan, &in->train, err, errlen);
+    if (rc == PS_OK) rc = ps_adapt_dataset(&plan, &in->test, err, errlen);
+    if (rc != PS_OK) return rc;
+    char how[256];
+    ps_adapt_describe(&plan, how, sizeof how);
+    PS_INFO("input: the data's %zux%zux%zu images adapted to the model's %zux%zux%zu (%s; "
+            "--input-adapt %s), once at load: %zu samples, %.0f MB (was %.0f MB)",
+            h, w, c, mh, mw, mc, how, cfg->input_adapt == PS_ADAPT_RESIZE ? "resize" : "pad",
+            in->train.n + in->test.n,
+            (double)((in->train.n + in->test.n) * in->train.dim * sizeof(float)) / 1e6,
+            (double)before / 1e6);
+    return PS_OK;
+}
+
+/* The relabelling asked for: --positive-classes or --label-map, else the
+ * spec's "labels". *what names it; kind NONE when none. */
+static int label_spec(const ps_train_config *cfg, const ps_model *m, ps_label_spec *flag,
+                      const ps_label_spec **spec, const char **what, char *err, size_t errlen) {
+    *spec = ps_model_labels(m);
+    *what = "the model spec's \"labels\"";
+    int rc = PS_OK;
+    if (cfg->positive_classes) {
+        rc = ps_labels_parse_positive(cfg->positive_classes, flag, err, errlen);
+        *spec = flag, *what = "--positive-classes";
+    } else if (cfg->label_map) {
+        rc = ps_labels_parse_map(cfg->label_map, flag, err, errlen);
+        *spec = flag, *what = "--label-map";
+    }
+    if (rc == PS_OK && (*spec)->kind != PS_LABELS_NONE && (cfg->positive_classes || cfg->label_map) &&
+        ps_model_labels(m)->kind != PS_LABELS_NONE)
+        PS_INFO("labels: %s replaces the model spec's \"labels\"", *what);
+    return rc;
+}
+
+/* The labels as the model takes them, in memory. */
+static int map_labels(const ps_train_config *cfg, ps_input *in, const ps_model *m, char *err,
+                      size_t errlen) {
+    ps_label_spec flag;
+    const ps_label_spec *spec;
+    const char *what;
+    int rc = label_spec(cfg, m, &flag, &spec, &what, err, errlen);
+    if (rc != PS_OK) return rc;
+    int classes = in->train.num_classes;
+    if (in->test.num_classes > classes) classes = in->test.num_classes;
+    size_t model_classes = ps_model_num_classes(m);
+    int32_t table[PS_LABELS_MAX];
+    rc = ps_labels_resolve(spec, what, classes, model_classes, table, err, errlen);
+    if (rc != PS_OK || spec->kind == PS_LABELS_NONE) return rc;
+    ps_labels_apply(&in->train, table, (int)model_classes);
+    ps_labels_apply(&in->test, table, (int)model_classes);
+    char desc[1200], btrain[512], btest[512] = "not loaded here";
+    int binary = spec->kind == PS_LABELS_POSITIVE;
+    ps_labels_describe(spec, classes, desc, sizeof desc);
+    PS_INFO("labels: %s (%s)", desc, what);
+    ps_labels_balance(&in->train, binary, btrain, sizeof btrain);
+    if (in->test.n) ps_labels_balance(&in->test, binary, btest, sizeof btest);
+    PS_INFO("class balance: train %s; test %s", btrain, btest);
+    return PS_OK;
+}
+
+/* --- the prepare step: a record as the model takes it --- */
+
+static int prepare(void *ctx, const ps_sample *s, float *out, float **scratch, size_t *cap,
+                   uint64_t seed, bool training, char *err, size_t errlen) {
+    const ps_input_prep *p = ctx;
+    if (p->has_plan) return apply_plan(p, s, out, scratch, cap, seed, training, err, errlen);
+    size_t dim = p->out_h * p->out_w * p->out_c, n = s->h * s->w * s->c;
+    bool flat = (s->h == 1 && s->w == 1) || (p->out_h == 1 && p->out_w == 1);
+    if ((s->h == p->out_h && s->w == p->out_w && s->c == p->out_c) || (flat && n == dim)) {
+        memcpy(out, s->x, dim * sizeof *out);
+        return PS_OK;
+    }
+    ps_adapt_plan plan;
+    char why[256];
+    if (flat || !p->resize ||
+        ps_adapt_plan_make(s->h, s->w, s->c, p->out_h, p->out_w, p->out_c, PS_ADAPT_RESIZE,
+                           p->rgb_to_gray, &plan, why, sizeof why) != PS_OK) {
+        snprintf(err, errlen,
+                 "%zux%zux%zu, the model takes %zux%zux%zu (the data spec's \"preprocess\" "
+                 "makes records fit)",
+                 s->h, s->w, s->c, p->out_h, p->out_w, p->out_c);
+        return PS_ESHAPE;
+    }
+    if (grow(scratch, cap, s->h * s->w * p->out_c) != PS_OK) return PS_ENOMEM;
+    ps_adapt_image(&plan, s->x, out, *scratch);
+    return PS_OK;
+}
+
+static int prep_new(const ps_train_config *cfg, const ps_model *m, const ps_data_spec *spec,
+                    bool training, ps_input_prep **out, char *err, size_t errlen) {
+    ps_input_prep *p = calloc(1, sizeof *p);
+    if (!p) return PS_ENOMEM;
+    ps_model_input_shape(m, &p->out_h, &p->out_w, &p->out_c);
+    p->resize = !spec->preprocess; /* Keras' image_size: every image resized to the model's */
+    p->rgb_to_gray = cfg->rgb_to_gray;
+    *out = p;
+    if (!spec->preprocess) {
+        if (training) PS_INFO("preprocess: none; images of another size are resized (bilinear) "
+                              "to the model's %zux%zu", p->out_h, p->out_w);
+        return PS_OK;
+    }
+    char why[400];
+    if (ps_aug_plan_parse(spec->preprocess, &p->plan, why, sizeof why) != PS_OK) {
+        snprintf(err, errlen, "%s: %s", spec->origin, why);
+        return PS_EFORMAT;
+    }
+    p->has_plan = true;
+    char desc[512];
+    ps_aug_describe(&p->plan, desc, sizeof desc);
+    PS_INFO("preprocess (%s): %s", training ? "training" : "evaluation, random ops deterministic",
+            desc);
+    return PS_OK;
+}
+
+/* --- sets and their pipelines --- */
+
+/* The first n records, or a seeded validation split of them (Keras'
+ * image_dataset_from_directory: shuffled by the seed, the last fraction held
+ * out), as ascending lists. */
+static int split_records(size_t n, size_t max, double split, uint64_t seed, size_t **train,
+                         size_t *n_train, size_t **val, size_t *n_val) {
+    if (max && max < n) n = max;
+    *train = *val = NULL;
+    *n_val = split > 0 ? (size_t)((double)n * split + 0.999999) : 0;
+    *n_train = n - *n_val;
+    if (!split && !max) return PS_OK;
+    size_t *perm = malloc(n * sizeof *perm);
+    uint8_t *is_val = calloc(n, 1);
+    *train = malloc((*n_train ? *n_train : 1) * sizeof **train);
+    *val = malloc((*n_val ? *n_val : 1) * sizeof **val);
+    if (!perm || !is_val || !*train || !*val) {
+        free(perm), free(is_val), free(*train), free(*val);
+        *train = *val = NULL;
+        return PS_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) perm[i] = i;
+    uint64_t s = ps_order_seed(seed, 0xFFFFFFFFu, 0);
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)ps_order_below(&s, i), t = perm[i - 1];
+        perm[i - 1] = perm[j];
+        perm[j] = t;
+    }
+    for (size_t i = *n_train; i < n; i++) is_val[perm[i]] = 1;
+    size_t a = 0, b = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (is_val[i]) (*val)[b++] = i;
+        else (*train)[a++] = i;
+    }
+    free(perm), free(is_val);
+    return PS_OK;
+}
+
+static unsigned input_threads(const ps_train_config *cfg) {
+    if (cfg->no_prefetch) return 0;
+    if (cfg->input_threads > 0) return (unsigned)cfg->input_threads;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 8 ? 8 : (unsigned)n;
+}
+
+static int open_pipeline(const ps_train_config *cfg, const ps_model *m, ps_source *src,
+                         const size_t *recs, size_t n_recs, ps_input_prep *prep, bool training,
+                         unsigned index, unsigned count, size_t shuffle, size_t batch,
+                         bool skip_bad, unsigned threads, ps_pipeline **out, char *err,
+                         size_t errlen) {
+    ps_pipeline_cfg pc = {.src = src,
+                          .prepare = prep ? prepare : NULL,
+                          .prepare_ctx = prep,
+                          .num_classes = (int)ps_model_num_classes(m),
+                          .batch = batch,
+                          .threads = threads,
+                          .memory_bytes = cfg->input_memory,
+                          .training = training,
+                          .skip_bad = skip_bad,
+                          .records = recs,
+                          .n_records = recs ? n_recs : 0,
+                          .index = index,
+                          .count = count,
+                          .shuffle_buffer = shuffle,
+                          .seed = cfg->seed};
+    ps_model_input_shape(m, &pc.out_h, &pc.out_w, &pc.out_c);
+    if (pc.num_classes == 1) pc.num_classes = 2; /* one sigmoid output: labels 0 and 1 */
+    return ps_pipeline_open(out, &pc, err, errlen);
+}
+
+/* The training share's order: --shuffle-buffer, else the spec's, else full. */
+static size_t shuffle_of(const ps_train_config *cfg, const ps_data_spec *spec) {
+    if (cfg->shuffle_buffer > 0) return (size_t)cfg->shuffle_buffer;
+    return spec->has_shuffle_buffer ? spec->shuffle_buffer : 0;
+}
+
+static void log_pipeline(const char *what, const ps_pipeline *pl, const ps_train_config *cfg,
+                         unsigned threads) {
+    bool over = false;
+    size_t depth = ps_pipeline_depth(pl, &over);
+    PS_INFO("input (%s): %zu records per epoch, %s%s; %u thread%s, %zu batches ahead%s", what,
+            ps_pipeline_epoch_records(pl),
+            cfg->workers > 1 ? (ps_pipeline_by_file(pl) ? "shared by file" : "shared by record")
+                             : "all of it",
+            "", threads, threads == 1 ? "" : "s", depth,
+            over ? " (two batches already exceed --input-memory)" : "");
+}
+
+/* Decoded images get the model's channels unless the spec names them. */
+static void default_channels(ps_data_spec *spec, const ps_model *m) {
+    size_t h, w, c;
+    ps_model_input_shape(m, &h, &w, &c);
+    if (spec->opts.channels == 0 && (c == 1 || c == 3)) spec->opts.channels = (int)c;
+}
+
+static int open_streamed(const ps_train_config *cfg, ps_input *in, const ps_model *m,
+                         char *err, size_t errlen) {
+    default_channels(&in->spec, m);
+    if (in->spec.validation) default_channels(in->spec.validation, m);
+    int rc = ps_data_spec_open(&in->spec, &in->train_src, err, errlen);
+    if (rc != PS_OK) return rc;
+    PS_INFO("data: %s %s", in->train_src->format, in->train_src->desc);
+    if (in->train_src->classes) {
+        char map[1024] = "";
+        size_t off = 0;
+        for (size_t i = 0; i < in->train_src->n_classes && off + 1 < sizeof map; i++)
+            off += (size_t)snprintf(map + off, sizeof map - off, "%s%zu = %s", i ? ", " : "", i,
+                                    in->train_src->classes[i]);
+        PS_INFO("classes: %s", map);
+    }
+    ps_label_spec flag;
+    const ps_label_spec *ls;
+    const char *what;
+    if ((rc = label_spec(cfg, m, &flag, &ls, &what, err, errlen)) != PS_OK) return rc;
+    if (ls->kind != PS_LABELS_NONE) {
+        snprintf(err, errlen, "%s: relabelling streamed data is not supported yet; %s applies to "
+                 "IDX and CIFAR-10 (write the labels the model takes into the files)", what, what);
+        return PS_EINVAL;
+    }
+    size_t nm = ps_model_num_classes(m);
+    if (in->train_src->num_classes > (int)(nm == 1 ? 2 : nm)) {
+        snprintf(err, errlen, "%s has %d classes, the model's output takes %zu",
+                 in->spec.origin, in->train_src->num_classes, nm == 1 ? 2 : nm);
+        return PS_EINVAL;
+    }
+    rc = prep_new(cfg, m, &in->spec, true, &in->prep, err, errlen);
+    if (rc == PS_OK) rc = prep_new(cfg, m, &in->spec, false, &in->eval_prep, err, errlen);
+    if (rc != PS_OK) return rc;
+    double split = cfg->validation_split > 0 ? cfg->validation_split : in->spec.validation_split;
+    rc = split_records(in->train_src->n, cfg->max_train, split, cfg->seed, &in->train_recs,
+                       &in->n_train_recs, &in->val_recs, &in->n_val_recs);
+    if (rc != PS_OK) return rc;
+    if (split > 0) {
+        in->val_src = in->train_src;
+        PS_INFO("validation: %zu of %zu records held out (validation_split %g, seeded)",
+                in->n_val_recs, in->n_val_recs + in->n_train_recs, split);
+    }
+    return PS_OK;
+}
+
+int ps_input_open(ps_input *in, const ps_train_config *cfg, const ps_model *m, size_t batch,
+                  char *err, size_t errlen) {
+    memset(in, 0, sizeof *in);
+    const char *ds = cfg->dataset ? cfg->dataset : "auto";
+    int rc = PS_OK;
+    bool forced = strcmp(ds, "auto") != 0;
+    if (!forced) rc = ps_data_spec_resolve(cfg->data_dir, &in->spec, err, errlen);
+    if (rc != PS_OK) return rc;
+    bool cifar = strcmp(ds, "cifar10") == 0 || (!forced && in->spec.format == PS_DATA_CIFAR10);
+    in->in_memory = forced || in->spec.format == PS_DATA_IDX || in->spec.format == PS_DATA_CIFAR10;
+    unsigned threads = input_threads(cfg);
+    if (in->in_memory) {
+        rc = load_memory(cfg, in, cifar, err, errlen);
+        if (rc == PS_OK) rc = adapt_inputs(cfg, in, m, err, errlen);
+        if (rc == PS_OK) rc = map_labels(cfg, in, m, err, errlen);
+        if (rc == PS_OK)
+            rc = ps_source_memory(&in->train, cifar ? "CIFAR-10" : "IDX", &in->train_src, err,
+                                  errlen);
+        if (rc != PS_OK) return rc;
+        double split = cfg->validation_split;
+        rc = split_records(in->train.n, 0, split, cfg->seed, &in->train_recs, &in->n_train_recs,
+                           &in->val_recs, &in->n_val_recs);
+        if (rc != PS_OK) return rc;
+        if (split > 0) {
+            in->val_src = in->train_src;
+            PS_INFO("validation: %zu of %zu samples held out (--validation-split %g, seeded)",
+                    in->n_val_recs, in->train.n, split);
+        }
+        threads = threads ? 1 : 0; /* a copy per sample: one thread keeps ahead */
+    } else {
+        rc = open_streamed(cfg, in, m, err, errlen);
+        if (rc != PS_OK) return rc;
+    }
+    if (in->train_recs && in->n_train_recs < cfg->workers) {
+        snprintf(err, errlen, "%zu training records cannot be shared among %u workers",
+                 in->n_train_recs, cfg->workers);
+        return PS_EINVAL;
+    }
+    rc = open_pipeline(cfg, m, in->train_src, in->train_recs, in->n_train_recs, in->prep, true,
+                       cfg->index, cfg->workers, shuffle_of(cfg, &in->spec), batch,
+                       in->spec.skip_bad, threads, &in->train_pl, err, errlen);
+    if (rc != PS_OK) return rc;
+    log_pipeline("training", in->train_pl, cfg, threads);
+    if (cfg->index != 0) return PS_OK;
+    /* the chief: a validation set from the spec, and the test set */
+    if (!in->val_src && in->spec.validation) {
+        rc = ps_data_spec_open(in->spec.validation, &in->val_src, err, errlen);
+        if (rc != PS_OK) return rc;
+        PS_INFO("validation: %s %s", in->val_src->format, in->val_src->desc);
+    }
+    if (in->val_src) {
+        rc = open_pipeline(cfg, m, in->val_src, in->val_recs, in->n_val_recs, in->eval_prep,
+                           false, 0, 1, PS_ORDER_IN_ORDER, batch, in->spec.skip_bad,
+                           threads, &in->val_pl, err, errlen);
+        if (rc != PS_OK) return rc;
+    }
+    if (cfg->test_data) {
+        rc = ps_data_spec_resolve(cfg->test_data, &in->test_spec, err, errlen);
+        if (rc != PS_OK) return rc;
+        in->have_test_spec = true;
+        if (in->test_spec.format == PS_DATA_IDX || in->test_spec.format == PS_DATA_CIFAR10) {
+            bool tc = in->test_spec.format == PS_DATA_CIFAR10;
+            rc = (tc ? ps_dataset_load_cifar10_dir : ps_dataset_load_dir)(
+                in->test_spec.paths[0], 0, cfg->max_test, &in->test, err, errlen);
+            if (rc != PS_OK) return rc;
+        } else {
+            default_channels(&in->test_spec, m);
+            rc = ps_data_spec_open(&in->test_spec, &in->test_src, err, errlen);
+            if (rc != PS_OK) return rc;
+            PS_INFO("test: %s %s", in->test_src->format, in->test_src->desc);
+            if (!in->eval_prep &&
+                (rc = prep_new(cfg, m, &in->test_spec, false, &in->eval_prep, err, errlen)) != PS_OK)
+                return rc;
+            size_t *tr = NULL, nt = 0, *none = NULL, nn = 0;
+            rc = split_records(in->test_src->n, cfg->max_test, 0, 0, &tr, &nt, &none, &nn);
+            free(none);
+            in->test_recs = tr, in->n_test_recs = nt;
+            if (rc == PS_OK)
+                rc = open_pipeline(cfg, m, in->test_src, tr, nt, in->eval_prep, false, 0, 1,
+                                   PS_ORDER_IN_ORDER, batch, in->test_spec.skip_bad, threads,
+                                   &in->test_pl, err, errlen);
+            if (rc != PS_OK) return rc;
+        }
+    }
+    return PS_OK;
+}
+
+void ps_input_close(ps_input *in) {
+    ps_pipeline_close(in->train_pl);
+    ps_pipeline_close(in->val_pl);
+    ps_pipeline_close(in->test_pl);
+    if (in->val_src != in->train_src) ps_source_close(in->val_src);
+    ps_source_close(in->train_src);
+    ps_source_close(in->test_src);
+    free(in->train_recs), free(in->val_recs), free(in->test_recs);
+    free(in->prep), free(in->eval_prep);
+    ps_dataset_free(&in->train);
+    ps_dataset_free(&in->test);
+    ps_data_spec_free(&in->spec);
+    if (in->have_test_spec) ps_data_spec_free(&in->test_spec);
+    memset(in, 0, sizeof *in);
+}
+
+bool ps_input_has(const ps_input *in, ps_input_set set) {
+    return set == PS_INPUT_VALIDATION ? in->val_pl != NULL : (in->test_pl || in->test.n > 0);
+}
+
+int ps_input_evaluate(ps_input *in, ps_model *m, ps_input_set set, float *loss, double *acc,
+                      size_t *n, char *err, size_t errlen) {
+    *loss = 0, *acc = 0, *n = 0;
+    if (set == PS_INPUT_TEST && !in->test_pl) {
+        size_t correct = 0;
+        int rc = ps_model_evaluate(m, in->test.x, in->test.y, in->test.n, loss, &correct);
+        if (rc != PS_OK) snprintf(err, errlen, "evaluation failed: %s", ps_strerror(rc));
+        *acc = in->test.n ? (double)correct / (double)in->test.n : 0;
+        *n = in->test.n;
+        return rc;
+    }
+    ps_pipeline *pl = set == PS_INPUT_TEST ? in->test_pl : in->val_pl;
+    int rc = ps_pipeline_start_epoch(pl, 0, 0);
+    double sum = 0;
+    size_t hits = 0;
+    while (rc == PS_OK) {
+        float *x, l = 0;
+        int32_t *y;
+        size_t nb = 0, c = 0;
+        rc = ps_pipeline_next(pl, &x, &y, &nb, err, errlen);
+        if (rc != PS_OK || nb == 0) break;
+        rc = ps_model_evaluate(m, x, y, nb, &l, &c);
+        if (rc != PS_OK) snprintf(err, errlen, "evaluation failed: %s", ps_strerror(rc));
+        sum += (double)l * (double)nb;
+        hits += c;
+        *n += nb;
+    }
+    if (rc == PS_OK && *n) {
+        *loss = (float)(sum / (double)*n);
+        *acc = (double)hits / (double)*n;
+    }
+    return rc;
+}

@@ -1,0 +1,52 @@
+/* The worker's input side: what --data, --test-data and the data spec name,
+ * opened as record sources and fed through pipelines (worker/data/pipeline.h)
+ * for training, validation and the test set. IDX and CIFAR-10 still load
+ * whole (they are small), adapted to the model and relabelled once; every
+ * other format streams from disk, prepared (augment.h) on the input threads.
+ * The chief alone opens the validation and test sets. */
+#ifndef PS_INPUT_H
+#define PS_INPUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "data.h"
+#include "dataspec.h"
+#include "model.h"
+#include "pipeline.h"
+#include "source.h"
+#include "train.h"
+
+typedef struct ps_input_prep ps_input_prep; /* the prepare step's state */
+
+typedef struct {
+    ps_data_spec spec;     /* --data resolved */
+    bool in_memory;        /* IDX or CIFAR-10 */
+    ps_dataset train, test; /* in memory */
+    ps_source *train_src, *val_src, *test_src; /* val_src may be train_src (a split) */
+    size_t *train_recs, *val_recs, *test_recs; /* subsets (NULL: all) */
+    size_t n_train_recs, n_val_recs, n_test_recs;
+    ps_pipeline *train_pl, *val_pl, *test_pl;
+    ps_input_prep *prep;   /* training's */
+    ps_input_prep *eval_prep; /* validation's and test's (deterministic) */
+    ps_data_spec test_spec;
+    bool have_test_spec;
+} ps_input;
+
+/* Opens everything for worker cfg->index of cfg->workers over model m (its
+ * input shape and classes) with batches of `batch`. Logs what it opened.
+ * Returns PS_OK or an error with a one-line reason in err. */
+int ps_input_open(ps_input *in, const ps_train_config *cfg, const ps_model *m, size_t batch,
+                  char *err, size_t errlen);
+void ps_input_close(ps_input *in);
+
+typedef enum { PS_INPUT_VALIDATION, PS_INPUT_TEST } ps_input_set;
+
+/* Whether the set is there (on the chief). */
+bool ps_input_has(const ps_input *in, ps_input_set set);
+/* Evaluates m on the whole set: the mean loss, the accuracy and the samples
+ * seen. Returns PS_OK or an error with err set. */
+int ps_input_evaluate(ps_input *in, ps_model *m, ps_input_set set, float *loss, double *acc,
+                      size_t *n, char *err, size_t errlen);
+
+#endif
