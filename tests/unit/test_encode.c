@@ -126,6 +126,7 @@ START_TEST(jpeg_buffer_grows) {
     double mean = jpeg_error(n, 128, 160, 1, 100, &max_err, &size);
     ck_assert_uint_gt(size, 2 * (4096 + 128 * 160 / 8));
     ck_assert_msg(mean < 0.5 && max_err <= 4, "mean %.3f max %d", mean, max_err); /* 0.10, 1 */
+    free(n);
     uint8_t one = 77;
     mean = jpeg_error(&one, 1, 1, 1, 90, &max_err, &size);
     ck_assert_int_le(max_err, 2);
