@@ -2,7 +2,7 @@
  * first byte of an input picks the reader, the rest is the file.
  *   0 TFRecord framing (read to the end)   1 tf.train.Example
  *   2 JPEG/PNG, channels from byte 1       3 .npy
- *   4 CSV, 5 TSV (rows of up to 64 numbers)
+ *   4 CSV, 5 TSV (rows of up to 64 numbers)   6 .npz (in memory)
  * The readers that open a path get /proc/self/fd/N of a memfd that holds
  * the input. */
 #include <stdint.h>
@@ -15,6 +15,7 @@
 #include "example.h"
 #include "image.h"
 #include "npy.h"
+#include "npz.h"
 #include "tfrecord.h"
 
 static int memfd = -1;
@@ -38,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint8_t *d = data + 1;
     size_t n = size - 1;
     char err[512];
-    switch (data[0] % 6) {
+    switch (data[0] % 7) {
     case 0: {
         as_file(d, n);
         ps_tfrecord_reader r;
@@ -85,10 +86,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         free(copy);
         break;
     }
+    case 6: {
+        uint8_t *copy = malloc(n ? n : 1); /* exactly n bytes, so ASan sees overreads */
+        if (!copy) break;
+        for (size_t i = 0; i < n; i++)
+            copy[i] = d[i];
+        ps_npz z;
+        if (ps_npz_parse(copy, n, &z, err, sizeof err) == 0) {
+            for (size_t m = 0; m < z.n; m++)
+                for (size_t i = 0; i < z.members[m].arr.count && i < 64; i++)
+                    (void)ps_npy_get(&z.members[m].arr, i);
+            if (z.n) (void)ps_npz_get(&z, z.members[z.n - 1].name);
+            ps_npz_close(&z);
+        }
+        free(copy);
+        break;
+    }
     default: {
         as_file(d, n);
         ps_csv_reader r;
-        if (ps_csv_open(&r, mem_path, data[0] % 6 == 4 ? ',' : '\t', err, sizeof err) != 0) break;
+        if (ps_csv_open(&r, mem_path, data[0] % 7 == 4 ? ',' : '\t', err, sizeof err) != 0) break;
         double vals[64];
         if (r.cols <= 64)
             while (ps_csv_next(&r, vals, err, sizeof err) == 0)

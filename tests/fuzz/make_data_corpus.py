@@ -2,7 +2,9 @@
 """Writes the seed corpus of tests/fuzz/fuzz_data (first byte: the reader, see
 fuzz_data.c) from the project's fixtures and a few files made here: a small
 PNG (stdlib: zlib + struct), a small JPEG (with tensorflow's encoder when it
-can be imported; otherwise the existing seed is kept), CSV and TSV tables.
+can be imported; otherwise the existing seed is kept), CSV and TSV tables, and
+.npz archives (the fixtures make_npz.py writes: np.savez's, its ZIP64 rewrite, the
+compressed one it refuses).
 usage: make_data_corpus.py [OUT_DIR]   (default: corpus_data/ beside this script)"""
 import os
 import struct
@@ -47,5 +49,7 @@ except ImportError:
     print("make_data_corpus: no tensorflow here: the JPEG seed is kept as it is", file=sys.stderr)
 for name in ("f4_2x3", "v2_u1", "u1_5"):
     put("npy-" + name, 3, open(os.path.join(fixtures, "npy", name + ".npy"), "rb").read())
+for name in ("xy", "xy_zip64", "xy_compressed"):
+    put("npz-" + name, 6, open(os.path.join(fixtures, "npy", name + ".npz"), "rb").read())
 put("csv-table", 4, b'a,"b c",c\r\n1,2.5,-3e2\n\n"4",5,inf\n')
 put("tsv-table", 5, b"x\ty\n0.25\t1\n")
