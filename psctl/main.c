@@ -1,7 +1,8 @@
 /* psctl, the operator's tool: dispatches to its commands (`local` runs a whole cluster
  * on this machine; `checkpoint`, `shutdown` and `status` talk to the shards of a running
- * job; `keygen` makes CurveZMQ keys; `slurm-task` is each task of a Slurm job step). */
+ * job; `data` inspects, times and converts datasets; `keygen` makes CurveZMQ keys; `slurm-task` is each task of a Slurm job step). */
 #include "admin.h"
+#include "data_cmd.h"
 #include "keygen.h"
 #include "lifetime.h"
 #include "local.h"
@@ -22,6 +23,8 @@ static const command commands[] = {
     {"checkpoint", psctl_checkpoint_main, "ask every psd shard of a job to write a checkpoint now"},
     {"shutdown", psctl_shutdown_main, "ask every psd shard of a job to stop"},
     {"status", psctl_status_main, "show every psd shard's state and counters (or --json)"},
+    {"data", psctl_data_main,
+     "inspect, time or convert what psworker --data reads (image folders, TFRecord, ...)"},
     {"keygen", psctl_keygen_main, "make a CurveZMQ key pair (NAME.key, NAME.pub) for psd/workers"},
     {"slurm-task", psctl_slurm_task_main,
      "run by every task of a Slurm step: become its psd shard or worker"},

@@ -7,50 +7,12 @@
 #include <unistd.h>
 
 #include "adapt.h"
-#include "augment.h"
 #include "cifar.h"
 #include "labels.h"
 #include "log.h"
 #include "order.h"
+#include "prepare.h"
 #include "ps_error.h"
-
-struct ps_input_prep {
-    size_t out_h, out_w, out_c;
-    bool has_plan;    /* the data spec's "preprocess" */
-    ps_aug_plan plan;
-    bool resize;      /* no plan: records of another size are resized (bilinear) to the model's */
-    int rgb_to_gray;
-};
-
-static int grow(float **scratch, size_t *cap, size_t need) {
-    if (*cap >= need) return PS_OK;
-    float *b = realloc(*scratch, need * sizeof *b);
-    if (!b) return PS_ENOMEM;
-    *scratch = b, *cap = need;
-    return PS_OK;
-}
-
-/* The spec's preprocessing; its result must be the model's input. */
-static int apply_plan(const ps_input_prep *p, const ps_sample *s, float *out, float **scratch,
-                      size_t *cap, uint64_t seed, bool training, char *err, size_t errlen) {
-    size_t oh, ow, oc;
-    char why[256];
-    if (ps_aug_plan_shape(&p->plan, s->h, s->w, s->c, &oh, &ow, &oc, why, sizeof why) != PS_OK) {
-        snprintf(err, errlen, "%zux%zux%zu: %s", s->h, s->w, s->c, why);
-        return PS_ESHAPE;
-    }
-    if (oh != p->out_h || ow != p->out_w || oc != p->out_c) {
-        snprintf(err, errlen,
-                 "%zux%zux%zu after the data spec's \"preprocess\" (from %zux%zux%zu), the model "
-                 "takes %zux%zux%zu",
-                 oh, ow, oc, s->h, s->w, s->c, p->out_h, p->out_w, p->out_c);
-        return PS_ESHAPE;
-    }
-    if (grow(scratch, cap, ps_aug_scratch_floats(&p->plan, s->h, s->w, s->c) + 1) != PS_OK)
-        return PS_ENOMEM;
-    ps_aug_apply(&p->plan, s->x, s->h, s->w, s->c, out, *scratch, seed, training);
-    return PS_OK;
-}
 
 /* --- in memory: IDX and CIFAR-10, loaded whole, adapted and relabelled once --- */
 
@@ -139,57 +101,21 @@ static int map_labels(const ps_train_config *cfg, ps_input *in, const ps_model *
     return PS_OK;
 }
 
-/* --- the prepare step: a record as the model takes it --- */
-
-static int prepare(void *ctx, const ps_sample *s, float *out, float **scratch, size_t *cap,
-                   uint64_t seed, bool training, char *err, size_t errlen) {
-    const ps_input_prep *p = ctx;
-    if (p->has_plan) return apply_plan(p, s, out, scratch, cap, seed, training, err, errlen);
-    size_t dim = p->out_h * p->out_w * p->out_c, n = s->h * s->w * s->c;
-    bool flat = (s->h == 1 && s->w == 1) || (p->out_h == 1 && p->out_w == 1);
-    if ((s->h == p->out_h && s->w == p->out_w && s->c == p->out_c) || (flat && n == dim)) {
-        memcpy(out, s->x, dim * sizeof *out);
-        return PS_OK;
-    }
-    ps_adapt_plan plan;
-    char why[256];
-    if (flat || !p->resize ||
-        ps_adapt_plan_make(s->h, s->w, s->c, p->out_h, p->out_w, p->out_c, PS_ADAPT_RESIZE,
-                           p->rgb_to_gray, &plan, why, sizeof why) != PS_OK) {
-        snprintf(err, errlen,
-                 "%zux%zux%zu, the model takes %zux%zux%zu (the data spec's \"preprocess\" "
-                 "makes records fit)",
-                 s->h, s->w, s->c, p->out_h, p->out_w, p->out_c);
-        return PS_ESHAPE;
-    }
-    if (grow(scratch, cap, s->h * s->w * p->out_c) != PS_OK) return PS_ENOMEM;
-    ps_adapt_image(&plan, s->x, out, *scratch);
-    return PS_OK;
-}
-
 static int prep_new(const ps_train_config *cfg, const ps_model *m, const ps_data_spec *spec,
-                    bool training, ps_input_prep **out, char *err, size_t errlen) {
-    ps_input_prep *p = calloc(1, sizeof *p);
-    if (!p) return PS_ENOMEM;
-    ps_model_input_shape(m, &p->out_h, &p->out_w, &p->out_c);
-    p->resize = !spec->preprocess; /* Keras' image_size: every image resized to the model's */
-    p->rgb_to_gray = cfg->rgb_to_gray;
-    *out = p;
-    if (!spec->preprocess) {
-        if (training) PS_INFO("preprocess: none; images of another size are resized (bilinear) "
-                              "to the model's %zux%zu", p->out_h, p->out_w);
-        return PS_OK;
-    }
-    char why[400];
-    if (ps_aug_plan_parse(spec->preprocess, &p->plan, why, sizeof why) != PS_OK) {
+                    bool training, ps_prep **out, char *err, size_t errlen) {
+    size_t h, w, c;
+    ps_model_input_shape(m, &h, &w, &c);
+    int rc = ps_prep_new(spec->preprocess, h, w, c, cfg->rgb_to_gray, out, err, errlen);
+    if (rc != PS_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", err);
         snprintf(err, errlen, "%s: %s", spec->origin, why);
-        return PS_EFORMAT;
+        return rc;
     }
-    p->has_plan = true;
     char desc[512];
-    ps_aug_describe(&p->plan, desc, sizeof desc);
-    PS_INFO("preprocess (%s): %s", training ? "training" : "evaluation, random ops deterministic",
-            desc);
+    ps_prep_describe(*out, desc, sizeof desc);
+    if (training || spec->preprocess)
+        PS_INFO("preprocess (%s): %s", training ? "training" : "evaluation", desc);
     return PS_OK;
 }
 
@@ -239,12 +165,12 @@ static unsigned input_threads(const ps_train_config *cfg) {
 }
 
 static int open_pipeline(const ps_train_config *cfg, const ps_model *m, ps_source *src,
-                         const size_t *recs, size_t n_recs, ps_input_prep *prep, bool training,
+                         const size_t *recs, size_t n_recs, ps_prep *prep, bool training,
                          unsigned index, unsigned count, size_t shuffle, size_t batch,
                          bool skip_bad, unsigned threads, ps_pipeline **out, char *err,
                          size_t errlen) {
     ps_pipeline_cfg pc = {.src = src,
-                          .prepare = prep ? prepare : NULL,
+                          .prepare = prep ? ps_prep_run : NULL,
                           .prepare_ctx = prep,
                           .num_classes = (int)ps_model_num_classes(m),
                           .batch = batch,
@@ -428,7 +354,7 @@ void ps_input_close(ps_input *in) {
     ps_source_close(in->train_src);
     ps_source_close(in->test_src);
     free(in->train_recs), free(in->val_recs), free(in->test_recs);
-    free(in->prep), free(in->eval_prep);
+    ps_prep_free(in->prep), ps_prep_free(in->eval_prep);
     ps_dataset_free(&in->train);
     ps_dataset_free(&in->test);
     ps_data_spec_free(&in->spec);

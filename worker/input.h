@@ -14,10 +14,10 @@
 #include "dataspec.h"
 #include "model.h"
 #include "pipeline.h"
+#include "prepare.h"
 #include "source.h"
 #include "train.h"
 
-typedef struct ps_input_prep ps_input_prep; /* the prepare step's state */
 
 typedef struct {
     ps_data_spec spec;     /* --data resolved */
@@ -27,8 +27,8 @@ typedef struct {
     size_t *train_recs, *val_recs, *test_recs; /* subsets (NULL: all) */
     size_t n_train_recs, n_val_recs, n_test_recs;
     ps_pipeline *train_pl, *val_pl, *test_pl;
-    ps_input_prep *prep;   /* training's */
-    ps_input_prep *eval_prep; /* validation's and test's (deterministic) */
+    ps_prep *prep;      /* training's */
+    ps_prep *eval_prep; /* validation's and test's */
     ps_data_spec test_spec;
     bool have_test_spec;
 } ps_input;

@@ -614,10 +614,12 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
             snprintf(where, sizeof where, "%zu shards", cfg->n_ps);
         else
             snprintf(where, sizeof where, "%s", ps_strategy_name(cfg->strategy));
-        printf("test accuracy: %.4f  test loss: %.4f  (%u workers, %s, %s, %.0f samples/s, "
-               "%.1f s)\n",
-               res->test_accuracy, res->test_loss, cfg->workers, where, async ? "async" : "sync",
-               res->samples_per_sec, res->wall_seconds);
+        char figures[96] = "no test set (--test-data names one)";
+        if (res->test_accuracy >= 0)
+            snprintf(figures, sizeof figures, "test accuracy: %.4f  test loss: %.4f",
+                     res->test_accuracy, res->test_loss);
+        printf("%s  (%u workers, %s, %s, %.0f samples/s, %.1f s)\n", figures, cfg->workers, where,
+               async ? "async" : "sync", res->samples_per_sec, res->wall_seconds);
         fflush(stdout);
         for (size_t i = 0; i < res->n_recreated; i++)
             PS_WARN("psd %u's variables were re-created with their initial values during this "

@@ -475,6 +475,9 @@ int ps_data_spec_open(const ps_data_spec *s, ps_source **out, char *err, size_t 
                              errlen);
     case PS_DATA_NPY:
         return ps_source_npy(s->x, s->y, &s->opts, out, err, errlen);
+    case PS_DATA_NPZ:
+        return ps_source_npz(s->paths[0], s->x ? s->x : "x", s->y ? s->y : "y", &s->opts, out,
+                             err, errlen);
     default:
         snprintf(err, errlen, "%s: %s data is not read through a streaming source", s->origin,
                  ps_data_format_name(s->format));

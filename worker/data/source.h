@@ -102,6 +102,9 @@ int ps_source_tfrecord(const char *const *paths, size_t n_paths, const ps_source
  * of integers. */
 int ps_source_npy(const char *x_path, const char *y_path, const ps_source_opts *o,
                   ps_source **out, char *err, size_t errlen);
+/* x and y as members of an .npz archive (stored, not compressed: np.savez). */
+int ps_source_npz(const char *path, const char *x_name, const char *y_name,
+                  const ps_source_opts *o, ps_source **out, char *err, size_t errlen);
 /* CSV / TSV files with a header (csv.h); every row is checked at open and its
  * place in the file kept. */
 int ps_source_csv(const char *const *paths, size_t n_paths, const ps_source_opts *o,

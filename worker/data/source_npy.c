@@ -6,11 +6,13 @@
 #include <string.h>
 
 #include "npy.h"
+#include "npz.h"
 #include "ps_error.h"
 #include "source.h"
 
 typedef struct {
     ps_npy x, y; /* views (owned mappings when from .npy files) */
+    ps_npz npz;  /* the archive both are in, or zeroed */
     size_t per;  /* values per record */
     char x_name[256];
 } npy_state;
@@ -36,8 +38,9 @@ static int npy_read(ps_source *src, size_t i, ps_sample *s, char *err, size_t er
 static void npy_close(ps_source *src) {
     npy_state *a = src->self;
     if (!a) return;
-    ps_npy_close(&a->x);
+    ps_npy_close(&a->x); /* views into an archive have no mapping of their own */
     ps_npy_close(&a->y);
+    ps_npz_close(&a->npz);
     free(a);
 }
 
@@ -108,6 +111,41 @@ int ps_source_npy(const char *x_path, const char *y_path, const ps_source_opts *
     if (rc == PS_OK) rc = npy_setup(s, a, o, y_path, err, errlen);
     if (rc != PS_OK) {
         ps_npy_close(&a->x), ps_npy_close(&a->y), free(a);
+        s->self = NULL;
+        ps_source_close(s);
+        return rc;
+    }
+    *out = s;
+    return PS_OK;
+}
+
+int ps_source_npz(const char *path, const char *x_name, const char *y_name,
+                  const ps_source_opts *o, ps_source **out, char *err, size_t errlen) {
+    *out = NULL;
+    npy_state *a = calloc(1, sizeof *a);
+    ps_source *s = ps_source_new(&npy_ops, 1);
+    if (!a || !s) {
+        free(a), ps_source_close(s);
+        return PS_ENOMEM;
+    }
+    snprintf(a->x_name, sizeof a->x_name, "%.200s[%.40s]", path, x_name);
+    int rc = ps_npz_open(path, &a->npz, err, errlen);
+    const ps_npy *x = rc == PS_OK ? ps_npz_get(&a->npz, x_name) : NULL;
+    const ps_npy *y = rc == PS_OK ? ps_npz_get(&a->npz, y_name) : NULL;
+    if (rc == PS_OK && (!x || !y)) {
+        snprintf(err, errlen, "%s: no member \"%s\" (members are named in the data spec's \"x\" "
+                 "and \"y\")", path, !x ? x_name : y_name);
+        rc = PS_EFORMAT;
+    }
+    char yname[300];
+    snprintf(yname, sizeof yname, "%.200s[%.40s]", path, y_name);
+    if (rc == PS_OK) {
+        a->x = *x, a->y = *y;
+        rc = npy_setup(s, a, o, yname, err, errlen);
+    }
+    if (rc != PS_OK) {
+        ps_npz_close(&a->npz);
+        free(a);
         s->self = NULL;
         ps_source_close(s);
         return rc;
