@@ -238,8 +238,10 @@ static int bench(const data_opts *o, const char *path) {
                src->format, got, oh, ow, oc, threads, threads == 1 ? "" : "s",
                secs > 0 ? (double)got / secs : 0, secs > 0 ? (double)got / secs / threads : 0,
                secs);
-        if (ps_pipeline_skipped(pl)) printf("skipped: %llu records\n",
-                                            (unsigned long long)ps_pipeline_skipped(pl));
+        char first[512];
+        uint64_t skipped = ps_pipeline_skipped(pl, first, sizeof first);
+        if (skipped) printf("skipped: %llu records, the first: %s\n", (unsigned long long)skipped,
+                            first);
     } else {
         fprintf(stderr, "psctl data bench: %s\n", err);
     }

@@ -61,8 +61,10 @@ static const ps_option table[] = {
      .doc = "Passed to every worker only when given"},
     {"model", PS_OPTION_ARG, F(model), 1, 0, NULL, NULL, "FILE",
      "model spec JSON", .default_text = "the worker's"},
-    {"data", PS_OPTION_ARG, F(data), 1, 0, NULL, NULL, "DIR",
-     "dataset directory", .default_text = "the worker's"},
+    {"data", PS_OPTION_ARG, F(data), 1, 0, NULL, NULL, "PATH",
+     "the training data, as psworker --data takes it (a directory, a file, a glob or a data "
+     "spec); psworker's other data flags (--test-data, --shuffle-buffer, ...) go after --",
+     .default_text = "the worker's"},
     {"summary", PS_OPTION_ARG, F(summary), 1, 0, NULL, NULL, "FILE",
      "the chief writes its JSON summary here"},
     {"tensorboard", PS_OPTION_ARG, F(tensorboard), 1, 0, NULL, NULL, "DIR",

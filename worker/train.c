@@ -557,6 +557,13 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
             }
         }
         train_secs += now_s() - te;
+        char first[512];
+        uint64_t skipped =
+            st.in.train_pl ? ps_pipeline_skipped(st.in.train_pl, first, sizeof first) : 0;
+        if (skipped)
+            PS_WARN("input: %llu unreadable records skipped so far (the data spec's \"on_error\": "
+                    "\"skip\"), the first: %s",
+                    (unsigned long long)skipped, first);
         if (rc == PS_OK) rc = epoch_metrics(cfg, &st, &prog, epoch, err, errlen);
         if (rc != PS_OK) break;
         char extra[128] = "";

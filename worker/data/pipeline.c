@@ -54,6 +54,7 @@ struct ps_pipeline {
     int rc; /* the first error, with its message */
     char err[512];
     uint64_t skipped;
+    char first_skipped[512];
 };
 
 static size_t batch_len(const ps_pipeline *p, size_t b) {
@@ -129,7 +130,7 @@ static void settle(ps_pipeline *p, size_t k, int rc, const char *err) {
     slot *sl = &p->ring[(k / p->cfg.batch) % p->depth];
     sl->ok[k % p->cfg.batch] = rc == PS_OK;
     if (rc != PS_OK && skippable(p, rc)) {
-        p->skipped++;
+        if (p->skipped++ == 0) snprintf(p->first_skipped, sizeof p->first_skipped, "%s", err);
     } else if (rc != PS_OK && p->rc == PS_OK) {
         p->rc = rc;
         snprintf(p->err, sizeof p->err, "%s", err);
@@ -247,9 +248,10 @@ bool ps_pipeline_by_file(const ps_pipeline *p) {
     return ps_order_by_file(&p->order);
 }
 
-uint64_t ps_pipeline_skipped(const ps_pipeline *p) {
+uint64_t ps_pipeline_skipped(const ps_pipeline *p, char *first, size_t firstlen) {
     pthread_mutex_lock((pthread_mutex_t *)&p->mu);
     uint64_t n = p->skipped;
+    if (first && firstlen) snprintf(first, firstlen, "%s", p->first_skipped);
     pthread_mutex_unlock((pthread_mutex_t *)&p->mu);
     return n;
 }

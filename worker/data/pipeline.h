@@ -61,8 +61,9 @@ size_t ps_pipeline_steps_per_epoch(const ps_pipeline *p);
 size_t ps_pipeline_depth(const ps_pipeline *p, bool *over_budget);
 /* True when the share went by file. */
 bool ps_pipeline_by_file(const ps_pipeline *p);
-/* Records skipped so far (skip_bad). */
-uint64_t ps_pipeline_skipped(const ps_pipeline *p);
+/* Records skipped so far (skip_bad); the first one's error into first (may be
+ * NULL). */
+uint64_t ps_pipeline_skipped(const ps_pipeline *p, char *first, size_t firstlen);
 
 /* Starts epoch `epoch` at its batch `skip` (a restarted worker continues where
  * the job is, nothing read for the batches before). Waits for records being
