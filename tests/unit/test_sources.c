@@ -15,6 +15,8 @@
 #include "dataspec.h"
 #include "encode.h"
 #include "example.h"
+#include "npy.h"
+#include "npz.h"
 #include "order.h"
 #include "pipeline.h"
 #include "prepare.h"
@@ -201,6 +203,46 @@ START_TEST(tfrecord_reads_back) {
     ck_assert_ptr_nonnull(strstr(err, "\"pixels\" is missing"));
     ps_source_close(s);
     ps_sample_free(&smp);
+}
+END_TEST
+
+/* Records TensorFlow wrote (tests/fixtures/tfrecord/make_tf_images.py), under the keys an
+ * image pipeline uses: the pixels exactly as TensorFlow decodes them, JPEG too (image.c
+ * decodes with tf.io.decode_jpeg's settings). */
+START_TEST(tfrecord_written_by_tensorflow) {
+    char err[512], p[4096], q[4096];
+    snprintf(p, sizeof p, "%s/tests/fixtures/tfrecord/tf_images.tfrecord", ps_test_source_root());
+    snprintf(q, sizeof q, "%s/tests/fixtures/tfrecord/tf_images_expected.npz",
+             ps_test_source_root());
+    const char *paths[1] = {p};
+    ps_source_opts o = {.image_key = "image/encoded", .label_key = "image/class/label"};
+    ps_source *s;
+    ck_assert_msg(ps_source_tfrecord(paths, 1, &o, &s, err, sizeof err) == PS_OK, "%s", err);
+    ck_assert_uint_eq(s->n, 4);
+    ps_npz want;
+    ck_assert_msg(ps_npz_open(q, &want, err, sizeof err) == PS_OK, "%s", err);
+    const ps_npy *labels = ps_npz_get(&want, "labels");
+    ck_assert_ptr_nonnull(labels);
+    ps_sample smp = {0};
+    for (size_t i = 0; i < 4; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "img%zu", i);
+        const ps_npy *img = ps_npz_get(&want, name);
+        ck_assert_ptr_nonnull(img);
+        ck_assert_msg(ps_source_read(s, i, &smp, err, sizeof err) == PS_OK, "%s", err);
+        ck_assert_int_eq(smp.label, (int32_t)ps_npy_get(labels, i));
+        ck_assert_uint_eq(smp.h, img->shape[0]);
+        ck_assert_uint_eq(smp.w, img->shape[1]);
+        ck_assert_uint_eq(smp.c, img->shape[2]);
+        double worst = 0;
+        for (size_t k = 0; k < img->count; k++)
+            worst = fmax(worst, fabs(smp.x[k] - ps_npy_get(img, k)));
+        ck_assert_msg(worst <= 0.0, "record %zu: off by %g from TensorFlow's", i,
+                      worst);
+    }
+    ps_npz_close(&want);
+    ps_sample_free(&smp);
+    ps_source_close(s);
 }
 END_TEST
 
@@ -446,6 +488,7 @@ static Suite *suite(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, image_folder_reads_back);
     tcase_add_test(tc, tfrecord_reads_back);
+    tcase_add_test(tc, tfrecord_written_by_tensorflow);
     tcase_add_test(tc, tfrecord_hostile);
     tcase_add_test(tc, npz_and_csv_read_back);
     tcase_add_test(tc, npy_pair_and_specs);

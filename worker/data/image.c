@@ -90,6 +90,10 @@ static int decode_jpeg(const uint8_t *buf, size_t len, int channels, size_t max_
     }
     int c = channels ? channels : (ci.num_components == 1 ? 1 : 3);
     ci.out_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    /* tf.io.decode_jpeg's defaults (dct_method "" = INTEGER_FAST, fancy upsampling), so
+     * the pixels are TensorFlow's */
+    ci.dct_method = JDCT_IFAST;
+    ci.do_fancy_upsampling = TRUE;
     jpeg_start_decompress(&ci);
     size_t w = ci.output_width, h = ci.output_height, row = w * (size_t)c;
     pixels = malloc(h * row);

@@ -1,7 +1,8 @@
 /* Decoding one image file held in memory: JPEG (libjpeg-turbo) or PNG
  * (libpng), told apart by their signatures, into 8-bit pixels, channels last.
- * The declared size is checked against a limit before any pixel memory is
- * allocated; a truncated or corrupt file is an error, never a partly gray
+ * JPEGs are decoded with tf.io.decode_jpeg's settings (the fast integer DCT,
+ * fancy upsampling), so the pixels are TensorFlow's. The declared size is
+ * checked against a limit before any pixel memory is allocated; a truncated or corrupt file is an error, never a partly gray
  * image. */
 #ifndef PS_IMAGE_H
 #define PS_IMAGE_H
