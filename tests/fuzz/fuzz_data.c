@@ -70,7 +70,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (n < 1) break;
         static const int ch[4] = {0, 1, 3, 2};
         ps_image im;
-        if (ps_image_decode(d + 1, n - 1, ch[d[0] % 4], 1 << 20, &im, err, sizeof err) == 0)
+        if (ps_image_decode(d + 1, n - 1, ch[d[0] % 4], 1 << 20, d[0] & 4 ? PS_IMAGE_DCT_ACCURATE : 0,
+                            &im, err, sizeof err) == 0)
             ps_image_free(&im);
         break;
     }

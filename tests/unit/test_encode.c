@@ -34,7 +34,7 @@ static uint8_t *noise(size_t h, size_t w, size_t c, uint64_t seed) {
 
 static void decode(const uint8_t *buf, size_t len, size_t h, size_t w, size_t c, ps_image *im) {
     char err[256] = "";
-    int rc = ps_image_decode(buf, len, (int)c, 0, im, err, sizeof err);
+    int rc = ps_image_decode(buf, len, (int)c, 0, PS_IMAGE_DCT_ACCURATE, im, err, sizeof err);
     ck_assert_msg(rc == PS_OK, "decode: %s", err);
     ck_assert_uint_eq(im->h, h);
     ck_assert_uint_eq(im->w, w);
@@ -53,7 +53,7 @@ static void png_round_trip(const uint8_t *px, size_t h, size_t w, size_t c) {
     ck_assert_msg(memcmp(im.pixels, px, h * w * c) == 0, "%zux%zux%zu: pixels differ", h, w, c);
     ps_image_free(&im);
     /* the file's own kind: gray stays gray, RGB stays RGB */
-    ck_assert_int_eq(ps_image_decode(buf, len, 0, 0, &im, err, sizeof err), PS_OK);
+    ck_assert_int_eq(ps_image_decode(buf, len, 0, 0, PS_IMAGE_DCT_ACCURATE, &im, err, sizeof err), PS_OK);
     ck_assert_uint_eq(im.c, c);
     ps_image_free(&im);
     free(buf);

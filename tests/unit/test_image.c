@@ -69,14 +69,14 @@ static uint8_t *jpeg_encode(const uint8_t *px, size_t w, size_t h, int c, size_t
 
 static void decode_ok(const uint8_t *buf, size_t len, int channels, ps_image *im) {
     char err[256] = "";
-    int rc = ps_image_decode(buf, len, channels, 0, im, err, sizeof err);
+    int rc = ps_image_decode(buf, len, channels, 0, 0, im, err, sizeof err);
     ck_assert_msg(rc == PS_OK, "decode: %d %s", rc, err);
 }
 
 static void decode_fails(const uint8_t *buf, size_t len, const char *want) {
     ps_image im;
     char err[256] = "";
-    ck_assert_int_eq(ps_image_decode(buf, len, 3, 0, &im, err, sizeof err), PS_EFORMAT);
+    ck_assert_int_eq(ps_image_decode(buf, len, 3, 0, 0, &im, err, sizeof err), PS_EFORMAT);
     ck_assert_ptr_null(im.pixels);
     ck_assert_msg(strstr(err, want), "want \"%s\" in \"%s\"", want, err);
 }
@@ -211,7 +211,7 @@ START_TEST(huge_declared_size) {
     ps_image im;
     char err[256];
     uint8_t *ok = jpeg_encode(rgb, 16, 16, 3, &len);
-    ck_assert_int_eq(ps_image_decode(ok, len, 0, 255, &im, err, sizeof err), PS_EFORMAT);
+    ck_assert_int_eq(ps_image_decode(ok, len, 0, 255, 0, &im, err, sizeof err), PS_EFORMAT);
     ck_assert_msg(strstr(err, "16x16 pixels, over the limit of 255"), "%s", err);
     free(ok), free(j), free(rgb);
 }
@@ -222,7 +222,7 @@ START_TEST(not_an_image) {
     decode_fails((const uint8_t *)"", 0, "neither");
     ps_image im;
     char err[128];
-    ck_assert_int_eq(ps_image_decode((const uint8_t *)"x", 1, 2, 0, &im, err, sizeof err),
+    ck_assert_int_eq(ps_image_decode((const uint8_t *)"x", 1, 2, 0, 0, &im, err, sizeof err),
                      PS_EINVAL);
 }
 END_TEST

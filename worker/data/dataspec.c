@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "cifar.h"
+#include "image.h"
 #include "ps_error.h"
 #include "tfrecord.h"
 
@@ -248,7 +249,7 @@ static int get_size(const cJSON *j, const char *key, size_t max, size_t *out, co
 static const char *const spec_keys[] = {
     "format", "path", "x", "y", "image_key", "label_key", "shape", "columns", "label", "channels",
     "preprocess", "on_error", "validation_split", "validation", "shuffle_buffer", "max_pixels",
-    "max_record_bytes", "comment"};
+    "max_record_bytes", "jpeg_dct", "comment"};
 
 static int parse_spec(const cJSON *j, const char *base, ps_data_spec *s, char *err, size_t errlen) {
     if (!cJSON_IsObject(j)) {
@@ -363,6 +364,12 @@ static int parse_spec(const cJSON *j, const char *base, ps_data_spec *s, char *e
             return bad(err, errlen, s->origin, "shuffle_buffer", "at least 1 (1: no shuffling)");
         s->has_shuffle_buffer = true;
     }
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "jpeg_dct"))) {
+        if (!cJSON_IsString(v) ||
+            (strcmp(v->valuestring, "fast") && strcmp(v->valuestring, "accurate")))
+            return bad(err, errlen, s->origin, "jpeg_dct", "\"fast\" or \"accurate\"");
+        s->opts.image_flags = strcmp(v->valuestring, "accurate") == 0 ? PS_IMAGE_DCT_ACCURATE : 0;
+    }
     if ((v = cJSON_GetObjectItemCaseSensitive(j, "on_error"))) {
         if (!cJSON_IsString(v) || (strcmp(v->valuestring, "fail") && strcmp(v->valuestring, "skip")))
             return bad(err, errlen, s->origin, "on_error", "\"fail\" or \"skip\"");
@@ -394,6 +401,7 @@ static int parse_spec(const cJSON *j, const char *base, ps_data_spec *s, char *e
                 ps_source_opts *o = &s->validation->opts;
                 o->channels = s->opts.channels;
                 o->max_pixels = s->opts.max_pixels, o->max_record = s->opts.max_record;
+                o->image_flags = s->opts.image_flags;
                 memcpy(o->shape, s->opts.shape, sizeof o->shape);
                 o->image_key = dup_or_null(s->opts.image_key);
                 o->label_key = dup_or_null(s->opts.label_key);

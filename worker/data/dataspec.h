@@ -24,7 +24,9 @@
  *    "validation_split": F,                     0 <= F < 1: held out, seeded
  *    "validation": DIR | FILE | GLOB | {spec},  a separate validation set
  *    "shuffle_buffer": N,                       order.h (absent: full shuffle)
- *    "max_pixels": N, "max_record_bytes": N}    limits */
+ *    "max_pixels": N, "max_record_bytes": N,    limits
+ *    "jpeg_dct": "fast" | "accurate"}           JPEG decoding (tf.io.decode_jpeg's
+ *                                               dct_method; fast, its default) */
 #ifndef PS_DATASPEC_H
 #define PS_DATASPEC_H
 

@@ -60,7 +60,7 @@ static void jpeg_note(j_common_ptr ci, int level) {
         ci->err->format_message(ci, e->msg);
 }
 
-static int decode_jpeg(const uint8_t *buf, size_t len, int channels, size_t max_pixels,
+static int decode_jpeg(const uint8_t *buf, size_t len, int channels, size_t max_pixels, unsigned flags,
                        ps_image *out, char *err, size_t errlen) {
     struct jpeg_decompress_struct ci;
     jpeg_err je;
@@ -92,7 +92,7 @@ static int decode_jpeg(const uint8_t *buf, size_t len, int channels, size_t max_
     ci.out_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
     /* tf.io.decode_jpeg's defaults (dct_method "" = INTEGER_FAST, fancy upsampling), so
      * the pixels are TensorFlow's */
-    ci.dct_method = JDCT_IFAST;
+    ci.dct_method = flags & PS_IMAGE_DCT_ACCURATE ? JDCT_ISLOW : JDCT_IFAST;
     ci.do_fancy_upsampling = TRUE;
     jpeg_start_decompress(&ci);
     size_t w = ci.output_width, h = ci.output_height, row = w * (size_t)c;
@@ -168,7 +168,7 @@ static int decode_png(const uint8_t *buf, size_t len, int channels, size_t max_p
 }
 
 int ps_image_decode(const uint8_t *buf, size_t len, int channels, size_t max_pixels,
-                    ps_image *out, char *err, size_t errlen) {
+                    unsigned flags, ps_image *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     if (channels != 0 && channels != 1 && channels != 3) {
         snprintf(err, errlen, "channels must be 0, 1 or 3, not %d", channels);
@@ -177,7 +177,7 @@ int ps_image_decode(const uint8_t *buf, size_t len, int channels, size_t max_pix
     if (!max_pixels) max_pixels = PS_IMAGE_MAX_PIXELS_DEFAULT;
     switch (ps_image_sniff(buf, len)) {
     case PS_IMAGE_JPEG:
-        return decode_jpeg(buf, len, channels, max_pixels, out, err, errlen);
+        return decode_jpeg(buf, len, channels, max_pixels, flags, out, err, errlen);
     case PS_IMAGE_PNG:
         return decode_png(buf, len, channels, max_pixels, out, err, errlen);
     default:

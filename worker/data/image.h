@@ -27,12 +27,17 @@ ps_image_format ps_image_sniff(const uint8_t *buf, size_t len);
  * as 0.299 R + 0.587 G + 0.114 B, JPEG's own luma), 3 (RGB; gray is repeated)
  * or 0 (the file's: 1 for gray, 3 for color). An alpha channel is dropped
  * (not composited), 16-bit PNG samples are reduced to 8 bits, palettes
- * expanded. max_pixels 0 means PS_IMAGE_MAX_PIXELS_DEFAULT. Returns PS_OK,
+ * expanded. max_pixels 0 means PS_IMAGE_MAX_PIXELS_DEFAULT; flags 0 or
+ * PS_IMAGE_DCT_ACCURATE. Returns PS_OK,
  * PS_EFORMAT (not JPEG or PNG, corrupt, truncated, CMYK JPEG, or larger
  * than max_pixels: err says which, with the declared size), PS_EINVAL
  * (channels not 0, 1 or 3) or PS_ENOMEM. */
 int ps_image_decode(const uint8_t *buf, size_t len, int channels, size_t max_pixels,
-                    ps_image *out, char *err, size_t errlen);
+                    unsigned flags, ps_image *out, char *err, size_t errlen);
+
+/* ps_image_decode's flags. */
+#define PS_IMAGE_DCT_ACCURATE 1u /* JPEG: the accurate integer DCT (tf.io.decode_jpeg's
+                                  * dct_method "INTEGER_ACCURATE"), not the fast one */
 
 void ps_image_free(ps_image *im);
 

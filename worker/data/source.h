@@ -63,6 +63,7 @@ struct ps_source {
 typedef struct {
     int channels;           /* decoded images: 1, 3 or 0 (the file's own) */
     size_t max_pixels;      /* per image; 0: PS_IMAGE_MAX_PIXELS_DEFAULT */
+    unsigned image_flags;   /* ps_image_decode's (PS_IMAGE_DCT_ACCURATE) */
     size_t max_record;      /* TFRecord: largest record; 0: PS_TFRECORD_MAX_LEN_DEFAULT */
     const char *image_key;  /* TFRecord: the image's feature ("image") */
     const char *label_key;  /* TFRecord: the label's feature ("label") */
@@ -86,7 +87,8 @@ ps_source *ps_source_new(const ps_source_ops *ops, size_t n_files);
  * s as floats 0..255, `what` naming the record in err. */
 int ps_source_read_file(const char *path, ps_sample *s, size_t *len, char *err, size_t errlen);
 int ps_source_decode_image(const uint8_t *buf, size_t len, int channels, size_t max_pixels,
-                           ps_sample *s, const char *what, char *err, size_t errlen);
+                           unsigned flags, ps_sample *s, const char *what, char *err,
+                           size_t errlen);
 
 /* A dataset already in memory (borrowed: it must outlive the source); one file. */
 int ps_source_memory(const ps_dataset *d, const char *format, ps_source **out, char *err,

@@ -20,6 +20,7 @@ typedef struct {
     ps_image_folder folder;
     int channels;
     size_t max_pixels;
+    unsigned flags;
 } folder_state;
 
 int ps_source_read_file(const char *path, ps_sample *s, size_t *len, char *err, size_t errlen) {
@@ -56,10 +57,11 @@ int ps_source_read_file(const char *path, ps_sample *s, size_t *len, char *err, 
 }
 
 int ps_source_decode_image(const uint8_t *buf, size_t len, int channels, size_t max_pixels,
-                           ps_sample *s, const char *what, char *err, size_t errlen) {
+                           unsigned flags, ps_sample *s, const char *what, char *err,
+                           size_t errlen) {
     ps_image im;
     char why[256];
-    int rc = ps_image_decode(buf, len, channels, max_pixels, &im, why, sizeof why);
+    int rc = ps_image_decode(buf, len, channels, max_pixels, flags, &im, why, sizeof why);
     if (rc != PS_OK) {
         snprintf(err, errlen, "%s: %s", what, why);
         return rc;
@@ -80,8 +82,8 @@ static int folder_read(ps_source *src, size_t i, ps_sample *s, char *err, size_t
     const char *path = f->folder.paths[i];
     int rc = ps_source_read_file(path, s, &len, err, errlen);
     if (rc == PS_OK)
-        rc = ps_source_decode_image(s->bytes, len, f->channels, f->max_pixels, s, path, err,
-                                    errlen);
+        rc = ps_source_decode_image(s->bytes, len, f->channels, f->max_pixels, f->flags, s, path,
+                                    err, errlen);
     s->label = f->folder.labels[i];
     return rc;
 }
@@ -107,6 +109,7 @@ int ps_source_folder(const char *dir, const ps_source_opts *o, ps_source **out, 
     }
     f->channels = o ? o->channels : 0;
     f->max_pixels = o ? o->max_pixels : 0;
+    f->flags = o ? o->image_flags : 0;
     ps_source *s = ps_source_new(&folder_ops, 1);
     if (!s) {
         ps_image_folder_free(&f->folder);

@@ -28,6 +28,7 @@ typedef struct {
     size_t shape[3];
     int channels;
     size_t max_pixels, max_record;
+    unsigned flags;
 } tfr_state;
 
 static int read_full(int fd, void *buf, size_t n, uint64_t off) {
@@ -145,7 +146,8 @@ static int tfr_read(ps_source *src, size_t i, ps_sample *s, char *err, size_t er
             s->h = t->shape[0], s->w = t->shape[1], s->c = t->shape[2];
         } else {
             /* b points into s->bytes: decode copies the pixels out before x is written */
-            rc = ps_source_decode_image(b, bl, t->channels, t->max_pixels, s, what, err, errlen);
+            rc = ps_source_decode_image(b, bl, t->channels, t->max_pixels, t->flags, s, what, err,
+                                        errlen);
         }
     } else if (img.kind == PS_FEATURE_FLOAT && img.n > 0 && (!want || img.n == want)) {
         rc = ps_sample_reserve(s, img.n);
@@ -208,6 +210,7 @@ int ps_source_tfrecord(const char *const *paths, size_t n_paths, const ps_source
     if (o) memcpy(t->shape, o->shape, sizeof t->shape);
     t->channels = o ? o->channels : 0;
     t->max_pixels = o ? o->max_pixels : 0;
+    t->flags = o ? o->image_flags : 0;
     t->max_record = o && o->max_record ? o->max_record : PS_TFRECORD_MAX_LEN_DEFAULT;
     size_t n = 0, cap = 0;
     int rc = PS_OK;
