@@ -60,6 +60,15 @@ static void jpeg_note(j_common_ptr ci, int level) {
         ci->err->format_message(ci, e->msg);
 }
 
+/* Makes room for n bytes at im->pixels, keeping what it holds. */
+static int reserve(ps_image *im, size_t n) {
+    if (im->pixels && im->cap >= n) return PS_OK;
+    uint8_t *p = realloc(im->pixels, n ? n : 1);
+    if (!p) return PS_ENOMEM;
+    im->pixels = p, im->cap = n ? n : 1;
+    return PS_OK;
+}
+
 static int decode_jpeg(const uint8_t *buf, size_t len, int channels, size_t max_pixels, unsigned flags,
                        ps_image *out, char *err, size_t errlen) {
     struct jpeg_decompress_struct ci;
@@ -68,11 +77,9 @@ static int decode_jpeg(const uint8_t *buf, size_t len, int channels, size_t max_
     ci.err = jpeg_std_error(&je.mgr);
     je.mgr.error_exit = jpeg_fail;
     je.mgr.emit_message = jpeg_note;
-    uint8_t *volatile pixels = NULL;
     if (setjmp(je.jump)) {
         snprintf(err, errlen, "corrupt JPEG: %s", je.msg);
         jpeg_destroy_decompress(&ci);
-        free(pixels);
         return PS_EFORMAT;
     }
     jpeg_create_decompress(&ci);
@@ -96,11 +103,11 @@ static int decode_jpeg(const uint8_t *buf, size_t len, int channels, size_t max_
     ci.do_fancy_upsampling = TRUE;
     jpeg_start_decompress(&ci);
     size_t w = ci.output_width, h = ci.output_height, row = w * (size_t)c;
-    pixels = malloc(h * row);
-    if (!pixels) {
+    if (reserve(out, h * row) != PS_OK) {
         jpeg_destroy_decompress(&ci);
         return PS_ENOMEM;
     }
+    uint8_t *pixels = out->pixels;
     while (ci.output_scanline < ci.output_height) {
         JSAMPROW r = pixels + (size_t)ci.output_scanline * row;
         jpeg_read_scanlines(&ci, &r, 1);
@@ -110,10 +117,9 @@ static int decode_jpeg(const uint8_t *buf, size_t len, int channels, size_t max_
     jpeg_destroy_decompress(&ci);
     if (warnings) {
         snprintf(err, errlen, "corrupt or truncated JPEG (%zux%zu): %s", w, h, je.msg);
-        free(pixels);
         return PS_EFORMAT;
     }
-    *out = (ps_image){.pixels = pixels, .h = h, .w = w, .c = (size_t)c};
+    out->h = h, out->w = w, out->c = (size_t)c;
     return PS_OK;
 }
 
@@ -136,24 +142,19 @@ static int decode_png(const uint8_t *buf, size_t len, int channels, size_t max_p
     int gray = !(im.format & PNG_FORMAT_FLAG_COLOR);
     size_t w = im.width, h = im.height, n = w * h;
     im.format = PNG_FORMAT_RGBA; /* 8-bit sRGB samples, alpha kept to be dropped below */
-    uint8_t *rgba = malloc(n * 4);
-    if (!rgba) {
+    int c = channels ? channels : (gray ? 1 : 3);
+    /* the RGBA rows after the n * c output bytes, converted forwards into them */
+    if (reserve(out, n * (size_t)c + n * 4) != PS_OK) {
         png_image_free(&im);
         return PS_ENOMEM;
     }
+    uint8_t *px = out->pixels, *rgba = px + n * (size_t)c;
     if (!png_image_finish_read(&im, NULL, rgba, 0, NULL)) {
         snprintf(err, errlen, "corrupt or truncated PNG (%zux%zu): %s", w, h, im.message);
         png_image_free(&im);
-        free(rgba);
         return PS_EFORMAT;
     }
     png_image_free(&im);
-    int c = channels ? channels : (gray ? 1 : 3);
-    uint8_t *px = malloc(n * (size_t)c);
-    if (!px) {
-        free(rgba);
-        return PS_ENOMEM;
-    }
     for (size_t i = 0; i < n; i++) {
         const uint8_t *s = rgba + 4 * i;
         if (c == 3) {
@@ -162,14 +163,21 @@ static int decode_png(const uint8_t *buf, size_t len, int channels, size_t max_p
             px[i] = (uint8_t)(0.299f * s[0] + 0.587f * s[1] + 0.114f * s[2] + 0.5f);
         }
     }
-    free(rgba);
-    *out = (ps_image){.pixels = px, .h = h, .w = w, .c = (size_t)c};
+    out->h = h, out->w = w, out->c = (size_t)c;
     return PS_OK;
 }
 
 int ps_image_decode(const uint8_t *buf, size_t len, int channels, size_t max_pixels,
                     unsigned flags, ps_image *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
+    int rc = ps_image_decode_into(buf, len, channels, max_pixels, flags, out, err, errlen);
+    if (rc != PS_OK) ps_image_free(out);
+    return rc;
+}
+
+int ps_image_decode_into(const uint8_t *buf, size_t len, int channels, size_t max_pixels,
+                         unsigned flags, ps_image *out, char *err, size_t errlen) {
+    out->h = out->w = out->c = 0;
     if (channels != 0 && channels != 1 && channels != 3) {
         snprintf(err, errlen, "channels must be 0, 1 or 3, not %d", channels);
         return PS_EINVAL;

@@ -16,6 +16,7 @@
 typedef struct {
     uint8_t *pixels; /* owned: h * w * c bytes, row-major, channels last */
     size_t h, w, c;
+    size_t cap; /* bytes allocated at pixels (ps_image_decode_into reuses them) */
 } ps_image;
 
 typedef enum { PS_IMAGE_UNKNOWN = 0, PS_IMAGE_JPEG, PS_IMAGE_PNG } ps_image_format;
@@ -38,6 +39,12 @@ int ps_image_decode(const uint8_t *buf, size_t len, int channels, size_t max_pix
 /* ps_image_decode's flags. */
 #define PS_IMAGE_DCT_ACCURATE 1u /* JPEG: the accurate integer DCT (tf.io.decode_jpeg's
                                   * dct_method "INTEGER_ACCURATE"), not the fast one */
+
+/* As ps_image_decode, but into im's buffer when it is large enough (im from an
+ * earlier decode into it, or zeroed): a thread decoding many images allocates
+ * once. im keeps its buffer on an error too; ps_image_free frees it. */
+int ps_image_decode_into(const uint8_t *buf, size_t len, int channels, size_t max_pixels,
+                         unsigned flags, ps_image *im, char *err, size_t errlen);
 
 void ps_image_free(ps_image *im);
 

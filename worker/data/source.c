@@ -12,6 +12,7 @@ void ps_sample_free(ps_sample *s) {
     if (!s) return;
     free(s->x);
     free(s->bytes);
+    ps_image_free(&s->img);
     memset(s, 0, sizeof *s);
 }
 

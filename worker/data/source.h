@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "data.h"
+#include "image.h"
 
 /* One decoded record, channels last. A sample belongs to one thread; the
  * buffers grow as needed and are reused. */
@@ -28,6 +29,7 @@ typedef struct {
     int32_t label;
     uint8_t *bytes; /* the record's raw bytes (a file, a TFRecord record) */
     size_t bytes_cap;
+    ps_image img; /* decoded pixels, the buffer reused from record to record */
 } ps_sample;
 
 void ps_sample_free(ps_sample *s);

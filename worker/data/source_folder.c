@@ -59,20 +59,19 @@ int ps_source_read_file(const char *path, ps_sample *s, size_t *len, char *err, 
 int ps_source_decode_image(const uint8_t *buf, size_t len, int channels, size_t max_pixels,
                            unsigned flags, ps_sample *s, const char *what, char *err,
                            size_t errlen) {
-    ps_image im;
     char why[256];
-    int rc = ps_image_decode(buf, len, channels, max_pixels, flags, &im, why, sizeof why);
+    int rc = ps_image_decode_into(buf, len, channels, max_pixels, flags, &s->img, why, sizeof why);
     if (rc != PS_OK) {
         snprintf(err, errlen, "%s: %s", what, why);
         return rc;
     }
-    size_t n = im.h * im.w * im.c;
+    const ps_image *im = &s->img;
+    size_t n = im->h * im->w * im->c;
     rc = ps_sample_reserve(s, n);
     if (rc == PS_OK) {
-        for (size_t k = 0; k < n; k++) s->x[k] = (float)im.pixels[k];
-        s->h = im.h, s->w = im.w, s->c = im.c;
+        for (size_t k = 0; k < n; k++) s->x[k] = (float)im->pixels[k];
+        s->h = im->h, s->w = im->w, s->c = im->c;
     }
-    ps_image_free(&im);
     return rc;
 }
 
