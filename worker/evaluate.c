@@ -12,6 +12,10 @@
 #include "adapt.h"
 #include "cifar.h"
 #include "data.h"
+#include "dataspec.h"
+#include "order.h"
+#include "pipeline.h"
+#include "prepare.h"
 #include "keras_file.h"
 #include "kernels.h"
 #include "labels.h"
@@ -77,6 +81,73 @@ static int load_test(const ps_train_config *cfg, ps_model *m, ps_dataset *test, 
     if (rc == PS_OK)
         rc = ps_labels_resolve(spec, what, test->num_classes, classes, table, err, errlen);
     if (rc == PS_OK && spec->kind != PS_LABELS_NONE) ps_labels_apply(test, table, (int)classes);
+    return rc;
+}
+
+/* A streamed test set (any format but IDX and CIFAR-10) through the input
+ * pipeline, in order, with the spec's deterministic preprocessing: the mean
+ * loss, the hits, the samples and (when out is not NULL) the outputs, grown in
+ * *out. */
+static int evaluate_streamed(const ps_train_config *cfg, ps_model *m, const ps_data_spec *spec,
+                             float **out, size_t *n, float *loss, size_t *correct, char *err,
+                             size_t errlen) {
+    ps_source *src = NULL;
+    ps_prep *prep = NULL;
+    ps_pipeline *pl = NULL;
+    size_t mh, mw, mc, cols = ps_model_output_dim(m), cap = 0;
+    ps_model_input_shape(m, &mh, &mw, &mc);
+    ps_data_spec sp = *spec; /* decoded images get the model's channels unless the spec says */
+    if (sp.opts.channels == 0 && (mc == 1 || mc == 3)) sp.opts.channels = (int)mc;
+    int rc = ps_data_spec_open(&sp, &src, err, errlen);
+    if (rc == PS_OK) rc = ps_prep_new(spec->preprocess, mh, mw, mc, cfg->rgb_to_gray, &prep, err,
+                                      errlen);
+    size_t take = src && cfg->max_test && cfg->max_test < src->n ? cfg->max_test : src ? src->n : 0;
+    size_t *recs = rc == PS_OK ? malloc(take * sizeof *recs) : NULL;
+    if (rc == PS_OK && !recs) rc = PS_ENOMEM;
+    for (size_t i = 0; recs && i < take; i++) recs[i] = i;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    ps_pipeline_cfg pc = {.src = src, .out_h = mh, .out_w = mw, .out_c = mc,
+                          .prepare = ps_prep_run, .prepare_ctx = prep,
+                          .num_classes = (int)(ps_model_num_classes(m) == 1 ? 2
+                                                                            : ps_model_num_classes(m)),
+                          .batch = 256, .threads = cpus < 1 ? 1 : cpus > 8 ? 8 : (unsigned)cpus,
+                          .memory_bytes = cfg->input_memory, .skip_bad = spec->skip_bad,
+                          .records = recs, .n_records = take, .count = 1,
+                          .shuffle_buffer = PS_ORDER_IN_ORDER, .seed = cfg->seed};
+    if (rc == PS_OK) rc = ps_pipeline_open(&pl, &pc, err, errlen);
+    if (rc == PS_OK) {
+        PS_INFO("test: %s %s", src->format, src->desc);
+        rc = ps_pipeline_start_epoch(pl, 0, 0);
+    }
+    double sum = 0;
+    *n = *correct = 0;
+    while (rc == PS_OK) {
+        float *x, l = 0;
+        int32_t *y;
+        size_t nb = 0, c = 0;
+        rc = ps_pipeline_next(pl, &x, &y, &nb, err, errlen);
+        if (rc != PS_OK || nb == 0) break;
+        if (out && (*n + nb) * cols > cap) {
+            size_t nc = cap ? 2 * cap : 4096 * cols;
+            while (nc < (*n + nb) * cols) nc *= 2;
+            float *o = realloc(*out, nc * sizeof *o);
+            if (!o) {
+                rc = PS_ENOMEM;
+                break;
+            }
+            *out = o, cap = nc;
+        }
+        rc = ps_model_evaluate_out(m, x, y, nb, &l, &c, out ? *out + *n * cols : NULL);
+        if (rc != PS_OK) snprintf(err, errlen, "evaluation failed: %s", ps_strerror(rc));
+        sum += (double)l * (double)nb;
+        *correct += c;
+        *n += nb;
+    }
+    if (rc == PS_OK && *n) *loss = (float)(sum / (double)*n);
+    ps_pipeline_close(pl);
+    free(recs);
+    ps_prep_free(prep);
+    ps_source_close(src);
     return rc;
 }
 
@@ -153,36 +224,55 @@ int ps_evaluate_run(const ps_train_config *cfg, const char *model_file, const ch
     if (rc == PS_OK) rc = load_values(m, model_file, err, errlen);
     if (rc == PS_OK) rc = ps_k_dev_open(cfg->device ? cfg->device : "auto", &dev, err, errlen);
     if (rc == PS_OK) rc = ps_model_set_device(m, dev, err, errlen);
-    if (rc == PS_OK) rc = load_test(cfg, m, &test, err, errlen);
-    if (rc == PS_OK && test.n == 0) {
+    /* the test set: --test-data, else --data (its test files for IDX and CIFAR-10) */
+    ps_data_spec spec = {0};
+    bool streamed = false;
+    const char *ds = cfg->dataset ? cfg->dataset : "auto";
+    if (rc == PS_OK && (cfg->test_data || strcmp(ds, "auto") == 0)) {
+        rc = ps_data_spec_resolve(cfg->test_data ? cfg->test_data : cfg->data_dir, &spec, err,
+                                  errlen);
+        streamed = rc == PS_OK && spec.format != PS_DATA_IDX && spec.format != PS_DATA_CIFAR10;
+    }
+    ps_train_config tcfg = *cfg; /* IDX / CIFAR-10 from --test-data's directory */
+    if (rc == PS_OK && !streamed && cfg->test_data) tcfg.data_dir = spec.paths[0];
+    float loss = 0;
+    size_t correct = 0, w = rc == PS_OK ? ps_model_output_dim(m) : 0, n = 0;
+    if (rc == PS_OK && streamed) {
+        PS_INFO("evaluating %s (%s) on %s", model_file, ps_model_name(m), spec.origin);
+        rc = evaluate_streamed(cfg, m, &spec, predictions ? &out : NULL, &n, &loss, &correct,
+                               err, errlen);
+    } else if (rc == PS_OK) {
+        rc = load_test(&tcfg, m, &test, err, errlen);
+        n = test.n;
+    }
+    if (rc == PS_OK && n == 0) {
         snprintf(err, errlen, "--evaluate: the test set is empty");
         rc = PS_EINVAL;
     }
-    float loss = 0;
-    size_t correct = 0, w = rc == PS_OK ? ps_model_output_dim(m) : 0;
-    if (rc == PS_OK && predictions && !(out = malloc(test.n * w * sizeof *out))) {
+    if (rc == PS_OK && !streamed && predictions && !(out = malloc(test.n * w * sizeof *out))) {
         snprintf(err, errlen, "--predictions: no memory for %zu x %zu outputs", test.n, w);
         rc = PS_ENOMEM;
     }
-    if (rc == PS_OK) {
+    if (rc == PS_OK && !streamed) {
         PS_INFO("evaluating %s (%s) on %zu test samples on %s", model_file, ps_model_name(m),
                 test.n, ps_k_dev_name(dev));
         rc = ps_model_evaluate_out(m, test.x, test.y, test.n, &loss, &correct, out);
         if (rc != PS_OK) snprintf(err, errlen, "evaluation failed: %s", ps_strerror(rc));
     }
+    ps_data_spec_free(&spec);
     if (rc == PS_OK && predictions) {
-        rc = write_predictions(predictions, out, test.n, w, err, errlen);
-        if (rc == PS_OK) PS_INFO("predictions: %zu x %zu float32 in %s", test.n, w, predictions);
+        rc = write_predictions(predictions, out, n, w, err, errlen);
+        if (rc == PS_OK) PS_INFO("predictions: %zu x %zu float32 in %s", n, w, predictions);
     }
     res->wall_seconds = now_s() - t0;
     if (rc == PS_OK) {
         res->test_loss = loss;
-        res->test_accuracy = (double)correct / (double)test.n;
+        res->test_accuracy = (double)correct / (double)n;
         printf("test accuracy: %.4f  test loss: %.4f  (evaluated %s: %zu test samples, %.1f s)\n",
-               res->test_accuracy, res->test_loss, model_file, test.n, res->wall_seconds);
+               res->test_accuracy, res->test_loss, model_file, n, res->wall_seconds);
         fflush(stdout);
         if (cfg->summary_path)
-            rc = write_summary(cfg->summary_path, model_file, res, test.n, err, errlen);
+            rc = write_summary(cfg->summary_path, model_file, res, n, err, errlen);
     }
     free(out);
     ps_dataset_free(&test);

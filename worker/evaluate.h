@@ -1,7 +1,9 @@
 /* psworker --evaluate FILE: a model saved with --save (the tensor file,
  * docs/FORMATS.md), its architecture from --model, evaluated on the test set
  * as the chief does after training (the same data loading, input adaptation
- * and labels), without psd or other workers. Optionally the model's outputs on
+ * and labels), without psd or other workers. The test set is --test-data,
+ * else --data (its test files for IDX and CIFAR-10; any other form whole,
+ * through the input pipeline with the spec's deterministic preprocessing). Optionally the model's outputs on
  * the test set (--predictions) and a summary (--summary). */
 #ifndef PS_EVALUATE_H
 #define PS_EVALUATE_H

@@ -164,7 +164,8 @@ static unsigned input_threads(const ps_train_config *cfg) {
     return n < 1 ? 1 : n > 8 ? 8 : (unsigned)n;
 }
 
-static int open_pipeline(const ps_train_config *cfg, const ps_model *m, ps_source *src,
+static int open_pipeline(const ps_train_config *cfg, const ps_model *m, const ps_input *in,
+                         ps_source *src,
                          const size_t *recs, size_t n_recs, ps_prep *prep, bool training,
                          unsigned index, unsigned count, size_t shuffle, size_t batch,
                          bool skip_bad, unsigned threads, ps_pipeline **out, char *err,
@@ -173,6 +174,8 @@ static int open_pipeline(const ps_train_config *cfg, const ps_model *m, ps_sourc
                           .prepare = prep ? ps_prep_run : NULL,
                           .prepare_ctx = prep,
                           .num_classes = (int)ps_model_num_classes(m),
+                          .label_map = in->label_map_n ? in->label_map : NULL,
+                          .label_map_n = in->label_map_n,
                           .batch = batch,
                           .threads = threads,
                           .memory_bytes = cfg->input_memory,
@@ -234,13 +237,24 @@ static int open_streamed(const ps_train_config *cfg, ps_input *in, const ps_mode
     const char *what;
     if ((rc = label_spec(cfg, m, &flag, &ls, &what, err, errlen)) != PS_OK) return rc;
     if (ls->kind != PS_LABELS_NONE) {
-        snprintf(err, errlen, "%s: relabelling streamed data is not supported yet; %s applies to "
-                 "IDX and CIFAR-10 (write the labels the model takes into the files)", what, what);
-        return PS_EINVAL;
+        /* the data's classes; TFRecord files do not say without being read: then every
+         * class a positive list leaves out is negative, and a map names them all */
+        int classes = in->train_src->num_classes, top = -1;
+        for (int c = 0; c < PS_LABELS_MAX; c++)
+            if (ls->kind == PS_LABELS_MAP ? ls->to[c] >= 0 : ls->to[c] != 0) top = c;
+        if (classes <= 0) classes = ls->kind == PS_LABELS_MAP ? top + 1 : PS_LABELS_MAX;
+        rc = ps_labels_resolve(ls, what, classes, ps_model_num_classes(m), in->label_map, err,
+                               errlen);
+        if (rc != PS_OK) return rc;
+        in->label_map_n = (size_t)classes;
+        char desc[1200];
+        ps_labels_describe(ls, classes, desc, sizeof desc);
+        PS_INFO("labels: %s (%s), as the records are read", desc, what);
     }
     size_t nm = ps_model_num_classes(m);
-    if (in->train_src->num_classes > (int)(nm == 1 ? 2 : nm)) {
-        snprintf(err, errlen, "%s has %d classes, the model's output takes %zu",
+    if (!in->label_map_n && in->train_src->num_classes > (int)(nm == 1 ? 2 : nm)) {
+        snprintf(err, errlen, "%s has %d classes, the model's output takes %zu (map them with "
+                 "--label-map or --positive-classes)",
                  in->spec.origin, in->train_src->num_classes, nm == 1 ? 2 : nm);
         return PS_EINVAL;
     }
@@ -297,7 +311,7 @@ int ps_input_open(ps_input *in, const ps_train_config *cfg, const ps_model *m, s
                  in->n_train_recs, cfg->workers);
         return PS_EINVAL;
     }
-    rc = open_pipeline(cfg, m, in->train_src, in->train_recs, in->n_train_recs, in->prep, true,
+    rc = open_pipeline(cfg, m, in, in->train_src, in->train_recs, in->n_train_recs, in->prep, true,
                        cfg->index, cfg->workers, shuffle_of(cfg, &in->spec), batch,
                        in->spec.skip_bad, threads, &in->train_pl, err, errlen);
     if (rc != PS_OK) return rc;
@@ -310,7 +324,7 @@ int ps_input_open(ps_input *in, const ps_train_config *cfg, const ps_model *m, s
         PS_INFO("validation: %s %s", in->val_src->format, in->val_src->desc);
     }
     if (in->val_src) {
-        rc = open_pipeline(cfg, m, in->val_src, in->val_recs, in->n_val_recs, in->eval_prep,
+        rc = open_pipeline(cfg, m, in, in->val_src, in->val_recs, in->n_val_recs, in->eval_prep,
                            false, 0, 1, PS_ORDER_IN_ORDER, batch, in->spec.skip_bad,
                            threads, &in->val_pl, err, errlen);
         if (rc != PS_OK) return rc;
@@ -337,7 +351,7 @@ int ps_input_open(ps_input *in, const ps_train_config *cfg, const ps_model *m, s
             free(none);
             in->test_recs = tr, in->n_test_recs = nt;
             if (rc == PS_OK)
-                rc = open_pipeline(cfg, m, in->test_src, tr, nt, in->eval_prep, false, 0, 1,
+                rc = open_pipeline(cfg, m, in, in->test_src, tr, nt, in->eval_prep, false, 0, 1,
                                    PS_ORDER_IN_ORDER, batch, in->test_spec.skip_bad, threads,
                                    &in->test_pl, err, errlen);
             if (rc != PS_OK) return rc;

@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "data.h"
+#include "labels.h"
 #include "dataspec.h"
 #include "model.h"
 #include "pipeline.h"
@@ -31,6 +32,8 @@ typedef struct {
     ps_prep *eval_prep; /* validation's and test's */
     ps_data_spec test_spec;
     bool have_test_spec;
+    int32_t label_map[PS_LABELS_MAX]; /* streamed data relabelled: class -> label */
+    size_t label_map_n;               /* 0: labels as they are */
 } ps_input;
 
 /* Opens everything for worker cfg->index of cfg->workers over model m (its

@@ -238,7 +238,10 @@ static const ps_option table[] = {
      "(its architecture from --model, or from the .keras file), print its test accuracy and "
      "loss as training's last line does (and --summary), exit 0; no psd, no other workers. "
      "Not an .onnx export",
-     .doc = "It evaluates as the chief does after training, with the same --data, --dataset, "
+     .doc = "It evaluates on --test-data, else on --data (its test files for IDX and CIFAR-10; "
+            "any other form whole, through the input pipeline with the data spec's "
+            "deterministic preprocessing), as the chief does after training, with the same "
+            "--dataset, "
             "--max-test, --input-adapt, --rgb-to-gray and labels, and prints \"test accuracy: A  "
             "test loss: L  (evaluated FILE: N test samples, S s)\"; --summary gets them as JSON "
             "(\"mode\": \"evaluate\"). The options only training uses (--save, --export, "

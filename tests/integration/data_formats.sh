@@ -3,14 +3,16 @@
 # image folder (2 classes), a JPEG folder (10 classes, 64x64 RGB: resized to the
 # model's input), TFRecord shards of PNG images (two workers through psctl local, shared
 # by file), an .npz and a CSV table (NumPy), each through a data spec or detected; the
-# test set from --test-data; a held-out validation split reported as val_accuracy.
+# test set from --test-data (and psworker --evaluate on it); a held-out validation split
+# reported as val_accuracy; --positive-classes applied as TFRecord records are read.
 # Hostile files: a truncated JPEG fails naming the file, or is skipped and counted with
 # "on_error": "skip"; a PNG declaring 100000x100000 pixels is refused before anything is
 # allocated; an image folder with a symlink loop is read without following it.
-# usage: data_formats.sh PSWORKER PSCTL. Exit 0 ok, 1 failed.
+# usage: data_formats.sh PSWORKER PSCTL SOURCE_ROOT. Exit 0 ok, 1 failed.
 set -uo pipefail
 worker=$1
 psctl=$2
+root=$3
 data=${PS_TEST_DATA:-/usr/share/datasets/fashion-mnist}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ps-data.XXXXXX")
 trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
@@ -92,9 +94,14 @@ echo "{\"path\": \"fashion.npz\", $rescale}" >npz.json
 train=(--no-ps yes --epochs 2 --progress plain --seed 3)
 
 # an image folder, 2 classes, its own test folder: T-shirts against trousers
-run png "$worker" "${train[@]}" --data png.json --test-data png_test.json && {
+run png "$worker" "${train[@]}" --data png.json --test-data png_test.json --save png.model && {
     check_acc png 0.9
     has png "classes: 0 = 00, 1 = 01"
+    # the saved model evaluated alone on the same streamed test set: the same figure
+    run png_eval "$worker" --evaluate png.model --test-data png_test.json && {
+        want=$(sed -n 's/^test accuracy: \([0-9.]*\).*/\1/p' png.log)
+        check_acc png_eval "$want"
+    }
 }
 # JPEG, 10 classes of 64x64 RGB, read as gray and resized by the spec; a validation split
 run jpg "$worker" "${train[@]}" --data jpg.json --test-data tfr_test.json && {
@@ -107,6 +114,13 @@ run tfr "$psctl" local --ps 1 --workers 2 --mode sync --epochs 2 --data tfr.json
     --test-data tfr_test.json && {
     check_acc tfr 0.55
     has tfr "records per epoch, shared by file"
+}
+# relabelled as the records are read: tops (T-shirt, pullover, coat, shirt) against the
+# rest, a binary model (0.6 of the test set is negative)
+run relabel "$worker" "${train[@]}" --model "$root/examples/binary_classifier.json" \
+    --data tfr.json --test-data tfr_test.json --positive-classes 0,2,4,6 && {
+    has relabel "labels: binary"
+    check_acc relabel 0.8
 }
 # NumPy and CSV
 run npz "$worker" "${train[@]}" --data npz.json --validation-split 0.25 && {
