@@ -101,10 +101,6 @@ PY
 fi
 
 if [[ " $parts " == *" memory "* ]]; then
-    # records of 224x224x3 floats: 602112 bytes each once decoded
-    recs=$(((4 * memory * 1048576 + 602111) / 602112))
-    "$psctl" data convert "$data" big.tfrecord --to tfrecord --image png --shards 4 \
-        --classes 0,1 --max "$recs" --size 224x224 --channels 3 >/dev/null || exit 1
     cat >small_cnn.json <<'EOF'
 {"name": "small_cnn", "input_shape": [224, 224, 3],
  "layers": [{"type": "AveragePooling2D", "pool_size": 8}, {"type": "Flatten"},
@@ -112,33 +108,34 @@ if [[ " $parts " == *" memory "* ]]; then
  "loss": "sparse_categorical_crossentropy", "from_logits": true,
  "optimizer": {"name": "adam", "learning_rate": 0.001}, "batch_size": 32}
 EOF
-    echo "{\"path\": \"big.tfrecord-*\", \"channels\": 3, \"preprocess\": [{\"rescale\": 0.00392156862745098}]}" >big.json
-    "$worker" --no-ps yes --model small_cnn.json --data big.json --epochs 4 --progress none \
-        --input-memory "$memory" >big.log 2>&1 &
-    pid=$!
-    : >rss.txt
-    t0=$(date +%s.%N)
-    while kill -0 $pid 2>/dev/null; do
-        rss=$(awk '/VmRSS/ {print $2}' /proc/$pid/status 2>/dev/null)
-        [ -n "$rss" ] && echo "$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { print a - b }') $rss" >>rss.txt
-        sleep 0.2
-    done
-    wait $pid || { tail -3 big.log; exit 1; }
-    du=$(du -sk big.tfrecord-* | awk '{s += $1} END {print s}')
-    /usr/bin/python3 - rss.txt "$recs" "$memory" "$du" big.log <<'PY'
+    # records of 224x224x3 floats: 602112 bytes each once decoded; the same job over
+    # TFRecord files of 1x and 4x --input-memory, the same number of steps
+    for times in 1 4; do
+        recs=$(((times * memory * 1048576 + 602111) / 602112))
+        "$psctl" data convert "$data" big$times.tfrecord --to tfrecord --image png --shards 4 \
+            --classes 0,1 --max "$recs" --size 224x224 --channels 3 >/dev/null || exit 1
+        echo "{\"path\": \"big$times.tfrecord-*\", \"channels\": 3, \"preprocess\": [{\"rescale\": 0.00392156862745098}]}" >big$times.json
+        "$worker" --no-ps yes --model small_cnn.json --data big$times.json \
+            --epochs $((32 / times)) --progress none --input-memory "$memory" >big$times.log 2>&1 &
+        pid=$!
+        : >rss$times.txt
+        t0=$(date +%s.%N)
+        while kill -0 $pid 2>/dev/null; do
+            rss=$(awk '/VmRSS/ {print $2}' /proc/$pid/status 2>/dev/null)
+            [ -n "$rss" ] && echo "$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { print a - b }') $rss" >>rss$times.txt
+            sleep 0.1
+        done
+        wait $pid || { tail -3 big$times.log; exit 1; }
+        /usr/bin/python3 - rss$times.txt "$recs" "$memory" "$times" <<'PY'
 import sys
 rows = [tuple(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
-recs, mem, du = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-log = open(sys.argv[5]).read()
-epochs = [l for l in log.splitlines() if "epoch " in l and "this worker's loss" in l]
-peak = max(r for _, r in rows) / 1024
-q = len(rows) // 4
-first = max(r for _, r in rows[:max(q, 1)]) / 1024
-last = max(r for _, r in rows[-max(q, 1):]) / 1024
+recs, mem, times = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+end = rows[-1][0]
+steady = [r for t, r in rows if t >= end / 4]  # past the start-up
 print(f"\nTFRecord of {recs} records of 224x224x3 ({recs * 602112 / 2**20:.0f} MiB decoded, "
-      f"{du / 1024:.0f} MiB of PNG on disk), --input-memory {mem}: "
-      f"{recs * 602112 / 2**20 / mem:.1f}x the budget; {len(epochs)} epochs")
-print(f"worker RSS: peak {peak:.0f} MiB; first quarter of the run {first:.0f} MiB, "
-      f"last quarter {last:.0f} MiB ({len(rows)} samples over {rows[-1][0]:.1f} s)")
+      f"{times}x --input-memory {mem}), {32 // times} epochs, {end:.1f} s: worker RSS "
+      f"peak {max(r for _, r in rows) / 1024:.0f} MiB; from a quarter of the run on "
+      f"{min(steady) / 1024:.0f}-{max(steady) / 1024:.0f} MiB ({len(rows)} samples)")
 PY
+    done
 fi
