@@ -138,27 +138,35 @@ run csv "$worker" "${train[@]}" --model tabular.json --data fashion.csv --valida
     has csv "val_accuracy"
 }
 
-# hostile files
+# hostile files: each alone among good images, named in one error (exit status 2)
+expect_fail() { # NAME PATTERN WHAT: psworker on bad.json fails naming what PATTERN matches
+    timeout 120 "$worker" "${train[@]}" --data bad.json >"$1.log" 2>&1
+    local rc=$?
+    if [ $rc != 2 ] || ! grep -q -- "$2" "$1.log"; then
+        echo "FAIL: $3: exit $rc, want 2 and an error matching: $2"
+        tail -3 "$1.log" | sed 's/^/    /'
+        fail=1
+    else
+        echo "ok: $3: $(grep -o -- "$2.*" "$1.log" | head -1)"
+    fi
+}
 mkdir -p bad/a bad/b && cp png2/00/* bad/a/ 2>/dev/null
 cp png2/01/* bad/b/
 first_jpg=$(ls jpg10/00 | head -1)
 head -c 300 "jpg10/00/$first_jpg" >bad/b/cut.jpg
 ln -s .. bad/a/loop
 echo "{\"path\": \"bad\", \"channels\": 1, $rescale}" >bad.json
-timeout 120 "$worker" "${train[@]}" --data bad.json >bad.log 2>&1
-rc=$?
-if [ $rc != 2 ] || ! grep -q "bad/b/cut.jpg" bad.log; then
-    echo "FAIL: a truncated JPEG: exit $rc, want 2 and an error naming bad/b/cut.jpg"
-    tail -3 bad.log | sed 's/^/    /'
-    fail=1
-else
-    echo "ok: a truncated JPEG: $(grep -o 'bad/b/cut.jpg.*' bad.log | head -1)"
-fi
+expect_fail cut "bad/b/cut.jpg" "a truncated JPEG"
 echo "{\"path\": \"bad\", \"channels\": 1, \"on_error\": \"skip\", $rescale}" >skip.json
 run skip "$worker" "${train[@]}" --data skip.json && {
     has skip "unreadable records skipped so far"
     has skip "the first: bad/b/cut.jpg"
 }
+rm -f bad/b/cut.jpg
+# a FIFO named like an image: never opened for a blocking read
+mkfifo bad/b/fifo.png
+expect_fail fifo "bad/b/fifo.png: not a regular file" "a FIFO among the images"
+rm -f bad/b/fifo.png
 /usr/bin/python3 - <<'PY'
 import struct, zlib
 def chunk(t, d):
@@ -167,14 +175,5 @@ ihdr = struct.pack(">IIBBBBB", 100000, 100000, 8, 0, 0, 0, 0)
 png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
 open("bad/b/huge.png", "wb").write(png)
 PY
-rm -f bad/b/cut.jpg
-timeout 120 "$worker" "${train[@]}" --data bad.json >huge.log 2>&1
-rc=$?
-if [ $rc != 2 ] || ! grep -q "bad/b/huge.png.*100000" huge.log; then
-    echo "FAIL: a PNG of 100000x100000: exit $rc, want 2 and an error naming it and its size"
-    tail -3 huge.log | sed 's/^/    /'
-    fail=1
-else
-    echo "ok: a PNG of 100000x100000: $(grep -o 'bad/b/huge.png.*' huge.log | head -1)"
-fi
+expect_fail huge "bad/b/huge.png.*100000" "a PNG of 100000x100000"
 exit $fail

@@ -129,6 +129,15 @@ static int detect_dir(const char *dir, ps_data_spec *s, char *err, size_t errlen
 
 /* What one file is (not a spec). */
 static int detect_file(const char *path, ps_data_format *f, char *err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return PS_EIO;
+    }
+    if (!S_ISREG(st.st_mode)) { /* a FIFO or a device: opening it could block */
+        snprintf(err, errlen, "%s: not a regular file", path);
+        return PS_EIO;
+    }
     if (ends_with(path, ".npz")) *f = PS_DATA_NPZ;
     else if (ends_with(path, ".csv") || ends_with(path, ".tsv")) *f = PS_DATA_CSV;
     else if (is_tfrecord_name(path) || sniff_tfrecord(path)) *f = PS_DATA_TFRECORD;

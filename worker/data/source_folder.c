@@ -24,7 +24,7 @@ typedef struct {
 } folder_state;
 
 int ps_source_read_file(const char *path, ps_sample *s, size_t *len, char *err, size_t errlen) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block */
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));

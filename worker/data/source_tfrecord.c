@@ -216,7 +216,7 @@ int ps_source_tfrecord(const char *const *paths, size_t n_paths, const ps_source
     int rc = PS_OK;
     for (size_t f = 0; rc == PS_OK && f < n_paths; f++) {
         t->paths[f] = strdup(paths[f]);
-        t->fds[f] = open(paths[f], O_RDONLY | O_CLOEXEC);
+        t->fds[f] = open(paths[f], O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* no FIFO blocks */
         if (!t->paths[f]) {
             rc = PS_ENOMEM;
         } else if (t->fds[f] < 0) {
