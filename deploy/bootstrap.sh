@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the project needs (when missing; needs root)
 # and builds it with meson into $BUILD (default: build). Extra meson setup
-# arguments come from $MESON_ARGS.
+# arguments come from $MESON_ARGS; $TARGETS (default: everything) names the
+# ninja targets to build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,5 +33,6 @@ if [ ! -f "$BUILD/build.ninja" ]; then
     # shellcheck disable=SC2086
     meson setup "$BUILD" ${MESON_ARGS:-} >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 fi
-ninja -C "$BUILD" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+# shellcheck disable=SC2086
+ninja -C "$BUILD" ${TARGETS:-} >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 echo "bootstrap: built into $BUILD/"
