@@ -2,7 +2,8 @@
 # psworker trains from each format --data takes, made here from Fashion-MNIST: a PNG
 # image folder (2 classes), a JPEG folder (10 classes, 64x64 RGB: resized to the
 # model's input), TFRecord shards of PNG images (two workers through psctl local, shared
-# by file), an .npz and a CSV table (NumPy), each through a data spec or detected; the
+# by file), an .npz and a CSV table (NumPy), each through a data spec or detected (and
+# psctl data inspect and bench on them); the
 # test set from --test-data (and psworker --evaluate on it); a held-out validation split
 # reported as val_accuracy; --positive-classes applied as TFRecord records are read.
 # Hostile files: a truncated JPEG fails naming the file, or is skipped and counted with
@@ -92,6 +93,30 @@ echo "{\"path\": \"train.tfrecord-*\", \"channels\": 1, $rescale, \"shuffle_buff
 echo "{\"path\": \"test.tfrecord\", \"channels\": 1, $rescale}" >tfr_test.json
 echo "{\"path\": \"fashion.npz\", $rescale}" >npz.json
 train=(--no-ps yes --epochs 2 --progress plain --seed 3)
+
+# psctl data: what the pipeline would read, and how fast
+run inspect "$psctl" data inspect png.json --records 2 && {
+    has inspect "format: image folder (image_folder)"
+    has inspect "classes: 0 = 00, 1 = 01"
+    has inspect "record 1: 28x28x1, label 0"
+    has inspect "preprocessed (evaluation): 28x28x1, min 0 max 1"
+}
+run inspect_tfr "$psctl" data inspect 'train.tfrecord-*' --records 1 && {
+    has inspect_tfr "records: 2400 in 4 files"
+    has inspect_tfr "labels: not known without reading every record"
+}
+run bench "$psctl" data bench jpg.json --threads 2 --records 300 && {
+    has bench "image folder: 300 records -> 28x28x1, 2 threads:"
+    has bench "records per CPU second"
+}
+timeout 30 "$psctl" data inspect nowhere.json >nowhere.log 2>&1
+rc=$?
+if [ $rc != 1 ] || ! grep -q "nowhere.json" nowhere.log; then
+    echo "FAIL: psctl data inspect of a missing spec: exit $rc, want 1 naming it"
+    fail=1
+else
+    echo "ok: psctl data inspect of a missing spec: $(head -1 nowhere.log)"
+fi
 
 # an image folder, 2 classes, its own test folder: T-shirts against trousers
 run png "$worker" "${train[@]}" --data png.json --test-data png_test.json --save png.model && {
