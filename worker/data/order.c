@@ -32,8 +32,7 @@ static size_t record_at(const size_t *records, size_t i) {
     return records ? records[i] : i;
 }
 
-/* The file holding record r: the last f with file_start[f] <= r. */
-static size_t file_of(const size_t *file_start, size_t n_files, size_t r) {
+size_t ps_order_file_of(const size_t *file_start, size_t n_files, size_t r) {
     size_t lo = 0, hi = n_files; /* file_start[lo] <= r < file_start[hi] */
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
@@ -56,7 +55,8 @@ static int share_by_file(ps_order *o, const size_t *records, size_t n, const siz
         free(per_worker), free(per_file);
         return PS_ENOMEM;
     }
-    for (size_t i = 0; i < n; i++) per_file[file_of(file_start, n_files, record_at(records, i))]++;
+    for (size_t i = 0; i < n; i++)
+        per_file[ps_order_file_of(file_start, n_files, record_at(records, i))]++;
     for (size_t f = 0; f < n_files; f++) per_worker[f % o->count] += per_file[f];
     o->epoch_n = per_worker[0];
     for (unsigned w = 1; w < o->count; w++)
@@ -71,7 +71,7 @@ static int share_by_file(ps_order *o, const size_t *records, size_t n, const siz
     /* one pass: the records are in ascending order, so files come in order */
     size_t k = 0, fi = 0, last = (size_t)-1;
     for (size_t i = 0; rc == PS_OK && i < n; i++) {
-        size_t r = record_at(records, i), f = file_of(file_start, n_files, r);
+        size_t r = record_at(records, i), f = ps_order_file_of(file_start, n_files, r);
         if (f % o->count != o->index) continue;
         if (f != last) o->file_start[fi++] = k, last = f;
         o->share[k++] = r;

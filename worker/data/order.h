@@ -53,6 +53,9 @@ int ps_order_epoch(const ps_order *o, unsigned epoch, size_t *out);
 /* True when the share went by file (else by record). */
 int ps_order_by_file(const ps_order *o);
 
+/* The file holding record r: the last f with file_start[f] <= r (binary search). */
+size_t ps_order_file_of(const size_t *file_start, size_t n_files, size_t r);
+
 /* A generator for the pipeline's and the order's draws (splitmix64). */
 uint64_t ps_order_rand(uint64_t *state);
 /* Uniform in [0, bound), bound > 0, without modulo bias. */

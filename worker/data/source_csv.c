@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "csv.h"
+#include "order.h"
 #include "ps_error.h"
 #include "source.h"
 
@@ -26,17 +27,6 @@ typedef struct {
     row_ref *rows;
 } csv_state;
 
-static size_t file_of(const ps_source *src, size_t i) {
-    size_t lo = 0, hi = src->n_files;
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (src->file_start[mid] <= i)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return lo;
-}
 
 static size_t align8(size_t n) {
     return (n + 7) & ~(size_t)7;
@@ -44,7 +34,7 @@ static size_t align8(size_t n) {
 
 static int csv_read(ps_source *src, size_t i, ps_sample *s, char *err, size_t errlen) {
     csv_state *t = src->self;
-    size_t f = file_of(src, i);
+    size_t f = ps_order_file_of(src->file_start, src->n_files, i);
     const ps_csv_reader *r = &t->files[f];
     row_ref ref = t->rows[i];
     size_t line_bytes = align8((size_t)ref.len + 1);

@@ -15,6 +15,7 @@
 
 #include "example.h"
 #include "image.h"
+#include "order.h"
 #include "ps_error.h"
 #include "source.h"
 #include "tfrecord.h"
@@ -41,17 +42,6 @@ static int read_full(int fd, void *buf, size_t n, uint64_t off) {
     return 1;
 }
 
-static size_t file_of(const ps_source *src, size_t i) {
-    size_t lo = 0, hi = src->n_files;
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (src->file_start[mid] <= i)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return lo;
-}
 
 /* Indexes one file: appends its records' offsets to *offs. */
 static int index_file(tfr_state *t, size_t f, uint64_t **offs, size_t *n, size_t *cap, char *err,
@@ -98,7 +88,7 @@ static int index_file(tfr_state *t, size_t f, uint64_t **offs, size_t *n, size_t
 
 static int tfr_read(ps_source *src, size_t i, ps_sample *s, char *err, size_t errlen) {
     tfr_state *t = src->self;
-    size_t f = file_of(src, i), rec = i - src->file_start[f];
+    size_t f = ps_order_file_of(src->file_start, src->n_files, i), rec = i - src->file_start[f];
     uint64_t off = t->offsets[i];
     char what[600];
     snprintf(what, sizeof what, "%s: record %zu at byte %llu", t->paths[f], rec,
