@@ -26,6 +26,11 @@ void ps_stats_free(ps_stats *s) {
         free(s->vars[k].optimizer);
     }
     free(s->vars);
+    for (size_t k = 0; s->tables && k < s->n_tables; k++) {
+        free(s->tables[k].name);
+        free(s->tables[k].optimizer);
+    }
+    free(s->tables);
     free(s->job_id);
     memset(s, 0, sizeof *s);
 }
@@ -75,6 +80,22 @@ static int stats_from_reply(const Ps__StatsReply *r, ps_stats *out) {
             out->vars[k].numel = r->vars[k]->numel;
             out->vars[k].optimizer = dup_str(r->vars[k]->optimizer);
             if (!out->vars[k].name || !out->vars[k].optimizer) goto nomem;
+        }
+    }
+    if (r->n_tables) {
+        out->tables = calloc(r->n_tables, sizeof *out->tables);
+        if (!out->tables) goto nomem;
+        out->n_tables = r->n_tables;
+        for (size_t k = 0; k < r->n_tables; k++) {
+            const Ps__TableStats *t = r->tables[k];
+            ps_table_stats *o = &out->tables[k];
+            o->name = dup_str(t->name);
+            o->optimizer = dup_str(t->optimizer);
+            if (!o->name || !o->optimizer) goto nomem;
+            o->dim = t->dim, o->num_rows = t->num_rows, o->rows = t->rows;
+            o->admitted = t->admitted, o->evicted = t->evicted, o->expired = t->expired;
+            o->refused = t->refused, o->dropped = t->dropped, o->bytes = t->bytes;
+            o->max_rows = t->max_rows;
         }
     }
     return PS_OK;

@@ -63,6 +63,9 @@ struct ps_client {
     int have_curve; /* CurveZMQ: every socket is a CURVE client with these keys */
     int ipv6;       /* ZMQ_IPV6 on every socket */
     int said_hello; /* ps_client_hello succeeded once */
+    int async;      /* the shards' mode, from the last hello */
+    struct ps_table **tables; /* embedding tables (rows.c), owned */
+    size_t n_tables, cap_tables;
     int step_open;  /* between ps_client_step_begin and ps_client_step_end */
     int step_rc;    /* the first send error of the open step exchange */
     uint64_t step_clock;
@@ -120,6 +123,8 @@ int ps__send_grads(ps_client *c, size_t i, uint64_t step, uint64_t clock, int wi
  * itself (no compression) or its encoding, made once per c->push_gen. Fills the meta's
  * dtype, nbytes and nnz. PS_OK or PS_ENOMEM (message set). */
 int ps__grad_payload(ps_client *c, size_t ti, Ps__TensorMeta *m, ps_payload *pl);
+/* Frees the table handles (ps_client_close). */
+void ps__tables_free(ps_client *c);
 /* Frees the encoding state (ps_client_close). */
 void ps__compress_free(ps_client *c);
 

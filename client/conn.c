@@ -146,6 +146,7 @@ int ps_client_set_curve(ps_client *c, const char *secret_file, const char *serve
 void ps_client_close(ps_client *c) {
     if (!c) return;
     ps_heartbeat_stop(c->heartbeat);
+    ps__tables_free(c);
     for (size_t i = 0; c->shards && i < c->n_shards; i++) {
         if (c->shards[i].sock) zmq_close(c->shards[i].sock);
         free(c->shards[i].tensors);

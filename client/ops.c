@@ -88,6 +88,7 @@ int ps_client_hello(ps_client *c, int *async, uint64_t *version) {
     for (size_t i = 0; i < c->n_shards; i++)
         c->shards[i].worker_clock = ctx.worker_clock;
     c->said_hello = 1;
+    c->async = ctx.async;
     return PS_OK;
 }
 

@@ -191,6 +191,66 @@ PS_API int ps_client_push_next(ps_client *c, uint64_t clock, size_t *dropped);
  * does not check the values. 0 (the default) turns it off. */
 PS_API void ps_client_set_push_skipped(ps_client *c, int skipped);
 
+/* ---- embedding tables: rows by id ------------------------------------------------- */
+
+/* An embedding table of [rows, dim] floats addressed by 64-bit id, spread over
+ * every shard by a hash of (table, id): a pull or push costs the rows it names,
+ * never the table's size. A row not stored yet reads as its initial values
+ * (uniform in [init_lo, init_hi), from seed, table name and id: the same on
+ * every process). Dynamic tables (num_rows 0) take any id; min_count,
+ * ttl_steps and max_rows apply to them (docs/ARCHITECTURE.md, "Embedding
+ * tables"). */
+typedef struct {
+    const char *name;      /* 1..255 bytes; not a dense variable's name */
+    uint64_t dim;          /* 1..65536 */
+    uint64_t num_rows;     /* a fixed table: ids < num_rows; 0: dynamic */
+    const char *optimizer; /* "sgd", "adagrad", "rowwise_adagrad", "lazy_adam", "ftrl" */
+    float lr, epsilon, initial_accumulator, beta1, beta2, l1, l2, lr_power;
+    float init_lo, init_hi; /* Keras' Embedding: -0.05, 0.05 */
+    uint64_t seed;
+    uint32_t min_count;   /* pushes of a row before it is stored (0, 1: at once) */
+    uint64_t ttl_steps;   /* rows not pushed for this many steps expire (0: never) */
+    uint64_t max_rows;    /* rows each shard stores at most (0: no cap) */
+    int refuse_when_full; /* at the cap: 1 refuse new rows, 0 evict the least recently used */
+} ps_table_spec;
+
+/* A spec with Keras' defaults for the optimizer ("sgd" when NULL) at rate lr:
+ * epsilon 1e-7, initial_accumulator 0.1, beta1 0.9, beta2 0.999, lr_power -0.5,
+ * initializer uniform(-0.05, 0.05), seed 0, dynamic off (num_rows must be set,
+ * or left 0 for a dynamic table). */
+PS_API void ps_client_table_spec(ps_table_spec *spec, const char *name, uint64_t dim,
+                                 const char *optimizer, float lr);
+
+/* A table handle: owned by its client, freed by ps_client_close. */
+typedef struct ps_table ps_table;
+
+/* Creates the table on every shard (an existing one with the same spec is
+ * kept; another spec is PS_EEXIST) and returns its handle. Needs
+ * ps_client_hello first. PS_OK, PS_EINVAL (a bad spec, reason set), PS_EEXIST,
+ * PS_ENOMEM or a transport error. */
+PS_API int ps_client_create_table(ps_client *c, const ps_table_spec *spec, ps_table **out);
+
+/* Rows ids[0..n) into out[n * dim], in the order asked: ids deduplicated,
+ * split by shard, all shards asked at once, the answers scattered back (an id
+ * given twice gets the same row twice). Sync: each shard answers once its
+ * version is at least the one this client last pulled or stepped to. */
+PS_API int ps_client_pull_rows(ps_table *t, const uint64_t *ids, size_t n, float *out);
+
+/* Pushes grads[n * dim] for rows ids[0..n): duplicate ids' gradients summed,
+ * split by shard, sent at once. Sync: they join the open step (every shard
+ * gets a push, an empty one if it holds none of the rows, so that the step's
+ * mean divides by the workers); one push per table and step. Flag
+ * PS_ROWS_END_STEP: this push is also this worker's push for the step (a
+ * client with no dense variables); the next pull waits for the step.
+ * *rows_dropped (may be NULL): async, row gradients psd did not apply (rows
+ * not admitted yet, or refused at a cap); sync, 0. */
+#define PS_ROWS_END_STEP 1
+PS_API int ps_client_push_rows(ps_table *t, const uint64_t *ids, size_t n, const float *grads,
+                               int flags, uint64_t *rows_dropped);
+
+/* The table's dim (0 for NULL). */
+PS_API uint64_t ps_client_table_dim(const ps_table *t);
+
 /* ---- gradient compression ---------------------------------------------------------- */
 
 typedef enum {
@@ -249,7 +309,21 @@ typedef struct {
     char *optimizer; /* e.g. "adam lr=0.001 ..." */
 } ps_var_stats;
 
-/* A shard's StatsReply; strings and vars are owned (ps_stats_free). */
+/* One embedding table's share on a shard. */
+typedef struct ps_table_stats {
+    char *name, *optimizer;
+    uint64_t dim, num_rows; /* num_rows 0: dynamic */
+    uint64_t rows;          /* stored on the shard now */
+    uint64_t admitted;      /* rows ever stored */
+    uint64_t evicted;       /* removed at the cap (least recently used) */
+    uint64_t expired;       /* removed for the TTL */
+    uint64_t refused;       /* new rows refused at the cap */
+    uint64_t dropped;       /* row gradients not applied (not admitted yet, or refused) */
+    uint64_t bytes;         /* memory the rows, their state and the index take */
+    uint64_t max_rows;      /* the cap (0: none) */
+} ps_table_stats;
+
+/* A shard's StatsReply; strings, vars and tables are owned (ps_stats_free). */
 typedef struct {
     uint64_t version;
     int mode; /* PS_MODE_SYNC, PS_MODE_ASYNC (other: a newer psd) */
@@ -267,6 +341,8 @@ typedef struct {
     uint64_t loop_turns_cut, checkpoint_failures;
     char *job_id; /* "" : none */
     uint64_t push_bytes; /* gradient payload bytes of pushes received, as sent (encoded) */
+    struct ps_table_stats *tables; /* the shard's embedding tables */
+    size_t n_tables;
 } ps_stats;
 
 /* Frees what s owns and zeroes it (the struct itself is the caller's); NULL is ignored.

@@ -31,6 +31,9 @@ static const dispatch_entry table[] = {
     {PS__HEADER__BODY_CHECKPOINT, "Checkpoint", ps__handle_checkpoint, 0},
     {PS__HEADER__BODY_REPORT_METRICS, "ReportMetrics", ps__handle_report_metrics, 0},
     {PS__HEADER__BODY_QUERY_METRICS, "QueryMetrics", ps__handle_query_metrics, 0},
+    {PS__HEADER__BODY_CREATE_TABLE, "CreateTable", ps__handle_create_table, 0},
+    {PS__HEADER__BODY_PULL_ROWS, "PullRows", ps__handle_pull_rows, 1},
+    {PS__HEADER__BODY_PUSH_ROWS, "PushRows", ps__handle_push_rows, 1},
 };
 
 static const dispatch_entry *lookup(Ps__Header__BodyCase body) {

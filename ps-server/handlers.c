@@ -310,8 +310,10 @@ void ps__server_answer_pending(ps_server *s) {
         if (s->stopping)
             ps__server_reply_error(s, id, id_len, p->request_id, PS_ESHUTDOWN,
                                    "psd is shutting down");
-        else if (reply_values(s, id, id_len, p->request_id, p->push_pull, p->vars, p->n_vars,
-                              p->applied, p->dropped) != PS_OK)
+        else if (p->table ? ps__reply_rows(s, id, id_len, p->request_id, p->table, p->ids,
+                                           p->n_ids) != PS_OK
+                          : reply_values(s, id, id_len, p->request_id, p->push_pull, p->vars,
+                                         p->n_vars, p->applied, p->dropped) != PS_OK)
             ps__server_reply_error(s, id, id_len, p->request_id, PS_ENOMEM,
                                    "out of memory answering a pull");
         ps__pending_remove(s, p);
@@ -406,6 +408,7 @@ static int try_close_step(ps_server *s, uint64_t t0) {
     if (s->pushes_in_step == 0 || s->pushes_in_step < ps__members_needed(s)) return 0;
     for (size_t i = 0; i < s->store.n; i++)
         warn_nomem(ps_var_apply_accumulated(s->store.vars[i]));
+    warn_nomem(ps_tables_close_step(&s->tables, s->version + 1));
     ps__stats_apply_latency(s, (double)(ps__now_ns() - t0) / 1e9);
     s->version++;
     s->stats.updates_applied++;
@@ -417,6 +420,12 @@ static int try_close_step(ps_server *s, uint64_t t0) {
 
 int ps__sync_try_close_step(ps_server *s) {
     return try_close_step(s, ps__now_ns());
+}
+
+void ps__sync_count_push(ps_server *s, uint32_t w) {
+    s->pushed[w] = 1;
+    s->pushes_in_step++;
+    try_close_step(s, ps__now_ns());
 }
 
 /* Async: records worker w's clock and the staleness of its push: how many
@@ -646,11 +655,38 @@ int ps__handle_stats(ps_server *s, ps_request *r, char *err, size_t errlen) {
     }
     st.vars = vp;
     st.n_vars = n;
+    size_t nt = s->tables.n;
+    Ps__TableStats *ts = calloc(nt ? nt : 1, sizeof *ts);
+    Ps__TableStats **tp = calloc(nt ? nt : 1, sizeof *tp);
+    if (!ts || !tp) {
+        free(vs), free(vp), free(ts), free(tp);
+        return PS_ENOMEM;
+    }
+    for (size_t i = 0; i < nt; i++) {
+        const ps_table_entry *e = s->tables.v[i];
+        ps_table_counts t;
+        ps_table_stats_get(e->t, &t);
+        ps__table_stats__init(&ts[i]);
+        ts[i].name = (char *)e->name;
+        ts[i].dim = e->cfg.dim;
+        ts[i].num_rows = e->num_rows;
+        ts[i].optimizer = (char *)ps_row_opt_kind_name(e->cfg.opt.kind);
+        ts[i].rows = t.rows;
+        ts[i].admitted = t.admitted;
+        ts[i].evicted = t.evicted;
+        ts[i].expired = t.expired;
+        ts[i].refused = t.refused;
+        ts[i].dropped = t.dropped;
+        ts[i].bytes = t.bytes;
+        ts[i].max_rows = e->cfg.max_rows;
+        tp[i] = &ts[i];
+    }
+    st.tables = tp;
+    st.n_tables = nt;
     out.body_case = PS__HEADER__BODY_STATS_REPLY;
     out.stats_reply = &st;
     ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
-    free(vs);
-    free(vp);
+    free(vs), free(vp), free(ts), free(tp);
     return PS_OK;
 }
 

@@ -70,15 +70,28 @@ int ps__pending_add(ps_server *s, const void *identity, size_t identity_len, int
     ps__monitor_drain(s);
     ps_peer **slot = peer_slot(q, identity, identity_len);
     ps_peer *peer = *slot;
-    size_t bytes = sizeof(ps_pending_pull) + n * sizeof(ps_var *);
+    size_t bytes = sizeof(ps_pending_pull) + n * sizeof(ps_var *) +
+                   info->n_ids * sizeof(uint64_t) + info->reply_bytes;
     int rc = check_room(s, peer, identity_len, n, err, errlen);
+    if (rc == PS_OK && info->reply_bytes + info->n_ids * sizeof(uint64_t) + q->bytes >
+                           (size_t)s->cfg.max_pending_mb << 20) {
+        q->refused++;
+        snprintf(err, errlen,
+                 "psd holds too many waiting pulls (--max-pending-mb %ld reached): retry later",
+                 s->cfg.max_pending_mb);
+        rc = PS_EBUSY;
+    }
     if (rc != PS_OK) return rc;
-    ps_pending_pull *p = malloc(bytes);
-    if (!p) goto nomem;
+    ps_pending_pull *p = malloc(sizeof(ps_pending_pull) + n * sizeof(ps_var *));
+    uint64_t *ids = info->n_ids ? malloc(info->n_ids * sizeof *ids) : NULL;
+    if (!p || (info->n_ids && !ids)) {
+        free(p), free(ids);
+        goto nomem;
+    }
     if (!peer) {
         peer = calloc(1, peer_bytes(identity_len));
         if (!peer) {
-            free(p);
+            free(p), free(ids);
             goto nomem;
         }
         memcpy(peer->identity, identity, identity_len);
@@ -101,7 +114,11 @@ int ps__pending_add(ps_server *s, const void *identity, size_t identity_len, int
     p->dropped = (unsigned char)!!info->dropped;
     p->bytes = bytes;
     p->n_vars = n;
-    memcpy(p->vars, vars, n * sizeof *vars);
+    if (n) memcpy(p->vars, vars, n * sizeof *vars);
+    p->table = info->table;
+    p->ids = ids;
+    p->n_ids = info->n_ids;
+    if (ids) memcpy(ids, info->ids, info->n_ids * sizeof *ids);
     p->prev = q->tail; /* O(1) append */
     if (q->tail)
         q->tail->next = p;
@@ -138,6 +155,7 @@ void ps__pending_remove(ps_server *s, ps_pending_pull *p) {
     if (p->peer_next) p->peer_next->peer_prev = p->peer_prev;
     q->n--;
     q->bytes -= p->bytes;
+    free(p->ids);
     free(p);
     if (--peer->n_pulls > 0) return;
     ps_peer **slot = peer_slot(q, peer->identity, peer->identity_len);

@@ -26,6 +26,9 @@ typedef struct ps_pending_pull {
     unsigned char has_worker, push_pull;
     unsigned char applied, dropped; /* PushPull: its push's outcome, for the reply */
     size_t bytes;                   /* charged against --max-pending-mb */
+    struct ps_table_entry *table;   /* a PullRows: the table, and the ids (owned) it asks for */
+    uint64_t *ids;
+    size_t n_ids;
     size_t n_vars;
     ps_var *vars[]; /* the values it wants back, in order */
 } ps_pending_pull;
@@ -56,6 +59,10 @@ typedef struct {
     uint64_t request_id, min_version, clock;
     int has_worker, push_pull, applied, dropped;
     uint32_t worker;
+    /* a PullRows (vars empty): its table and ids (copied), and the reply's bytes */
+    void *table;
+    const uint64_t *ids;
+    size_t n_ids, reply_bytes;
 } ps_pending_info;
 
 /* Queues a pull from the connection (identity, fd) for vars[0..n) (copied). Returns

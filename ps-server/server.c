@@ -218,6 +218,7 @@ int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, c
     s->start_ns = ps__now_ns();
     s->incarnation = new_incarnation();
     ps_store_init(&s->store);
+    ps_tables_init(&s->tables, (uint32_t)cfg->workers);
     s->pushed = calloc((size_t)cfg->workers, 1);
     s->zctx = zmq_ctx_new();
     if (!s->pushed || !s->zctx || ps__members_init(s) != PS_OK) {
@@ -445,6 +446,7 @@ void ps_server_free(ps_server *s) {
     s->ipc_lock = 0;
     ps__pending_free(s);
     ps_store_free(&s->store);
+    ps_tables_free(&s->tables);
     free(s->pushed);
     free(s->members);
     free(s->scratch);

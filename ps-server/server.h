@@ -12,6 +12,7 @@
 #include "monitor.h"
 #include "pending.h"
 #include "store.h"
+#include "tables.h"
 #include "wire.h"
 
 /* Upper bounds (seconds) of the apply-latency histogram buckets (+Inf last). */
@@ -66,6 +67,7 @@ typedef struct ps_server {
     ino_t ipc_ino;
     int ipc_lock; /* ipc: 1 + the fd of PATH.lock (ipc_lock.h), held while we live; 0: none */
     ps_store store;
+    ps_tables tables; /* embedding tables (rows_handlers.c) */
     uint64_t version;      /* sync: completed steps; async: applied pushes */
     unsigned char *pushed; /* sync: worker w pushed for the open step */
     uint32_t pushes_in_step;
@@ -148,6 +150,13 @@ int ps__handle_checkpoint(ps_server *s, ps_request *r, char *err, size_t errlen)
 /* Job-wide training metrics (epoch_metrics.c). */
 int ps__handle_report_metrics(ps_server *s, ps_request *r, char *err, size_t errlen);
 int ps__handle_query_metrics(ps_server *s, ps_request *r, char *err, size_t errlen);
+/* Embedding tables (rows_handlers.c). */
+int ps__handle_create_table(ps_server *s, ps_request *r, char *err, size_t errlen);
+int ps__handle_pull_rows(ps_server *s, ps_request *r, char *err, size_t errlen);
+int ps__handle_push_rows(ps_server *s, ps_request *r, char *err, size_t errlen);
+/* Answers a PullRows with the rows of ids[0..n) now. PS_OK or PS_ENOMEM. */
+int ps__reply_rows(ps_server *s, const void *identity, size_t identity_len, uint64_t request_id,
+                   struct ps_table_entry *e, const uint64_t *ids, size_t n);
 void ps__epoch_metrics_free(ps_server *s);
 
 /* Membership (members.c): the expected set of workers, heartbeats, timeouts. */
@@ -171,6 +180,8 @@ uint64_t ps__members_min_clock(const ps_server *s);
 uint32_t ps__members_needed(const ps_server *s);
 /* Sync: closes the open step if enough pushes arrived; 1 if it did. */
 int ps__sync_try_close_step(ps_server *s);
+/* Sync: worker w's push for the open step is in (a PushRows that ends its step). */
+void ps__sync_count_push(ps_server *s, uint32_t w);
 /* Async with --staleness: may a pull at this clock be answered now? */
 int ps__staleness_allows(const ps_server *s, int has_worker, uint64_t clock);
 

@@ -29,7 +29,7 @@ struct ps_table {
     uint32_t *index; /* row + 1; 0: empty */
     size_t index_cap;
     uint16_t *sketch; /* count-min, when min_count > 1 */
-    ps_table_stats st;
+    ps_table_counts st;
 };
 
 static uint64_t mix(uint64_t z) {
@@ -242,7 +242,7 @@ size_t ps_table_expire(ps_table *t, uint64_t step) {
     return n;
 }
 
-void ps_table_stats_get(const ps_table *t, ps_table_stats *s) {
+void ps_table_stats_get(const ps_table *t, ps_table_counts *s) {
     *s = t->st;
     s->rows = t->n;
     s->bytes = (uint64_t)t->cap * (t->stride * sizeof(float) + 2 * sizeof(uint64_t) +

@@ -44,7 +44,7 @@ typedef struct {
     uint64_t refused;   /* new rows refused at the cap */
     uint64_t dropped;   /* row gradients dropped (not admitted yet, or refused) */
     uint64_t bytes;     /* the rows, their state and the index */
-} ps_table_stats;
+} ps_table_counts;
 
 typedef struct ps_table ps_table;
 
@@ -66,7 +66,7 @@ int ps_table_push(ps_table *t, const uint64_t *ids, size_t n, const float *grads
 /* Removes the rows not pushed since step - ttl_steps; returns how many. */
 size_t ps_table_expire(ps_table *t, uint64_t step);
 
-void ps_table_stats_get(const ps_table *t, ps_table_stats *s);
+void ps_table_stats_get(const ps_table *t, ps_table_counts *s);
 
 /* Visits every stored row (a checkpoint): id, values, optimizer state (slots
  * floats), last step pushed. Order: unspecified. */

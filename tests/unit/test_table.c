@@ -39,7 +39,7 @@ START_TEST(create_on_push) {
     ps_table_pull(t, ids, 2, out);
     initial(7, want);
     ck_assert_mem_eq(out, want, sizeof want);
-    ps_table_stats st;
+    ps_table_counts st;
     ps_table_stats_get(t, &st);
     ck_assert_uint_eq(st.rows, 0); /* a pull stores nothing */
     for (int i = 0; i < 3 * DIM; i++) g[i] = (float)(i + 1);
@@ -75,7 +75,7 @@ START_TEST(frequency_threshold) {
     ck_assert_int_eq(ps_table_push(t, &id, 1, g, 3), PS_OK); /* the third: stored, applied */
     ps_table_pull(t, &id, 1, out);
     for (int k = 0; k < DIM; k++) ck_assert(out[k] == want[k] - 0.5f);
-    ps_table_stats st;
+    ps_table_counts st;
     ps_table_stats_get(t, &st);
     ck_assert_uint_eq(st.dropped, 2);
     ck_assert_uint_eq(st.rows, 1);
@@ -94,7 +94,7 @@ START_TEST(ttl_and_caps) {
         ck_assert_int_eq(ps_table_push(t, &id, 1, g, s), PS_OK);
     }
     ck_assert_uint_eq(ps_table_expire(t, 10), 5); /* rows pushed at steps 1..5 */
-    ps_table_stats st;
+    ps_table_counts st;
     ps_table_stats_get(t, &st);
     ck_assert_uint_eq(st.rows, 5);
     ck_assert_uint_eq(st.expired, 5);
@@ -175,7 +175,7 @@ START_TEST(random_run_matches_a_reference) {
             ck_assert_uint_eq(gone, want);
         }
     }
-    ps_table_stats st;
+    ps_table_counts st;
     ps_table_stats_get(t, &st);
     ck_assert_uint_eq(st.rows, (uint64_t)n);
     for (uint64_t v = 0; v < 200; v++) {

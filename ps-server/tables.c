@@ -1,0 +1,134 @@
+/* The shard's embedding tables and their step state (tables.h). */
+#include "tables.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps_error.h"
+
+void ps_tables_init(ps_tables *ts, uint32_t workers) {
+    memset(ts, 0, sizeof *ts);
+    ts->workers = workers;
+}
+
+static void entry_free(ps_table_entry *e) {
+    if (!e) return;
+    ps_table_free(e->t);
+    ps_row_sum_free(&e->step_sum);
+    free(e->pushed);
+    free(e);
+}
+
+void ps_tables_free(ps_tables *ts) {
+    for (size_t i = 0; i < ts->n; i++) entry_free(ts->v[i]);
+    free(ts->v);
+    ps_tables_init(ts, ts->workers);
+}
+
+ps_table_entry *ps_tables_find(const ps_tables *ts, const char *name) {
+    for (size_t i = 0; i < ts->n; i++) /* a handful of tables: a scan */
+        if (strcmp(ts->v[i]->name, name) == 0) return ts->v[i];
+    return NULL;
+}
+
+int ps_tables_create(ps_tables *ts, const char *name, uint64_t num_rows, const ps_table_cfg *cfg,
+                     ps_table_entry **out) {
+    *out = NULL;
+    if (ts->n == ts->cap) {
+        size_t cap = ts->cap ? 2 * ts->cap : 4;
+        ps_table_entry **v = realloc(ts->v, cap * sizeof *v);
+        if (!v) return PS_ENOMEM;
+        ts->v = v, ts->cap = cap;
+    }
+    ps_table_entry *e = calloc(1, sizeof *e);
+    if (!e) return PS_ENOMEM;
+    e->pushed = calloc(ts->workers ? ts->workers : 1, 1);
+    int rc = e->pushed ? ps_table_new(cfg, &e->t) : PS_ENOMEM;
+    if (rc != PS_OK) {
+        entry_free(e);
+        return rc;
+    }
+    strncpy(e->name, name, sizeof e->name - 1);
+    e->num_rows = num_rows;
+    e->workers = ts->workers;
+    e->cfg = *cfg;
+    ps_row_sum_init(&e->step_sum, cfg->dim);
+    ts->v[ts->n++] = e;
+    *out = e;
+    return PS_OK;
+}
+
+int ps_table_entry_same(const ps_table_entry *e, uint64_t num_rows, const ps_table_cfg *cfg) {
+    const ps_table_cfg *a = &e->cfg;
+    return e->num_rows == num_rows && a->dim == cfg->dim && a->seed == cfg->seed &&
+           a->key == cfg->key && a->init_lo == cfg->init_lo && a->init_hi == cfg->init_hi &&
+           a->min_count == cfg->min_count && a->ttl_steps == cfg->ttl_steps &&
+           a->max_rows == cfg->max_rows && a->full == cfg->full &&
+           memcmp(&a->opt, &cfg->opt, sizeof a->opt) == 0;
+}
+
+size_t ps_table_entry_bad_id(const ps_table_entry *e, const uint64_t *ids, size_t n) {
+    if (!e->num_rows) return n;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] >= e->num_rows) return i;
+    return n;
+}
+
+int ps_table_entry_step_add(ps_table_entry *e, uint32_t w, const uint64_t *ids, size_t n,
+                            const float *grads) {
+    if (w >= e->workers) return PS_EINVAL;
+    if (e->pushed[w]) return PS_EEXIST;
+    int rc = ps_row_sum_add(&e->step_sum, ids, n, grads);
+    if (rc != PS_OK) {
+        ps_row_sum_clear(&e->step_sum);
+        return rc;
+    }
+    e->pushed[w] = 1;
+    e->step_pushes++;
+    return PS_OK;
+}
+
+int ps_tables_close_step(ps_tables *ts, uint64_t step) {
+    int rc = PS_OK;
+    for (size_t i = 0; i < ts->n; i++) {
+        ps_table_entry *e = ts->v[i];
+        if (e->step_sum.n) {
+            ps_row_sum_scale(&e->step_sum, 1.0f / (float)e->step_pushes);
+            int r = ps_table_push(e->t, e->step_sum.ids, e->step_sum.n, e->step_sum.sums, step);
+            if (r != PS_OK) rc = r;
+        }
+        ps_table_expire(e->t, step);
+        ps_row_sum_clear(&e->step_sum);
+        e->step_pushes = 0;
+        memset(e->pushed, 0, e->workers ? e->workers : 1);
+    }
+    return rc;
+}
+
+int ps_table_entry_apply(ps_table_entry *e, const uint64_t *ids, size_t n, const float *grads,
+                         uint64_t *dropped) {
+    ps_table_counts before, after;
+    ps_table_stats_get(e->t, &before);
+    int rc = ps_row_sum_add(&e->step_sum, ids, n, grads);
+    if (rc == PS_OK) {
+        e->updates++;
+        rc = ps_table_push(e->t, e->step_sum.ids, e->step_sum.n, e->step_sum.sums, e->updates);
+        ps_table_expire(e->t, e->updates);
+    }
+    ps_row_sum_clear(&e->step_sum);
+    ps_table_stats_get(e->t, &after);
+    if (dropped) *dropped = after.dropped - before.dropped;
+    return rc;
+}
+
+uint64_t ps_tables_bytes(const ps_tables *ts) {
+    uint64_t b = 0;
+    for (size_t i = 0; i < ts->n; i++) {
+        const ps_table_entry *e = ts->v[i];
+        ps_table_counts st;
+        ps_table_stats_get(e->t, &st);
+        b += st.bytes + e->step_sum.cap * (sizeof(uint64_t) + e->cfg.dim * sizeof(float)) +
+             e->step_sum.index_cap * sizeof(uint32_t);
+    }
+    return b;
+}
