@@ -154,6 +154,66 @@ static void render_histogram(buf *b, const ps_server *s) {
     add(b, "%s_count{shard=\"%ld\"} %llu\n", h, sh, (unsigned long long)s->stats.lat_count);
 }
 
+/* A label value as the text format wants it: backslash, quote and newline escaped. */
+static const char *label_escape(const char *in, char *out, size_t cap) {
+    size_t o = 0;
+    for (const char *p = in; *p && o + 3 < cap; p++) {
+        if (*p == '\\' || *p == '"') out[o++] = '\\', out[o++] = *p;
+        else if (*p == '\n') out[o++] = '\\', out[o++] = 'n';
+        else out[o++] = *p;
+    }
+    out[o] = 0;
+    return out;
+}
+
+/* The embedding tables' counts, one sample per table (label table="NAME"). */
+static void render_tables(buf *b, const ps_server *s) {
+    static const struct {
+        const char *name, *type, *help;
+        size_t off;
+    } fam[] = {
+        {"psd_table_rows", "gauge", "Rows of the embedding table stored on the shard.",
+         offsetof(ps_table_counts, rows)},
+        {"psd_table_rows_admitted_total", "counter",
+         "Rows stored since the start (first push, or min_count reached).",
+         offsetof(ps_table_counts, admitted)},
+        {"psd_table_rows_evicted_total", "counter",
+         "Rows removed at the shard's cap (least recently pushed).",
+         offsetof(ps_table_counts, evicted)},
+        {"psd_table_rows_expired_total", "counter", "Rows removed for the table's TTL.",
+         offsetof(ps_table_counts, expired)},
+        {"psd_table_rows_refused_total", "counter",
+         "New rows refused at the shard's cap (refuse_when_full).",
+         offsetof(ps_table_counts, refused)},
+        {"psd_table_gradients_dropped_total", "counter",
+         "Row gradients not applied: the row not admitted yet, or refused.",
+         offsetof(ps_table_counts, dropped)},
+        {"psd_table_bytes", "gauge", "Memory of the table's rows, their state and index.",
+         offsetof(ps_table_counts, bytes)},
+    };
+    if (!s->tables.n) return;
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        family(b, fam[f].name, fam[f].type, fam[f].help);
+        for (size_t i = 0; i < s->tables.n; i++) {
+            const ps_table_entry *e = s->tables.v[i];
+            ps_table_counts c;
+            ps_table_stats_get(e->t, &c);
+            uint64_t v;
+            memcpy(&v, (const char *)&c + fam[f].off, sizeof v);
+            char esc[2 * PS_WIRE_MAX_NAME + 4];
+            sample_u(b, s->cfg.shard, fam[f].name, "table", label_escape(e->name, esc, sizeof esc),
+                     (unsigned long long)v);
+        }
+    }
+    family(b, "psd_table_max_rows", "gauge", "The shard's cap on the table's rows (0: none).");
+    for (size_t i = 0; i < s->tables.n; i++) {
+        char esc[2 * PS_WIRE_MAX_NAME + 4];
+        sample_u(b, s->cfg.shard, "psd_table_max_rows", "table",
+                 label_escape(s->tables.v[i]->name, esc, sizeof esc),
+                 (unsigned long long)s->tables.v[i]->cfg.max_rows);
+    }
+}
+
 /* One gauge sample per limit flag, so a dashboard can show use against limit. */
 static void render_limits(buf *b, const ps_server *s) {
     static const struct {
@@ -261,6 +321,7 @@ static char *render(const ps_server *s, size_t *len) {
           params);
     family(&b, "psd_mode", "gauge", "The shard's mode (sync or async); always 1.");
     sample_u(&b, sh, "psd_mode", "mode", ps_mode_name(s->cfg.mode), 1);
+    render_tables(&b, s);
     render_histogram(&b, s);
     if (b.failed) {
         free(b.p);

@@ -291,6 +291,47 @@ START_TEST(metrics_is_valid_exposition) {
 }
 END_TEST
 
+/* An embedding table's counts appear per table (its name escaped as a label
+ * value) and move with pushes; promtool accepts the exposition. */
+START_TEST(tables_on_metrics) {
+    const char *eps[1] = {psd.endpoint};
+    char err[256];
+    ps_client *c;
+    ck_assert_msg(ps_client_open(&c, eps, 1, 0, 1, err, sizeof err) == PS_OK, "%s", err);
+    ps_client_set_timeout(c, 10000);
+    ck_assert_int_eq(ps_client_hello(c, NULL, NULL), PS_OK);
+    ps_table_spec spec;
+    ps_client_table_spec(&spec, "emb\"x", 8, "adagrad", 0.1f);
+    spec.max_rows = 100;
+    ps_table *t;
+    ck_assert_msg(ps_client_create_table(c, &spec, &t) == PS_OK, "%s", ps_client_error(c));
+    uint64_t ids[3] = {4, 9, 4};
+    float g[3 * 8];
+    for (int i = 0; i < 3 * 8; i++) g[i] = 0.5f;
+    ck_assert_int_eq(ps_client_push_rows(t, ids, 3, g, PS_ROWS_END_STEP, NULL), PS_OK);
+    float rows[3 * 8];
+    ck_assert_int_eq(ps_client_pull_rows(t, ids, 3, rows), PS_OK); /* waits for the step */
+    ps_client_close(c);
+    char *text = scrape();
+    ck_assert_double_eq(value(text, "psd_table_rows{shard=\"0\",table=\"emb\\\"x\"}"), 2);
+    ck_assert_double_eq(value(text, "psd_table_rows_admitted_total{shard=\"0\",table=\"emb\\\"x\"}"),
+                        2);
+    ck_assert_double_eq(value(text, "psd_table_max_rows{shard=\"0\",table=\"emb\\\"x\"}"), 100);
+    ck_assert_double_gt(value(text, "psd_table_bytes{shard=\"0\",table=\"emb\\\"x\"}"), 0);
+    free(text);
+    char body[600], out[600];
+    snprintf(body, sizeof body, "%s/metrics.txt", tmp);
+    snprintf(out, sizeof out, "%s/promtool.out", tmp);
+    reply r = http(NULL, "/metrics", NULL);
+    ck_assert_int_eq(ps_test_write_file(body, r.body, strlen(r.body)), 0);
+    free(r.body);
+    const char *argv[] = {"promtool", "check", "metrics", NULL};
+    int st = run(argv, body, out, out, 10000);
+    if (st != 0) ps_test_dump(out);
+    ck_assert_msg(st == 0, "promtool check metrics exited %d", st);
+}
+END_TEST
+
 START_TEST(healthz_ok) {
     reply r = http(NULL, "/healthz", NULL);
     ck_assert_int_eq(r.status, 200);
@@ -642,6 +683,7 @@ static Suite *metrics_suite(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, metrics_is_valid_exposition);
+    tcase_add_test(tc, tables_on_metrics);
     tcase_add_test(tc, healthz_ok);
     tcase_add_test(tc, unknown_path_404);
     tcase_add_test(tc, non_get_405);
