@@ -294,6 +294,39 @@ PS_API int ps_client_grads_ready(ps_client *c, const float *begin, const float *
  * ps_client_push_next). PS_EINVAL when no step is open. */
 PS_API int ps_client_step_end(ps_client *c, size_t *dropped, int *fresh);
 
+/* How a worker joins a job (ps_client_join). */
+typedef struct {
+    /* in */
+    int chief;            /* 1: this worker creates the variables (worker 0) */
+    int recreate_lost;    /* chief: a shard that lost its variables gets them re-created
+                             with their initial values (else PS_ELOST) */
+    int wait_ms;          /* not the chief: how long to wait for the chief's variables
+                             (0: the client's timeout) */
+    uint64_t total_steps; /* the job's steps per worker, checked against the shards'
+                             progress (ps_client_check_progress); 0: not checked */
+    int pull;             /* 1: end with a pull of the current values (ps_client_pull_next) */
+    unsigned *lost;       /* chief, recreate_lost: the shards re-created (may be NULL) */
+    size_t lost_cap;
+    /* out */
+    int async;            /* the shards' mode */
+    uint64_t version;     /* the smallest shard version at hello */
+    uint64_t clock;       /* where this worker is: sync, the version; async, its pushes */
+    size_t created;       /* chief: variables created now (0: they existed) */
+    size_t n_lost;        /* chief: shards whose variables were re-created */
+    char lost_error[512]; /* chief: what was lost, naming the shards ("" when nothing) */
+    int waited;           /* not the chief: it waited for the chief's variables */
+} ps_join_info;
+
+/* A worker's way into a job, in one call: hello; the chief checks the shards
+ * (another job's variables: PS_EEXIST; a shard that lost its part: PS_ELOST
+ * unless recreate_lost) and creates the variables; the others check the shards
+ * and wait (up to wait_ms) until the variables exist, then where the job is
+ * (info->clock), checked against total_steps; then, with pull, the current
+ * values. Returns PS_OK or the first error (ps_client_error says why; a wait
+ * that ran out is PS_ETIMEDOUT). Tables are created with ps_client_create_table
+ * afterwards. */
+PS_API int ps_client_join(ps_client *c, ps_join_info *info);
+
 /* Tells every shard this worker is done (it leaves the expected set); stops the
  * heartbeat. */
 PS_API int ps_client_goodbye(ps_client *c);

@@ -207,22 +207,16 @@ static double now_s(void) {
 }
 
 /* Worker 0 creates the variables (initial values: the params as they are); the others
- * pull until they exist. Returns PS_OK or the error (ps_client_error says why). */
+ * wait until they exist; all pull the current values (ps_client_join). Returns PS_OK
+ * or the error (ps_client_error says why). */
 static int join(ps_client *c, unsigned index, int timeout_ms, uint64_t *version) {
-    int async = 0;
-    int rc = ps_client_hello(c, &async, version);
-    if (rc != PS_OK) return rc;
-    if (async) {
+    ps_join_info info = {.chief = index == 0, .wait_ms = timeout_ms, .pull = 1};
+    int rc = ps_client_join(c, &info);
+    if (rc == PS_OK && info.async) {
         fprintf(stderr, "custom_loop: the shards run async; this example is for sync mode\n");
         return PS_EINVAL;
     }
-    if (index == 0) {
-        rc = ps_client_check_shards(c, NULL, 0, NULL);
-        return rc == PS_OK ? ps_client_create_vars(c, NULL) : rc;
-    }
-    double deadline = now_s() + timeout_ms / 1000.0;
-    while ((rc = ps_client_pull(c, 0, version)) == PS_ENOENT && now_s() < deadline)
-        nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+    *version = info.version;
     return rc;
 }
 

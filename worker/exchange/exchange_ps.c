@@ -30,12 +30,6 @@ typedef struct {
     unsigned char *clipped; /* per range: clipped this step */
 } ps_ex;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* all: every variable's optimizer on psd (local SGD's delta rule); NULL: the model's.
  * The frozen variables stay here: psd never sees them (constants of the job, the
  * same on every worker from the same --init-from / --model file or --seed). */
@@ -88,21 +82,29 @@ int ps_train_register_vars(ps_model *m, ps_client *c, unsigned n_shards, char *e
     return register_vars(m, c, n_shards, NULL, err, errlen);
 }
 
-/* Before the chief creates anything: variables are created once per job, so a shard
- * that lost its part of them (restarted without a checkpoint) while the others still
- * hold theirs fails the job (PS_ELOST, naming it), unless --recreate-lost-variables
- * says to create them again with their initial values (logged, and listed in the
- * summary). A shard holding another job's variables: PS_EEXIST. */
-static int check_shards(ps_ex *x, ps_exchange_job *job, char *err, size_t errlen) {
-    size_t n = 0;
-    int rc = ps_client_check_shards(x->client, job->recreated, job->recreated_cap, &n);
-    if (rc == PS_ELOST && x->cfg->recreate_lost) {
-        job->n_recreated = n < job->recreated_cap ? n : job->recreated_cap;
-        PS_ERROR("%s; --recreate-lost-variables: re-creating them with their INITIAL values "
-                 "(that part of the model starts over)",
-                 ps_client_error(x->client));
-        return PS_OK;
-    }
+/* Joins the job through libps (ps_client_join): hello; the chief checks the
+ * shards and creates the variables, the others wait for them; then where the
+ * job is: a worker (re)starting into a running job continues where its data
+ * shard is. Sync: one version per step; async: the shards remember this
+ * worker's clock (its pushes). A shard that lost its part of the variables
+ * (restarted without a checkpoint) while the others still hold theirs fails
+ * the job (PS_ELOST, naming it), unless --recreate-lost-variables says to
+ * create them again with their initial values (logged, and listed in the
+ * summary). Another job's variables, or an impossible version: an error
+ * naming the shard. */
+static int ps_join(void *self, ps_exchange_job *job, char *err, size_t errlen) {
+    ps_ex *x = self;
+    const ps_train_config *cfg = x->cfg;
+    ps_join_info info = {.chief = cfg->index == 0,
+                         .recreate_lost = x->cfg->recreate_lost,
+                         .wait_ms = cfg->timeout_ms,
+                         .total_steps = job->total_steps,
+                         .lost = job->recreated,
+                         .lost_cap = job->recreated_cap};
+    job->n_recreated = 0;
+    int rc = ps_client_join(x->client, &info);
+    x->async = info.async;
+    job->async = info.async;
     if (rc == PS_ELOST)
         snprintf(err, errlen,
                  "%s; not re-creating them (--recreate-lost-variables yes would, with their "
@@ -110,69 +112,18 @@ static int check_shards(ps_ex *x, ps_exchange_job *job, char *err, size_t errlen
                  ps_client_error(x->client));
     else if (rc != PS_OK)
         snprintf(err, errlen, "%s", ps_client_error(x->client));
-    return rc;
-}
-
-/* Non-chief workers wait until the chief has created the variables. */
-static int wait_for_vars(ps_client *c, int timeout_ms, char *err, size_t errlen) {
-    double deadline = now_s() + timeout_ms / 1000.0;
-    int noted = 0;
-    for (;;) {
-        int rc = ps_client_pull(c, 0, NULL);
-        if (rc != PS_ENOENT) {
-            if (rc != PS_OK) snprintf(err, errlen, "%s", ps_client_error(c));
-            return rc;
-        }
-        if (!noted++) PS_INFO("waiting for the chief to create the variables");
-        if (now_s() > deadline) {
-            snprintf(err, errlen, "the chief did not create the variables within %d ms",
-                     timeout_ms);
-            return PS_ETIMEDOUT;
-        }
-        nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
-    }
-}
-
-/* Hello; the chief checks the shards and creates the variables, the others
- * wait for them; then where the job is: a worker (re)starting into a running
- * job continues where its data shard is. Sync: one version per step; async:
- * the shards remember this worker's clock (its pushes). An impossible version
- * (a shard of another job, garbage) is an error naming the shard. */
-static int ps_join(void *self, ps_exchange_job *job, char *err, size_t errlen) {
-    ps_ex *x = self;
-    const ps_train_config *cfg = x->cfg;
-    uint64_t version = 0;
-    job->n_recreated = 0;
-    int rc = ps_client_hello(x->client, &x->async, &version);
-    job->async = x->async;
-    if (rc != PS_OK) {
-        snprintf(err, errlen, "%s", ps_client_error(x->client));
-        return rc;
-    }
-    if (cfg->index == 0) {
-        size_t created = 0;
-        rc = check_shards(x, job, err, errlen);
-        if (rc == PS_OK) rc = ps_client_create_vars(x->client, &created);
-        if (rc != PS_OK && !*err)
-            snprintf(err, errlen, "%s", ps_client_error(x->client));
-        else if (rc == PS_OK)
-            PS_INFO("created %zu variables (%zu parameters) on %zu shards", created,
-                    ps_model_num_updated_params(x->model), cfg->n_ps);
-    } else {
-        /* a shard without variables may be one the chief is creating them on now:
-         * the chief decides (PS_ELOST); another job's variables fail here too */
-        rc = ps_client_check_shards(x->client, NULL, 0, NULL);
-        if (rc == PS_ELOST) rc = PS_OK;
-        if (rc != PS_OK)
-            snprintf(err, errlen, "%s", ps_client_error(x->client));
-        else
-            rc = wait_for_vars(x->client, cfg->timeout_ms, err, errlen);
-    }
     if (rc != PS_OK) return rc;
-    job->clock = x->async ? ps_client_worker_clock(x->client) : version;
-    rc = ps_client_check_progress(x->client, x->async, job->total_steps);
-    if (rc != PS_OK) snprintf(err, errlen, "%s", ps_client_error(x->client));
-    return rc;
+    if (info.n_lost) {
+        job->n_recreated = info.n_lost < job->recreated_cap ? info.n_lost : job->recreated_cap;
+        PS_ERROR("%s; --recreate-lost-variables: re-creating them with their INITIAL values "
+                 "(that part of the model starts over)",
+                 info.lost_error);
+    }
+    if (info.chief)
+        PS_INFO("created %zu variables (%zu parameters) on %zu shards", info.created,
+                ps_model_num_updated_params(x->model), cfg->n_ps);
+    job->clock = info.clock;
+    return PS_OK;
 }
 
 /* ---- clipping before the push ----
