@@ -437,6 +437,32 @@ static void print_cells(status_row row, const size_t *width, size_t ncols) {
 }
 
 /* The table on stdout; rows of shards without stats name the failure after ADDRESS. */
+/* The embedding tables, a line per table and shard, under the shards' table
+ * (nothing when no shard holds one). */
+static void print_tables(const ps_cluster *cl, const shard_req *reqs) {
+    int header = 0;
+    for (size_t i = 0; i < cl->n_ps; i++) {
+        if (reqs[i].state != DONE_OK) continue;
+        const ps_stats *r = &reqs[i].stats;
+        for (size_t k = 0; k < r->n_tables; k++) {
+            const ps_table_stats *t = &r->tables[k];
+            if (!header++)
+                printf("\n%-24s %5s %5s %12s %12s %10s %10s %10s %12s %12s\n", "TABLE", "SHARD",
+                       "DIM", "ROWS", "ADMITTED", "EVICTED", "EXPIRED", "REFUSED", "DROPPED",
+                       "BYTES");
+            char name[25];
+            snprintf(name, sizeof name, "%s", t->name);
+            for (char *c = name; *c; c++)
+                if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?'; /* no control characters */
+            printf("%-24s %5zu %5llu %12llu %12llu %10llu %10llu %10llu %12llu %12llu\n", name, i,
+                   (unsigned long long)t->dim, (unsigned long long)t->rows,
+                   (unsigned long long)t->admitted, (unsigned long long)t->evicted,
+                   (unsigned long long)t->expired, (unsigned long long)t->refused,
+                   (unsigned long long)t->dropped, (unsigned long long)t->bytes);
+        }
+    }
+}
+
 static void print_table(const ps_cluster *cl, const shard_req *reqs, double timeout_s) {
     size_t n = cl->n_ps;
     status_row *rows = calloc(n + 1, sizeof *rows);
@@ -466,6 +492,7 @@ static void print_table(const ps_cluster *cl, const shard_req *reqs, double time
         putchar('\n');
     }
     free(rows);
+    print_tables(cl, reqs);
 }
 
 /* Adds a string as valid UTF-8 (bad bytes become U+FFFD): cJSON escapes quotes,
@@ -542,6 +569,25 @@ static cJSON *shard_json(size_t i, const char *addr, const shard_req *s, double 
         add_u64(v, "numel", r->vars[k].numel);
         add_text(v, "optimizer", r->vars[k].optimizer);
         cJSON_AddItemToArray(vars, v);
+    }
+    cJSON *tables = cJSON_AddArrayToObject(o, "tables");
+    for (size_t k = 0; tables && k < r->n_tables; k++) {
+        const ps_table_stats *t = &r->tables[k];
+        cJSON *v = cJSON_CreateObject();
+        if (!v) break;
+        add_text(v, "name", t->name);
+        add_u64(v, "dim", t->dim);
+        add_u64(v, "num_rows", t->num_rows);
+        add_text(v, "optimizer", t->optimizer);
+        add_u64(v, "rows", t->rows);
+        add_u64(v, "admitted", t->admitted);
+        add_u64(v, "evicted", t->evicted);
+        add_u64(v, "expired", t->expired);
+        add_u64(v, "refused", t->refused);
+        add_u64(v, "dropped", t->dropped);
+        add_u64(v, "bytes", t->bytes);
+        add_u64(v, "max_rows", t->max_rows);
+        cJSON_AddItemToArray(tables, v);
     }
     return o;
 }

@@ -340,6 +340,71 @@ START_TEST(json_escapes_names) {
 }
 END_TEST
 
+/* Embedding tables: a line per table and shard under the shards' table, and a
+ * "tables" array in the JSON, with the rows each shard stores. */
+START_TEST(tables_listed) {
+    const char *eps[2] = {psd[0].endpoint, psd[1].endpoint};
+    char err[256];
+    ps_client *c = NULL;
+    ck_assert_msg(ps_client_open(&c, eps, 2, 0, 1, err, sizeof err) == PS_OK, "%s", err);
+    ps_client_set_timeout(c, REPLY_MS);
+    ck_assert_int_eq(ps_client_hello(c, NULL, NULL), PS_OK);
+    ps_table_spec spec;
+    ps_client_table_spec(&spec, "emb", 3, "rowwise_adagrad", 0.1f);
+    ps_table *t;
+    ck_assert_msg(ps_client_create_table(c, &spec, &t) == PS_OK, "%s", ps_client_error(c));
+    uint64_t ids[5] = {1, 2, 3, 1000003, 1ull << 50};
+    float g[5 * 3] = {0};
+    ck_assert_msg(ps_client_push_rows(t, ids, 5, g, PS_ROWS_END_STEP, NULL) == PS_OK, "%s",
+                  ps_client_error(c));
+    float rows[5 * 3];
+    ck_assert_int_eq(ps_client_pull_rows(t, ids, 5, rows), PS_OK);
+    ps_client_close(c);
+
+    const char *args[] = {"psctl", "status", "--ps", both_shards(), NULL};
+    ps_test_run_result r;
+    run_psctl(args, NULL, &r);
+    ck_assert_msg(ps_test_run_exit_code(&r) == 0, "exit %d:\n%s", ps_test_run_exit_code(&r), r.err);
+    const char *tab = strstr(r.out, "\nTABLE ");
+    ck_assert_msg(tab, "no table of tables:\n%s", r.out);
+    unsigned long total = 0;
+    int lines = 0;
+    for (const char *p = strstr(tab + 1, "\n"); p && p[1]; p = strchr(p + 1, '\n')) {
+        char name[32];
+        unsigned shard, dim;
+        unsigned long stored;
+        ck_assert_int_eq(sscanf(p + 1, "%31s %u %u %lu", name, &shard, &dim, &stored), 4);
+        ck_assert_str_eq(name, "emb");
+        ck_assert_uint_eq(dim, 3);
+        total += stored;
+        lines++;
+    }
+    ck_assert_int_eq(lines, 2);
+    ck_assert_uint_eq(total, 5);
+    ps_test_run_free(&r);
+
+    const char *jargs[] = {"psctl", "status", "--json", "--ps", both_shards(), NULL};
+    run_psctl(jargs, NULL, &r);
+    cJSON *arr = cJSON_Parse(r.out);
+    ck_assert_msg(cJSON_IsArray(arr), "not a JSON array:\n%s", r.out);
+    double rows_json = 0;
+    for (int i = 0; i < 2; i++) {
+        const cJSON *tables = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(arr, i), "tables");
+        ck_assert_int_eq(cJSON_GetArraySize(tables), 1);
+        const cJSON *o = cJSON_GetArrayItem(tables, 0);
+        ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(o, "optimizer")->valuestring,
+                         "rowwise_adagrad");
+        ck_assert_double_eq(num(o, "dim"), 3);
+        ck_assert_double_eq(num(o, "num_rows"), 0);
+        rows_json += num(o, "rows");
+        ck_assert_double_eq(num(o, "rows"), num(o, "admitted"));
+    }
+    ck_assert_double_eq(rows_json, 5);
+    cJSON_Delete(arr);
+    ps_test_run_free(&r);
+}
+END_TEST
+
 /* ---- a dead shard ----------------------------------------------------------------- */
 
 START_TEST(dead_shard_is_unreachable_exit_1) {
@@ -446,6 +511,7 @@ int main(void) {
     tcase_add_test(tc, tf_config_names_the_shards);
     tcase_add_test(tc, json_has_every_stats_field_with_the_right_values);
     tcase_add_test(tc, json_escapes_names);
+    tcase_add_test(tc, tables_listed);
     tcase_add_test(tc, dead_shard_is_unreachable_exit_1);
     suite_add_tcase(s, tc);
     TCase *usage = tcase_create("usage");
