@@ -403,7 +403,8 @@ class Client:
 
     # ---- admin -----------------------------------------------------------------------
     def stats(self, shard: int | None = None) -> Any:
-        """A shard's stats as a dict (shard None: a list, one per shard)."""
+        """A shard's stats as a dict (shard None: a list, one per shard). "vars" lists its
+        dense variables, "tables" its share of each embedding table."""
         if shard is None:
             n = self.num_shards
             out, res = (_lib.Stats * n)(), (_lib.ShardResult * n)()
@@ -446,13 +447,25 @@ class Client:
 def _stats_dict(s: _lib.Stats) -> dict[str, Any]:
     d: dict[str, Any] = {}
     for name, _ in _lib.Stats._fields_:
-        if name in ("vars", "n_vars", "job_id"):
+        if name in ("vars", "n_vars", "job_id", "tables", "n_tables"):
             continue
         d[name] = getattr(s, name)
     d["mode"] = {0: "sync", 1: "async"}.get(s.mode, s.mode)
     d["job_id"] = (s.job_id or b"").decode()
     d["vars"] = [{"name": s.vars[i].name.decode(), "numel": s.vars[i].numel,
                   "optimizer": (s.vars[i].optimizer or b"").decode()} for i in range(s.n_vars)]
+    d["tables"] = [_table_stats_dict(s.tables[i]) for i in range(s.n_tables)]
+    return d
+
+
+def _table_stats_dict(t: _lib.TableStats) -> dict[str, Any]:
+    """One embedding table's share on a shard: name, optimizer (its kind), dim, num_rows
+    (0: dynamic), rows (stored here now), admitted, evicted, expired, refused, dropped
+    (row gradients not applied), bytes, max_rows (0: no cap)."""
+    d: dict[str, Any] = {"name": (t.name or b"").decode(),
+                         "optimizer": (t.optimizer or b"").decode()}
+    for name in _lib.TABLE_STATS_U64_FIELDS:
+        d[name] = getattr(t, name)
     return d
 
 
