@@ -143,6 +143,8 @@ def _load() -> ctypes.CDLL:
 lib = _load()
 
 _P = c_void_p  # ps_client *
+_T = c_void_p  # ps_table * (owned by its client)
+ROWS_END_STEP = 1  # PS_ROWS_END_STEP
 _PROTOS = {
     # name: (restype, argtypes)
     "ps_strerror": (c_char_p, [c_int]),
@@ -180,6 +182,11 @@ _PROTOS = {
     "ps_client_grads_ready": (c_int, [_P, c_void_p, c_void_p]),
     "ps_client_step_end": (c_int, [_P, POINTER(c_size_t), POINTER(c_int)]),
     "ps_client_goodbye": (c_int, [_P]),
+    "ps_client_table_spec": (None, [POINTER(TableSpec), c_char_p, c_uint64, c_char_p, c_float]),
+    "ps_client_create_table": (c_int, [_P, POINTER(TableSpec), POINTER(_T)]),
+    "ps_client_pull_rows": (c_int, [_T, c_void_p, c_size_t, c_void_p]),
+    "ps_client_push_rows": (c_int, [_T, c_void_p, c_size_t, c_void_p, c_int, POINTER(c_uint64)]),
+    "ps_client_table_dim": (c_uint64, [_T]),
     "ps_stats_free": (None, [POINTER(Stats)]),
     "ps_client_stats": (c_int, [_P, c_uint, POINTER(Stats)]),
     "ps_client_checkpoint": (c_int, [_P, c_uint, POINTER(CheckpointInfo)]),
