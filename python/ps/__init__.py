@@ -18,7 +18,8 @@ from __future__ import annotations
 import logging
 
 from . import _lib
-from .client import Client, Placed, describe_optimizer, optimizer_spec, tf_config_worker
+from .client import (Client, Placed, Table, describe_optimizer, optimizer_spec,
+                     tf_config_worker)
 from .errors import *  # noqa: F401,F403  (every exception class)
 from .errors import __all__ as _errors_all
 from .worker import Worker
@@ -36,5 +37,5 @@ def _log_line(user, level, line):  # called by libps, from any thread that uses 
 
 _lib.lib.ps_lib_set_log(_log_line, None, 1)  # INFO and above
 
-__all__ = ["Client", "Worker", "Placed", "optimizer_spec", "describe_optimizer",
+__all__ = ["Client", "Worker", "Placed", "Table", "optimizer_spec", "describe_optimizer",
            "tf_config_worker"] + list(_errors_all)

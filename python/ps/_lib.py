@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char, c_char_p, c_double,
-                    c_float, c_int, c_size_t, c_uint, c_uint64, c_void_p)
+                    c_float, c_int, c_size_t, c_uint, c_uint32, c_uint64, c_void_p)
 
 NAME_MAX = 96  # ps_client_tensor.name, ps_piece.name
 
@@ -52,11 +52,33 @@ class Piece(Structure):
                 ("row_begin", c_size_t), ("row_end", c_size_t), ("name", c_char * NAME_MAX)]
 
 
+class TableSpec(Structure):
+    """ps_table_spec: an embedding table's definition (name and optimizer borrowed)."""
+    _fields_ = [("name", c_char_p), ("dim", c_uint64), ("num_rows", c_uint64),
+                ("optimizer", c_char_p), ("lr", c_float), ("epsilon", c_float),
+                ("initial_accumulator", c_float), ("beta1", c_float), ("beta2", c_float),
+                ("l1", c_float), ("l2", c_float), ("lr_power", c_float),
+                ("init_lo", c_float), ("init_hi", c_float), ("seed", c_uint64),
+                ("min_count", c_uint32), ("ttl_steps", c_uint64), ("max_rows", c_uint64),
+                ("refuse_when_full", c_int)]
+
+
 class VarStats(Structure):
     _fields_ = [("name", c_char_p), ("numel", c_uint64), ("optimizer", c_char_p)]
 
 
 _U64 = c_uint64
+TABLE_STATS_U64_FIELDS = ["dim", "num_rows", "rows", "admitted", "evicted", "expired",
+                          "refused", "dropped", "bytes", "max_rows"]
+
+
+class TableStats(Structure):
+    """ps_table_stats: one embedding table's share on a shard (strings owned by the
+    Stats that holds it)."""
+    _fields_ = ([("name", c_char_p), ("optimizer", c_char_p)]
+                + [(n, _U64) for n in TABLE_STATS_U64_FIELDS])
+
+
 STATS_U64_FIELDS = (
     ["requests", "errors", "pushes_applied", "stale_pushes", "bytes_in", "bytes_out",
      "pending_pulls"],
@@ -69,7 +91,7 @@ STATS_U64_FIELDS = (
 
 
 class Stats(Structure):
-    """ps_stats: one shard's StatsReply (strings and vars owned: ps_stats_free)."""
+    """ps_stats: one shard's StatsReply (strings, vars and tables owned: ps_stats_free)."""
     _fields_ = ([("version", _U64), ("mode", c_int), ("shard_index", c_uint),
                  ("num_workers", c_uint), ("live_workers", c_uint)]
                 + [(n, _U64) for n in STATS_U64_FIELDS[0]]
@@ -78,7 +100,8 @@ class Stats(Structure):
                 + [(n, _U64) for n in STATS_U64_FIELDS[1]]
                 + [("checkpoint_age_seconds", c_double)]
                 + [(n, _U64) for n in STATS_U64_FIELDS[2]]
-                + [("job_id", c_char_p), ("push_bytes", _U64)])
+                + [("job_id", c_char_p), ("push_bytes", _U64),
+                   ("tables", POINTER(TableStats)), ("n_tables", c_size_t)])
 
 
 class CheckpointInfo(Structure):
@@ -120,6 +143,8 @@ def _load() -> ctypes.CDLL:
 lib = _load()
 
 _P = c_void_p  # ps_client *
+_T = c_void_p  # ps_table * (owned by its client)
+ROWS_END_STEP = 1  # PS_ROWS_END_STEP
 _PROTOS = {
     # name: (restype, argtypes)
     "ps_strerror": (c_char_p, [c_int]),
@@ -157,6 +182,11 @@ _PROTOS = {
     "ps_client_grads_ready": (c_int, [_P, c_void_p, c_void_p]),
     "ps_client_step_end": (c_int, [_P, POINTER(c_size_t), POINTER(c_int)]),
     "ps_client_goodbye": (c_int, [_P]),
+    "ps_client_table_spec": (None, [POINTER(TableSpec), c_char_p, c_uint64, c_char_p, c_float]),
+    "ps_client_create_table": (c_int, [_P, POINTER(TableSpec), POINTER(_T)]),
+    "ps_client_pull_rows": (c_int, [_T, c_void_p, c_size_t, c_void_p]),
+    "ps_client_push_rows": (c_int, [_T, c_void_p, c_size_t, c_void_p, c_int, POINTER(c_uint64)]),
+    "ps_client_table_dim": (c_uint64, [_T]),
     "ps_stats_free": (None, [POINTER(Stats)]),
     "ps_client_stats": (c_int, [_P, c_uint, POINTER(Stats)]),
     "ps_client_checkpoint": (c_int, [_P, c_uint, POINTER(CheckpointInfo)]),

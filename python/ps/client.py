@@ -5,6 +5,9 @@ arrays are registered by address, so a push reads the gradient array in place an
 a pull (or the step exchange) writes the parameter array in place. The arrays
 must stay alive and keep their memory while the client is open (the client holds
 a reference to each). Copies happen only inside libps and psd (the wire).
+
+Embedding tables (Client.create_table, Table) are not registered: a pull of rows
+returns a new array, a push of rows reads the gradient array given to it.
 """
 from __future__ import annotations
 
@@ -25,6 +28,19 @@ from ._lib import lib
 from .errors import PsError, UnknownVariableError, VariablesLostError, check, error_for
 
 ERRLEN = 512
+TABLE_NAME_MAX = 255  # bytes in a table name (PS_WIRE_MAX_NAME)
+TABLE_DIM_MAX = 65536
+# the settings each row optimizer reads besides lr (ps_table_spec's fields), as ps.h
+# and common/optim_rows.h list them
+ROW_OPTIMIZERS: dict[str, tuple[str, ...]] = {
+    "sgd": (),
+    "adagrad": ("epsilon", "initial_accumulator"),
+    "rowwise_adagrad": ("epsilon", "initial_accumulator"),
+    "lazy_adam": ("epsilon", "beta1", "beta2"),
+    "ftrl": ("initial_accumulator", "l1", "l2", "lr_power"),
+}
+_ROW_SETTINGS = ("epsilon", "initial_accumulator", "beta1", "beta2", "l1", "l2", "lr_power")
+_U64_MAX = (1 << 64) - 1
 OptimizerLike = Union[None, str, Mapping[str, Any], _lib.OptSpec]
 VariablesLike = Union[Mapping[str, Any], Iterable[Any]]
 
@@ -81,6 +97,129 @@ def _f32(a: Any, what: str, writable: bool) -> np.ndarray:
 
 def _ptr(a: np.ndarray, offset_elems: int = 0) -> ctypes.POINTER(ctypes.c_float):
     return ctypes.cast(a.ctypes.data + 4 * offset_elems, ctypes.POINTER(ctypes.c_float))
+
+
+def _uint(what: str, v: Any, lo: int, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise ValueError(f"{what}: want an int, not {v!r}")
+    if not lo <= int(v) <= hi:
+        raise ValueError(f"{what}: {int(v)} (allowed {lo}..{hi})")
+    return int(v)
+
+
+def _f32_value(what: str, v: Any) -> float:
+    """v as the float32 the spec holds (finite)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{what}: want a number, not {v!r}")
+    try:
+        with np.errstate(over="ignore"):
+            f = np.float32(v)
+    except OverflowError:  # an int beyond any float
+        f = np.float32(np.inf)
+    if not np.isfinite(f):
+        raise ValueError(f"{what}: {v!r} is not a finite float32")
+    return float(f)
+
+
+def _table_spec(name: str, dim: int, num_rows: int, optimizer: str, lr: float, seed: int,
+                init: tuple[float, float], min_count: int, ttl_steps: int, max_rows: int,
+                when_full: str, settings: Mapping[str, Any]
+                ) -> tuple[_lib.TableSpec, tuple[bytes, bytes]]:
+    """The ps_table_spec for create_table's arguments (Keras' defaults for the optimizer,
+    then the settings given), checked by psd's rules; ValueError says what is wrong.
+    Returns it with the strings it points to (keep them alive while it is used)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"table name: want a non-empty str, not {name!r}")
+    name_b = name.encode()
+    if len(name_b) > TABLE_NAME_MAX or b"\0" in name_b:
+        shown = name if len(name) <= 40 else name[:40] + "..."
+        raise ValueError(f"table name {shown!r} ({len(name_b)} bytes): want 1.."
+                         f"{TABLE_NAME_MAX} bytes, no NUL")
+    what = f"table '{name}'"
+    dim = _uint(f"{what}: dim", dim, 1, TABLE_DIM_MAX)
+    num_rows = _uint(f"{what}: num_rows", num_rows, 0, _U64_MAX)
+    if not isinstance(optimizer, str) or optimizer not in ROW_OPTIMIZERS:
+        raise ValueError(f"{what}: optimizer {optimizer!r} (want one of "
+                         f"{', '.join(ROW_OPTIMIZERS)})")
+    reads = ROW_OPTIMIZERS[optimizer]
+    for k in settings:
+        if k not in _ROW_SETTINGS:
+            raise ValueError(f"{what}: unknown setting {k!r} (the row optimizers' settings: "
+                             f"{', '.join(_ROW_SETTINGS)})")
+        if k not in reads:
+            raise ValueError(f"{what}: {optimizer} does not read {k!r} (it reads "
+                             f"{', '.join(reads) if reads else 'only lr'})")
+    lr = _f32_value(f"{what}: lr", lr)
+    if not lr > 0:
+        raise ValueError(f"{what}: lr {lr!r} (want > 0)")
+    opt_b = optimizer.encode()
+    spec = _lib.TableSpec()
+    lib.ps_client_table_spec(byref(spec), name_b, dim, opt_b, lr)  # Keras' defaults
+    for k, v in settings.items():
+        setattr(spec, k, _f32_value(f"{what}: {k}", v))
+    if not spec.epsilon >= 0:
+        raise ValueError(f"{what}: epsilon {spec.epsilon!r} (want >= 0)")
+    if not spec.initial_accumulator >= 0 or (optimizer == "ftrl"
+                                             and not spec.initial_accumulator > 0):
+        raise ValueError(f"{what}: initial_accumulator {spec.initial_accumulator!r} (want "
+                         f"{'> 0 for ftrl' if optimizer == 'ftrl' else '>= 0'})")
+    if optimizer == "lazy_adam" and not (0 <= spec.beta1 < 1 and 0 <= spec.beta2 < 1):
+        raise ValueError(f"{what}: beta1 {spec.beta1!r}, beta2 {spec.beta2!r} (want "
+                         "0 <= beta < 1)")
+    if optimizer == "ftrl" and not (spec.l1 >= 0 and spec.l2 >= 0 and spec.lr_power <= 0):
+        raise ValueError(f"{what}: l1 {spec.l1!r}, l2 {spec.l2!r}, lr_power "
+                         f"{spec.lr_power!r} (want l1, l2 >= 0 and lr_power <= 0)")
+    if not (isinstance(init, (tuple, list)) and len(init) == 2):
+        raise ValueError(f"{what}: init: want (low, high), not {init!r}")
+    lo, hi = (_f32_value(f"{what}: init", v) for v in init)
+    if not lo <= hi:
+        raise ValueError(f"{what}: init ({lo!r}, {hi!r}): want low <= high")
+    spec.init_lo, spec.init_hi = lo, hi
+    spec.seed = _uint(f"{what}: seed", seed, 0, _U64_MAX)
+    spec.min_count = _uint(f"{what}: min_count", min_count, 0, (1 << 32) - 1)
+    spec.ttl_steps = _uint(f"{what}: ttl_steps", ttl_steps, 0, _U64_MAX)
+    spec.max_rows = _uint(f"{what}: max_rows", max_rows, 0, (1 << 32) - 2)
+    if num_rows and (spec.min_count > 1 or spec.ttl_steps or spec.max_rows):
+        raise ValueError(f"{what}: min_count, ttl_steps and max_rows are for dynamic tables "
+                         f"(num_rows 0), not one of {num_rows} rows")
+    if when_full not in ("evict", "refuse"):
+        raise ValueError(f"{what}: when_full {when_full!r} (want 'evict' or 'refuse')")
+    spec.refuse_when_full = int(when_full == "refuse")
+    spec.name, spec.optimizer = name_b, opt_b
+    spec.num_rows = num_rows
+    return spec, (name_b, opt_b)
+
+
+def _ids(ids: Any, what: str) -> np.ndarray:
+    """ids (any 1-D integer array-like) as C-contiguous uint64; negative ids are a
+    ValueError, other dtypes a TypeError."""
+    try:
+        a = np.asarray(ids)
+    except OverflowError:
+        raise ValueError(f"{what}: ids must lie in 0..2^64-1") from None
+    if a.ndim != 1:
+        raise ValueError(f"{what}: ids: want a 1-D array, not "
+                         + ("a scalar (wrap it: [id])" if a.ndim == 0
+                            else f"shape {a.shape} (ravel it)"))
+    if a.size == 0:
+        return np.empty(0, np.uint64)
+    if a.dtype.kind not in "iu" and all(isinstance(v, (int, np.integer))
+                                        and not isinstance(v, bool) for v in ids):
+        # Python ints that no one integer dtype holds (e.g. -1 and 2^64 - 1: NumPy makes
+        # them float64): checked one by one
+        a = np.array(list(ids), dtype=object)
+        bad = [i for i, v in enumerate(a) if not 0 <= int(v) <= _U64_MAX]
+        if bad:
+            raise ValueError(f"{what}: id {a[bad[0]]} (at {bad[0]}) is not in 0..2^64-1")
+        return np.array([int(v) for v in a], np.uint64)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{what}: ids have dtype {a.dtype}, want integers")
+    if a.dtype.kind == "i":
+        neg = np.flatnonzero(a < 0)
+        if neg.size:
+            raise ValueError(f"{what}: id {a[neg[0]]} (at {neg[0]}) is negative (ids are "
+                             "0..2^64-1)")
+    return np.ascontiguousarray(a, dtype=np.uint64)
 
 
 @dataclass(frozen=True)
@@ -344,6 +483,33 @@ class Client:
         """Tells every shard this worker is done (it leaves the expected set)."""
         self._check(lib.ps_client_goodbye(self._handle()))
 
+    # ---- embedding tables -------------------------------------------------------------
+    def create_table(self, name: str, dim: int, *, num_rows: int = 0, optimizer: str = "sgd",
+                     lr: float = 0.01, seed: int = 0, init: tuple[float, float] = (-0.05, 0.05),
+                     min_count: int = 0, ttl_steps: int = 0, max_rows: int = 0,
+                     when_full: str = "evict", **optimizer_kwargs: float) -> "Table":
+        """Creates an embedding table on every shard (after hello or join) and returns it:
+        rows of `dim` float32 values addressed by 64-bit id, spread over the shards by a
+        hash of (name, id). Every worker of a job creates it with the same arguments (an
+        existing table of the same spec is kept; another spec is ExistsError).
+
+        num_rows: ids < num_rows (0: a dynamic table, any id). optimizer: "sgd",
+        "adagrad", "rowwise_adagrad", "lazy_adam" or "ftrl" at rate lr, with Keras'
+        defaults for the rest; optimizer_kwargs override them, only those the optimizer
+        reads (epsilon, initial_accumulator, beta1, beta2, l1, l2, lr_power). A row not
+        pushed yet reads as uniform in [init[0], init[1]) from seed, name and id, the same
+        on every process. Dynamic tables only: a row is stored at its min_count-th push
+        (0, 1: the first), expires after ttl_steps steps without a push (0: never), and
+        each shard stores at most max_rows (0: no cap), then evicts the least recently
+        pushed row (when_full "evict") or refuses new rows ("refuse"). A bad argument is a
+        ValueError before anything is sent."""
+        spec, _strings = _table_spec(name, dim, num_rows, optimizer, lr, seed, init,
+                                     min_count, ttl_steps, max_rows, when_full,
+                                     optimizer_kwargs)
+        t = ctypes.c_void_p()
+        self._check(lib.ps_client_create_table(self._handle(), byref(spec), byref(t)))
+        return Table(self, t, name, int(num_rows))
+
     # ---- pulls, pushes and the step exchange ------------------------------------------
     def pull(self, min_version: int = 0) -> int:
         """Writes every registered variable's values into its param array (each shard
@@ -403,7 +569,8 @@ class Client:
 
     # ---- admin -----------------------------------------------------------------------
     def stats(self, shard: int | None = None) -> Any:
-        """A shard's stats as a dict (shard None: a list, one per shard)."""
+        """A shard's stats as a dict (shard None: a list, one per shard). "vars" lists its
+        dense variables, "tables" its share of each embedding table (see create_table)."""
         if shard is None:
             n = self.num_shards
             out, res = (_lib.Stats * n)(), (_lib.ShardResult * n)()
@@ -443,16 +610,85 @@ class Client:
             self._check(lib.ps_client_shutdown(self._handle(), shard))
 
 
+class Table:
+    """An embedding table (Client.create_table): rows of `dim` float32 values addressed by
+    id. Usable while its client is open, with the client's threading rule."""
+
+    def __init__(self, client: Client, handle: ctypes.c_void_p, name: str, num_rows: int
+                 ) -> None:
+        self._client = client
+        self._t = handle
+        self.name = name
+        self.num_rows = num_rows  # 0: dynamic
+        self.dim = int(lib.ps_client_table_dim(handle))
+
+    def __repr__(self) -> str:
+        rows = f"{self.num_rows} rows" if self.num_rows else "dynamic"
+        return f"<ps.Table {self.name!r} dim {self.dim}, {rows}>"
+
+    def _handle(self) -> ctypes.c_void_p:
+        self._client._handle()  # the client owns the table: closed, it is gone
+        return self._t
+
+    def pull_rows(self, ids: Any) -> np.ndarray:
+        """The rows of ids (1-D, integers >= 0; repeats allowed) as a new float32 array of
+        shape [len(ids), dim], in the order asked. A row never stored reads as its initial
+        values. Sync: waits until every shard has closed the step this worker last pushed
+        to (a push with end_step)."""
+        a = _ids(ids, f"pull_rows of table '{self.name}'")
+        out = np.empty((a.size, self.dim), np.float32)
+        self._client._check(lib.ps_client_pull_rows(self._handle(), a.ctypes.data, a.size,
+                                                    out.ctypes.data))
+        return out
+
+    def push_rows(self, ids: Any, grads: np.ndarray, *, end_step: bool = False) -> int:
+        """Pushes gradients (float32, C-contiguous, shape [len(ids), dim]) for the rows of
+        ids; a repeated id's gradients are summed. Async: psd applies them at once. Sync:
+        they join the open step, whose update applies the mean over the workers; one push
+        per table and step, and end_step=True makes it this worker's push for the step
+        too (a worker with no dense variables). Returns how many row gradients psd did not
+        apply (async: rows not admitted yet, or refused at the cap; sync: 0)."""
+        what = f"push_rows of table '{self.name}'"
+        a = _ids(ids, what)
+        if not isinstance(grads, np.ndarray):
+            raise TypeError(f"{what}: grads: want a numpy.ndarray of float32, not "
+                            f"{type(grads).__name__}")
+        if grads.dtype != np.float32:
+            raise TypeError(f"{what}: grads: dtype is {grads.dtype}, want float32")
+        if grads.shape != (a.size, self.dim):
+            raise ValueError(f"{what}: grads: shape {grads.shape}, want ({a.size}, {self.dim}) "
+                             "(one row of dim values per id)")
+        if not grads.flags.c_contiguous:
+            raise ValueError(f"{what}: grads: not C-contiguous (use numpy.ascontiguousarray)")
+        dropped = c_uint64()
+        self._client._check(lib.ps_client_push_rows(
+            self._handle(), a.ctypes.data, a.size, grads.ctypes.data,
+            _lib.ROWS_END_STEP if end_step else 0, byref(dropped)))
+        return dropped.value
+
+
 def _stats_dict(s: _lib.Stats) -> dict[str, Any]:
     d: dict[str, Any] = {}
     for name, _ in _lib.Stats._fields_:
-        if name in ("vars", "n_vars", "job_id"):
+        if name in ("vars", "n_vars", "job_id", "tables", "n_tables"):
             continue
         d[name] = getattr(s, name)
     d["mode"] = {0: "sync", 1: "async"}.get(s.mode, s.mode)
     d["job_id"] = (s.job_id or b"").decode()
     d["vars"] = [{"name": s.vars[i].name.decode(), "numel": s.vars[i].numel,
                   "optimizer": (s.vars[i].optimizer or b"").decode()} for i in range(s.n_vars)]
+    d["tables"] = [_table_stats_dict(s.tables[i]) for i in range(s.n_tables)]
+    return d
+
+
+def _table_stats_dict(t: _lib.TableStats) -> dict[str, Any]:
+    """One embedding table's share on a shard: name, optimizer (its kind), dim, num_rows
+    (0: dynamic), rows (stored here now), admitted, evicted, expired, refused, dropped
+    (row gradients not applied), bytes, max_rows (0: no cap)."""
+    d: dict[str, Any] = {"name": (t.name or b"").decode(),
+                         "optimizer": (t.optimizer or b"").decode()}
+    for name in _lib.TABLE_STATS_U64_FIELDS:
+        d[name] = getattr(t, name)
     return d
 
 

@@ -129,6 +129,45 @@ int main(int argc, char **argv) {
     F(ps_stats, checkpoint_failures);
     F(ps_stats, job_id);
     F(ps_stats, push_bytes);
+    F(ps_stats, tables);
+    F(ps_stats, n_tables);
+    end();
+
+    BEGIN(ps_table_stats);
+    F(ps_table_stats, name);
+    F(ps_table_stats, optimizer);
+    F(ps_table_stats, dim);
+    F(ps_table_stats, num_rows);
+    F(ps_table_stats, rows);
+    F(ps_table_stats, admitted);
+    F(ps_table_stats, evicted);
+    F(ps_table_stats, expired);
+    F(ps_table_stats, refused);
+    F(ps_table_stats, dropped);
+    F(ps_table_stats, bytes);
+    F(ps_table_stats, max_rows);
+    end();
+
+    BEGIN(ps_table_spec);
+    F(ps_table_spec, name);
+    F(ps_table_spec, dim);
+    F(ps_table_spec, num_rows);
+    F(ps_table_spec, optimizer);
+    F(ps_table_spec, lr);
+    F(ps_table_spec, epsilon);
+    F(ps_table_spec, initial_accumulator);
+    F(ps_table_spec, beta1);
+    F(ps_table_spec, beta2);
+    F(ps_table_spec, l1);
+    F(ps_table_spec, l2);
+    F(ps_table_spec, lr_power);
+    F(ps_table_spec, init_lo);
+    F(ps_table_spec, init_hi);
+    F(ps_table_spec, seed);
+    F(ps_table_spec, min_count);
+    F(ps_table_spec, ttl_steps);
+    F(ps_table_spec, max_rows);
+    F(ps_table_spec, refuse_when_full);
     end();
 
     BEGIN(ps_checkpoint_info);

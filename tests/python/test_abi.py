@@ -29,6 +29,8 @@ MIRRORS = {
     "ps_piece": _lib.Piece,
     "ps_var_stats": _lib.VarStats,
     "ps_stats": _lib.Stats,
+    "ps_table_stats": _lib.TableStats,
+    "ps_table_spec": _lib.TableSpec,
     "ps_checkpoint_info": _lib.CheckpointInfo,
     "ps_shard_result": _lib.ShardResult,
 }
@@ -48,11 +50,12 @@ def dump() -> dict:
 
 
 def header_structs(*headers: Path) -> dict[str, list[str]]:
-    """{typedef name: field names in order} for every `typedef struct {...} name;`."""
+    """{typedef name: field names in order} for every `typedef struct [tag] {...} name;`."""
     found: dict[str, list[str]] = {}
     for h in headers:
         text = re.sub(r"/\*.*?\*/|//[^\n]*", "", h.read_text(), flags=re.S)
-        for body, name in re.findall(r"typedef\s+struct\s*\{(.*?)\}\s*(\w+)\s*;", text, re.S):
+        structs = r"typedef\s+struct\s*(?:\w+\s*)?\{(.*?)\}\s*(\w+)\s*;"
+        for body, name in re.findall(structs, text, re.S):
             names = []
             for decl in filter(None, (d.strip() for d in body.split(";"))):
                 decl = re.sub(r"\[[^\]]*\]", "", decl).replace("*", " ")
