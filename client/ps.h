@@ -225,8 +225,8 @@ PS_API void ps_client_table_spec(ps_table_spec *spec, const char *name, uint64_t
 typedef struct ps_table ps_table;
 
 /* Creates the table on every shard (an existing one with the same spec is
- * kept; another spec is PS_EEXIST) and returns its handle. Needs
- * ps_client_hello first. PS_OK, PS_EINVAL (a bad spec, reason set), PS_EEXIST,
+ * kept; another spec is PS_EEXIST) and returns its handle (pulls and pushes
+ * need ps_client_hello or ps_client_join first). PS_OK, PS_EINVAL (a bad spec, reason set), PS_EEXIST,
  * PS_ENOMEM or a transport error. */
 PS_API int ps_client_create_table(ps_client *c, const ps_table_spec *spec, ps_table **out);
 

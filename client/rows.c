@@ -172,7 +172,7 @@ int ps_client_create_table(ps_client *c, const ps_table_spec *spec, ps_table **o
 /* ---- the call's ids -------------------------------------------------------------- */
 
 static int reserve(ps_table *t, size_t n) {
-    if (n > t->cap) {
+    if (n > t->cap || !t->uniq) { /* at least once: an empty call has buffers too */
         size_t cap = n < 64 ? 64 : n;
         uint64_t *u = realloc(t->uniq, cap * sizeof *u);
         if (u) t->uniq = u;
@@ -188,7 +188,7 @@ static int reserve(ps_table *t, size_t n) {
         t->cap = cap;
     }
     size_t need = n * (size_t)t->dim;
-    if (need > t->rows_cap) {
+    if (need > t->rows_cap || !t->rows) {
         float *r = realloc(t->rows, (need ? need : 1) * sizeof *r);
         if (!r) return PS_ENOMEM;
         t->rows = r, t->rows_cap = need;
@@ -270,7 +270,7 @@ static int on_pulled(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, vo
 static int pull_chunk(ps_table *t, const uint64_t *ids, size_t n, float *out) {
     ps_client *c = t->c;
     size_t nu = group(t, ids, n, "pull_rows");
-    if (nu == (size_t)-1) return c->error[0] ? PS_ENOMEM : PS_ENOMEM;
+    if (nu == (size_t)-1) return PS_ENOMEM;
     int rc = ps__connect_all(c);
     for (size_t i = 0; i < c->n_shards && rc == PS_OK; i++)
         if (t->counts[i]) rc = send_pull(c, i, t);

@@ -85,6 +85,9 @@ START_TEST(async_pull_push) {
     start(2, "1", "async");
     ps_client *c = client(0, 1);
     ps_table *t = table(c, "emb", 0, "sgd");
+    /* empty calls first (no buffers yet): nothing to send, nothing wrong */
+    ck_assert_int_eq(ps_client_pull_rows(t, NULL, 0, NULL), PS_OK);
+    ck_assert_int_eq(ps_client_push_rows(t, NULL, 0, NULL, 0, NULL), PS_OK);
     uint64_t ids[5] = {5, 1ull << 40, 5, 7, 123456789012345ull};
     float got[5 * DIM], want[DIM];
     ck_assert_int_eq(ps_client_pull_rows(t, ids, 5, got), PS_OK);
