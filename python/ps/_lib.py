@@ -63,6 +63,15 @@ class TableSpec(Structure):
                 ("refuse_when_full", c_int)]
 
 
+class JoinInfo(Structure):
+    """ps_join_info: how a worker joins a job (in) and where the job is (out)."""
+    _fields_ = [("chief", c_int), ("recreate_lost", c_int), ("wait_ms", c_int),
+                ("total_steps", c_uint64), ("pull", c_int), ("lost", POINTER(c_uint)),
+                ("lost_cap", c_size_t), ("async", c_int), ("version", c_uint64),
+                ("clock", c_uint64), ("created", c_size_t), ("n_lost", c_size_t),
+                ("lost_error", c_char * 512), ("waited", c_int)]
+
+
 class VarStats(Structure):
     _fields_ = [("name", c_char_p), ("numel", c_uint64), ("optimizer", c_char_p)]
 
@@ -181,6 +190,7 @@ _PROTOS = {
     "ps_client_step_begin": (c_int, [_P, c_uint64]),
     "ps_client_grads_ready": (c_int, [_P, c_void_p, c_void_p]),
     "ps_client_step_end": (c_int, [_P, POINTER(c_size_t), POINTER(c_int)]),
+    "ps_client_join": (c_int, [_P, POINTER(JoinInfo)]),
     "ps_client_goodbye": (c_int, [_P]),
     "ps_client_table_spec": (None, [POINTER(TableSpec), c_char_p, c_uint64, c_char_p, c_float]),
     "ps_client_create_table": (c_int, [_P, POINTER(TableSpec), POINTER(_T)]),

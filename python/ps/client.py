@@ -15,7 +15,6 @@ import atexit
 import ctypes
 import json
 import os
-import time
 import weakref
 from ctypes import byref, c_char_p, c_int, c_size_t, c_uint, c_uint64
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ import numpy as np
 
 from . import _lib
 from ._lib import lib
-from .errors import PsError, UnknownVariableError, VariablesLostError, check, error_for
+from .errors import PsError, VariablesLostError, check, error_for
 
 ERRLEN = 512
 TABLE_NAME_MAX = 255  # bytes in a table name (PS_WIRE_MAX_NAME)
@@ -450,34 +449,23 @@ class Client:
 
     def join(self, *, total_steps: int | None = None, wait_s: float = 120.0,
              recreate_lost: bool = False) -> int:
-        """psworker's way into a job: hello; the chief (worker 0) checks the shards and
-        creates the variables, the others wait (up to wait_s) until they exist; then pulls
-        the current values into the param arrays. Returns the worker's clock: the steps
-        the job has taken (sync: the version) or this worker's pushes (async).
-        VariablesLostError when a shard lost its part and recreate_lost is False."""
-        async_, version = self.hello()
-        if self.is_chief:
-            lost = self.check_shards()
-            if lost and not recreate_lost:
-                raise VariablesLostError(lib.ps_client_error(self._c).decode())
-            self.create_vars()
-        else:
-            self.check_shards()  # another job's variables raise here
-            deadline = time.monotonic() + wait_s
-            while True:
-                try:
-                    self.pull()
-                    break
-                except UnknownVariableError:
-                    if time.monotonic() > deadline:
-                        raise error_for(-9, f"the chief did not create the variables within "
-                                            f"{wait_s:g} s") from None
-                    time.sleep(0.1)
-        if total_steps is not None:
-            self._check(lib.ps_client_check_progress(self._c, int(async_), int(total_steps)))
-        clock = int(lib.ps_client_worker_clock(self._c)) if async_ else version
-        self.pull_next(clock)
-        return clock
+        """psworker's way into a job (libps's ps_client_join): hello; the chief (worker 0)
+        checks the shards and creates the variables, the others wait (up to wait_s) until
+        they exist; then pulls the current values into the param arrays. Returns the
+        worker's clock: the steps the job has taken (sync: the version) or this worker's
+        pushes (async). VariablesLostError when a shard lost its part and recreate_lost
+        is False; PsTimeoutError when the chief's variables do not come within wait_s."""
+        if not (wait_s > 0):
+            raise ValueError(f"wait_s must be > 0, not {wait_s!r}")
+        info = _lib.JoinInfo()
+        info.chief = int(self.is_chief)
+        info.recreate_lost = int(bool(recreate_lost))
+        info.wait_ms = int(min(wait_s * 1000.0, 2**31 - 1))
+        info.total_steps = 0 if total_steps is None else int(total_steps)
+        info.pull = 1
+        self._check(lib.ps_client_join(self._handle(), byref(info)))
+        self.is_async = bool(getattr(info, "async"))
+        return int(info.clock)
 
     def goodbye(self) -> None:
         """Tells every shard this worker is done (it leaves the expected set)."""

@@ -170,6 +170,23 @@ int main(int argc, char **argv) {
     F(ps_table_spec, refuse_when_full);
     end();
 
+    BEGIN(ps_join_info);
+    F(ps_join_info, chief);
+    F(ps_join_info, recreate_lost);
+    F(ps_join_info, wait_ms);
+    F(ps_join_info, total_steps);
+    F(ps_join_info, pull);
+    F(ps_join_info, lost);
+    F(ps_join_info, lost_cap);
+    F(ps_join_info, async);
+    F(ps_join_info, version);
+    F(ps_join_info, clock);
+    F(ps_join_info, created);
+    F(ps_join_info, n_lost);
+    F(ps_join_info, lost_error);
+    F(ps_join_info, waited);
+    end();
+
     BEGIN(ps_checkpoint_info);
     F(ps_checkpoint_info, version);
     F(ps_checkpoint_info, bytes);

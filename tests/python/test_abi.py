@@ -31,6 +31,7 @@ MIRRORS = {
     "ps_stats": _lib.Stats,
     "ps_table_stats": _lib.TableStats,
     "ps_table_spec": _lib.TableSpec,
+    "ps_join_info": _lib.JoinInfo,
     "ps_checkpoint_info": _lib.CheckpointInfo,
     "ps_shard_result": _lib.ShardResult,
 }
