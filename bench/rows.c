@@ -53,7 +53,7 @@ typedef struct {
 } psd_proc;
 
 static int psd_start(psd_proc *p, int shard) {
-    char ready[128], logf[128], sh[8], n[8];
+    char ready[128], logf[128], sh[16], n[16];
     snprintf(ready, sizeof ready, "%s/ready%d", tmpdir, shard);
     snprintf(logf, sizeof logf, "%s/psd%d.log", tmpdir, shard);
     snprintf(sh, sizeof sh, "%d", shard);

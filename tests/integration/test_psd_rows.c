@@ -32,7 +32,7 @@ static void start(int shards, const char *workers, const char *mode) {
     ps_test_children_die_with_me();
     n_psd = shards;
     for (int i = 0; i < shards; i++) {
-        char idx[8], n[8];
+        char idx[16], n[16];
         snprintf(idx, sizeof idx, "%d", i);
         snprintf(n, sizeof n, "%d", shards);
         const char *args[] = {"--workers", workers, "--mode", mode, "--shard", idx,
