@@ -70,10 +70,11 @@ int ps__pending_add(ps_server *s, const void *identity, size_t identity_len, int
     ps__monitor_drain(s);
     ps_peer **slot = peer_slot(q, identity, identity_len);
     ps_peer *peer = *slot;
-    size_t bytes = sizeof(ps_pending_pull) + n * sizeof(ps_var *) +
-                   info->n_ids * sizeof(uint64_t) + info->reply_bytes;
+    /* a row pull holds a copy of its ids while it waits (its reply is made when
+     * answered, and sent zero-copy) */
+    size_t bytes = sizeof(ps_pending_pull) + n * sizeof(ps_var *) + info->n_ids * sizeof(uint64_t);
     int rc = check_room(s, peer, identity_len, n, err, errlen);
-    if (rc == PS_OK && info->reply_bytes + info->n_ids * sizeof(uint64_t) + q->bytes >
+    if (rc == PS_OK && info->n_ids * sizeof(uint64_t) + q->bytes >
                            (size_t)s->cfg.max_pending_mb << 20) {
         q->refused++;
         snprintf(err, errlen,

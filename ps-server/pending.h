@@ -59,10 +59,10 @@ typedef struct {
     uint64_t request_id, min_version, clock;
     int has_worker, push_pull, applied, dropped;
     uint32_t worker;
-    /* a PullRows (vars empty): its table and ids (copied), and the reply's bytes */
+    /* a PullRows (vars empty): its table and ids (copied while it waits) */
     void *table;
     const uint64_t *ids;
-    size_t n_ids, reply_bytes;
+    size_t n_ids;
 } ps_pending_info;
 
 /* Queues a pull from the connection (identity, fd) for vars[0..n) (copied). Returns

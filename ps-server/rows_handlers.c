@@ -252,7 +252,6 @@ int ps__handle_pull_rows(ps_server *s, ps_request *r, char *err, size_t errlen) 
             .table = e,
             .ids = ids,
             .n_ids = (size_t)p->n,
-            .reply_bytes = (size_t)p->n * e->cfg.dim * sizeof(float),
         };
         rc = ps__pending_add(s, r->identity, r->identity_len, r->fd, NULL, 0, &info, err, errlen);
     }

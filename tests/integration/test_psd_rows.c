@@ -28,7 +28,8 @@
 static ps_test_psd psd[2];
 static int n_psd;
 
-static void start(int shards, const char *workers, const char *mode) {
+static void start_with(int shards, const char *workers, const char *mode, const char *flag,
+                       const char *value) {
     ps_test_children_die_with_me();
     n_psd = shards;
     for (int i = 0; i < shards; i++) {
@@ -36,9 +37,13 @@ static void start(int shards, const char *workers, const char *mode) {
         snprintf(idx, sizeof idx, "%d", i);
         snprintf(n, sizeof n, "%d", shards);
         const char *args[] = {"--workers", workers, "--mode", mode, "--shard", idx,
-                              "--num-shards", n, NULL};
+                              "--num-shards", n, flag, value, NULL};
         ck_assert_msg(ps_test_psd_start(&psd[i], args, 10000) == 0, "psd %d did not start", i);
     }
+}
+
+static void start(int shards, const char *workers, const char *mode) {
+    start_with(shards, workers, mode, NULL, NULL);
 }
 
 static void stop_all(void) {
@@ -271,6 +276,34 @@ START_TEST(dynamic_admission_and_cap) {
 }
 END_TEST
 
+/* A row pull waiting for the step holds a copy of its ids, charged against
+ * --max-pending-mb: one over it is refused EBUSY naming the flag, one under
+ * it waits and is answered when the step closes. */
+START_TEST(deferred_row_pull_bounded) {
+    start_with(1, "2", "sync", "--max-pending-mb", "1");
+    ps_client *c0 = client(0, 2), *c1 = client(1, 2);
+    ps_table *t0 = table(c0, "big", 0, "sgd"), *t1 = table(c1, "big", 0, "sgd");
+    ck_assert_int_eq(ps_client_push_rows(t0, NULL, 0, NULL, PS_ROWS_END_STEP, NULL), PS_OK);
+    size_t n = 200000; /* 1.6 MB of ids */
+    uint64_t *ids = malloc(n * sizeof *ids);
+    float *out = malloc(n * DIM * sizeof *out);
+    for (size_t i = 0; i < n; i++) ids[i] = i;
+    ck_assert_int_eq(ps_client_pull_rows(t0, ids, n, out), PS_EBUSY);
+    ck_assert_ptr_nonnull(strstr(ps_client_error(c0), "max-pending-mb"));
+    pull_job j = {t0, {1, 2, 3}, {0}, -1};
+    pthread_t th;
+    pthread_create(&th, NULL, pull_thread, &j);
+    ps_test_nap_ms(200);
+    ck_assert_int_eq(ps_client_push_rows(t1, NULL, 0, NULL, PS_ROWS_END_STEP, NULL), PS_OK);
+    pthread_join(th, NULL);
+    ck_assert_msg(j.rc == PS_OK, "%s", ps_client_error(c0));
+    free(ids), free(out);
+    ps_client_close(c0);
+    ps_client_close(c1);
+    stop_all();
+}
+END_TEST
+
 /* ---- hostile requests, by hand ---------------------------------------------------- */
 
 static uint64_t next_req = 100;
@@ -432,6 +465,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, one_and_two_shards_agree);
     tcase_add_test(tc, sync_equivalence);
     tcase_add_test(tc, dynamic_admission_and_cap);
+    tcase_add_test(tc, deferred_row_pull_bounded);
     tcase_add_test(tc, hostile_requests);
     tcase_add_test(tc, ten_million_ids);
     suite_add_tcase(s, tc);
