@@ -537,6 +537,20 @@ START_TEST(keras_functional_ids) {
     ck_assert_msg(load_keras(j, &m, err, sizeof err) == PS_OK, "%s", err);
     ps_model_free(m);
     free(j);
+    /* a Sequential: a float InputLayer before an Embedding is its id input */
+    const char *seq =
+        "{\"class_name\": \"Sequential\", \"config\": {\"name\": \"s\", \"layers\": ["
+        "{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 1],"
+        " \"dtype\": \"float32\", \"name\": \"word\"}},"
+        "{\"class_name\": \"Embedding\", \"config\": {\"name\": \"e\", \"input_dim\": 9,"
+        " \"output_dim\": 3}},"
+        "{\"class_name\": \"Flatten\", \"config\": {\"name\": \"f\"}},"
+        "{\"class_name\": \"Dense\", \"config\": {\"name\": \"d\", \"units\": 1}}]}}";
+    ck_assert_msg(load_keras(seq, &m, err, sizeof err) == PS_OK, "%s", err);
+    ck_assert_uint_eq(ps_model_num_id_inputs(m), 1);
+    ck_assert_str_eq(ps_model_id_input_name(m, 0), "word");
+    ck_assert_uint_eq(ps_model_input_dim(m), 0);
+    ps_model_free(m);
     j = keras_mf("ue", "ie", 1, false);
     ck_assert_int_ne(load_keras(j, &m, err, sizeof err), PS_OK);
     ck_assert_msg(strstr(err, "'axes'") && strstr(err, "[1, dim]"), "%s", err);
