@@ -105,6 +105,11 @@ void ps__cpu_rescale(float *y, const float *x, float scale, float offset, size_t
 /* y = (x - mean) / max(sqrt(var), eps) per channel (mean NULL: 0, the backward). */
 void ps__cpu_norm(float *y, const float *x, const float *mean, const float *var, size_t n,
                   size_t c, float eps);
+/* cpu_rows.c */
+void ps__cpu_gather_rows_overwrite(float *y, const float *rows, const uint32_t *where,
+                                   size_t batch, size_t dim);
+void ps__cpu_scatter_rows_overwrite(float *drows, const float *dy, const uint32_t *order,
+                                    const uint32_t *offs, size_t n, size_t dim);
 /* cpu_ln.c */
 void ps__cpu_ln_forward_overwrite(float *y, float *mean, float *rstd, const float *x,
                                   const float *gamma, const float *beta, size_t rows, size_t c,
@@ -211,6 +216,12 @@ void ps__cuda_ln_forward_overwrite(ps_k_dev *d, float *y, float *mean, float *rs
 void ps__cuda_ln_backward_overwrite(ps_k_dev *d, float *dx, float *dgamma, float *dbeta,
                                     const float *dy, const float *x, const float *mean,
                                     const float *rstd, const float *gamma, size_t rows, size_t c);
+/* cuda_rows.cu: embedding rows */
+void ps__cuda_gather_rows_overwrite(ps_k_dev *d, float *y, const float *rows,
+                                    const uint32_t *where, size_t batch, size_t dim);
+void ps__cuda_scatter_rows_overwrite(ps_k_dev *d, float *drows, const float *dy,
+                                     const uint32_t *order, const uint32_t *offs, size_t n,
+                                     size_t dim);
 #endif
 
 #ifdef __cplusplus

@@ -501,3 +501,15 @@ void ps_k_ln_backward_overwrite(ps_k_dev *d, float *dx, float *dgamma, float *db
         d, ps__cuda_ln_backward_overwrite(d, dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, c));
     ps__cpu_ln_backward_overwrite(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, c);
 }
+
+void ps_k_gather_rows_overwrite(ps_k_dev *d, float *y, const float *rows, const uint32_t *where,
+                                size_t batch, size_t dim) {
+    IF_CUDA(d, ps__cuda_gather_rows_overwrite(d, y, rows, where, batch, dim));
+    ps__cpu_gather_rows_overwrite(y, rows, where, batch, dim);
+}
+
+void ps_k_scatter_rows_overwrite(ps_k_dev *d, float *drows, const float *dy, const uint32_t *order,
+                                 const uint32_t *offs, size_t n, size_t dim) {
+    IF_CUDA(d, ps__cuda_scatter_rows_overwrite(d, drows, dy, order, offs, n, dim));
+    ps__cpu_scatter_rows_overwrite(drows, dy, order, offs, n, dim);
+}

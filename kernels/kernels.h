@@ -351,6 +351,20 @@ void ps_k_concat_cols_overwrite(ps_k_dev *d, float *y, const float *x, size_t ro
 void ps_k_split_cols_overwrite(ps_k_dev *d, float *dx, const float *dy, size_t rows,
                                size_t c_total, size_t c_off, size_t c_x);
 
+/* ---- embedding rows -------------------------------------------------------- */
+
+/* Embedding lookup: y[i, :] = rows[where[i], :] for i < batch, rows [n, dim]
+ * with every where[i] < n (where on the device too). */
+void ps_k_gather_rows_overwrite(ps_k_dev *d, float *y, const float *rows, const uint32_t *where,
+                                size_t batch, size_t dim);
+/* Its adjoint, the rows' gradient, computed as a gather (deterministic, no
+ * atomics): drows[u, :] = the sum of dy[order[k], :] for k from offs[u] up to
+ * offs[u + 1], in that order, for u < n. order lists the samples grouped by
+ * the row they read, offs[n + 1] the groups' bounds (offs[0] = 0); a row no
+ * sample reads gets zeros. */
+void ps_k_scatter_rows_overwrite(ps_k_dev *d, float *drows, const float *dy, const uint32_t *order,
+                                 const uint32_t *offs, size_t n, size_t dim);
+
 /* ---- Keras applications layers -------------------------------------------- */
 
 /* Element-wise product (Multiply of two same-shape tensors): y[i] = a[i] * b[i]

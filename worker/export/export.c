@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "layer.h"
+#include "layer_export.h"
 #include "ps_error.h"
 
 static int ends_with(const char *s, const char *suffix) {
@@ -23,6 +25,21 @@ int ps_export_format_of(const char *path, ps_export_format *out, char *err, size
     } else {
         snprintf(err, errlen, "--export %s: the format comes from the extension: .onnx, "
                               ".safetensors, .keras or .weights.h5", path);
+        return PS_EINVAL;
+    }
+    return PS_OK;
+}
+
+int ps_export_check_layers(const ps_model *m, const char *path, char *err, size_t errlen) {
+    for (size_t j = 0; j < m->nops; j++) {
+        if (ps_layer_export_of(m->ops[j].kind)) continue;
+        const ps_layer_class *c = ps_layer_of(m->ops[j].kind)->classes;
+        snprintf(err, errlen,
+                 "--export %s: layer '%s' (%s) cannot be exported%s", path,
+                 m->ops[j].prefix[0] ? m->ops[j].prefix : "unnamed", c->name,
+                 m->ops[j].kind == OP_EMBEDDING
+                     ? ": its table lives outside the model (on psd or in the caller)"
+                     : "");
         return PS_EINVAL;
     }
     return PS_OK;

@@ -33,6 +33,10 @@ int ps_export_model(const ps_model *m, const char *path, char *err, size_t errle
 int ps_export_model_from(const ps_model *m, const char *source, const char *path, char *err,
                          size_t errlen);
 
+/* PS_OK when every layer of m has an export; else PS_EINVAL naming the first
+ * that has none (an Embedding: its table is not the model's). */
+int ps_export_check_layers(const ps_model *m, const char *path, char *err, size_t errlen);
+
 /* One per format (export_onnx.c, export_safetensors.c, keras_export.c); same
  * contract. The Keras files hold no optimizer state. */
 int ps_export_onnx(const ps_model *m, const char *path, char *err, size_t errlen);

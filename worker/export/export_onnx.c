@@ -384,6 +384,7 @@ static int write_file(const char *path, const uint8_t *buf, size_t len, char *er
 }
 
 int ps_export_onnx(const ps_model *m, const char *path, char *err, size_t errlen) {
+    if (ps_export_check_layers(m, path, err, errlen) != PS_OK) return PS_EINVAL;
     if ((double)m->nparams * 4.0 > (double)ONNX_MAX_BYTES) {
         snprintf(err, errlen,
                  "--export %s: %zu parameters (%.1f GB) do not fit one ONNX file (protobuf's "

@@ -268,6 +268,7 @@ static void sync_dir(const char *path) {
 }
 
 int ps_export_safetensors(const ps_model *m, const char *path, char *err, size_t errlen) {
+    if (ps_export_check_layers(m, path, err, errlen) != PS_OK) return PS_EINVAL;
     char json_path[4096], tmp_st[4200], tmp_json[4200], why[300];
     size_t plen = strlen(path), ext = strlen(".safetensors");
     if (plen + 16 > sizeof json_path) {

@@ -69,6 +69,7 @@ static void tmp_path(char *out, size_t n, const char *path) {
 
 int ps_export_keras(const ps_model *m, const char *source, const char *path, char *err,
                     size_t errlen) {
+    if (ps_export_check_layers(m, path, err, errlen) != PS_OK) return PS_EINVAL;
     ps__keras_h5_quiet();
     ps_keras_layer *ls = NULL;
     size_t n = 0, wlen = 0;
@@ -122,6 +123,7 @@ int ps_export_keras(const ps_model *m, const char *source, const char *path, cha
 
 int ps_export_weights_h5(const ps_model *m, const char *source, const char *path, char *err,
                          size_t errlen) {
+    if (ps_export_check_layers(m, path, err, errlen) != PS_OK) return PS_EINVAL;
     ps__keras_h5_quiet();
     ps_keras_layer *ls = NULL;
     size_t n = 0;

@@ -32,6 +32,8 @@ typedef struct {
     ps_model *m;
     const float *x; /* the input batch, on the device */
     size_t rows;
+    size_t row0;   /* the first row's index among the samples the rows were given for
+                    * (an evaluation runs in chunks) */
     bool training; /* forward: dropout on, batch normalization on the batch's statistics */
     bool stats;    /* forward: also write the moving statistics' updates */
 } ps_pass;
@@ -44,6 +46,8 @@ typedef struct {
     bool view;        /* the output is the input's memory (no buffer of its own) */
     bool grad_in_place; /* input 0's gradient may live in the output gradient's buffer
                          * when the input has no other reader */
+    bool ids;           /* reads an id input, not tensors (Embedding): trains, but its
+                         * weights are a table outside the model (no variables) */
     /* Reads cls's settings from cfg (Keras key names) into o, whose in, out and
      * image are preset to the first input's; sets o->kind; *act: an activation
      * fused into the layer (applied by an OP_ACT after it). keras: Keras'

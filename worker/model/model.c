@@ -110,6 +110,7 @@ int ps_model_set_device(ps_model *m, ps_k_dev *d, char *err, size_t errlen) {
     }
     memcpy(keep, m->params, bytes);
     free_activations(m);
+    ps_rows_release(m);
     free_params(m);
     m->dev = d;
     int rc = alloc_params(m);
@@ -211,7 +212,8 @@ static int mark_tgrad(ps_model *m) {
     if (!(m->tgrad = calloc(m->nops + 1, sizeof *m->tgrad))) return PS_ENOMEM;
     for (size_t j = 0; j < m->nops; j++) {
         const ps_op *o = &m->ops[j];
-        bool need = !o->frozen && ps_layer_of(o->kind)->vars;
+        const ps_layer *ly = ps_layer_of(o->kind);
+        bool need = !o->frozen && (ly->vars || ly->ids);
         for (size_t i = 0; i < o->nin && !need; i++)
             need = m->tgrad[o->in_t[i]];
         m->tgrad[j + 1] = need;
@@ -235,6 +237,10 @@ static int model_new(const char *json, const char *base_dir, const ps_model_over
     if (rc == PS_OK) rc = assign_gslots(m, err, errlen);
     if (rc == PS_OK && !(m->ginit = calloc(m->nops + 1, sizeof *m->ginit))) rc = PS_ENOMEM;
     if (rc == PS_OK) rc = mark_tgrad(m);
+    if (rc == PS_OK && ps_rows_setup(m) != PS_OK) {
+        rc = PS_ENOMEM;
+        if (err) snprintf(err, errlen, "out of memory");
+    }
     if (rc == PS_OK) {
         m->maxw = ps_shape_numel(m->input);
         for (size_t j = 0; j < m->nops; j++)
@@ -282,6 +288,7 @@ void ps_model_free(ps_model *m) {
     if (!m) return;
     if (m->dev) {
         free_activations(m);
+        ps_rows_free(m);
         free_params(m);
     }
     free(m->ops);
@@ -476,9 +483,10 @@ const float *ps_layer_tensor(const ps_pass *p, size_t t) {
  * output [rows, classes]. Dropout is applied and batch normalization uses the
  * batch's statistics only when training; stats: also write the moving
  * statistics' updates (a training step). */
-static int forward(ps_model *m, const float *x, size_t rows, bool training, bool stats,
-                   const float **outp) {
-    const ps_pass p = {.m = m, .x = x, .rows = rows, .training = training, .stats = stats};
+static int forward(ps_model *m, const float *x, size_t rows, size_t row0, bool training,
+                   bool stats, const float **outp) {
+    const ps_pass p = {
+        .m = m, .x = x, .rows = rows, .row0 = row0, .training = training, .stats = stats};
     int rc = PS_OK;
     for (size_t j = 0; j < m->nrun && rc == PS_OK; j++) {
         ps_op *o = &m->ops[j];
@@ -493,18 +501,20 @@ static int forward(ps_model *m, const float *x, size_t rows, bool training, bool
     return rc;
 }
 
-/* Loss of out[rows, classes] against labels y (on the device); when dout is
- * not NULL it receives d(mean loss)/d(out). */
-static int loss_of(ps_model *m, float *dout, const float *out, const int32_t *y, size_t rows,
-                   float *loss) {
+/* Loss of out[rows, classes] against labels y, or float targets t when not
+ * NULL (both on the device); when dout is not NULL it receives d(mean
+ * loss)/d(out). */
+static int loss_of(ps_model *m, float *dout, const float *out, const int32_t *y, const float *t,
+                   size_t rows, float *loss) {
     size_t cols = m->ops[m->nops - 1].out.c;
     int rc;
     if (m->loss == LOSS_SPARSE_CE) {
         rc = ps_k_softmax_ce_overwrite(m->dev, dout, out, y, rows, cols, loss);
     } else {
-        ps_k_onehot_overwrite(m->dev, m->d_t, y, rows, cols);
-        rc = m->loss == LOSS_BCE ? ps_k_bce_overwrite(m->dev, dout, out, m->d_t, rows, cols, loss)
-                                 : ps_k_mse_overwrite(m->dev, dout, out, m->d_t, rows, cols, loss);
+        if (!t) ps_k_onehot_overwrite(m->dev, m->d_t, y, rows, cols);
+        if (!t) t = m->d_t;
+        rc = m->loss == LOSS_BCE ? ps_k_bce_overwrite(m->dev, dout, out, t, rows, cols, loss)
+                                 : ps_k_mse_overwrite(m->dev, dout, out, t, rows, cols, loss);
     }
     /* loss scaling: the loss (float32) times the scale, so its gradient is */
     if (rc == PS_OK && dout && m->loss_scale > 0.0f)
@@ -587,7 +597,7 @@ void ps_layer_pass_grad(ps_model *m, size_t s, const float *dout, size_t n) {
 /* The backward pass, ops in reverse topological order; the output's gradient
  * is in its buffer (from the loss). */
 static int backward(ps_model *m, const float *x, size_t rows) {
-    const ps_pass p = {.m = m, .x = x, .rows = rows, .training = true};
+    const ps_pass p = {.m = m, .x = x, .rows = rows, .row0 = 0, .training = true};
     memset(m->ginit, 0, (m->nops + 1) * sizeof *m->ginit);
     m->ginit[m->nrun] = true;
     int rc = PS_OK;
@@ -611,19 +621,24 @@ static int check_labels(const ps_model *m, const int32_t *y, size_t n) {
     return PS_OK;
 }
 
-/* Makes x and y (host) available on the device: the same pointers on the
- * CPU, copies into d_x/d_y on CUDA. */
-static int stage_batch(ps_model *m, const float *x, const int32_t *y, size_t rows, const float **dx,
-                       const int32_t **dy) {
+/* Makes x and the labels y or the targets t (host; the other NULL) available
+ * on the device: the same pointers on the CPU, copies into d_x and d_y or d_t
+ * on CUDA. */
+static int stage_batch(ps_model *m, const float *x, const int32_t *y, const float *t, size_t rows,
+                       const float **dx, const int32_t **dy, const float **dt) {
     if (!on_cuda(m)) {
         *dx = x;
         *dy = y;
+        *dt = t;
         return PS_OK;
     }
-    int rc = ps_k_copy_to_dev(m->dev, m->d_x, x, rows * ps_model_input_dim(m) * sizeof(float));
-    if (rc == PS_OK) rc = ps_k_copy_to_dev(m->dev, m->d_y, y, rows * sizeof(int32_t));
+    size_t in = ps_model_input_dim(m), cols = m->ops[m->nops - 1].out.c;
+    int rc = in ? ps_k_copy_to_dev(m->dev, m->d_x, x, rows * in * sizeof(float)) : PS_OK;
+    if (rc == PS_OK && y) rc = ps_k_copy_to_dev(m->dev, m->d_y, y, rows * sizeof(int32_t));
+    if (rc == PS_OK && t) rc = ps_k_copy_to_dev(m->dev, m->d_t, t, rows * cols * sizeof(float));
     *dx = m->d_x;
-    *dy = m->d_y;
+    *dy = y ? m->d_y : NULL;
+    *dt = t ? m->d_t : NULL;
     return rc;
 }
 
@@ -633,42 +648,74 @@ static int params_in(ps_model *m) {
     return ps_k_copy_to_dev(m->dev, m->d_params, m->params, m->nparams * sizeof(float));
 }
 
+/* A batch in training: its labels y or its float targets t (host; the other
+ * NULL) and, once staged, their device copies. */
+typedef struct {
+    const float *x;
+    const int32_t *y;
+    const float *t;
+    const float *dx, *dt;
+    const int32_t *dy;
+} batch_in;
+
 /* Forward in training mode and the loss; with want_grad, g0 gets its gradient. */
-static int train_forward(ps_model *m, const float *x, const int32_t *y, size_t batch,
-                         bool want_grad, float *loss, const float **outp, const int32_t **dyp,
-                         const float **dxp) {
-    if (batch == 0 || check_labels(m, y, batch) != PS_OK) return PS_EINVAL;
+static int train_forward(ps_model *m, batch_in *b, size_t batch, bool want_grad, float *loss,
+                         const float **outp) {
+    if (batch == 0 || (b->y && check_labels(m, b->y, batch) != PS_OK) ||
+        (b->t && m->loss == LOSS_SPARSE_CE) || ps_rows_ready(m, batch, want_grad) != PS_OK)
+        return PS_EINVAL;
     int rc = ensure_cap(m, batch);
     if (rc == PS_OK) rc = params_in(m);
-    if (rc == PS_OK) rc = stage_batch(m, x, y, batch, dxp, dyp);
+    if (rc == PS_OK) rc = stage_batch(m, b->x, b->y, b->t, batch, &b->dx, &b->dy, &b->dt);
     if (rc != PS_OK) return rc;
-    rc = forward(m, *dxp, batch, true, want_grad, outp);
+    rc = forward(m, b->dx, batch, 0, true, want_grad, outp);
     if (rc != PS_OK) return rc;
-    return loss_of(m, want_grad ? gbuf(m, m->nrun) : NULL, *outp, *dyp, batch, loss);
+    return loss_of(m, want_grad ? gbuf(m, m->nrun) : NULL, *outp, b->dy, b->dt, batch, loss);
 }
 
-int ps_model_train_step(ps_model *m, const float *x, const int32_t *y, size_t batch, float *loss,
-                        size_t *correct) {
-    const float *out, *dx;
-    const int32_t *dy;
-    int rc = train_forward(m, x, y, batch, true, loss, &out, &dy, &dx);
-    if (rc == PS_OK) rc = correct_of(m, out, dy, y, batch, correct);
+/* A whole train step; correct (labels only) gets the hits. */
+static int train_step(ps_model *m, batch_in *b, size_t batch, float *loss, size_t *correct) {
+    const float *out;
+    int rc = train_forward(m, b, batch, true, loss, &out);
+    if (rc == PS_OK && correct) rc = correct_of(m, out, b->dy, b->y, batch, correct);
     if (rc != PS_OK) return rc;
-    rc = backward(m, dx, batch);
+    rc = backward(m, b->dx, batch);
     m->step++;
     int src = ps_k_sync(m->dev);
     if (rc == PS_OK) rc = src;
     if (rc == PS_OK && on_cuda(m))
         rc = ps_k_copy_to_host(m->dev, m->grads, m->d_grads, m->nupdated * sizeof(float));
+    if (rc == PS_OK) rc = ps_rows_step_done(m);
     if (rc == PS_OK && on_cuda(m) && m->grad_hook && m->loss_scale <= 0.0f)
         m->grad_hook(m->grad_hook_ctx, m->grads, m->grads + m->nupdated);
     return rc;
 }
 
+int ps_model_train_step(ps_model *m, const float *x, const int32_t *y, size_t batch, float *loss,
+                        size_t *correct) {
+    batch_in b = {.x = x, .y = y};
+    return train_step(m, &b, batch, loss, correct);
+}
+
+int ps_model_train_step_targets(ps_model *m, const float *x, const float *targets, size_t batch,
+                                float *loss) {
+    batch_in b = {.x = x, .t = targets};
+    return targets ? train_step(m, &b, batch, loss, NULL) : PS_EINVAL;
+}
+
 int ps_model_train_loss(ps_model *m, const float *x, const int32_t *y, size_t batch, float *loss) {
-    const float *out, *dx;
-    const int32_t *dy;
-    int rc = train_forward(m, x, y, batch, false, loss, &out, &dy, &dx);
+    const float *out;
+    batch_in b = {.x = x, .y = y};
+    int rc = train_forward(m, &b, batch, false, loss, &out);
+    return rc == PS_OK ? ps_k_sync(m->dev) : rc;
+}
+
+int ps_model_train_loss_targets(ps_model *m, const float *x, const float *targets, size_t batch,
+                                float *loss) {
+    const float *out;
+    batch_in b = {.x = x, .t = targets};
+    if (!targets) return PS_EINVAL;
+    int rc = train_forward(m, &b, batch, false, loss, &out);
     return rc == PS_OK ? ps_k_sync(m->dev) : rc;
 }
 
@@ -698,37 +745,59 @@ int ps_model_evaluate(ps_model *m, const float *x, const int32_t *y, size_t n, f
     return ps_model_evaluate_out(m, x, y, n, loss, correct, NULL);
 }
 
-int ps_model_evaluate_out(ps_model *m, const float *x, const int32_t *y, size_t n, float *loss,
-                          size_t *correct, float *outputs) {
-    if (n == 0 || check_labels(m, y, n) != PS_OK) return PS_EINVAL;
+/* Evaluation over n samples in chunks, against labels y or float targets t
+ * (host; the other NULL): the mean loss, the hits (labels), the sum of
+ * squared errors (targets), the outputs (may be NULL). */
+static int evaluate(ps_model *m, const float *x, const int32_t *y, const float *t, size_t n,
+                    float *loss, size_t *correct, double *sq_err, float *outputs) {
+    if (n == 0 || (y && check_labels(m, y, n) != PS_OK) || (t && m->loss == LOSS_SPARSE_CE) ||
+        ps_rows_ready(m, n, false) != PS_OK)
+        return PS_EINVAL;
     size_t chunk = n < EVAL_CHUNK ? n : EVAL_CHUNK, in_dim = ps_model_input_dim(m);
+    size_t cols = m->ops[m->nops - 1].out.c;
     int rc = ensure_cap(m, chunk);
     if (rc == PS_OK) rc = params_in(m);
     if (rc != PS_OK) return rc;
-    double sum = 0.0;
+    float *h_out = NULL; /* the chunk's outputs on the host, for the squared errors */
+    if (t && !(h_out = malloc(chunk * cols * sizeof *h_out))) return PS_ENOMEM;
+    double sum = 0.0, sq = 0.0;
     size_t hits = 0;
-    for (size_t i = 0; i < n; i += chunk) {
+    for (size_t i = 0; i < n && rc == PS_OK; i += chunk) {
         size_t rows = n - i < chunk ? n - i : chunk, c = 0;
         float l = 0.0f;
-        const float *dx;
+        const float *dx, *dt, *out = NULL;
         const int32_t *dy;
-        rc = stage_batch(m, x + i * in_dim, y + i, rows, &dx, &dy);
-        if (rc != PS_OK) return rc;
-        const float *out = NULL;
-        rc = forward(m, dx, rows, false, false, &out);
-        if (rc == PS_OK) rc = loss_of(m, NULL, out, dy, rows, &l);
-        if (rc == PS_OK) rc = correct_of(m, out, dy, y + i, rows, &c);
-        size_t cols = m->ops[m->nops - 1].out.c;
-        if (rc == PS_OK && outputs)
-            rc = ps_k_copy_to_host(m->dev, outputs + i * cols, out, rows * cols * sizeof(float));
-        for (size_t r = 0; outputs && rc == PS_OK && r < rows; r++)
-            apply_folded(m, outputs + (i + r) * cols, cols);
-        if (rc != PS_OK) return rc;
+        rc = stage_batch(m, x ? x + i * in_dim : NULL, y ? y + i : NULL, t ? t + i * cols : NULL,
+                         rows, &dx, &dy, &dt);
+        if (rc == PS_OK) rc = forward(m, dx, rows, i, false, false, &out);
+        if (rc == PS_OK) rc = loss_of(m, NULL, out, dy, dt, rows, &l);
+        if (rc == PS_OK && y) rc = correct_of(m, out, dy, y + i, rows, &c);
+        float *o = outputs ? outputs + i * cols : h_out;
+        if (rc == PS_OK && o) rc = ps_k_copy_to_host(m->dev, o, out, rows * cols * sizeof(float));
+        for (size_t r = 0; o && rc == PS_OK && r < rows; r++)
+            apply_folded(m, o + r * cols, cols);
+        for (size_t k = 0; t && rc == PS_OK && k < rows * cols; k++) {
+            double e = (double)o[k] - (double)t[i * cols + k];
+            sq += e * e;
+        }
         sum += (double)l * (double)rows;
         hits += c;
     }
+    free(h_out);
+    if (rc != PS_OK) return rc;
     *loss = (float)(sum / (double)n);
-    *correct = hits;
+    if (correct) *correct = hits;
+    if (sq_err) *sq_err = sq;
     return ps_k_sync(m->dev);
+}
+
+int ps_model_evaluate_out(ps_model *m, const float *x, const int32_t *y, size_t n, float *loss,
+                          size_t *correct, float *outputs) {
+    return y ? evaluate(m, x, y, NULL, n, loss, correct, NULL, outputs) : PS_EINVAL;
+}
+
+int ps_model_evaluate_targets(ps_model *m, const float *x, const float *targets, size_t n,
+                              float *loss, double *sq_err, float *outputs) {
+    return targets ? evaluate(m, x, NULL, targets, n, loss, NULL, sq_err, outputs) : PS_EINVAL;
 }
 

@@ -1,6 +1,6 @@
-/* A model built from a Keras-like JSON spec (a stack of layers) or from a
- * Keras model file (Sequential or Functional: a graph of layers, with residual
- * Add and Concatenate), whose parameters live in one host
+/* A model built from a Keras-like JSON spec (a stack of layers, or a graph of
+ * named layers) or from a Keras model file (Sequential or Functional: a graph
+ * of layers, with residual Add and Concatenate), whose parameters live in one host
  * allocation (and gradients in another), so one call sends, pulls or zeroes
  * them all. Forward/backward run through kernels/ on the model's device; on a
  * CUDA device the parameters are copied in before and the gradients out after
@@ -75,7 +75,7 @@ ps_k_dev *ps_model_device(const ps_model *m);
 const char *ps_model_default_spec(void);
 void ps_model_free(ps_model *m);
 
-size_t ps_model_input_dim(const ps_model *m); /* features per sample, e.g. 784 */
+size_t ps_model_input_dim(const ps_model *m); /* features per sample, e.g. 784; 0: only ids */
 /* The input shape, channels last: [h, w, c] for an image input_shape; a flat
  * one ([n], or [h, w]) is 1 x 1 x n. */
 void ps_model_input_shape(const ps_model *m, size_t *h, size_t *w, size_t *c);
@@ -142,12 +142,69 @@ typedef void (*ps_model_grad_hook)(void *ctx, const float *begin, const float *e
 /* Sets (fn NULL: clears) the hook. */
 void ps_model_set_grad_hook(ps_model *m, ps_model_grad_hook fn, void *ctx);
 
+/* ---- id inputs and embedding tables ----------------------------------------
+ *
+ * A model may read, besides its float input, id inputs: one uint64 id per
+ * sample each ("user", "item"). Each Embedding layer reads one of them; its
+ * table is not held by the model. Per step the caller gives each embedding
+ * layer the batch's rows (for the ids of its id input, deduplicated: n_uniq
+ * distinct rows [n_uniq, dim], and where[i] the row sample i reads), from a
+ * parameter server or a local table (emb_local.h); after
+ * ps_model_train_step* it takes back the rows' gradients [n_uniq, dim]
+ * (duplicates summed, d(mean loss)/d(row) as the dense gradients are). */
+
+/* One embedding layer, for whoever creates and serves its table. */
+typedef struct {
+    char name[48];       /* the layer's name ("user_embedding"; "embedding_<i>" unnamed) */
+    size_t input_dim;    /* the table's rows (Keras' input_dim: ids in [0, input_dim)); 0: ids
+                          * of any value (a hashed or growing table) */
+    size_t dim;          /* values per row (Keras' output_dim) */
+    size_t ids_input;    /* the id input that feeds it (ps_model_id_input_name) */
+    float init_lo, init_hi; /* new rows uniform in [lo, hi) (Keras' default: -0.05, 0.05) */
+    bool trainable;      /* false (trainable: false): no row gradients */
+} ps_model_embedding;
+
+size_t ps_model_num_id_inputs(const ps_model *m);
+/* Id input k's name (the spec's or the Keras InputLayer's); NULL past the end. */
+const char *ps_model_id_input_name(const ps_model *m, size_t k);
+size_t ps_model_num_embeddings(const ps_model *m);
+const ps_model_embedding *ps_model_embedding_at(const ps_model *m, size_t e);
+/* Gives embedding e the rows for the next step's (or evaluation's) batch
+ * samples: rows[n_uniq, dim] (host), where[batch] (each < n_uniq). Copied: the
+ * caller's buffers may change once it returns. A train step consumes them:
+ * every trainable embedding needs its rows again before the next train step
+ * (evaluation and ps_model_train_loss* leave them). PS_EINVAL for a bad e,
+ * n_uniq or batch of 0, or a where out of range; PS_ENOMEM. */
+int ps_model_set_embedding_rows(ps_model *m, size_t e, const float *rows, size_t n_uniq,
+                                const uint32_t *where, size_t batch);
+/* After a train step: embedding e's row gradients [*n_uniq, dim] (host, owned
+ * by the model, valid until its rows are set again), row u the gradient of the
+ * row given as row u. NULL when it has none (not trainable, no step yet). With
+ * loss scaling on they carry the scale as the dense gradients do. */
+const float *ps_model_embedding_grads(const ps_model *m, size_t e, size_t *n_uniq);
+
 /* Forward + backward on a batch. Overwrites the grads with d(mean loss)/d(params)
  * (and the moving statistics' slots with their update, see ps_model_var);
  * *loss = mean loss over the batch; *correct = number of argmax hits.
  * Returns PS_OK, or PS_EINVAL for a label out of range / batch of 0. */
 int ps_model_train_step(ps_model *m, const float *x, const int32_t *y, size_t batch, float *loss,
                         size_t *correct);
+/* The same against float targets[batch, ps_model_output_dim] (host) instead of
+ * labels: a rating for mse (*loss the mean squared error), or a probability
+ * in [0, 1] for binary_crossentropy. PS_EINVAL under
+ * sparse_categorical_crossentropy, or for a batch of 0. */
+int ps_model_train_step_targets(ps_model *m, const float *x, const float *targets, size_t batch,
+                                float *loss);
+int ps_model_train_loss_targets(ps_model *m, const float *x, const float *targets, size_t batch,
+                                float *loss);
+/* Forward only over n samples against float targets: *loss the mean loss,
+ * *sq_err the sum over the n x output_dim values of (output - target)^2 in
+ * double (the output after a folded sigmoid: a probability), so that
+ * sqrt(sum / count) over a whole set is its RMSE; outputs (may be NULL) as
+ * ps_model_evaluate_out. */
+int ps_model_evaluate_targets(ps_model *m, const float *x, const float *targets, size_t n,
+                              float *loss, double *sq_err, float *outputs);
+
 /* The training-mode loss (dropout on, with the masks the next train step will
  * use) of a batch, without gradients: for gradient checks. */
 int ps_model_train_loss(ps_model *m, const float *x, const int32_t *y, size_t batch, float *loss);

@@ -3,8 +3,11 @@
  * but the exporters (export_*.c), which read the graph.
  *
  * The graph is a list of ops in topological order. Tensor 0 is the model's
- * input; tensor j + 1 is the output of op j. Each op names its input tensors;
- * the last op's output is the model's output. */
+ * float input (0 values wide when it has none); tensor j + 1 is the output of
+ * op j. Each op names its input tensors; the last op's output is the model's
+ * output. The id inputs (one uint64 id per sample each) are no tensors: an
+ * Embedding op reads one (ps_op.ids) through the rows its caller gives each
+ * step (model_rows.c). */
 #ifndef PS_MODEL_IMPL_H
 #define PS_MODEL_IMPL_H
 
@@ -41,6 +44,8 @@ typedef enum {
     OP_CROP,    /* Cropping2D */
     OP_LN,      /* LayerNormalization over the channels */
     OP_NORM,    /* Normalization: Keras' adapted statistics over the channels */
+    OP_EMBEDDING, /* Embedding: the rows of an id input, from a table outside the model */
+    OP_DOT,       /* Dot: the inner product of two vectors per sample */
     OP_N_KINDS /* the number of kinds, not a kind */
 } ps_op_kind;
 typedef enum { LOSS_SPARSE_CE, LOSS_BCE, LOSS_MSE } ps_loss_kind;
@@ -93,6 +98,13 @@ typedef struct {
     bool center, has_gamma;    /* OP_BN, OP_LN: beta, gamma present */
     bool frozen;               /* trainable false (Keras): its variables never change and get
                                 * no gradient; BatchNormalization runs in inference mode */
+    bool seq;                  /* Keras sees the per-sample tensor as [1, c], not [c]: an
+                                * Embedding's output over an id input of shape (1,), and what
+                                * keeps its shape after it (Flatten drops it) */
+    size_t ids;                /* OP_EMBEDDING: the id input it reads */
+    size_t emb;                /* OP_EMBEDDING: its index among the model's embeddings */
+    size_t table_rows;         /* OP_EMBEDDING: Keras' input_dim; 0: ids of any value */
+    float init_lo, init_hi;    /* OP_EMBEDDING: its table's RandomUniform(lo, hi) */
     size_t kernel_var;         /* OP_DENSE, OP_CONV, OP_DWCONV kernel; OP_BN gamma */
     size_t bias_var;           /* bias; OP_BN beta; PS_NO_VAR when absent */
     size_t mean_var, mvar_var; /* OP_BN moving mean / variance, OP_NORM mean / variance
@@ -114,11 +126,26 @@ typedef struct {
 } ps_op;
 
 #define PS_MAX_GSLOTS 64 /* gradient buffers alive at once (a chain needs 2) */
+#define PS_MAX_ID_INPUTS 16
+
+/* An id input: its name, and whether Keras sees it as shape (1,) (an
+ * Embedding over it gives [1, dim]) rather than () ([dim]). */
+typedef struct {
+    char name[48];
+    bool seq;
+} ps_id_input;
+
+typedef struct ps_emb_state ps_emb_state; /* model_rows.c: one embedding's rows of the step */
 
 struct ps_model {
     char name[64];
-    ps_shape input;
+    ps_shape input;   /* 1 x 1 x 0 when the model has only id inputs */
     bool input_image; /* input_shape had rank 3 */
+    char input_name[48]; /* the float input's name ("" when unnamed) */
+    ps_id_input ids[PS_MAX_ID_INPUTS];
+    size_t nids;
+    ps_emb_state *embs; /* per OP_EMBEDDING op, in op order (model_rows.c) */
+    size_t nembs;
     size_t input_consumers;
     ps_op *ops;
     size_t nops, nrun; /* nrun: ops executed (a final softmax/sigmoid is folded into the loss) */
@@ -162,6 +189,13 @@ struct ps_model {
     void *grad_hook_ctx;
 };
 
+/* A builder's reference to id input k (ps_build.in_t, a Keras layer's input),
+ * never an op's in_t: ps_build_layer turns it into ps_op.ids. */
+#define PS_IDS_REF_BASE ((size_t)1 << 48)
+static inline bool ps_is_ids_ref(size_t t) {
+    return t >= PS_IDS_REF_BASE;
+}
+
 /* The shape and image flag of tensor t. */
 static inline ps_shape ps_tensor_shape(const ps_model *m, size_t t) {
     return t ? m->ops[t - 1].out : m->input;
@@ -192,7 +226,7 @@ typedef struct {
     char where[96];     /* "layer 3 (Conv2D)" or "layer 'conv1' (Conv2D)", for messages */
     const char *prefix; /* variable name prefix (Keras layer name) or NULL */
     size_t nin;         /* inputs of the layer being added */
-    size_t in_t[PS_OP_MAX_IN];
+    size_t in_t[PS_OP_MAX_IN]; /* tensors, or PS_IDS_REF_BASE + k for id input k */
 } ps_build;
 
 /* Formats a one-line reason into b->err and returns code. */
@@ -205,8 +239,9 @@ int ps_build_fail(ps_build *b, int code, const char *fmt, ...)
  * inputs b->in_t; *out gets the output tensor. keras: Keras' semantics where
  * they differ (Dense needs a flat input). PS_EFORMAT with a reason. */
 int ps_build_layer(ps_build *b, const char *cls, const struct cJSON *cfg, bool keras, size_t *out);
-/* Checks the finished graph (a Dense somewhere, softmax only at the end, a
- * flat output, every op used, the parameter bound). */
+/* Checks the finished graph (a Dense, a convolution or an Embedding somewhere,
+ * softmax only at the end, a flat output, every op and id input used, the
+ * parameter bound). */
 int ps_build_finish(ps_build *b);
 /* Adds the project spec's layers (a "layers" array: {"type": ..., options,
  * "trainable"}) as a stack on tensor *cur; *cur gets the last one's output.
@@ -216,6 +251,31 @@ int ps_spec_add_layers(ps_build *b, const struct cJSON *layers, const char *stem
 /* The top-level training settings (loss, from_logits, optimizer, batch_size,
  * epochs, metrics, name) from obj; keys not present keep their defaults. */
 int ps_spec_parse_training(ps_model *m, const struct cJSON *obj, char *err, size_t errlen);
+
+/* Adds id input `name` (seq: Keras' shape (1,)) to m, its index in *k.
+ * PS_EFORMAT with a reason in err (too many, a second of that name). */
+int ps_model_add_id_input(ps_model *m, const char *name, bool seq, size_t *k, char *err,
+                          size_t errlen);
+
+/* ---- the embeddings' rows (model_rows.c) ---- */
+
+/* Creates the per-embedding state after parsing (nembs, each op's emb). */
+int ps_rows_setup(ps_model *m);
+/* Frees the device buffers (the rows must be given again), or everything. */
+void ps_rows_release(ps_model *m);
+void ps_rows_free(ps_model *m);
+/* PS_OK when every embedding has rows for batch samples (train: given since
+ * the last train step, for the trainable ones), else PS_EINVAL. */
+int ps_rows_ready(const ps_model *m, size_t batch, bool train);
+/* A train step consumed the rows (they must be given again for the next one);
+ * on CUDA the row gradients are copied to the host. */
+int ps_rows_step_done(ps_model *m);
+/* An embedding's rows, where, and the grouping for its backward (device). */
+const float *ps_rows_values(const ps_model *m, size_t e);
+const uint32_t *ps_rows_where(const ps_model *m, size_t e);
+void ps_rows_groups(const ps_model *m, size_t e, const uint32_t **order, const uint32_t **offs,
+                    size_t *n_uniq);
+float *ps_rows_grads_dev(ps_model *m, size_t e);
 
 /* The GEMM precision of a policy (F32 for float32). */
 ps_k_prec ps_dtype_policy_prec(ps_dtype_policy p);

@@ -89,6 +89,8 @@ static const struct {
     {"rms_scaling", D_FALSE},
     {"renorm_clipping", D_NULL},
     {"renorm_momentum", D_099},
+    {"embeddings_regularizer", D_NULL},
+    {"embeddings_constraint", D_NULL},
 };
 #define N_DEFAULTS (sizeof defaults / sizeof defaults[0])
 
@@ -267,12 +269,83 @@ static int parse_input_layer(ps_model *m, kerr *e, const char *where, const cJSO
     return PS_OK;
 }
 
+/* An id input: an InputLayer of one integer per sample (batch shape [null] or
+ * [null, 1]), of an integer dtype or read only by Embeddings. */
+static int parse_id_input(ps_model *m, kerr *e, const char *where, const char *name,
+                          const cJSON *cfg, size_t *t) {
+    static const char *const keys[] = {
+        "batch_shape", "batch_input_shape", "dtype", "sparse", "ragged", "name", "optional", NULL};
+    const cJSON *k;
+    cJSON_ArrayForEach(k, cfg) {
+        if (!key_in(k->string, keys))
+            return fail(e, "%s: option '%s' is not supported (an id input understands: "
+                           "batch_shape, batch_input_shape, dtype)",
+                        where, k->string);
+        if ((!strcmp(k->string, "sparse") || !strcmp(k->string, "ragged") ||
+             !strcmp(k->string, "optional")) &&
+            !cJSON_IsFalse(k))
+            return fail(e, "%s: option '%s' is not supported (only false)", where, k->string);
+    }
+    const cJSON *bs = item(cfg, "batch_shape");
+    if (!bs) bs = item(cfg, "batch_input_shape");
+    int rank = cJSON_IsArray(bs) ? cJSON_GetArraySize(bs) - 1 : -1;
+    const cJSON *one = rank == 1 ? cJSON_GetArrayItem(bs, 1) : NULL;
+    if (rank != 0 && !(rank == 1 && cJSON_IsNumber(one) && one->valuedouble == 1))
+        return fail(e, "%s: an id input's shape must be [null] or [null, 1] (one id per sample)",
+                    where);
+    size_t k_id;
+    char why[160];
+    if (ps_model_add_id_input(m, name, rank == 1, &k_id, why, sizeof why) != PS_OK)
+        return fail(e, "%s: %s", where, why);
+    *t = PS_IDS_REF_BASE + k_id;
+    return PS_OK;
+}
+
+/* Whether the JSON value v holds a reference to layer name: Keras 2's
+ * [name, node, tensor(, kwargs)] or Keras 3's keras_history [name, node, tensor]. */
+static bool refers_to(const cJSON *v, const char *name) {
+    const cJSON *x, *first = cJSON_IsArray(v) ? cJSON_GetArrayItem(v, 0) : NULL;
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+    if (cJSON_IsString(first) && (n == 3 || n == 4) && !strcmp(first->valuestring, name))
+        return true;
+    cJSON_ArrayForEach(x, v) {
+        if (refers_to(x, name)) return true;
+    }
+    return false;
+}
+
+/* An InputLayer at index of layers read as an id input: an integer dtype, or
+ * (Keras casts a float input to the ids an Embedding needs) every layer that
+ * reads it an Embedding: in a Sequential, the layer after it. */
+static bool is_id_input(const cJSON *layers, int index, const cJSON *cfg, const char *name,
+                        bool functional) {
+    const cJSON *dt = item(cfg, "dtype");
+    if (cJSON_IsString(dt) &&
+        (!strncmp(dt->valuestring, "int", 3) || !strncmp(dt->valuestring, "uint", 4)))
+        return true;
+    if (!functional) {
+        const cJSON *next = cJSON_GetArrayItem(layers, index + 1), *c = item(next, "class_name");
+        return cJSON_IsString(c) && !strcmp(c->valuestring, "Embedding");
+    }
+    size_t readers = 0;
+    const cJSON *l;
+    cJSON_ArrayForEach(l, layers) {
+        if (!refers_to(item(l, "inbound_nodes"), name)) continue;
+        const cJSON *c = item(l, "class_name");
+        if (!cJSON_IsString(c) || strcmp(c->valuestring, "Embedding")) return false;
+        readers++;
+    }
+    return readers > 0;
+}
+
 /* ---- the layers ------------------------------------------------------------ */
 
 typedef struct {
     ps_model *m;
     kerr *e;
     ps_build b;
+    const cJSON *layers; /* the model's "layers" */
+    bool have_float;     /* the float input (tensor 0) was read */
     const char **names; /* layer names, in the order met */
     size_t *tensor;     /* each one's output tensor */
     size_t n;
@@ -456,13 +529,31 @@ static int parse_one(kctx *K, const cJSON *l, size_t index, bool functional, siz
         ps_layer_for_class(c = lc->canon, &lc);
     size_t t = 0;
     if (!strcmp(c, "InputLayer")) {
-        if (K->have_input)
-            return fail(e, "%s: a second input: models with several inputs are not supported",
-                        where);
-        int rc = K->bound ? bind_input(K, where, cfg, &t) : PS_OK;
-        if (rc != PS_OK) return rc;
-        if (!K->bound && K->m->nops) return fail(e, "%s: the input must come first", where);
-        if (!K->bound && (rc = parse_input_layer(K->m, e, where, cfg)) != PS_OK) return rc;
+        int rc;
+        if (K->bound) {
+            if (K->have_input)
+                return fail(e, "%s: a second input: nested models with several inputs are not "
+                               "supported",
+                            where);
+            if ((rc = bind_input(K, where, cfg, &t)) != PS_OK) return rc;
+        } else if (is_id_input(K->layers, (int)index, cfg, name->valuestring, functional)) {
+            if (!functional && K->have_input)
+                return fail(e, "%s: a Sequential model has one input", where);
+            rc = parse_id_input(K->m, e, where, name->valuestring, cfg, &t);
+            if (rc != PS_OK) return rc;
+        } else {
+            if (K->have_float)
+                return fail(e,
+                            "%s: a second float input: a model takes one float input and any "
+                            "number of id inputs (InputLayers of an integer dtype, or read only "
+                            "by Embeddings)",
+                            where);
+            if (!functional && K->m->nops) return fail(e, "%s: the input must come first", where);
+            if ((rc = parse_input_layer(K->m, e, where, cfg)) != PS_OK) return rc;
+            if (strlen(name->valuestring) < sizeof K->m->input_name)
+                snprintf(K->m->input_name, sizeof K->m->input_name, "%s", name->valuestring);
+            K->have_float = true;
+        }
         K->have_input = true;
     } else if (is_model_class(c)) {
         int rc = parse_nested(K, l, where, cfg, functional, *cur, &t);
@@ -556,6 +647,34 @@ static const char *single_ref(const cJSON *v) {
     return n->valuestring;
 }
 
+/* The top model's "input_layers": one reference or a list of them, naming
+ * each of its inputs (the float one and the id inputs) once. */
+static int check_input_layers(kctx *K, const cJSON *v, const char *mname) {
+    const char *one = single_ref(v);
+    size_t want = K->m->nids + (K->have_float ? 1 : 0), n = 0, t = 0;
+    const cJSON *x;
+    if (one) {
+        if (find_layer(K, one, "'input_layers'", &t) != PS_OK) return PS_EFORMAT;
+        if (t != 0 && !ps_is_ids_ref(t))
+            return fail(K->e, "'input_layers' of '%s' names '%s', not an InputLayer", mname, one);
+        n = 1;
+    } else if (cJSON_IsArray(v)) {
+        cJSON_ArrayForEach(x, v) {
+            const char *in = single_ref(x);
+            if (!in) return fail(K->e, "'input_layers' of '%s': a malformed reference", mname);
+            if (find_layer(K, in, "'input_layers'", &t) != PS_OK) return PS_EFORMAT;
+            if (t != 0 && !ps_is_ids_ref(t))
+                return fail(K->e, "'input_layers' of '%s' names '%s', not an InputLayer", mname,
+                            in);
+            n++;
+        }
+    }
+    if (n != want)
+        return fail(K->e, "'input_layers' of '%s' names %zu inputs; the model has %zu InputLayers",
+                    mname, n, want);
+    return PS_OK;
+}
+
 /* A model's layers into K's graph (the model itself, or one nested as a layer:
  * top false); *out its output tensor. */
 static int parse_model(kctx *K, const cJSON *root, bool top, size_t *out) {
@@ -603,12 +722,23 @@ static int parse_model(kctx *K, const cJSON *root, bool top, size_t *out) {
     if (rc != PS_OK) fail(e, "out of memory");
     size_t cur = K->bound ? K->in_t : 0, index = 0;
     const cJSON *l;
+    K->layers = layers;
     cJSON_ArrayForEach(l, layers) {
         if (rc != PS_OK) break;
         rc = parse_one(K, l, index++, functional, &cur);
     }
     if (rc == PS_OK && !K->have_input) rc = fail(e, "the model '%s' has no InputLayer", mname);
-    if (rc == PS_OK && functional) {
+    if (rc == PS_OK && functional && !K->bound) {
+        rc = check_input_layers(K, item(cfg, "input_layers"), mname);
+        const char *o = single_ref(item(cfg, "output_layers"));
+        size_t t = 0;
+        if (rc == PS_OK && !o)
+            rc = fail(e, "only models with one output are supported ('output_layers' of '%s')",
+                      mname);
+        if (rc == PS_OK && (rc = find_layer(K, o, "'output_layers'", &t)) == PS_OK && t != m->nops)
+            rc = fail(e, "the output layer '%s' of '%s' must be its last layer", o, mname);
+        cur = t;
+    } else if (rc == PS_OK && functional) {
         const char *in = single_ref(item(cfg, "input_layers"));
         const char *o = single_ref(item(cfg, "output_layers"));
         size_t t = 0;
@@ -650,8 +780,8 @@ static int parse_nested(kctx *K, const cJSON *l, const char *where, const cJSON 
     if (functional) {
         int rc = parse_inbound(K, where, item(l, "inbound_nodes"));
         if (rc != PS_OK) return rc;
-        if (K->b.nin != 1 || K->has_const || K->training_false)
-            return fail(K->e, "%s: a nested model takes one input tensor", where);
+        if (K->b.nin != 1 || K->has_const || K->training_false || ps_is_ids_ref(K->b.in_t[0]))
+            return fail(K->e, "%s: a nested model takes one float input tensor", where);
         in.in_t = K->b.in_t[0];
         in.bound = true;
     } else {

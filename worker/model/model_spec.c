@@ -119,15 +119,45 @@ static int push_op(ps_build *b, ps_op o, size_t *t) {
     return PS_OK;
 }
 
+/* An id input read by the layer being added: as Embedding's one input, or a
+ * mistake. On success b reads no tensor and *ids is the id input. */
+static int take_ids(ps_build *b, const ps_layer *ly, const char *cls, size_t *ids) {
+    bool any = false;
+    for (size_t i = 0; i < b->nin; i++)
+        any = any || ps_is_ids_ref(b->in_t[i]);
+    if (ly->ids && (b->nin != 1 || !any))
+        return ps_build_fail(b, PS_EFORMAT, "%s: %s reads one id input (its input must be one)",
+                             b->where, cls);
+    if (!ly->ids && any)
+        return ps_build_fail(b, PS_EFORMAT,
+                             "%s: %s cannot read an id input (only an Embedding can)", b->where,
+                             cls);
+    if (ly->ids) {
+        *ids = b->in_t[0] - PS_IDS_REF_BASE;
+        b->nin = 0;
+        b->in_t[0] = 0;
+    }
+    return PS_OK;
+}
+
 int ps_build_layer(ps_build *b, const char *cls, const cJSON *l, bool keras, size_t *out) {
     const ps_layer *ly = ps_layer_for_class(cls, NULL);
     if (!ly) return ps_build_fail(b, PS_EFORMAT, "%s: unknown layer class '%s'", b->where, cls);
+    size_t ids = 0;
+    int act = PS_K_ACT_LINEAR, rc = take_ids(b, ly, cls, &ids);
+    if (rc != PS_OK) return rc;
     ps_op o = {.in = ps_tensor_shape(b->m, b->in_t[0])};
-    int act = PS_K_ACT_LINEAR, rc = PS_OK;
     o.out = o.in;
     o.image = ps_tensor_image(b->m, b->in_t[0]);
+    o.seq = b->in_t[0] ? b->m->ops[b->in_t[0] - 1].seq : false;
     o.use_bias = true;
-    if (!ly->multi_input && b->nin != 1)
+    if (ly->ids) {
+        o.ids = ids;
+        o.in = (ps_shape){1, 1, 1};
+        o.image = false;
+        o.seq = b->m->ids[ids].seq;
+    }
+    if (!ly->multi_input && !ly->ids && b->nin != 1)
         return ps_build_fail(b, PS_EFORMAT, "%s: takes one input, got %zu", b->where, b->nin);
     if ((rc = ly->parse(b, cls, l, keras, &o, &act))) return rc;
     if (ps_shape_numel(o.out) > MAX_UNITS)
@@ -139,11 +169,14 @@ int ps_build_layer(ps_build *b, const char *cls, const cJSON *l, bool keras, siz
         ps_shape s = ps_tensor_shape(b->m, t);
         b->nin = 1;
         b->in_t[0] = t;
-        rc = push_op(
-            b,
-            (ps_op){
-                .kind = OP_ACT, .act = act, .in = s, .out = s, .image = ps_tensor_image(b->m, t)},
-            &t);
+        rc = push_op(b,
+                     (ps_op){.kind = OP_ACT,
+                             .act = act,
+                             .in = s,
+                             .out = s,
+                             .image = ps_tensor_image(b->m, t),
+                             .seq = b->m->ops[t - 1].seq},
+                     &t);
     }
     *out = t;
     return rc;
@@ -169,12 +202,14 @@ int ps_build_finish(ps_build *b) {
     ps_model *m = b->m;
     size_t nweights = 0; /* ops with variables */
     double nparams = 0;
+    bool used[PS_MAX_ID_INPUTS] = {false};
     if (m->nops == 0) return ps_build_fail(b, PS_EFORMAT, "the model has no layers");
     count_consumers(m);
     for (size_t j = 0; j < m->nops; j++) {
         const ps_op *o = &m->ops[j];
         const ps_layer *ly = ps_layer_of(o->kind);
-        if (ly->vars) nweights++;
+        if (ly->vars || ly->ids) nweights++;
+        if (ly->ids) used[o->ids] = true;
         if (o->kind == OP_ACT && o->act == PS_ACT_SOFTMAX && j + 1 != m->nops)
             return ps_build_fail(b, PS_EFORMAT, "softmax is only allowed as the final activation");
         if (j + 1 != m->nops && o->consumers == 0)
@@ -183,10 +218,14 @@ int ps_build_finish(ps_build *b) {
                                  o->prefix);
         if (ly->nparams) nparams += ly->nparams(o);
     }
+    for (size_t k = 0; k < m->nids; k++)
+        if (!used[k])
+            return ps_build_fail(b, PS_EFORMAT, "the id input '%s' is read by no Embedding",
+                                 m->ids[k].name);
     if (nweights == 0)
         return ps_build_fail(b, PS_EFORMAT,
-                             "the model needs at least one layer with weights (Dense or a "
-                             "convolution)");
+                             "the model needs at least one layer with weights (Dense, a "
+                             "convolution or an Embedding)");
     const ps_op *last = &m->ops[m->nops - 1];
     if (last->out.h * last->out.w != 1)
         return ps_build_fail(b, PS_EFORMAT,
@@ -199,54 +238,133 @@ int ps_build_finish(ps_build *b) {
 
 /* ---- the project's spec: "layers" as a stack ----------------------------- */
 
-int ps_spec_add_layers(ps_build *b, const cJSON *layers, const char *stem, size_t *cur) {
+/* The names a spec layer's "inputs" may give: the model's inputs and the
+ * named layers before it, each with its tensor (or id input reference). */
+typedef struct {
+    char (*name)[48];
+    size_t *t;
+    size_t n;
+} spec_names;
+
+static int find_name(const spec_names *sn, const ps_model *m, const char *name, size_t *t) {
+    for (size_t i = 0; i < sn->n; i++) {
+        if (!strcmp(sn->name[i], name)) {
+            *t = sn->t[i];
+            return PS_OK;
+        }
+    }
+    for (size_t k = 0; k < m->nids; k++) {
+        if (!strcmp(m->ids[k].name, name)) {
+            *t = PS_IDS_REF_BASE + k;
+            return PS_OK;
+        }
+    }
+    if (m->input_name[0] && !strcmp(m->input_name, name)) {
+        *t = 0;
+        return PS_OK;
+    }
+    return PS_EFORMAT;
+}
+
+/* A spec layer's inputs into b: its "inputs" (a name or a list of names of
+ * the model's inputs and earlier layers), else the tensor cur (a stack). */
+static int spec_inputs(ps_build *b, const spec_names *sn, const cJSON *l, size_t cur, perr *e) {
+    const cJSON *in = item(l, "inputs"), *x;
+    b->nin = 0;
+    if (!in) {
+        b->nin = 1;
+        b->in_t[0] = cur;
+    } else if (cJSON_IsString(in)) {
+        if (find_name(sn, b->m, in->valuestring, &b->in_t[0]) != PS_OK)
+            return fail(e, PS_EFORMAT, "%s: input '%s' is no input of the model nor a layer named "
+                        "before it", b->where, in->valuestring);
+        b->nin = 1;
+    } else if (cJSON_IsArray(in) && cJSON_GetArraySize(in) >= 1 &&
+               cJSON_GetArraySize(in) <= PS_OP_MAX_IN) {
+        cJSON_ArrayForEach(x, in) {
+            if (!cJSON_IsString(x) ||
+                find_name(sn, b->m, x->valuestring, &b->in_t[b->nin]) != PS_OK)
+                return fail(e, PS_EFORMAT,
+                            "%s: input %s is no input of the model nor a layer named before it",
+                            b->where, cJSON_IsString(x) ? x->valuestring : "(not a name)");
+            b->nin++;
+        }
+    } else {
+        return fail(e, PS_EFORMAT, "%s: 'inputs' must be a name or a list of 1 to %d names",
+                    b->where, PS_OP_MAX_IN);
+    }
+    for (size_t i = 0; i < b->nin; i++)
+        if (b->in_t[i] == 0 && ps_shape_numel(b->m->input) == 0)
+            return fail(e, PS_EFORMAT,
+                        "%s: the model has no float input: name the layer's 'inputs'", b->where);
+    return PS_OK;
+}
+
+/* Adds spec layer `index` (l) over its inputs; *cur gets its output. */
+static int spec_layer(ps_build *b, spec_names *sn, const cJSON *l, const char *stem, size_t index,
+                      size_t *cur, perr *e) {
     ps_model *m = b->m;
+    if (!cJSON_IsObject(l)) return fail(e, PS_EFORMAT, "layer %zu: not an object", index);
+    const cJSON *type = item(l, "type");
+    if (!cJSON_IsString(type))
+        return fail(e, PS_EFORMAT, "layer %zu: missing string key 'type'", index);
+    const ps_layer_class *cls = NULL;
+    if (!ps_layer_for_class(type->valuestring, &cls) || !cls->in_spec) {
+        char list[512];
+        ps_layer_class_list(true, list, sizeof list);
+        return fail(e, PS_EFORMAT, "layer %zu: unknown type '%s' (want one of %s)", index,
+                    type->valuestring, list);
+    }
+    snprintf(b->where, sizeof b->where, "layer %zu (%s)", index, cls->name);
+    const cJSON *k;
+    cJSON_ArrayForEach(k, l) {
+        if (strcmp(k->string, "type") != 0 && strcmp(k->string, "trainable") != 0 &&
+            strcmp(k->string, "name") != 0 && strcmp(k->string, "inputs") != 0 &&
+            !key_in(k->string, cls->spec_keys))
+            return fail(e, PS_EFORMAT, "%s: unknown key '%s'", b->where, k->string);
+    }
+    const cJSON *tr = item(l, "trainable"), *nm = item(l, "name");
+    if (tr && !cJSON_IsBool(tr))
+        return fail(e, PS_EFORMAT, "%s: 'trainable' must be true or false", b->where);
+    char *name = sn->name[sn->n];
+    if (nm && (!cJSON_IsString(nm) || !nm->valuestring[0] ||
+               strlen(nm->valuestring) >= sizeof sn->name[0]))
+        return fail(e, PS_EFORMAT, "%s: 'name' must be a string of 1 to %zu characters",
+                    b->where, sizeof sn->name[0] - 1);
+    snprintf(name, sizeof sn->name[0], "%s", nm ? nm->valuestring : "");
+    if (stem && !nm) snprintf(name, sizeof sn->name[0], "%s_%zu", stem, index);
+    size_t t;
+    if (name[0] && find_name(sn, m, name, &t) == PS_OK)
+        return fail(e, PS_EFORMAT, "%s: a second layer or input named '%s'", b->where, name);
+    int rc = spec_inputs(b, sn, l, *cur, e);
+    if (rc != PS_OK) return rc;
+    b->prefix = name[0] ? name : NULL;
+    size_t first_op = m->nops;
+    rc = ps_build_layer(b, cls->name, l, false, cur);
+    b->prefix = NULL;
+    if (rc != PS_OK) return rc;
+    for (size_t j = first_op; j < m->nops; j++)
+        m->ops[j].frozen = cJSON_IsFalse(tr);
+    if (name[0]) sn->t[sn->n++] = *cur;
+    return PS_OK;
+}
+
+int ps_spec_add_layers(ps_build *b, const cJSON *layers, const char *stem, size_t *cur) {
     perr pe = {b->err, b->errlen}, *e = &pe;
     if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) == 0)
         return fail(e, PS_EFORMAT, "'layers' must be a non-empty array");
-    size_t index = 0;
+    size_t index = 0, count = (size_t)cJSON_GetArraySize(layers);
+    spec_names sn = {malloc(count * sizeof *sn.name), malloc(count * sizeof *sn.t), 0};
+    int rc = sn.name && sn.t ? PS_OK : fail(e, PS_ENOMEM, "out of memory");
     const cJSON *l;
     cJSON_ArrayForEach(l, layers) {
-        if (!cJSON_IsObject(l)) return fail(e, PS_EFORMAT, "layer %zu: not an object", index);
-        const cJSON *type = item(l, "type");
-        if (!cJSON_IsString(type))
-            return fail(e, PS_EFORMAT, "layer %zu: missing string key 'type'", index);
-        const ps_layer_class *cls = NULL;
-        if (!ps_layer_for_class(type->valuestring, &cls) || !cls->in_spec) {
-            char list[512];
-            ps_layer_class_list(true, list, sizeof list);
-            return fail(e, PS_EFORMAT, "layer %zu: unknown type '%s' (want one of %s)", index,
-                        type->valuestring, list);
-        }
-        snprintf(b->where, sizeof b->where, "layer %zu (%s)", index, cls->name);
-        const cJSON *k;
-        cJSON_ArrayForEach(k, l) {
-            if (strcmp(k->string, "type") != 0 && strcmp(k->string, "trainable") != 0 &&
-                !(stem && !strcmp(k->string, "name")) && !key_in(k->string, cls->spec_keys))
-                return fail(e, PS_EFORMAT, "%s: unknown key '%s'", b->where, k->string);
-        }
-        const cJSON *tr = item(l, "trainable"), *nm = item(l, "name");
-        if (tr && !cJSON_IsBool(tr))
-            return fail(e, PS_EFORMAT, "%s: 'trainable' must be true or false", b->where);
-        char name[48];
-        if (stem && nm && (!cJSON_IsString(nm) || !nm->valuestring[0] ||
-                           strlen(nm->valuestring) >= sizeof name))
-            return fail(e, PS_EFORMAT, "%s: 'name' must be a string of 1 to %zu characters",
-                        b->where, sizeof name - 1);
-        if (stem) snprintf(name, sizeof name, "%s", nm ? nm->valuestring : "");
-        if (stem && !nm) snprintf(name, sizeof name, "%s_%zu", stem, index);
-        b->nin = 1;
-        b->in_t[0] = *cur;
-        b->prefix = stem ? name : NULL;
-        size_t first_op = m->nops;
-        int rc = ps_build_layer(b, cls->name, l, false, cur);
-        if (rc != PS_OK) return rc;
-        for (size_t j = first_op; j < m->nops; j++)
-            m->ops[j].frozen = cJSON_IsFalse(tr);
-        index++;
+        if (rc != PS_OK) break;
+        rc = spec_layer(b, &sn, l, stem, index++, cur, e);
     }
-    b->prefix = NULL; /* it pointed at name */
-    return PS_OK;
+    free(sn.name);
+    free(sn.t);
+    b->prefix = NULL; /* it pointed at a name */
+    return rc;
 }
 
 static int parse_layers(ps_model *m, const cJSON *layers, perr *e) {
@@ -387,6 +505,64 @@ static int parse_input_shape(ps_model *m, const cJSON *shape, perr *e) {
     return PS_OK;
 }
 
+/* "inputs": [{"name": "user", "ids": true}, {"name": "x", "shape": [n]}, ...]:
+ * id inputs (one uint64 id per sample; "shape": [1] makes Keras' (1,), so an
+ * Embedding over it gives [1, dim]) and at most one float input, besides or
+ * instead of "input_shape". */
+static int parse_inputs(ps_model *m, const cJSON *root, perr *e) {
+    const cJSON *ins = item(root, "inputs"), *x, *k;
+    bool have_x = item(root, "input_shape") != NULL;
+    if (!ins) {
+        int rc = parse_input_shape(m, item(root, "input_shape"), e);
+        if (rc == PS_OK) snprintf(m->input_name, sizeof m->input_name, "input");
+        return rc;
+    }
+    if (!cJSON_IsArray(ins) || cJSON_GetArraySize(ins) < 1)
+        return fail(e, PS_EFORMAT, "'inputs' must be a non-empty array of inputs");
+    if (have_x && parse_input_shape(m, item(root, "input_shape"), e) != PS_OK) return PS_EFORMAT;
+    if (have_x) snprintf(m->input_name, sizeof m->input_name, "input");
+    cJSON_ArrayForEach(x, ins) {
+        const cJSON *nm = item(x, "name"), *ids = item(x, "ids"), *shape = item(x, "shape");
+        cJSON_ArrayForEach(k, x) {
+            if (strcmp(k->string, "name") && strcmp(k->string, "ids") && strcmp(k->string, "shape"))
+                return fail(e, PS_EFORMAT,
+                            "'inputs': unknown key '%s' (an input has name, ids, shape)",
+                            k->string);
+        }
+        if (!cJSON_IsString(nm) || (ids && !cJSON_IsBool(ids)))
+            return fail(e, PS_EFORMAT,
+                        "'inputs': each input needs a 'name' (and 'ids': true for an id input)");
+        if (cJSON_IsTrue(ids)) {
+            size_t one = 0, id_k;
+            int n = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : -1;
+            if (shape && !(n == 0 || (n == 1 && get_size(cJSON_GetArrayItem(shape, 0), 1, 1, &one))))
+                return fail(e, PS_EFORMAT,
+                            "'inputs': id input '%s': 'shape' must be [] or [1] (one id per sample)",
+                            nm->valuestring);
+            int rc = ps_model_add_id_input(m, nm->valuestring, n == 1, &id_k, e->err, e->errlen);
+            if (rc != PS_OK) return rc;
+            continue;
+        }
+        if (have_x)
+            return fail(e, PS_EFORMAT,
+                        "'inputs': a second float input '%s' (one float input, any number of id "
+                        "inputs)",
+                        nm->valuestring);
+        if (strlen(nm->valuestring) >= sizeof m->input_name)
+            return fail(e, PS_EFORMAT, "'inputs': the name '%s' is too long", nm->valuestring);
+        int rc = parse_input_shape(m, shape, e);
+        if (rc != PS_OK) return rc;
+        snprintf(m->input_name, sizeof m->input_name, "%s", nm->valuestring);
+        have_x = true;
+    }
+    if (m->input_name[0]) {
+        for (size_t i = 0; i < m->nids; i++)
+            if (!strcmp(m->ids[i].name, m->input_name))
+                return fail(e, PS_EFORMAT, "'inputs': two inputs named '%s'", m->input_name);
+    }
+    return PS_OK;
+}
+
 static int parse_name(ps_model *m, const cJSON *root, perr *e) {
     const cJSON *name = item(root, "name");
     if (name && (!cJSON_IsString(name) || strlen(name->valuestring) >= sizeof m->name))
@@ -401,14 +577,14 @@ static int parse_spec(ps_model *m, const cJSON *root, perr *e) {
     static const char *const top_keys[] = {"name",        "input_shape", "layers",     "loss",
                                            "from_logits", "optimizer",   "batch_size", "metrics",
                                            "epochs",      "labels",      "dtype_policy",
-                                           NULL};
+                                           "inputs",      NULL};
     const cJSON *k;
     cJSON_ArrayForEach(k, root) {
         if (!key_in(k->string, top_keys))
             return fail(e, PS_EFORMAT, "unknown top-level key '%s'", k->string);
     }
     int rc = parse_name(m, root, e);
-    if (rc == PS_OK) rc = parse_input_shape(m, item(root, "input_shape"), e);
+    if (rc == PS_OK) rc = parse_inputs(m, root, e);
     if (rc == PS_OK) rc = parse_layers(m, item(root, "layers"), e);
     if (rc == PS_OK) rc = ps_spec_parse_training(m, root, e->err, e->errlen);
     return rc;
@@ -575,6 +751,7 @@ int ps_model_parse(ps_model *m, const char *json, const char *base_dir,
                    const ps_model_overrides *ov, char *err, size_t errlen) {
     perr e = {err, errlen};
     if (!json) return fail(&e, PS_EINVAL, "no spec text");
+    m->input = (ps_shape){1, 1, 0}; /* no float input until one is read */
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(json, &end, true);
     if (!root)

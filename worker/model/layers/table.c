@@ -8,14 +8,16 @@
 extern const ps_layer ps_layer_dense, ps_layer_conv, ps_layer_dwconv, ps_layer_bn,
     ps_layer_maxpool, ps_layer_avgpool, ps_layer_gap, ps_layer_pad, ps_layer_reshape,
     ps_layer_dropout, ps_layer_activation, ps_layer_add, ps_layer_concat, ps_layer_sepconv,
-    ps_layer_mul, ps_layer_rescale, ps_layer_crop, ps_layer_ln, ps_layer_norm;
+    ps_layer_mul, ps_layer_rescale, ps_layer_crop, ps_layer_ln, ps_layer_norm, ps_layer_embedding,
+    ps_layer_dot;
 
 static const ps_layer *const all[] = {
     &ps_layer_dense,   &ps_layer_conv,    &ps_layer_dwconv, &ps_layer_bn,
     &ps_layer_maxpool, &ps_layer_avgpool, &ps_layer_gap,    &ps_layer_pad,
     &ps_layer_reshape, &ps_layer_dropout, &ps_layer_activation, &ps_layer_add,
     &ps_layer_concat,  &ps_layer_sepconv, &ps_layer_mul,    &ps_layer_rescale,
-    &ps_layer_crop,    &ps_layer_ln,      &ps_layer_norm,
+    &ps_layer_crop,    &ps_layer_ln,      &ps_layer_norm,   &ps_layer_embedding,
+    &ps_layer_dot,
 };
 #define N_LAYERS (sizeof all / sizeof all[0])
 

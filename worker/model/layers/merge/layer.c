@@ -8,16 +8,23 @@
 
 static const char *const no_keys[] = {NULL};
 static const char *const concat_keys[] = {"axis", NULL};
-static const ps_layer_class add_classes[] = {{"Add", NULL, false, no_keys, no_keys}};
+static const ps_layer_class add_classes[] = {{"Add", NULL, true, no_keys, no_keys}};
 static const ps_layer_class concat_classes[] = {
-    {"Concatenate", NULL, false, concat_keys, concat_keys}};
+    {"Concatenate", NULL, true, concat_keys, concat_keys}};
 
 static int parse_merge(ps_build *b, const cJSON *l, bool concat, ps_op *o) {
     if (b->nin < 2)
         return ps_build_fail(b, PS_EFORMAT, "%s: needs at least two inputs, got %zu", b->where,
                              b->nin);
     bool image = ps_tensor_image(b->m, b->in_t[0]);
-    if (concat) {
+    if (concat && o->seq) { /* Embedding outputs, Keras' [1, dim]: the values' axis is 2 */
+        const cJSON *a = ps_layer_item(l, "axis");
+        if (a && !(cJSON_IsNumber(a) && (a->valuedouble == -1 || a->valuedouble == 2)))
+            return ps_build_fail(b, PS_EFORMAT,
+                                 "%s: option 'axis' is not supported: only the values' axis (-1 "
+                                 "or 2) of Embedding outputs [1, dim]",
+                                 b->where);
+    } else if (concat) {
         int rc = ps_layer_parse_channel_axis(b, l, image);
         if (rc != PS_OK) return rc;
     }
@@ -25,6 +32,13 @@ static int parse_merge(ps_build *b, const cJSON *l, bool concat, ps_op *o) {
     for (size_t i = 0; i < b->nin; i++) {
         ps_shape s = ps_tensor_shape(b->m, b->in_t[i]);
         bool same = s.h == o->in.h && s.w == o->in.w && (concat || s.c == o->in.c);
+        size_t t = b->in_t[i];
+        bool seq = t ? b->m->ops[t - 1].seq : false;
+        if (seq != o->seq)
+            return ps_build_fail(b, PS_EFORMAT,
+                                 "%s: input %zu is %s, input 0 %s: Flatten the Embedding outputs",
+                                 b->where, i, seq ? "an Embedding's [1, dim]" : "a vector",
+                                 o->seq ? "an Embedding's [1, dim]" : "a vector");
         if (!same || ps_tensor_image(b->m, b->in_t[i]) != image)
             return ps_build_fail(b, PS_EFORMAT,
                                  "%s: input %zu has shape %zux%zux%zu, input 0 %zux%zux%zu%s",

@@ -39,6 +39,7 @@ static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op
     (void)keras;
     (void)act;
     o->kind = OP_FLATTEN;
+    o->seq = false; /* Keras' [1, dim] of an Embedding becomes [dim] */
     if (!strcmp(cls, "Reshape")) return parse_reshape(b, l, o);
     o->out = (ps_shape){1, 1, ps_shape_numel(o->in)};
     o->image = false;
