@@ -170,7 +170,20 @@ static void grads_final(void *ctx, const float *begin, const float *end) {
  * interface (exchange.h). --sync-every K > 1 wraps it in local SGD. */
 static int open_exchange(const ps_train_config *cfg, ps_model *m, ps_exchange *ex, char *err,
                          size_t errlen) {
-    if (cfg->no_ps) return ps_exchange_local_open(m, ex, err, errlen);
+    if (ps_model_num_embeddings(m)) { /* what the embedding tables' row path has */
+        const char *no = !cfg->no_ps && cfg->strategy != PS_STRATEGY_PARAMETER_SERVER
+                             ? "the all-reduce strategies (use --strategy parameter_server: the "
+                               "tables live on psd)"
+                         : cfg->sync_every > 1        ? "--sync-every (local SGD)"
+                         : cfg->accumulate_steps > 1 ? "--accumulate-steps"
+                                                     : NULL;
+        if (no) {
+            snprintf(err, errlen, "a model with Embedding layers (%s, ...) cannot train with %s",
+                     ps_model_embedding_at(m, 0)->name, no);
+            return PS_EINVAL;
+        }
+    }
+    if (cfg->no_ps) return ps_exchange_local_open(m, cfg->seed, ex, err, errlen);
     ps_exchange inner = {0};
     int rc = cfg->strategy != PS_STRATEGY_PARAMETER_SERVER
                  ? ps_exchange_collective_open(cfg, m, &inner, err, errlen)

@@ -75,7 +75,7 @@ static void *run_worker(void *p) {
     if (a->rc != PS_OK) return NULL;
     /* only the chief's initial values count: the broadcast replaces the others' */
     ps_model_init_params(m, a->index == 0 ? 7 : 1000 + a->index);
-    a->rc = a->local ? ps_exchange_local_open(m, &ex, a->err, sizeof a->err)
+    a->rc = a->local ? ps_exchange_local_open(m, 0, &ex, a->err, sizeof a->err)
                      : ps_exchange_collective_open(&cfg, m, &ex, a->err, sizeof a->err);
     ps_exchange_job job = {.total_steps = STEPS};
     if (a->rc == PS_OK) {

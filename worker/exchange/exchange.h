@@ -85,6 +85,17 @@ typedef struct {
      * worker's own: an error only when training cannot go on (a broken ring).
      * NULL: this worker's own (--no-ps). */
     int (*reduce_metrics)(void *self, ps_job_epoch *e, char *err, size_t errlen);
+    /* Embedding tables (the model's Embedding layers, emb_tables.h), after join:
+     * rows_pull writes the rows of n distinct ids of table e (the values this
+     * step starts from) into out[n * dim]; rows_push hands on their gradients
+     * (d(mean loss)/d(row)), before step_end: a strategy may send them at once
+     * (psd: ahead of the step's dense push on the same sockets) or keep them
+     * for step_end. NULL: the strategy keeps no tables (its open refuses a
+     * model that has some). */
+    int (*rows_pull)(void *self, size_t e, const uint64_t *ids, size_t n, float *out, char *err,
+                     size_t errlen);
+    int (*rows_push)(void *self, size_t e, const uint64_t *ids, size_t n, const float *grads,
+                     char *err, size_t errlen);
 } ps_exchange_ops;
 
 /* An exchange: the strategy's operations and its state (owned). Embedded in
@@ -103,10 +114,13 @@ typedef struct {
 int ps_exchange_ps_open(const ps_train_config *cfg, ps_model *m, ps_exchange *out, char *err,
                         size_t errlen);
 /* The optimizer in this process (exchange_local.c, --no-ps): the same
- * formulas psd applies, on m's own parameters after each step. m is borrowed
- * and must outlive the exchange. Returns PS_OK with *out set
- * (ps_exchange_free), or PS_ENOMEM with a reason in err. */
-int ps_exchange_local_open(ps_model *m, ps_exchange *out, char *err, size_t errlen);
+ * formulas psd applies, on m's own parameters after each step; the model's
+ * embedding tables held whole here (rows start as psd's would with this
+ * seed). m is borrowed and must outlive the exchange. Returns PS_OK with *out
+ * set (ps_exchange_free), or PS_ENOMEM / PS_EINVAL (a table it cannot hold, an
+ * optimizer the rows cannot take) with a reason in err. */
+int ps_exchange_local_open(ps_model *m, uint64_t seed, ps_exchange *out, char *err,
+                           size_t errlen);
 
 /* The all-reduce strategies (exchange_collective.c, --strategy mirrored |
  * multi_worker_mirrored): every worker holds the variables and runs the
@@ -169,6 +183,14 @@ static inline int ps_exchange_eval_sync(ps_exchange *ex, int newest, uint64_t cl
 static inline int ps_exchange_reduce_metrics(ps_exchange *ex, ps_job_epoch *e, char *err,
                                              size_t errlen) {
     return ex->ops->reduce_metrics ? ex->ops->reduce_metrics(ex->self, e, err, errlen) : PS_OK;
+}
+static inline int ps_exchange_rows_pull(ps_exchange *ex, size_t e, const uint64_t *ids, size_t n,
+                                        float *out, char *err, size_t errlen) {
+    return ex->ops->rows_pull(ex->self, e, ids, n, out, err, errlen);
+}
+static inline int ps_exchange_rows_push(ps_exchange *ex, size_t e, const uint64_t *ids, size_t n,
+                                        const float *grads, char *err, size_t errlen) {
+    return ex->ops->rows_push(ex->self, e, ids, n, grads, err, errlen);
 }
 static inline void ps_exchange_finish(ps_exchange *ex) {
     if (ex->ops->finish) ex->ops->finish(ex->self);

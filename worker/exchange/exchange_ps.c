@@ -9,6 +9,7 @@
 
 #include "ps.h"
 #include "clip.h"
+#include "emb_tables.h"
 #include "exchange.h"
 #include "half.h"
 #include "local_opt.h"
@@ -28,6 +29,11 @@ typedef struct {
     ps_clip_range *ranges;  /* the trainable variables' gradients */
     size_t n_ranges;
     unsigned char *clipped; /* per range: clipped this step */
+    /* the model's embedding tables on psd (ps_model_embedding_at order), made at join;
+     * with any, a step's dense push waits for step_end, after the rows (rows_push) */
+    ps_table **tables;
+    size_t n_tables;
+    ps_row_opt row_opt;
 } ps_ex;
 
 /* all: every variable's optimizer on psd (local SGD's delta rule); NULL: the model's.
@@ -82,6 +88,53 @@ int ps_train_register_vars(ps_model *m, ps_client *c, unsigned n_shards, char *e
     return register_vars(m, c, n_shards, NULL, err, errlen);
 }
 
+/* Every worker creates the model's tables (the same spec: the shards keep the
+ * first), named after their layers, spread over every shard. */
+static int create_tables(ps_ex *x, char *err, size_t errlen) {
+    for (size_t e = 0; e < x->n_tables; e++) {
+        const ps_model_embedding *me = ps_model_embedding_at(x->model, e);
+        ps_table_spec spec;
+        ps_client_table_spec(&spec, me->name, me->dim,
+                             ps_row_opt_kind_name(x->row_opt.kind), x->row_opt.lr);
+        spec.epsilon = x->row_opt.eps;
+        spec.initial_accumulator = x->row_opt.initial_accumulator;
+        spec.beta1 = x->row_opt.beta_1, spec.beta2 = x->row_opt.beta_2;
+        spec.num_rows = me->input_dim;
+        spec.init_lo = me->init_lo, spec.init_hi = me->init_hi;
+        spec.seed = x->cfg->seed;
+        if (ps_client_create_table(x->client, &spec, &x->tables[e]) != PS_OK) {
+            snprintf(err, errlen, "embedding table '%s': %s", me->name,
+                     ps_client_error(x->client));
+            return PS_EINVAL;
+        }
+    }
+    if (x->n_tables)
+        PS_INFO("%zu embedding table(s) on psd, rows updated by %s", x->n_tables,
+                ps_row_opt_kind_name(x->row_opt.kind));
+    return PS_OK;
+}
+
+static int ps_rows_pull(void *self, size_t e, const uint64_t *ids, size_t n, float *out,
+                        char *err, size_t errlen) {
+    ps_ex *x = self;
+    int rc = ps_client_pull_rows(x->tables[e], ids, n, out);
+    if (rc != PS_OK) snprintf(err, errlen, "%s", ps_client_error(x->client));
+    return rc;
+}
+
+static int ps_rows_push(void *self, size_t e, const uint64_t *ids, size_t n, const float *grads,
+                        char *err, size_t errlen) {
+    ps_ex *x = self;
+    uint64_t dropped = 0;
+    int rc = ps_client_push_rows(x->tables[e], ids, n, grads, 0, &dropped);
+    if (rc == PS_ERESTARTED) {
+        PS_WARN("%s; this step's rows are lost, going on", ps_client_error(x->client));
+        rc = PS_OK;
+    }
+    if (rc != PS_OK) snprintf(err, errlen, "%s", ps_client_error(x->client));
+    return rc;
+}
+
 /* Joins the job through libps (ps_client_join): hello; the chief checks the
  * shards and creates the variables, the others wait for them; then where the
  * job is: a worker (re)starting into a running job continues where its data
@@ -123,7 +176,7 @@ static int ps_join(void *self, ps_exchange_job *job, char *err, size_t errlen) {
         PS_INFO("created %zu variables (%zu parameters) on %zu shards", info.created,
                 ps_model_num_updated_params(x->model), cfg->n_ps);
     job->clock = info.clock;
-    return PS_OK;
+    return create_tables(x, err, errlen);
 }
 
 /* ---- clipping before the push ----
@@ -210,15 +263,18 @@ static int step_result(ps_ex *x, int rc, size_t dropped, char *err, size_t errle
 
 /* PushPull: each shard's request goes out as soon as its gradients are final
  * (ps_pp_grads_ready), its reply brings the updated values. */
+/* With embedding tables the step exchange opens at step_end, once the rows are
+ * pushed: a sync step must not close on a dense push before this worker's rows. */
 static int ps_pp_step_begin(void *self, uint64_t clock, char *err, size_t errlen) {
     ps_ex *x = self;
     int rc = ps_step_begin(self, clock, err, errlen);
-    if (rc == PS_OK) ps_client_step_begin(x->client, clock);
+    if (rc == PS_OK && !x->n_tables) ps_client_step_begin(x->client, clock);
     return rc;
 }
 
 static void ps_pp_grads_ready(void *self, const float *begin, const float *end) {
     ps_ex *x = self;
+    if (x->n_tables) return; /* step_end sends everything */
     if (x->clip && !clip_ready(x, begin, end)) return;
     ps_client_grads_ready(x->client, begin, end);
 }
@@ -226,7 +282,12 @@ static void ps_pp_grads_ready(void *self, const float *begin, const float *end) 
 static int ps_pp_step_end(void *self, char *err, size_t errlen) {
     ps_ex *x = self;
     size_t dropped = 0;
-    if (x->clip) {
+    if (x->n_tables) {
+        const float *g = ps_model_grads(x->model);
+        ps_client_step_begin(x->client, x->clock);
+        if (x->clip) clip_rest(x);
+        ps_client_grads_ready(x->client, g, g + ps_model_num_params(x->model));
+    } else if (x->clip) {
         clip_rest(x);
         const float *g = ps_model_grads(x->model);
         ps_client_grads_ready(x->client, g, g + ps_model_num_params(x->model)); /* errors: below */
@@ -334,7 +395,8 @@ static int ps_push_step_end_checked(void *self, int bad, int *skipped, char *err
 
 static void ps_free(void *self) {
     ps_ex *x = self;
-    ps_client_close(x->client);
+    ps_client_close(x->client); /* and the table handles */
+    free(x->tables);
     free(x->ranges);
     free(x->clipped);
     free(x);
@@ -345,6 +407,8 @@ static uint64_t ps_bytes_sent(void *self) {
 }
 
 static const ps_exchange_ops push_pull_ops = {
+    .rows_pull = ps_rows_pull,
+    .rows_push = ps_rows_push,
     .bytes_sent = ps_bytes_sent,
     .reduce_metrics = ps_reduce_metrics,
     .name = "psd (push-pull)",
@@ -359,6 +423,8 @@ static const ps_exchange_ops push_pull_ops = {
 };
 
 static const ps_exchange_ops separate_ops = {
+    .rows_pull = ps_rows_pull,
+    .rows_push = ps_rows_push,
     .bytes_sent = ps_bytes_sent,
     .reduce_metrics = ps_reduce_metrics,
     .name = "psd (pull, push)",
@@ -415,7 +481,16 @@ int ps_exchange_ps_open(const ps_train_config *cfg, ps_model *m, ps_exchange *ou
         return PS_ENOMEM;
     }
     *x = (ps_ex){.cfg = cfg, .model = m};
-    int rc = clip_open(x, err, errlen);
+    int rc = PS_OK;
+    x->n_tables = ps_model_num_embeddings(m);
+    if (x->n_tables) {
+        rc = ps_emb_row_opt(m, &x->row_opt, err, errlen);
+        if (rc == PS_OK && !(x->tables = calloc(x->n_tables, sizeof *x->tables))) {
+            snprintf(err, errlen, "out of memory");
+            rc = PS_ENOMEM;
+        }
+    }
+    if (rc == PS_OK) rc = clip_open(x, err, errlen);
     if (rc == PS_OK) rc = open_client(cfg, m, &x->client, err, errlen);
     if (rc != PS_OK) {
         ps_free(x);
