@@ -3,7 +3,10 @@
  * hash, pinned by its values; salted by the column's place; an empty field the
  * column's missing id); the CSV source's records carry them and a float
  * target, and every bad table is an error naming the file, line and column;
- * the data spec's keys and their errors. */
+ * the data spec's keys and their errors; the pipeline's batches carry ids and
+ * targets beside x and the labels, the same with 0, 1 or 4 threads, aligned
+ * with their records through shuffling and skipping, the two workers' shares
+ * disjoint and covering the table. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +15,8 @@
 
 #include "dataspec.h"
 #include "ids.h"
+#include "order.h"
+#include "pipeline.h"
 #include "ps_error.h"
 #include "source.h"
 #include "testutil.h"
@@ -258,6 +263,249 @@ START_TEST(spec_keys) {
 }
 END_TEST
 
+/* ---- the pipeline ---- */
+
+/* rows records in `files` files named t0.csv, ...: row r has the ids "r" and
+ * "k<r % 5>" (hashed), features r and -r, the float label r / 4. */
+static ps_source *make_table(size_t rows, size_t files, ps_source_opts *o) {
+    static const char *ids[2] = {"row", "key"};
+    static const char *cols[2] = {"a", "b"};
+    *o = (ps_source_opts){.id_columns = ids, .n_id_columns = 2, .columns = cols, .n_columns = 2,
+                          .label_column = "y", .float_label = true, .hash_ids = true};
+    char *paths[8];
+    size_t per = (rows + files - 1) / files;
+    for (size_t f = 0; f < files; f++) {
+        char p[4096], name[32];
+        size_t cap = 64 + per * 64, off = 0;
+        char *text = malloc(cap);
+        off += (size_t)snprintf(text, cap, "key,y,a,row,b\n");
+        for (size_t r = f * per; r < rows && r < (f + 1) * per; r++)
+            off += (size_t)snprintf(text + off, cap - off, "k%zu,%g,%zu,%zu,-%zu\n", r % 5,
+                                    (double)r / 4, r, r, r);
+        snprintf(name, sizeof name, "t%zu.csv", f);
+        put(name, text, p);
+        free(text);
+        paths[f] = strdup(p);
+    }
+    ps_source *s = NULL;
+    char err[512];
+    int rc = ps_source_csv((const char *const *)paths, files, o, &s, err, sizeof err);
+    ck_assert_msg(rc == PS_OK, "%s", err);
+    for (size_t f = 0; f < files; f++) free(paths[f]);
+    return s;
+}
+
+typedef struct {
+    uint64_t *rows; /* each record's row */
+    float *x, *t;
+    int32_t *y;
+    uint64_t *ids;
+    size_t n;
+} epochs_out;
+
+/* Every batch of `epochs` epochs through ps_pipeline_next_batch, each record
+ * checked against its own row (x, target and ids aligned). */
+static epochs_out run(ps_pipeline_cfg cfg, unsigned epochs) {
+    ps_pipeline *p;
+    char err[512];
+    ck_assert_msg(ps_pipeline_open(&p, &cfg, err, sizeof err) == PS_OK, "%s", err);
+    size_t cap = epochs * ps_pipeline_epoch_records(p), dim = cfg.out_c;
+    epochs_out o = {.rows = malloc(cap * sizeof(uint64_t)),
+                    .x = malloc((cap * dim + 1) * sizeof(float)),
+                    .t = malloc(cap * sizeof(float)),
+                    .y = malloc(cap * sizeof(int32_t)),
+                    .ids = malloc(cap * 2 * sizeof(uint64_t))};
+    for (unsigned e = 0; e < epochs; e++) {
+        ck_assert_int_eq(ps_pipeline_start_epoch(p, e, 0), PS_OK);
+        for (;;) {
+            ps_pipeline_batch b;
+            ck_assert_msg(ps_pipeline_next_batch(p, &b, err, sizeof err) == PS_OK, "%s", err);
+            if (!b.nb) break;
+            ck_assert_uint_eq(b.n_ids, 2);
+            ck_assert(b.float_targets);
+            for (size_t k = 0; k < b.nb; k++) {
+                uint64_t row = (uint64_t)b.x[k * dim];
+                char key[32];
+                snprintf(key, sizeof key, "%u", (unsigned)row);
+                ck_assert(b.ids[2 * k] == ps_id_hash(key, strlen(key), 0));
+                snprintf(key, sizeof key, "k%u", (unsigned)(row % 5));
+                ck_assert(b.ids[2 * k + 1] == ps_id_hash(key, strlen(key), 1));
+                ck_assert(b.targets[k] == (float)row / 4);
+                ck_assert_int_eq(b.y[k], 0);
+                ck_assert(b.x[k * dim + 1] == -(float)row);
+                o.rows[o.n + k] = row;
+            }
+            memcpy(o.x + o.n * dim, b.x, b.nb * dim * sizeof *b.x);
+            memcpy(o.t + o.n, b.targets, b.nb * sizeof *b.targets);
+            memcpy(o.y + o.n, b.y, b.nb * sizeof *b.y);
+            memcpy(o.ids + 2 * o.n, b.ids, b.nb * 2 * sizeof *b.ids);
+            o.n += b.nb;
+        }
+    }
+    ps_pipeline_close(p);
+    return o;
+}
+
+static void out_free(epochs_out *o) {
+    free(o->rows), free(o->x), free(o->t), free(o->y), free(o->ids);
+}
+
+START_TEST(batches_carry_ids_and_targets) {
+    ps_source_opts so;
+    ps_source *src = make_table(203, 1, &so);
+    ps_pipeline_cfg cfg = {.src = src, .out_h = 1, .out_w = 1, .out_c = 2, .batch = 16,
+                           .count = 1, .seed = 7, .training = true};
+    epochs_out want = run(cfg, 2);
+    ck_assert_uint_eq(want.n, 2 * 203);
+    unsigned threads[] = {1, 4};
+    for (size_t i = 0; i < 2; i++) {
+        cfg.threads = threads[i];
+        cfg.memory_bytes = i ? 1 : 0; /* two batches at a time, and the default */
+        epochs_out got = run(cfg, 2);
+        ck_assert_uint_eq(got.n, want.n);
+        ck_assert_mem_eq(got.x, want.x, want.n * 2 * sizeof *got.x);
+        ck_assert_mem_eq(got.t, want.t, want.n * sizeof *got.t);
+        ck_assert_mem_eq(got.y, want.y, want.n * sizeof *got.y);
+        ck_assert_mem_eq(got.ids, want.ids, want.n * 2 * sizeof *got.ids);
+        out_free(&got);
+    }
+    /* shuffled: not the table's order, and another order in the second epoch */
+    size_t in_place = 0;
+    for (size_t k = 0; k < 203; k++) in_place += want.rows[k] == k;
+    ck_assert_uint_lt(in_place, 20);
+    ck_assert(memcmp(want.rows, want.rows + 203, 203 * sizeof *want.rows) != 0);
+    /* the existing accessor gives the same x and labels */
+    ps_pipeline *p;
+    char err[512];
+    cfg.threads = 2;
+    ck_assert_int_eq(ps_pipeline_open(&p, &cfg, err, sizeof err), PS_OK);
+    ck_assert_int_eq(ps_pipeline_start_epoch(p, 0, 0), PS_OK);
+    size_t n = 0, nb;
+    float *x;
+    int32_t *y;
+    while (ps_pipeline_next(p, &x, &y, &nb, err, sizeof err) == PS_OK && nb) {
+        ck_assert_mem_eq(x, want.x + 2 * n, nb * 2 * sizeof *x);
+        n += nb;
+    }
+    ck_assert_uint_eq(n, 203);
+    ps_pipeline_close(p);
+    /* float targets are not relabelled */
+    int32_t map[1] = {0};
+    cfg.label_map = map, cfg.label_map_n = 1;
+    ck_assert_int_eq(ps_pipeline_open(&p, &cfg, err, sizeof err), PS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "float targets are not relabelled"));
+    out_free(&want);
+    ps_source_close(src);
+}
+END_TEST
+
+/* Two workers: by record (one file) and by file (two), the shares are
+ * disjoint and cover every row once per epoch; ids alone (no features). */
+START_TEST(two_workers_share_the_table) {
+    for (size_t files = 1; files <= 2; files++) {
+        ps_source_opts so;
+        ps_source *src = make_table(104, files, &so);
+        uint8_t seen[104] = {0};
+        for (unsigned w = 0; w < 2; w++)
+            for (unsigned threads = 0; threads <= 4; threads += 4) {
+                ps_pipeline_cfg cfg = {.src = src, .out_h = 1, .out_w = 1, .out_c = 2,
+                                       .batch = 10, .index = w, .count = 2, .seed = 3,
+                                       .threads = threads};
+                epochs_out o = run(cfg, 1);
+                ck_assert_uint_eq(o.n, 52);
+                for (size_t k = 0; k < o.n; k++) {
+                    uint64_t row = o.rows[k];
+                    ck_assert_uint_lt(row, 104);
+                    if (files == 1) ck_assert_uint_eq(row % 2, w); /* record i: worker i % 2 */
+                    else ck_assert_uint_eq(row / 52, w);          /* file i: worker i */
+                    if (threads == 0) ck_assert_uint_eq(seen[row]++, 0);
+                }
+                out_free(&o);
+            }
+        for (size_t r = 0; r < 104; r++) ck_assert_uint_eq(seen[r], 1);
+        ps_source_close(src);
+    }
+    /* the ids as the whole input: no numeric columns */
+    char p[4096];
+    put("ids.tsv", "u\ti\tr\n1\t2\t0.5\n3\t4\t1.5\n5\t6\t2.5\n", p);
+    const char *ids[2] = {"u", "i"};
+    const char *none[1] = {NULL};
+    ps_source_opts o = {.id_columns = ids, .n_id_columns = 2, .columns = none, .n_columns = 0,
+                        .label_column = "r", .float_label = true};
+    ps_source *src = open_csv(p, &o);
+    ps_pipeline_cfg cfg = {.src = src, .out_h = 1, .out_w = 1, .out_c = 0, .batch = 2,
+                           .count = 1, .threads = 2, .shuffle_buffer = PS_ORDER_IN_ORDER};
+    ps_pipeline *pl;
+    char err[512];
+    ck_assert_msg(ps_pipeline_open(&pl, &cfg, err, sizeof err) == PS_OK, "%s", err);
+    ck_assert_int_eq(ps_pipeline_start_epoch(pl, 0, 0), PS_OK);
+    ps_pipeline_batch b;
+    ck_assert_int_eq(ps_pipeline_next_batch(pl, &b, err, sizeof err), PS_OK);
+    ck_assert_uint_eq(b.nb, 2);
+    ck_assert(b.ids[0] == 1 && b.ids[1] == 2 && b.ids[2] == 3 && b.ids[3] == 4);
+    ck_assert(b.targets[0] == 0.5f && b.targets[1] == 1.5f);
+    ck_assert_int_eq(ps_pipeline_next_batch(pl, &b, err, sizeof err), PS_OK);
+    ck_assert(b.nb == 1 && b.ids[0] == 5 && b.ids[1] == 6 && b.targets[0] == 2.5f);
+    ck_assert_int_eq(ps_pipeline_next_batch(pl, &b, err, sizeof err), PS_OK);
+    ck_assert_uint_eq(b.nb, 0);
+    ps_pipeline_close(pl);
+    ps_source_close(src);
+}
+END_TEST
+
+/* A source with one id per record (i * 7) whose records 3 and 10 cannot be
+ * read: skipped, the rest of the batch moves up with their ids and targets. */
+static int flaky_read(ps_source *src, size_t i, ps_sample *s, char *err, size_t errlen) {
+    (void)src;
+    if (i == 3 || i == 10) {
+        snprintf(err, errlen, "flaky: record %zu: damaged", i);
+        return PS_EFORMAT;
+    }
+    if (ps_sample_reserve(s, 1) != PS_OK || ps_sample_reserve_ids(s, 1) != PS_OK)
+        return PS_ENOMEM;
+    s->x[0] = (float)i;
+    s->h = s->w = s->c = 1;
+    s->ids[0] = i * 7, s->n_ids = 1;
+    s->label = (int32_t)(i % 2);
+    return PS_OK;
+}
+
+static const ps_source_ops flaky_ops = {.read = flaky_read};
+
+START_TEST(skipped_records_keep_ids_aligned) {
+    ps_source *src = ps_source_new(&flaky_ops, 1);
+    src->n = 20;
+    src->file_start[1] = 20;
+    src->n_ids = 1;
+    src->num_classes = 2;
+    snprintf(src->desc, sizeof src->desc, "flaky");
+    for (unsigned threads = 0; threads <= 2; threads += 2) {
+        ps_pipeline_cfg cfg = {.src = src, .out_h = 1, .out_w = 1, .out_c = 1, .batch = 8,
+                               .count = 1, .threads = threads, .skip_bad = true,
+                               .shuffle_buffer = PS_ORDER_IN_ORDER};
+        ps_pipeline *p;
+        char err[512];
+        ck_assert_int_eq(ps_pipeline_open(&p, &cfg, err, sizeof err), PS_OK);
+        ck_assert_int_eq(ps_pipeline_start_epoch(p, 0, 0), PS_OK);
+        size_t total = 0;
+        ps_pipeline_batch b;
+        while (ps_pipeline_next_batch(p, &b, err, sizeof err) == PS_OK && b.nb) {
+            ck_assert(!b.float_targets);
+            for (size_t k = 0; k < b.nb; k++) {
+                size_t i = (size_t)b.x[k];
+                ck_assert(i != 3 && i != 10);
+                ck_assert(b.ids[k] == i * 7);
+                ck_assert(b.y[k] == (int32_t)(i % 2) && b.targets[k] == (float)(i % 2));
+            }
+            total += b.nb;
+        }
+        ck_assert_uint_eq(total, 18);
+        ps_pipeline_close(p);
+    }
+    ps_source_close(src);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("tabular");
     TCase *tc = tcase_create("tabular");
@@ -267,6 +515,9 @@ static Suite *suite(void) {
     tcase_add_test(tc, csv_ids_and_float_label);
     tcase_add_test(tc, csv_errors);
     tcase_add_test(tc, spec_keys);
+    tcase_add_test(tc, batches_carry_ids_and_targets);
+    tcase_add_test(tc, two_workers_share_the_table);
+    tcase_add_test(tc, skipped_records_keep_ids_aligned);
     suite_add_tcase(s, tc);
     return s;
 }
