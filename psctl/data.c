@@ -129,7 +129,17 @@ static int inspect(const data_opts *o, const char *path) {
     printf("path: %s\nformat: %s (%s)\n", path, src->format, ps_data_format_name(spec.format));
     printf("records: %zu in %zu file%s: %s\n", src->n, src->n_files, src->n_files == 1 ? "" : "s",
            src->desc);
-    if (src->classes) {
+    if (src->n_ids) {
+        printf("ids: %zu column%s (", src->n_ids, src->n_ids == 1 ? "" : "s");
+        for (size_t k = 0; k < spec.opts.n_id_columns; k++)
+            printf("%s%s", k ? ", " : "", spec.opts.id_columns[k]);
+        printf("), %s\n", spec.opts.hash_ids ? "text hashed to 64 bits" : "unsigned decimal");
+    }
+    const char *label_col = spec.opts.label_column ? spec.opts.label_column : "label";
+    if (src->float_target) {
+        printf("target: float, column \"%s\", %g to %g\n", label_col, src->target_min,
+               src->target_max);
+    } else if (src->classes) {
         printf("classes:");
         for (size_t i = 0; i < src->n_classes; i++)
             printf("%s %zu = %s", i ? "," : "", i, src->classes[i]);
@@ -141,8 +151,10 @@ static int inspect(const data_opts *o, const char *path) {
     }
     char desc[512];
     ps_prep_describe(prep, desc, sizeof desc);
-    printf("preprocess: %s\n", spec.preprocess ? desc : "none (psworker resizes images to the "
-                                                      "model's input)");
+    printf("preprocess: %s\n", spec.preprocess             ? desc
+                                : spec.format == PS_DATA_CSV ? "none"
+                                                             : "none (psworker resizes images to "
+                                                               "the model's input)");
     if (spec.validation_split > 0) printf("validation_split: %g\n", spec.validation_split);
     if (spec.validation) printf("validation: %s\n", spec.validation->origin);
     if (spec.has_shuffle_buffer) printf("shuffle_buffer: %zu\n", spec.shuffle_buffer);
@@ -153,8 +165,17 @@ static int inspect(const data_opts *o, const char *path) {
         if (rc != PS_OK) goto done;
         double mn, mx, mean;
         stats(s.x, s.h * s.w * s.c, &mn, &mx, &mean);
-        printf("record %zu: %zux%zux%zu, label %d, min %g max %g mean %.4g", i, s.h, s.w, s.c,
-               (int)s.label, mn, mx, mean);
+        printf("record %zu: %zux%zux%zu, ", i, s.h, s.w, s.c);
+        if (src->float_target) printf("target %g, ", (double)s.target);
+        else printf("label %d, ", (int)s.label);
+        if (s.n_ids) {
+            printf("ids");
+            for (size_t k = 0; k < s.n_ids && k < 8; k++)
+                printf(" %llu", (unsigned long long)s.ids[k]);
+            printf("%s, ", s.n_ids > 8 ? " ..." : "");
+        }
+        if (s.h * s.w * s.c > 0) printf("min %g max %g mean %.4g", mn, mx, mean);
+        else printf("no numeric features");
         size_t oh, ow, oc;
         if (spec.preprocess) {
             rc = ps_prep_shape(prep, s.h, s.w, s.c, &oh, &ow, &oc, err, sizeof err);

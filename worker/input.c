@@ -164,6 +164,14 @@ static unsigned input_threads(const ps_train_config *cfg) {
     return n < 1 ? 1 : n > 8 ? 8 : (unsigned)n;
 }
 
+int ps_input_source_check(const ps_source *src, char *err, size_t errlen) {
+    if (!src->n_ids && !src->float_target) return PS_OK;
+    snprintf(err, errlen,
+             "%s: %s, which no layer of a model spec takes yet (psctl data inspect reads them)",
+             src->desc, src->n_ids ? "id columns" : "a float label");
+    return PS_EINVAL;
+}
+
 static int open_pipeline(const ps_train_config *cfg, const ps_model *m, const ps_input *in,
                          ps_source *src,
                          const size_t *recs, size_t n_recs, ps_prep *prep, bool training,
@@ -189,7 +197,8 @@ static int open_pipeline(const ps_train_config *cfg, const ps_model *m, const ps
                           .seed = cfg->seed};
     ps_model_input_shape(m, &pc.out_h, &pc.out_w, &pc.out_c);
     if (pc.num_classes == 1) pc.num_classes = 2; /* one sigmoid output: labels 0 and 1 */
-    return ps_pipeline_open(out, &pc, err, errlen);
+    int rc = ps_input_source_check(src, err, errlen);
+    return rc == PS_OK ? ps_pipeline_open(out, &pc, err, errlen) : rc;
 }
 
 /* The training share's order: --shuffle-buffer, else the spec's, else full. */
@@ -222,6 +231,7 @@ static int open_streamed(const ps_train_config *cfg, ps_input *in, const ps_mode
     default_channels(&in->spec, m);
     if (in->spec.validation) default_channels(in->spec.validation, m);
     int rc = ps_data_spec_open(&in->spec, &in->train_src, err, errlen);
+    if (rc == PS_OK) rc = ps_input_source_check(in->train_src, err, errlen);
     if (rc != PS_OK) return rc;
     PS_INFO("data: %s %s", in->train_src->format, in->train_src->desc);
     if (in->train_src->classes) {

@@ -43,6 +43,11 @@ int ps_input_open(ps_input *in, const ps_train_config *cfg, const ps_model *m, s
                   char *err, size_t errlen);
 void ps_input_close(ps_input *in);
 
+/* PS_OK for a source a model spec can train on; PS_EINVAL, err saying why,
+ * for one with id columns or float labels (the input pipeline reads them, no
+ * layer takes them yet). */
+int ps_input_source_check(const ps_source *src, char *err, size_t errlen);
+
 typedef enum { PS_INPUT_VALIDATION, PS_INPUT_TEST } ps_input_set;
 
 /* Whether the set is there (on the chief). */

@@ -3,8 +3,9 @@
  * name, and every malformed table an error naming the file, line and column:
  * ragged rows both ways, a non-number, an empty field, an unterminated quote,
  * a header without a name or with one twice, an empty file, a line over the
- * limit. */
+ * limit; a column marked as text is split but not parsed. */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,28 @@ START_TEST(line_over_limit) {
 }
 END_TEST
 
+START_TEST(text_columns) {
+    write_file("t.csv", "a,b,c\n1,x7,\"q, r\"\n2,,3\n");
+    ps_csv_reader r;
+    char err[256];
+    ck_assert_msg(ps_csv_open(&r, path, 0, err, sizeof err) == PS_OK, "%s", err);
+    ck_assert_int_eq(ps_csv_keep_text(&r, 1), PS_OK);
+    ck_assert_int_eq(ps_csv_keep_text(&r, 2), PS_OK);
+    ck_assert_int_eq(ps_csv_keep_text(&r, 3), PS_EINVAL);
+    double v[3];
+    ck_assert_msg(ps_csv_next(&r, v, err, sizeof err) == PS_OK, "%s", err);
+    ck_assert(v[0] == 1 && isnan(v[1]) && isnan(v[2]));
+    ck_assert_str_eq(r.fields[1], "x7");
+    ck_assert_str_eq(r.fields[2], "q, r");
+    ck_assert_msg(ps_csv_next(&r, v, err, sizeof err) == PS_OK, "%s", err); /* empty: text */
+    ck_assert(v[0] == 2);
+    ck_assert_str_eq(r.fields[1], "");
+    ck_assert_str_eq(r.fields[2], "3");
+    ps_csv_close(&r);
+    unlink(path);
+}
+END_TEST
+
 static Suite *csv_suite(void) {
     Suite *s = suite_create("csv");
     TCase *tc = tcase_create("csv");
@@ -123,6 +146,7 @@ static Suite *csv_suite(void) {
     tcase_add_test(tc, reads_rows);
     tcase_add_test(tc, malformed);
     tcase_add_test(tc, line_over_limit);
+    tcase_add_test(tc, text_columns);
     suite_add_tcase(s, tc);
     return s;
 }

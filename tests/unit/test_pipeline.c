@@ -261,16 +261,16 @@ START_TEST(depth_follows_the_budget) {
     ps_source *src;
     char err[256];
     ck_assert_int_eq(ps_source_memory(&d, "test", &src, err, sizeof err), PS_OK);
-    /* a batch of 10 records is 10 * (400 + 5) bytes */
+    /* a batch of 10 records is 10 * (400 + 4 + 4 + 1) bytes: x, label, target, a flag */
     ps_pipeline_cfg cfg = {.src = src, .out_h = 1, .out_w = 1, .out_c = 100, .batch = 10,
-                           .count = 1, .threads = 2, .memory_bytes = 5 * 4050};
+                           .count = 1, .threads = 2, .memory_bytes = 5 * 4090};
     ps_pipeline *p;
     ck_assert_int_eq(ps_pipeline_open(&p, &cfg, err, sizeof err), PS_OK);
     bool over = true;
     ck_assert_uint_eq(ps_pipeline_depth(p, &over), 5);
     ck_assert(!over);
     ps_pipeline_close(p);
-    cfg.memory_bytes = 4050;
+    cfg.memory_bytes = 4090;
     ck_assert_int_eq(ps_pipeline_open(&p, &cfg, err, sizeof err), PS_OK);
     ck_assert_uint_eq(ps_pipeline_depth(p, &over), 2);
     ck_assert(over);

@@ -150,6 +150,13 @@ long ps_csv_column(const ps_csv_reader *r, const char *name) {
     return -1;
 }
 
+int ps_csv_keep_text(ps_csv_reader *r, size_t col) {
+    if (col >= r->cols) return PS_EINVAL;
+    if (!r->text && !(r->text = calloc(r->cols, 1))) return PS_ENOMEM;
+    r->text[col] = 1;
+    return PS_OK;
+}
+
 int ps_csv_next(ps_csv_reader *r, double *vals, char *err, size_t errlen) {
     int got;
     while ((got = read_line(r)) == 1 && r->buf[0] == '\0')
@@ -179,6 +186,10 @@ int ps_csv_parse_row(const ps_csv_reader *r, char *line, size_t lineno, char **f
         return PS_EFORMAT;
     }
     for (size_t i = 0; i < r->cols; i++) {
+        if (r->text && r->text[i]) {
+            vals[i] = NAN;
+            continue;
+        }
         char *end;
         const char *s = fields[i];
         while (*s == ' ')
@@ -206,5 +217,6 @@ void ps_csv_close(ps_csv_reader *r) {
     free(r->fields);
     free(r->path);
     free(r->buf);
+    free(r->text);
     memset(r, 0, sizeof *r);
 }

@@ -3,7 +3,8 @@
  * decimals, exponents, inf, nan), fields optionally in double quotes (""
  * for a quote inside), lines ending in LF or CRLF. A ragged row, a field that
  * is not a number, an empty field or a line over the limit is an error naming
- * the file, the line and the column. */
+ * the file, the line and the column. Columns marked as text (ps_csv_keep_text:
+ * ids, columns nobody reads) are split but not parsed. */
 #ifndef PS_CSV_H
 #define PS_CSV_H
 
@@ -25,6 +26,7 @@ typedef struct {
     size_t row_len;                /* the last row's length, without its line end */
     char *buf;    /* owned: the current line */
     size_t cap;
+    unsigned char *text; /* owned: cols flags, 1 for a column kept as text (NULL: none) */
 } ps_csv_reader;
 
 /* Opens path and reads its header. delim 0: '\t' for a name ending in .tsv,
@@ -35,7 +37,12 @@ int ps_csv_open(ps_csv_reader *r, const char *path, char delim, char *err, size_
 /* The index of the column named name, or -1. */
 long ps_csv_column(const ps_csv_reader *r, const char *name);
 
-/* Reads the next row's cols numbers into vals. Returns PS_OK, PS_ENOENT at
+/* Marks column col as text: not parsed (its vals entry NaN), its field left
+ * in fields / r->fields for the caller. Returns PS_OK or PS_ENOMEM. */
+int ps_csv_keep_text(ps_csv_reader *r, size_t col);
+
+/* Reads the next row's cols numbers into vals (r->fields then point at the
+ * row's fields, valid until the next read). Returns PS_OK, PS_ENOENT at
  * the end of the file, PS_EFORMAT or PS_EIO. Blank lines are skipped. */
 int ps_csv_next(ps_csv_reader *r, double *vals, char *err, size_t errlen);
 

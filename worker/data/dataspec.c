@@ -33,6 +33,8 @@ void ps_data_spec_free(ps_data_spec *s) {
     free((char *)s->opts.label_column);
     for (size_t i = 0; i < s->opts.n_columns; i++) free((char *)s->opts.columns[i]);
     free((void *)s->opts.columns);
+    for (size_t i = 0; i < s->opts.n_id_columns; i++) free((char *)s->opts.id_columns[i]);
+    free((void *)s->opts.id_columns);
     cJSON_Delete(s->preprocess);
     if (s->validation) {
         ps_data_spec_free(s->validation);
@@ -127,8 +129,9 @@ static int detect_dir(const char *dir, ps_data_spec *s, char *err, size_t errlen
     return PS_EFORMAT;
 }
 
-/* What one file is (not a spec). */
-static int detect_file(const char *path, ps_data_format *f, char *err, size_t errlen) {
+/* What one file is (not a spec). want: the spec's "format", or -1; "csv"
+ * takes a file of any name (a .inter, a .txt). */
+static int detect_file(const char *path, int want, ps_data_format *f, char *err, size_t errlen) {
     struct stat st;
     if (stat(path, &st) != 0) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
@@ -138,7 +141,8 @@ static int detect_file(const char *path, ps_data_format *f, char *err, size_t er
         snprintf(err, errlen, "%s: not a regular file", path);
         return PS_EIO;
     }
-    if (ends_with(path, ".npz")) *f = PS_DATA_NPZ;
+    if (want == PS_DATA_CSV) *f = PS_DATA_CSV;
+    else if (ends_with(path, ".npz")) *f = PS_DATA_NPZ;
     else if (ends_with(path, ".csv") || ends_with(path, ".tsv")) *f = PS_DATA_CSV;
     else if (is_tfrecord_name(path) || sniff_tfrecord(path)) *f = PS_DATA_TFRECORD;
     else if (ends_with(path, ".npy")) {
@@ -158,8 +162,9 @@ static int detect_file(const char *path, ps_data_format *f, char *err, size_t er
     return PS_OK;
 }
 
-/* A directory, a file or a glob, already joined to its base. */
-static int resolve_path(const char *p, ps_data_spec *s, char *err, size_t errlen) {
+/* A directory, a file or a glob, already joined to its base; want as
+ * detect_file's. */
+static int resolve_path(const char *p, int want, ps_data_spec *s, char *err, size_t errlen) {
     struct stat st;
     if (strpbrk(p, "*?[")) {
         glob_t g;
@@ -173,7 +178,7 @@ static int resolve_path(const char *p, ps_data_spec *s, char *err, size_t errlen
         int rc = PS_OK;
         for (size_t i = 0; rc == PS_OK && i < g.gl_pathc; i++) {
             ps_data_format f;
-            rc = detect_file(g.gl_pathv[i], &f, err, errlen);
+            rc = detect_file(g.gl_pathv[i], want, &f, err, errlen);
             if (rc == PS_OK && f != PS_DATA_TFRECORD && f != PS_DATA_CSV) {
                 snprintf(err, errlen, "%s: a glob takes TFRecord or CSV files, not %s", p,
                          g.gl_pathv[i]);
@@ -193,7 +198,7 @@ static int resolve_path(const char *p, ps_data_spec *s, char *err, size_t errlen
         return PS_EIO;
     }
     if (S_ISDIR(st.st_mode)) return detect_dir(p, s, err, errlen);
-    int rc = detect_file(p, &s->format, err, errlen);
+    int rc = detect_file(p, want, &s->format, err, errlen);
     return rc == PS_OK ? add_path(s, p) : rc;
 }
 
@@ -217,12 +222,12 @@ static char *dup_or_null(const char *s) {
 static int parse_spec(const cJSON *j, const char *base, ps_data_spec *s, char *err, size_t errlen);
 
 /* The spec's "path": a string or a list of files. */
-static int spec_paths(const cJSON *path, const char *base, ps_data_spec *s, char *err,
+static int spec_paths(const cJSON *path, int want, const char *base, ps_data_spec *s, char *err,
                       size_t errlen) {
     char full[4096];
     if (cJSON_IsString(path)) {
         join(base, path->valuestring, full, sizeof full);
-        return resolve_path(full, s, err, errlen);
+        return resolve_path(full, want, s, err, errlen);
     }
     if (!cJSON_IsArray(path) || cJSON_GetArraySize(path) == 0)
         return bad(err, errlen, s->origin, "path", "a directory, a file, a glob or a list of files");
@@ -233,7 +238,7 @@ static int spec_paths(const cJSON *path, const char *base, ps_data_spec *s, char
             return bad(err, errlen, s->origin, "path", "a list of file names");
         join(base, it->valuestring, full, sizeof full);
         ps_data_format f;
-        if ((rc = detect_file(full, &f, err, errlen)) != PS_OK) return rc;
+        if ((rc = detect_file(full, want, &f, err, errlen)) != PS_OK) return rc;
         if (s->n_paths && f != s->format) {
             snprintf(err, errlen, "%s: the files of \"path\" are not all of one format", s->origin);
             return PS_EFORMAT;
@@ -255,10 +260,96 @@ static int get_size(const cJSON *j, const char *key, size_t max, size_t *out, co
     return PS_OK;
 }
 
+/* A list of column names into *out (n + 1 entries, so an empty list is not NULL). */
+static int name_list(const cJSON *v, const char *key, bool may_be_empty, const char *origin,
+                     const char *const **out, size_t *n_out, char *err, size_t errlen) {
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+    if (!cJSON_IsArray(v) || (n == 0 && !may_be_empty))
+        return bad(err, errlen, origin, key, "a list of column names");
+    const char **names = calloc((size_t)n + 1, sizeof *names);
+    if (!names) return PS_ENOMEM;
+    *out = names;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, v) {
+        if (!cJSON_IsString(c) || !c->valuestring[0])
+            return bad(err, errlen, origin, key, "column names");
+        if (!(names[(*n_out)++] = strdup(c->valuestring))) return PS_ENOMEM;
+    }
+    return PS_OK;
+}
+
+/* The keys of a table (CSV / TSV): its feature, id and label columns. */
+static int tabular_keys(const cJSON *j, ps_data_spec *s, char *err, size_t errlen) {
+    ps_source_opts *o = &s->opts;
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(j, "id_columns");
+    const cJSON *hash = cJSON_GetObjectItemCaseSensitive(j, "hash_ids");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "label_type");
+    const cJSON *delim = cJSON_GetObjectItemCaseSensitive(j, "delimiter");
+    const cJSON *cols = cJSON_GetObjectItemCaseSensitive(j, "columns");
+    const char *only = ids ? "id_columns" : hash ? "hash_ids" : type ? "label_type"
+                     : delim ? "delimiter" : NULL;
+    if (only && s->format != PS_DATA_CSV) {
+        snprintf(err, errlen, "%s: \"%s\" is for CSV / TSV tables, not %s data", s->origin, only,
+                 ps_data_format_name(s->format));
+        return PS_EFORMAT;
+    }
+    int rc;
+    if (ids && (rc = name_list(ids, "id_columns", false, s->origin, &o->id_columns,
+                               &o->n_id_columns, err, errlen)) != PS_OK)
+        return rc;
+    for (size_t a = 0; a < o->n_id_columns; a++)
+        for (size_t b = 0; b < a; b++)
+            if (strcmp(o->id_columns[a], o->id_columns[b]) == 0) {
+                snprintf(err, errlen, "%s: \"id_columns\" names \"%s\" twice", s->origin,
+                         o->id_columns[a]);
+                return PS_EFORMAT;
+            }
+    if (hash) {
+        if (!cJSON_IsBool(hash)) return bad(err, errlen, s->origin, "hash_ids", "true or false");
+        if (!ids) return bad(err, errlen, s->origin, "hash_ids", "given with \"id_columns\"");
+        o->hash_ids = cJSON_IsTrue(hash);
+    }
+    if (type) {
+        if (!cJSON_IsString(type) ||
+            (strcmp(type->valuestring, "class") && strcmp(type->valuestring, "float")))
+            return bad(err, errlen, s->origin, "label_type", "\"class\" or \"float\"");
+        o->float_label = strcmp(type->valuestring, "float") == 0;
+    }
+    if (delim) {
+        if (!cJSON_IsString(delim) ||
+            (strcmp(delim->valuestring, ",") && strcmp(delim->valuestring, "\t")))
+            return bad(err, errlen, s->origin, "delimiter", "\",\" or \"\\t\"");
+        o->delimiter = delim->valuestring[0];
+    }
+    if (cols) {
+        /* empty: no numeric features, when the ids are the input */
+        if (cJSON_IsArray(cols) && cJSON_GetArraySize(cols) == 0 && !ids)
+            return bad(err, errlen, s->origin, "columns",
+                       "a list of column names (empty only with \"id_columns\")");
+        if ((rc = name_list(cols, "columns", true, s->origin, &o->columns, &o->n_columns, err,
+                            errlen)) != PS_OK)
+            return rc;
+    }
+    return PS_OK;
+}
+
+/* A copy of a list of names (n + 1 entries), or NULL for NULL. */
+static const char *const *dup_names(const char *const *v, size_t n) {
+    if (!v) return NULL;
+    const char **c = calloc(n + 1, sizeof *c);
+    for (size_t i = 0; c && i < n; i++)
+        if (!(c[i] = strdup(v[i]))) {
+            while (i--) free((char *)c[i]);
+            free(c);
+            return NULL;
+        }
+    return c;
+}
+
 static const char *const spec_keys[] = {
     "format", "path", "x", "y", "image_key", "label_key", "shape", "columns", "label", "channels",
     "preprocess", "on_error", "validation_split", "validation", "shuffle_buffer", "max_pixels",
-    "max_record_bytes", "jpeg_dct", "comment"};
+    "max_record_bytes", "jpeg_dct", "id_columns", "hash_ids", "label_type", "delimiter", "comment"};
 
 static int parse_spec(const cJSON *j, const char *base, ps_data_spec *s, char *err, size_t errlen) {
     if (!cJSON_IsObject(j)) {
@@ -301,7 +392,7 @@ static int parse_spec(const cJSON *j, const char *base, ps_data_spec *s, char *e
         if (!s->x || !s->y) return PS_ENOMEM;
     } else {
         if (!path) return bad(err, errlen, s->origin, "path", "given");
-        if ((rc = spec_paths(path, base, s, err, errlen)) != PS_OK) return rc;
+        if ((rc = spec_paths(path, want, base, s, err, errlen)) != PS_OK) return rc;
         if (want >= 0 && (int)s->format != want &&
             !(want == PS_DATA_FOLDER && s->n_paths == 1) &&
             !(want == PS_DATA_TFRECORD && s->format == PS_DATA_CSV)) {
@@ -344,18 +435,7 @@ static int parse_spec(const cJSON *j, const char *base, ps_data_spec *s, char *e
             s->opts.shape[k] = (size_t)d->valuedouble;
         }
     }
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "columns"))) {
-        int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
-        if (n == 0) return bad(err, errlen, s->origin, "columns", "a list of column names");
-        const char **cols = calloc((size_t)n, sizeof *cols);
-        if (!cols) return PS_ENOMEM;
-        s->opts.columns = cols;
-        const cJSON *c;
-        cJSON_ArrayForEach(c, v) {
-            if (!cJSON_IsString(c)) return bad(err, errlen, s->origin, "columns", "column names");
-            if (!(cols[s->opts.n_columns++] = strdup(c->valuestring))) return PS_ENOMEM;
-        }
-    }
+    if ((rc = tabular_keys(j, s, err, errlen)) != PS_OK) return rc;
     size_t ch = 0;
     if ((rc = get_size(j, "channels", 3, &ch, s->origin, err, errlen)) != PS_OK) return rc;
     if (ch == 2) return bad(err, errlen, s->origin, "channels", "0, 1 or 3");
@@ -404,7 +484,7 @@ static int parse_spec(const cJSON *j, const char *base, ps_data_spec *s, char *e
                  s->origin);
         if (cJSON_IsString(v)) {
             join(base, v->valuestring, full, sizeof full);
-            rc = resolve_path(full, s->validation, err, errlen);
+            rc = resolve_path(full, want, s->validation, err, errlen);
             /* the same way of reading as the training data */
             if (rc == PS_OK && s->validation->format == s->format) {
                 ps_source_opts *o = &s->validation->opts;
@@ -415,6 +495,14 @@ static int parse_spec(const cJSON *j, const char *base, ps_data_spec *s, char *e
                 o->image_key = dup_or_null(s->opts.image_key);
                 o->label_key = dup_or_null(s->opts.label_key);
                 o->label_column = dup_or_null(s->opts.label_column);
+                o->columns = dup_names(s->opts.columns, s->opts.n_columns);
+                o->n_columns = o->columns ? s->opts.n_columns : 0;
+                o->id_columns = dup_names(s->opts.id_columns, s->opts.n_id_columns);
+                o->n_id_columns = o->id_columns ? s->opts.n_id_columns : 0;
+                o->hash_ids = s->opts.hash_ids, o->float_label = s->opts.float_label;
+                o->delimiter = s->opts.delimiter;
+                if ((s->opts.columns && !o->columns) || (s->opts.id_columns && !o->id_columns))
+                    return PS_ENOMEM;
                 if (s->format == PS_DATA_NPZ) {
                     s->validation->x = dup_or_null(s->x);
                     s->validation->y = dup_or_null(s->y);
@@ -474,7 +562,7 @@ int ps_data_spec_resolve(const char *arg, ps_data_spec *out, char *err, size_t e
     memset(out, 0, sizeof *out);
     snprintf(out->origin, sizeof out->origin, "%s", arg);
     int rc = ends_with(arg, ".json") ? read_spec(arg, out, err, errlen)
-                                     : resolve_path(arg, out, err, errlen);
+                                     : resolve_path(arg, -1, out, err, errlen);
     if (rc != PS_OK) ps_data_spec_free(out);
     return rc;
 }

@@ -8,7 +8,8 @@
  *              subdirectories of images -> image folder
  *   file       .json -> a data spec; .npz -> NumPy (x, y); .tfrecord,
  *              .tfrec, .tfrecords or TFRecord framing -> TFRecord; .csv,
- *              .tsv -> CSV (label column "label"); a lone .npy is refused
+ *              .tsv -> CSV (label column "label"), any name with "format":
+ *              "csv"; a lone .npy is refused
  *              (x and y go in a spec)
  *   glob       its files, all of one kind (TFRecord or CSV), sorted
  *
@@ -17,7 +18,11 @@
  *    "path": DIR | FILE | GLOB | [FILE, ...],   relative to the spec's directory
  *    "x": "x.npy", "y": "y.npy",                npy (files); npz (member names, default x, y)
  *    "image_key": "image", "label_key": "label", "shape": [H, W, C],   TFRecord
- *    "columns": [NAME, ...], "label": "label",  CSV
+ *    "columns": [NAME, ...], "label": "label",  CSV: numeric features (every other
+ *                                               column; [] with id columns), label
+ *    "id_columns": [NAME, ...], "hash_ids": B,  CSV: 64-bit ids (ids.h), decimal or hashed
+ *    "label_type": "class" | "float",           CSV: a class number or a float target
+ *    "delimiter": "," | "\t",                   CSV: else by the name (.tsv: tab)
  *    "channels": 0 | 1 | 3,                     decoded images (0: the file's own)
  *    "preprocess": [...],                       augment.h
  *    "on_error": "fail" | "skip",               a record that cannot be read

@@ -18,6 +18,8 @@
 typedef struct {
     float *x;
     int32_t *y;
+    float *t;      /* targets */
+    uint64_t *ids; /* n_ids per sample (NULL: none) */
     uint8_t *ok; /* per sample: 0 when skipped */
     size_t filled;
 } slot;
@@ -33,6 +35,7 @@ typedef struct {
 struct ps_pipeline {
     ps_pipeline_cfg cfg;
     size_t dim;
+    size_t n_ids;
     ps_order order;
     size_t *seq; /* the epoch's records, order.epoch_n */
     unsigned epoch;
@@ -85,7 +88,15 @@ static int produce(ps_pipeline *p, worker *w, size_t k, unsigned epoch, const si
         return rc;
     }
     int32_t label = w->sample.label;
-    if (c->label_map) {
+    float target = w->sample.target;
+    if (w->sample.n_ids != p->n_ids) {
+        snprintf(err, errlen, "%s: record %zu has %zu ids, the source %zu", c->src->desc, rec,
+                 w->sample.n_ids, p->n_ids);
+        return PS_EINTERNAL;
+    }
+    if (c->src->float_target) {
+        label = 0;
+    } else if (c->label_map) {
         if (label < 0 || (size_t)label >= c->label_map_n) {
             snprintf(err, errlen, "%s: record %zu: label %d has no entry in the label map",
                      c->src->desc, rec, (int)label);
@@ -93,7 +104,7 @@ static int produce(ps_pipeline *p, worker *w, size_t k, unsigned epoch, const si
         }
         label = c->label_map[label];
     }
-    if (c->num_classes > 0 && (label < 0 || label >= c->num_classes)) {
+    if (!c->src->float_target && c->num_classes > 0 && (label < 0 || label >= c->num_classes)) {
         snprintf(err, errlen, "%s: record %zu: label %d, but the model has %d classes",
                  c->src->desc, rec, (int)label, c->num_classes);
         return PS_EFORMAT;
@@ -117,6 +128,8 @@ static int produce(ps_pipeline *p, worker *w, size_t k, unsigned epoch, const si
         memcpy(out, w->sample.x, p->dim * sizeof *out);
     }
     sl->y[at] = label;
+    sl->t[at] = c->src->float_target ? target : (float)label;
+    if (p->n_ids) memcpy(sl->ids + at * p->n_ids, w->sample.ids, p->n_ids * sizeof *sl->ids);
     return PS_OK;
 }
 
@@ -171,14 +184,20 @@ static void set_limit(ps_pipeline *p) {
 
 int ps_pipeline_open(ps_pipeline **out, const ps_pipeline_cfg *cfg, char *err, size_t errlen) {
     *out = NULL;
-    if (!cfg->src || cfg->batch == 0 || cfg->out_h * cfg->out_w * cfg->out_c == 0) {
+    if (!cfg->src || cfg->batch == 0 ||
+        (cfg->out_h * cfg->out_w * cfg->out_c == 0 && !cfg->src->n_ids)) {
         snprintf(err, errlen, "input pipeline: no source, batch or input shape");
+        return PS_EINVAL;
+    }
+    if (cfg->src->float_target && cfg->label_map) {
+        snprintf(err, errlen, "%s: float targets are not relabelled", cfg->src->desc);
         return PS_EINVAL;
     }
     ps_pipeline *p = calloc(1, sizeof *p);
     if (!p) return PS_ENOMEM;
     p->cfg = *cfg;
     p->dim = cfg->out_h * cfg->out_w * cfg->out_c;
+    p->n_ids = cfg->src->n_ids;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work, NULL);
     pthread_cond_init(&p->ready, NULL);
@@ -193,7 +212,8 @@ int ps_pipeline_open(ps_pipeline **out, const ps_pipeline_cfg *cfg, char *err, s
         return rc;
     }
     p->batches = (p->order.epoch_n + cfg->batch - 1) / cfg->batch;
-    size_t batch_bytes = cfg->batch * (p->dim * sizeof(float) + sizeof(int32_t) + 1);
+    size_t batch_bytes = cfg->batch * (p->dim * sizeof(float) + p->n_ids * sizeof(uint64_t) +
+                                       sizeof(int32_t) + sizeof(float) + 1);
     size_t budget = cfg->memory_bytes ? cfg->memory_bytes : PS_PIPELINE_MEMORY_DEFAULT;
     p->depth = budget / batch_bytes;
     p->over_budget = p->depth < 2;
@@ -208,10 +228,12 @@ int ps_pipeline_open(ps_pipeline **out, const ps_pipeline_cfg *cfg, char *err, s
     rc = p->seq && p->ring && p->workers ? PS_OK : PS_ENOMEM;
     for (size_t i = 0; rc == PS_OK && i < p->depth; i++) {
         slot *s = &p->ring[i];
-        s->x = malloc(cfg->batch * p->dim * sizeof *s->x);
+        s->x = malloc((p->dim ? cfg->batch * p->dim : 1) * sizeof *s->x);
         s->y = malloc(cfg->batch * sizeof *s->y);
+        s->t = malloc(cfg->batch * sizeof *s->t);
+        s->ids = p->n_ids ? malloc(cfg->batch * p->n_ids * sizeof *s->ids) : NULL;
         s->ok = malloc(cfg->batch);
-        if (!s->x || !s->y || !s->ok) rc = PS_ENOMEM;
+        if (!s->x || !s->y || !s->t || (p->n_ids && !s->ids) || !s->ok) rc = PS_ENOMEM;
     }
     for (size_t i = 0; rc == PS_OK && i < p->n_workers; i++) p->workers[i].p = p;
     for (size_t i = 0; rc == PS_OK && i < cfg->threads; i++) {
@@ -283,15 +305,20 @@ static size_t compact(ps_pipeline *p, slot *sl, size_t len) {
         if (kept != i) {
             memmove(sl->x + kept * p->dim, sl->x + i * p->dim, p->dim * sizeof *sl->x);
             sl->y[kept] = sl->y[i];
+            sl->t[kept] = sl->t[i];
+            if (p->n_ids)
+                memmove(sl->ids + kept * p->n_ids, sl->ids + i * p->n_ids,
+                        p->n_ids * sizeof *sl->ids);
         }
         kept++;
     }
     return kept;
 }
 
-int ps_pipeline_next(ps_pipeline *p, float **x, int32_t **y, size_t *nb, char *err,
-                     size_t errlen) {
-    *nb = 0;
+int ps_pipeline_next_batch(ps_pipeline *p, ps_pipeline_batch *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    out->n_ids = p->n_ids;
+    out->float_targets = p->cfg.src->float_target;
     pthread_mutex_lock(&p->mu);
     if (p->held) { /* the batch handed out last is free again */
         p->ring[(p->cur - 1) % p->depth].filled = 0;
@@ -323,14 +350,25 @@ int ps_pipeline_next(ps_pipeline *p, float **x, int32_t **y, size_t *nb, char *e
     if (rc != PS_OK) {
         snprintf(err, errlen, "%s", p->err);
     } else {
-        *nb = compact(p, sl, len);
-        *x = sl->x;
-        *y = sl->y;
+        out->nb = compact(p, sl, len);
+        out->x = sl->x;
+        out->y = sl->y;
+        out->targets = sl->t;
+        out->ids = sl->ids;
         p->cur++;
         p->held = true;
         set_limit(p);
     }
     pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+int ps_pipeline_next(ps_pipeline *p, float **x, int32_t **y, size_t *nb, char *err,
+                     size_t errlen) {
+    ps_pipeline_batch b;
+    int rc = ps_pipeline_next_batch(p, &b, err, errlen);
+    *nb = b.nb;
+    if (b.nb) *x = b.x, *y = b.y;
     return rc;
 }
 
@@ -348,6 +386,8 @@ void ps_pipeline_close(ps_pipeline *p) {
     for (size_t i = 0; p->ring && i < p->depth; i++) {
         free(p->ring[i].x);
         free(p->ring[i].y);
+        free(p->ring[i].t);
+        free(p->ring[i].ids);
         free(p->ring[i].ok);
     }
     free(p->ring);

@@ -4,7 +4,11 @@
  * of batches whose size is bounded by a memory budget, not by the dataset.
  * Batches come out in the epoch's order whatever the threads' timing, and a
  * record's random draws depend only on (seed, epoch, record), so training is
- * the same with 0, 1 or 8 threads. One consumer thread. */
+ * the same with 0, 1 or 8 threads. One consumer thread.
+ *
+ * Besides the model's input x and the class labels, a batch carries each
+ * record's 64-bit ids (a source with id columns: src->n_ids per record) and
+ * its float target (ps_pipeline_next_batch). */
 #ifndef PS_PIPELINE_H
 #define PS_PIPELINE_H
 
@@ -30,9 +34,11 @@ typedef struct {
     size_t out_h, out_w, out_c; /* each sample as the model takes it */
     ps_pipeline_prepare_fn prepare; /* NULL: a record must already have that shape (or as
                                        many values, when either side is flat) */
+                                    /* out_c 0 (no floats) is allowed when src has ids */
     void *prepare_ctx;
     int num_classes;         /* labels must be below it (0: unchecked) */
-    const int32_t *label_map; /* label l becomes label_map[l] (NULL: as they are) */
+    const int32_t *label_map; /* label l becomes label_map[l] (NULL: as they are); not with
+                                 float targets */
     size_t label_map_n;
     size_t batch;
     unsigned threads;        /* 0: each batch read on the caller's thread when asked for */
@@ -71,11 +77,25 @@ uint64_t ps_pipeline_skipped(const ps_pipeline *p, char *first, size_t firstlen)
  * or PS_ENOMEM. */
 int ps_pipeline_start_epoch(ps_pipeline *p, unsigned epoch, size_t skip);
 
-/* The next batch: *x (nb * dim floats) and *y point into the pipeline's ring,
- * valid until the next call of ps_pipeline_next or ps_pipeline_start_epoch.
- * *nb is 0 at the end of the epoch; it is smaller than the batch for the
- * last one, or when records were skipped. Returns PS_OK or the first error
- * of a record (err names it). */
+/* A batch handed out: its arrays point into the pipeline's ring, valid until
+ * the next call of ps_pipeline_next(_batch) or ps_pipeline_start_epoch. */
+typedef struct {
+    size_t nb;        /* records; 0 at the end of the epoch */
+    float *x;         /* nb * dim floats, the model's input (dim may be 0: ids alone) */
+    int32_t *y;       /* nb class labels (relabelled); 0 for float targets */
+    float *targets;   /* nb: the float target, or the class label as a float */
+    uint64_t *ids;    /* nb * n_ids, record after record (NULL when n_ids is 0) */
+    size_t n_ids;     /* ids per record: the source's id columns, in the spec's order */
+    bool float_targets; /* the source's labels are float targets (y is 0) */
+} ps_pipeline_batch;
+
+/* The next batch into *b (zeroed first; b->nb 0 at the end of the epoch; it
+ * is smaller than the batch for the last one, or when records were skipped).
+ * Returns PS_OK or the first error of a record (err names it). */
+int ps_pipeline_next_batch(ps_pipeline *p, ps_pipeline_batch *b, char *err, size_t errlen);
+
+/* The next batch's x and class labels alone (ps_pipeline_next_batch's b->x,
+ * b->y, b->nb); *x and *y are set only when *nb > 0. */
 int ps_pipeline_next(ps_pipeline *p, float **x, int32_t **y, size_t *nb, char *err,
                      size_t errlen);
 

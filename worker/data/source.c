@@ -12,6 +12,7 @@ void ps_sample_free(ps_sample *s) {
     if (!s) return;
     free(s->x);
     free(s->bytes);
+    free(s->ids);
     ps_image_free(&s->img);
     memset(s, 0, sizeof *s);
 }
@@ -29,6 +30,14 @@ int ps_sample_reserve_bytes(ps_sample *s, size_t n) {
     uint8_t *b = realloc(s->bytes, n ? n : 1);
     if (!b) return PS_ENOMEM;
     s->bytes = b, s->bytes_cap = n ? n : 1;
+    return PS_OK;
+}
+
+int ps_sample_reserve_ids(ps_sample *s, size_t n) {
+    if (n <= s->ids_cap && s->ids) return PS_OK;
+    uint64_t *v = realloc(s->ids, (n ? n : 1) * sizeof *v);
+    if (!v) return PS_ENOMEM;
+    s->ids = v, s->ids_cap = n ? n : 1;
     return PS_OK;
 }
 

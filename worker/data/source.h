@@ -8,7 +8,8 @@
  *                  raw tensor (floats, or uint8 bytes of a given shape) and an
  *                  int64 label, under keys the data spec names
  *   NumPy          x and y arrays (.npy pair, or .npz members), mapped
- *   CSV / TSV      the named feature columns and a label column
+ *   CSV / TSV      the named feature columns, 64-bit id columns and a label
+ *                  column (a class, or a float target)
  *   in memory      an IDX or CIFAR-10 dataset already loaded (ps_dataset) */
 #ifndef PS_SOURCE_H
 #define PS_SOURCE_H
@@ -26,7 +27,10 @@ typedef struct {
     float *x; /* h * w * c values */
     size_t cap;
     size_t h, w, c;
-    int32_t label;
+    int32_t label;  /* the class (0 when the source's labels are float targets) */
+    float target;   /* a float target (source.float_target); else unset */
+    uint64_t *ids;  /* n_ids 64-bit ids (CSV id columns), in the spec's order */
+    size_t n_ids, ids_cap;
     uint8_t *bytes; /* the record's raw bytes (a file, a TFRecord record) */
     size_t bytes_cap;
     ps_image img; /* decoded pixels, the buffer reused from record to record */
@@ -37,6 +41,8 @@ void ps_sample_free(ps_sample *s);
 int ps_sample_reserve(ps_sample *s, size_t n);
 /* Makes room for n raw bytes in s->bytes. Returns PS_OK or PS_ENOMEM. */
 int ps_sample_reserve_bytes(ps_sample *s, size_t n);
+/* Makes room for n ids in s->ids. Returns PS_OK or PS_ENOMEM. */
+int ps_sample_reserve_ids(ps_sample *s, size_t n);
 
 typedef struct ps_source ps_source;
 
@@ -56,6 +62,9 @@ struct ps_source {
     size_t n_files;
     size_t h, w, c;      /* every record's shape, when known without reading (else 0) */
     int num_classes;     /* max label + 1 when known without reading every record, else 0 */
+    size_t n_ids;        /* 64-bit ids per record (CSV id columns), 0: none */
+    bool float_target;   /* labels are float targets (sample.target), not classes */
+    double target_min, target_max; /* float targets: their range, seen at open */
     char **classes;      /* image folders: the class names (borrowed from self), else NULL */
     size_t n_classes;
     char desc[256];      /* the files, for the log: "data/train (2 classes, 1000 images)" */
@@ -70,9 +79,15 @@ typedef struct {
     const char *image_key;  /* TFRecord: the image's feature ("image") */
     const char *label_key;  /* TFRecord: the label's feature ("label") */
     size_t shape[3];        /* TFRecord raw tensors, NumPy without a shape: h, w, c (0: none) */
-    const char *const *columns; /* CSV: the feature columns (NULL: every other one) */
+    const char *const *columns; /* CSV: the feature columns (NULL: every other one; may be
+                                   empty, n_columns 0, when there are id columns) */
     size_t n_columns;
     const char *label_column; /* CSV: "label" */
+    const char *const *id_columns; /* CSV: columns of 64-bit ids (ids.h), n_id_columns */
+    size_t n_id_columns;
+    bool hash_ids;          /* CSV: ids are any text, hashed (else unsigned decimal) */
+    bool float_label;       /* CSV: the label is a float target (finite), not a class */
+    char delimiter;         /* CSV: ',' or '\t' (0: '\t' for a .tsv name, else ',') */
 } ps_source_opts;
 
 /* Reads record i (ps_source_ops.read). */
@@ -110,7 +125,8 @@ int ps_source_npy(const char *x_path, const char *y_path, const ps_source_opts *
 int ps_source_npz(const char *path, const char *x_name, const char *y_name,
                   const ps_source_opts *o, ps_source **out, char *err, size_t errlen);
 /* CSV / TSV files with a header (csv.h); every row is checked at open and its
- * place in the file kept. */
+ * place in the file kept. Columns that are neither a feature, an id nor the
+ * label are not parsed. */
 int ps_source_csv(const char *const *paths, size_t n_paths, const ps_source_opts *o,
                   ps_source **out, char *err, size_t errlen);
 
