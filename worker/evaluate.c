@@ -100,7 +100,12 @@ static int evaluate_streamed(const ps_train_config *cfg, ps_model *m, const ps_d
     ps_data_spec sp = *spec; /* decoded images get the model's channels unless the spec says */
     if (sp.opts.channels == 0 && (mc == 1 || mc == 3)) sp.opts.channels = (int)mc;
     int rc = ps_data_spec_open(&sp, &src, err, errlen);
-    if (rc == PS_OK) rc = ps_input_source_check(src, err, errlen);
+    if (rc == PS_OK) rc = ps_input_source_check(src, m, err, errlen);
+    if (rc == PS_OK && (ps_model_num_embeddings(m) || src->float_target)) {
+        snprintf(err, errlen, "--evaluate: a model with Embedding layers or float targets is "
+                              "evaluated during training (its tables live on psd)");
+        rc = PS_EINVAL;
+    }
     if (rc == PS_OK) rc = ps_prep_new(spec->preprocess, mh, mw, mc, cfg->rgb_to_gray, &prep, err,
                                       errlen);
     size_t take = src && cfg->max_test && cfg->max_test < src->n ? cfg->max_test : src ? src->n : 0;

@@ -1,6 +1,7 @@
 /* The worker's input side (input.h). */
 #include "input.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,12 +165,23 @@ static unsigned input_threads(const ps_train_config *cfg) {
     return n < 1 ? 1 : n > 8 ? 8 : (unsigned)n;
 }
 
-int ps_input_source_check(const ps_source *src, char *err, size_t errlen) {
-    if (!src->n_ids && !src->float_target) return PS_OK;
-    snprintf(err, errlen,
-             "%s: %s, which no layer of a model spec takes yet (psctl data inspect reads them)",
-             src->desc, src->n_ids ? "id columns" : "a float label");
-    return PS_EINVAL;
+int ps_input_source_check(const ps_source *src, const ps_model *m, char *err, size_t errlen) {
+    size_t k = ps_model_num_id_inputs(m);
+    if (src->n_ids != k) {
+        snprintf(err, errlen,
+                 "%s: %zu id column(s) a record, but the model reads %zu id input(s) (an "
+                 "Embedding layer's ids; id input k reads id column k)",
+                 src->desc, src->n_ids, k);
+        return PS_EINVAL;
+    }
+    if (src->float_target && !ps_model_takes_targets(m)) {
+        snprintf(err, errlen,
+                 "%s: its labels are float targets, but the model's loss takes classes "
+                 "(sparse_categorical_crossentropy): use mse or binary_crossentropy",
+                 src->desc);
+        return PS_EINVAL;
+    }
+    return PS_OK;
 }
 
 static int open_pipeline(const ps_train_config *cfg, const ps_model *m, const ps_input *in,
@@ -197,7 +209,7 @@ static int open_pipeline(const ps_train_config *cfg, const ps_model *m, const ps
                           .seed = cfg->seed};
     ps_model_input_shape(m, &pc.out_h, &pc.out_w, &pc.out_c);
     if (pc.num_classes == 1) pc.num_classes = 2; /* one sigmoid output: labels 0 and 1 */
-    int rc = ps_input_source_check(src, err, errlen);
+    int rc = ps_input_source_check(src, m, err, errlen);
     return rc == PS_OK ? ps_pipeline_open(out, &pc, err, errlen) : rc;
 }
 
@@ -231,7 +243,7 @@ static int open_streamed(const ps_train_config *cfg, ps_input *in, const ps_mode
     default_channels(&in->spec, m);
     if (in->spec.validation) default_channels(in->spec.validation, m);
     int rc = ps_data_spec_open(&in->spec, &in->train_src, err, errlen);
-    if (rc == PS_OK) rc = ps_input_source_check(in->train_src, err, errlen);
+    if (rc == PS_OK) rc = ps_input_source_check(in->train_src, m, err, errlen);
     if (rc != PS_OK) return rc;
     PS_INFO("data: %s %s", in->train_src->format, in->train_src->desc);
     if (in->train_src->classes) {
@@ -390,8 +402,43 @@ bool ps_input_has(const ps_input *in, ps_input_set set) {
     return set == PS_INPUT_VALIDATION ? in->val_pl != NULL : (in->test_pl || in->test.n > 0);
 }
 
-int ps_input_evaluate(ps_input *in, ps_model *m, ps_input_set set, float *loss, double *acc,
-                      size_t *n, char *err, size_t errlen) {
+/* Data with ids or float targets: each batch's rows through `rows` first;
+ * float targets give the RMSE in *acc. */
+static int evaluate_batches(ps_pipeline *pl, ps_model *m, ps_input_rows_fn rows, void *ctx,
+                            float *loss, double *acc, size_t *n, char *err, size_t errlen) {
+    double sum = 0, sq = 0;
+    size_t hits = 0;
+    bool targets = false;
+    int rc = PS_OK;
+    while (rc == PS_OK) {
+        ps_pipeline_batch b;
+        float l = 0;
+        size_t c = 0;
+        double s = 0;
+        rc = ps_pipeline_next_batch(pl, &b, err, errlen);
+        if (rc != PS_OK || b.nb == 0) break;
+        if (rows) rc = rows(ctx, b.ids, b.nb, err, errlen);
+        if (rc != PS_OK) break;
+        const float *x = ps_model_input_dim(m) ? b.x : NULL;
+        targets = b.float_targets;
+        rc = targets ? ps_model_evaluate_targets(m, x, b.targets, b.nb, &l, &s, NULL)
+                     : ps_model_evaluate(m, x, b.y, b.nb, &l, &c);
+        if (rc != PS_OK) snprintf(err, errlen, "evaluation failed: %s", ps_strerror(rc));
+        sum += (double)l * (double)b.nb;
+        sq += s;
+        hits += c;
+        *n += b.nb;
+    }
+    if (rc == PS_OK && *n) {
+        *loss = (float)(sum / (double)*n);
+        *acc = targets ? sqrt(sq / ((double)*n * (double)ps_model_output_dim(m)))
+                       : (double)hits / (double)*n;
+    }
+    return rc;
+}
+
+int ps_input_evaluate(ps_input *in, ps_model *m, ps_input_set set, ps_input_rows_fn rows,
+                      void *ctx, float *loss, double *acc, size_t *n, char *err, size_t errlen) {
     *loss = 0, *acc = 0, *n = 0;
     if (set == PS_INPUT_TEST && !in->test_pl) {
         size_t correct = 0;
@@ -403,6 +450,8 @@ int ps_input_evaluate(ps_input *in, ps_model *m, ps_input_set set, float *loss, 
     }
     ps_pipeline *pl = set == PS_INPUT_TEST ? in->test_pl : in->val_pl;
     int rc = ps_pipeline_start_epoch(pl, 0, 0);
+    if (rc == PS_OK && in->train_src && (in->train_src->n_ids || in->train_src->float_target))
+        return evaluate_batches(pl, m, rows, ctx, loss, acc, n, err, errlen);
     double sum = 0;
     size_t hits = 0;
     while (rc == PS_OK) {

@@ -43,18 +43,23 @@ int ps_input_open(ps_input *in, const ps_train_config *cfg, const ps_model *m, s
                   char *err, size_t errlen);
 void ps_input_close(ps_input *in);
 
-/* PS_OK for a source a model spec can train on; PS_EINVAL, err saying why,
- * for one with id columns or float labels (the input pipeline reads them, no
- * layer takes them yet). */
-int ps_input_source_check(const ps_source *src, char *err, size_t errlen);
+/* PS_OK for a source model m can train on: as many id columns as the model
+ * has id inputs, float targets only for a loss that takes them; PS_EINVAL,
+ * err saying why, otherwise. */
+int ps_input_source_check(const ps_source *src, const ps_model *m, char *err, size_t errlen);
 
 typedef enum { PS_INPUT_VALIDATION, PS_INPUT_TEST } ps_input_set;
 
 /* Whether the set is there (on the chief). */
 bool ps_input_has(const ps_input *in, ps_input_set set);
-/* Evaluates m on the whole set: the mean loss, the accuracy and the samples
- * seen. Returns PS_OK or an error with err set. */
-int ps_input_evaluate(ps_input *in, ps_model *m, ps_input_set set, float *loss, double *acc,
-                      size_t *n, char *err, size_t errlen);
+/* For data with ids: gives the model's embedding layers the rows of a batch's
+ * nb records (ids[nb * n_ids]) before it is evaluated. */
+typedef int (*ps_input_rows_fn)(void *ctx, const uint64_t *ids, size_t nb, char *err,
+                                size_t errlen);
+/* Evaluates m on the whole set: the mean loss, the accuracy (float targets:
+ * the root mean squared error) and the samples seen; rows (may be NULL) feeds
+ * the embedding rows of each batch. Returns PS_OK or an error with err set. */
+int ps_input_evaluate(ps_input *in, ps_model *m, ps_input_set set, ps_input_rows_fn rows,
+                      void *ctx, float *loss, double *acc, size_t *n, char *err, size_t errlen);
 
 #endif

@@ -1,6 +1,7 @@
 /* Keras-like progress lines (see progress.h). */
 #include "progress.h"
 
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -63,6 +64,12 @@ static void format_line(const ps_progress *p, int final, char *buf, size_t len) 
         w += snprintf(buf + w, len - (size_t)w, "ETA: %.0fs", eta);
     }
     int job = final && p->have_final;
+    if ((size_t)w < len && p->rmse) {
+        double loss = job ? p->final_loss : ps_progress_loss(p);
+        snprintf(buf + w, len - (size_t)w, " - loss: %.4f - rmse: %.4f - %.0f samples/s", loss,
+                 sqrt(loss), rate);
+        return;
+    }
     if ((size_t)w < len)
         snprintf(buf + w, len - (size_t)w, " - loss: %.4f - accuracy: %.4f - %.0f samples/s",
                  job ? p->final_loss : ps_progress_loss(p),

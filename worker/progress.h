@@ -20,6 +20,8 @@ typedef struct {
     size_t next_plain; /* plain mode: next step at which to print */
     unsigned replicas; /* workers in the job: samples/s is shown for the job */
     int have_final;    /* the epoch's final line shows final_loss/final_acc (the job's) */
+    int rmse;          /* float targets under mse: "rmse" (the square root of the mean loss)
+                        * in place of accuracy */
     double final_loss, final_acc;
 } ps_progress;
 

@@ -10,6 +10,7 @@
 
 #include "accumulate.h"
 #include "data.h"
+#include "emb_feed.h"
 #include "exchange.h"
 #include "export.h"
 #include "half.h"
@@ -41,7 +42,12 @@ static double now_s(void) {
 static int write_summary(const ps_train_config *cfg, const ps_train_result *res,
                          const ps_job_metrics *jm, char *err, size_t errlen) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "test_accuracy", res->test_accuracy);
+    if (res->test_rmse) { /* float targets: no accuracy */
+        cJSON_AddNullToObject(o, "test_accuracy");
+        cJSON_AddNumberToObject(o, "test_rmse", res->test_accuracy);
+    } else {
+        cJSON_AddNumberToObject(o, "test_accuracy", res->test_accuracy);
+    }
     cJSON_AddNumberToObject(o, "test_loss", res->test_loss);
     cJSON_AddNumberToObject(o, "epochs", cfg->epochs);
     cJSON_AddNumberToObject(o, "steps", (double)res->steps);
@@ -101,9 +107,13 @@ typedef struct {
     bool norm_armed;   /* this step's gradient norm is wanted (--tensorboard) */
     double grad_sumsq; /* its sum of squares so far; < 0: not known this step */
     ps_job_metrics jm;     /* per epoch: the training metrics, this worker's and the job's */
+    bool full_batches;     /* the data has ids or float targets: ps_pipeline_next_batch */
+    bool rmse;             /* float targets: the root mean squared error in place of accuracy */
+    ps_emb_feed *feed;     /* the embedding layers' rows per batch (NULL: none) */
 } train_state;
 
 static void state_free(train_state *st) {
+    ps_emb_feed_free(st->feed);
     ps_input_close(&st->in);
     ps_accum_free(st->acc);
     ps_exchange_free(&st->ex); /* before the model it borrows */
@@ -305,12 +315,29 @@ static int setup(const ps_train_config *cfg, train_state *st, size_t *batch, uns
     rc = open_exchange(cfg, st->model, &st->ex, err, errlen);
     if (rc != PS_OK) return rc;
     PS_DEBUG("exchange: %s", st->ex.ops->name);
+    if (st->in.train_src && (st->in.train_src->n_ids || st->in.train_src->float_target)) {
+        st->full_batches = true;
+        st->rmse = st->in.train_src->float_target;
+        if (cfg->accumulate_steps > 1) {
+            snprintf(err, errlen, "--accumulate-steps: not with data of ids or float targets");
+            return PS_EINVAL;
+        }
+    }
+    rc = ps_emb_feed_new(st->model, st->in.train_src ? st->in.train_src->n_ids : 0, &st->feed,
+                         err, errlen);
+    if (rc != PS_OK) return rc;
     if (cfg->accumulate_steps > 1 && ps_accum_new(st->model, &st->ex, &st->acc) != PS_OK) {
         snprintf(err, errlen, "--accumulate-steps: no memory for the gradient sums");
         return PS_ENOMEM;
     }
     if (!st->acc) ps_model_set_grad_hook(st->model, grads_final, st);
     return PS_OK;
+}
+
+/* An evaluation batch's embedding rows: the job's current ones. */
+static int eval_rows(void *ctx, const uint64_t *ids, size_t nb, char *err, size_t errlen) {
+    train_state *st = ctx;
+    return ps_emb_feed_rows(st->feed, st->model, &st->ex, ids, nb, err, errlen);
 }
 
 /* Chief: brings the values to evaluate (the exchange's eval_sync: newest =
@@ -320,7 +347,9 @@ static int evaluate(train_state *st, ps_input_set set, int newest, uint64_t cloc
                     float *loss, double *acc, char *err, size_t errlen) {
     int rc = ps_exchange_eval_sync(&st->ex, newest, clock, want, err, errlen);
     size_t n = 0;
-    if (rc == PS_OK) rc = ps_input_evaluate(&st->in, st->model, set, loss, acc, &n, err, errlen);
+    if (rc == PS_OK)
+        rc = ps_input_evaluate(&st->in, st->model, set, st->feed ? eval_rows : NULL, st, loss, acc,
+                               &n, err, errlen);
     return rc;
 }
 
@@ -371,6 +400,38 @@ static int scaled_step_end(const ps_train_config *cfg, train_state *st, uint64_t
     return PS_OK;
 }
 
+/* train_one for data with ids or float targets (one micro-batch): the batch's
+ * embedding rows come through the exchange before the step, and their
+ * gradients go back before the dense ones (step_end). */
+static int train_one_batch(const ps_train_config *cfg, train_state *st, uint64_t clock,
+                           float *loss, size_t *correct, size_t *samples, char *err,
+                           size_t errlen) {
+    ps_pipeline_batch b;
+    size_t hits = 0;
+    float l = 0;
+    *samples = *correct = 0;
+    int rc = ps_pipeline_next_batch(st->in.train_pl, &b, err, errlen);
+    if (rc != PS_OK) return rc;
+    if (!b.nb) {
+        snprintf(err, errlen, "the input ran out of batches within the epoch");
+        return PS_EINVAL;
+    }
+    rc = ps_emb_feed_rows(st->feed, st->model, &st->ex, b.ids, b.nb, err, errlen);
+    if (rc != PS_OK) return rc;
+    const float *x = ps_model_input_dim(st->model) ? b.x : NULL;
+    rc = b.float_targets ? ps_model_train_step_targets(st->model, x, b.targets, b.nb, &l)
+                         : ps_model_train_step(st->model, x, b.y, b.nb, &l, &hits);
+    if (rc != PS_OK) {
+        snprintf(err, errlen, "training step failed: %s", ps_strerror(rc));
+        return rc;
+    }
+    rc = ps_emb_feed_push(st->feed, st->model, &st->ex, err, errlen);
+    if (rc != PS_OK) return rc;
+    *loss = l, *samples = b.nb, *correct = hits;
+    if (!st->scaling) return ps_exchange_step_end(&st->ex, err, errlen);
+    return scaled_step_end(cfg, st, clock, err, errlen);
+}
+
 /* One training step: the exchange makes the parameters the step's (psd: a
  * pull, unless the last step's exchange brought the values back), then
  * forward/backward on each of its `micro` micro-batches (--accumulate-steps;
@@ -384,6 +445,8 @@ static int train_one(const ps_train_config *cfg, train_state *st, uint64_t clock
     if (cfg->slow_ms) sleep_ms(cfg->slow_ms); /* a slow worker: slow to compute */
     double loss_sum = 0;
     *samples = *correct = 0;
+    if (st->full_batches) return train_one_batch(cfg, st, clock, loss, correct, samples, err,
+                                                 errlen);
     for (size_t i = 0; i < micro; i++) {
         size_t nb = 0, hits = 0;
         float l = 0;
@@ -534,6 +597,8 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     unsigned tb_every = tlog && cfg->tensorboard_dir ? cfg->tensorboard_every : 0;
     ps_progress prog;
     ps_progress_init(&prog, cfg->progress, stdout, cfg->epochs, cfg->workers);
+    prog.rmse = st.rmse;
+    res->test_rmse = st.rmse;
     double train_secs = 0;
     size_t job_samples = 0;
     for (unsigned epoch = first_epoch; rc == PS_OK && epoch < cfg->epochs; epoch++) {
@@ -587,8 +652,8 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
             rc = evaluate(&st, (ps_input_set)vset, 0, clock, want, &vloss, &vacc, err, errlen);
             if (rc != PS_OK) break;
             if (vset == PS_INPUT_TEST) res->test_loss = vloss, res->test_accuracy = vacc;
-            snprintf(extra, sizeof extra, "val_loss: %.4f - val_accuracy: %.4f", (double)vloss,
-                     vacc);
+            snprintf(extra, sizeof extra, "val_loss: %.4f - val_%s: %.4f", (double)vloss,
+                     st.rmse ? "rmse" : "accuracy", vacc);
         }
         if (tlog)
             rc = log_epoch(tlog, &st, &prog, epoch, clock, vset >= 0, vloss, vacc, err, errlen);
@@ -636,8 +701,8 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
             snprintf(where, sizeof where, "%s", ps_strategy_name(cfg->strategy));
         char figures[96] = "no test set (--test-data names one)";
         if (res->test_accuracy >= 0)
-            snprintf(figures, sizeof figures, "test accuracy: %.4f  test loss: %.4f",
-                     res->test_accuracy, res->test_loss);
+            snprintf(figures, sizeof figures, "test %s: %.4f  test loss: %.4f",
+                     st.rmse ? "RMSE" : "accuracy", res->test_accuracy, res->test_loss);
         printf("%s  (%u workers, %s, %s, %.0f samples/s, %.1f s)\n", figures, cfg->workers, where,
                async ? "async" : "sync", res->samples_per_sec, res->wall_seconds);
         fflush(stdout);

@@ -324,6 +324,9 @@ size_t ps_model_num_classes(const ps_model *m) {
     size_t c = m->ops[m->nops - 1].out.c;
     return c == 1 ? 2 : c;
 }
+bool ps_model_takes_targets(const ps_model *m) {
+    return m->loss != LOSS_SPARSE_CE;
+}
 size_t ps_model_output_dim(const ps_model *m) {
     return m->ops[m->nops - 1].out.c;
 }

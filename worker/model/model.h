@@ -88,6 +88,8 @@ const ps_label_spec *ps_model_labels(const ps_model *m);
 size_t ps_model_num_classes(const ps_model *m);
 /* The last layer's width: the columns of ps_model_predict's output. */
 size_t ps_model_output_dim(const ps_model *m);
+/* Whether its loss takes float targets (mse, binary_crossentropy), not classes. */
+bool ps_model_takes_targets(const ps_model *m);
 size_t ps_model_num_vars(const ps_model *m);
 const ps_model_var *ps_model_var_at(const ps_model *m, size_t i);
 size_t ps_model_num_params(const ps_model *m); /* total floats over all vars */
