@@ -6,8 +6,9 @@ batches with the same optimizer (SGD; Adagrad once; SparseAdam for the embedding
 Adam for the head once, as table_optimizer=), within 1e-5; so does a job of 3 shards, one
 of which holds none of the dense variables. The tables are never pulled nor pushed whole:
 every pull asks for a call's distinct ids only, the shards store exactly the rows the
-batches touched, and no shard holds the embedding as a dense variable. Options and optimizers the tables cannot honour are refused with ValueErrors
-that name what is supported, before anything is sent."""
+batches touched, and no shard holds the embedding as a dense variable. Options and
+optimizers the tables cannot honour are refused with ValueErrors that name what is
+supported, before anything is sent."""
 from __future__ import annotations
 
 import threading
