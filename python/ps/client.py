@@ -355,6 +355,19 @@ class Client:
         (large ones split by rows). variables: {name: (param, grad)} or an iterable of
         (name, param, grad); every worker of a job must give the same names and shapes in
         the same order. Returns where each piece went."""
+        spec = optimizer_spec(optimizer)
+        triples = self._triples(variables)
+        placed = []
+        for var, pc in self._place(triples):
+            name, param, grad = triples[var]
+            placed.append(self._add_piece(name, pc.name, param, grad, pc.shard, pc.rows, spec))
+        return placed
+
+    def place_variables(self, variables: VariablesLike) -> list[Placed]:
+        """Where add_variables would put these variables, without registering them."""
+        return [pc for _, pc in self._place(self._triples(variables))]
+
+    def _triples(self, variables: VariablesLike) -> list[tuple[str, np.ndarray, np.ndarray]]:
         items = list(variables.items()) if isinstance(variables, Mapping) else list(variables)
         triples = []
         for it in items:
@@ -365,9 +378,13 @@ class Client:
             triples.append((name, param, grad))
         if not triples:
             raise ValueError("add_variables: no variables")
-        spec = optimizer_spec(optimizer)
         for name, param, grad in triples:
             self._check_pair(name, param, grad)
+        return triples
+
+    def _place(self, triples: list[tuple[str, np.ndarray, np.ndarray]]
+               ) -> list[tuple[int, Placed]]:
+        """libps's placement of the variables: (index in triples, piece) per piece."""
         shapes = [(c_size_t * max(p.ndim, 1))(*(p.shape or (1,))) for _, p, _ in triples]
         names = [n.encode() for n, _, _ in triples]
         descs = (_lib.VarDesc * len(triples))(
@@ -379,13 +396,12 @@ class Client:
         check(lib.ps_place_vars(descs, len(triples), self.num_shards, byref(pieces), byref(n),
                                 err, ERRLEN), err.value.decode())
         try:
-            placed = []
+            out = []
             for k in range(n.value):
                 pc = pieces[k]
-                name, param, grad = triples[pc.var]
-                placed.append(self._add_piece(name, pc.name.decode(), param, grad, pc.shard,
-                                              (pc.row_begin, pc.row_end), spec))
-            return placed
+                out.append((pc.var, Placed(triples[pc.var][0], pc.name.decode(), pc.shard,
+                                           (pc.row_begin, pc.row_end))))
+            return out
         finally:
             lib.ps_pieces_free(pieces)
 
