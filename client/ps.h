@@ -239,9 +239,12 @@ PS_API int ps_client_pull_rows(ps_table *t, const uint64_t *ids, size_t n, float
 /* Pushes grads[n * dim] for rows ids[0..n): duplicate ids' gradients summed,
  * split by shard, sent at once. Sync: they join the open step (every shard
  * gets a push, an empty one if it holds none of the rows, so that the step's
- * mean divides by the workers); one push per table and step. Flag
- * PS_ROWS_END_STEP: this push is also this worker's push for the step (a
- * client with no dense variables); the next pull waits for the step.
+ * mean divides by the workers); one push per table and step, before the
+ * step's dense push. Flag PS_ROWS_END_STEP marks the worker's last row push of
+ * the step: on the shards that hold none of this client's dense variables
+ * (ps_client_add), where no dense push will come, it ends the worker's step
+ * (a client with no dense variables: on every shard); the next pull waits for
+ * the step. Sync clients must set it on their last row push of each step.
  * *rows_dropped (may be NULL): async, row gradients psd did not apply (rows
  * not admitted yet, or refused at a cap); sync, 0. */
 #define PS_ROWS_END_STEP 1

@@ -304,6 +304,13 @@ typedef struct {
     size_t dropped; /* shards that dropped the push */
 } push_ctx;
 
+/* Sync: whether this push is the worker's push for the step on shard i: the
+ * worker's last row push of the step (PS_ROWS_END_STEP) to a shard that holds
+ * none of its dense variables (where no dense push will end the step). */
+static int ends_here(const ps_client *c, const push_ctx *ctx, size_t i) {
+    return !c->async && ctx->ends && c->shards[i].n_tensors == 0;
+}
+
 static int send_push(ps_client *c, size_t i, void *vctx) {
     push_ctx *ctx = vctx;
     ps_table *t = ctx->t;
@@ -313,7 +320,7 @@ static int send_push(ps_client *c, size_t i, void *vctx) {
     p.n = t->counts[i];
     p.step = ctx->step[i];
     p.worker_index = c->worker_index;
-    p.ends_step = ctx->ends;
+    p.ends_step = ends_here(c, ctx, i);
     h.body_case = PS__HEADER__BODY_PUSH_ROWS;
     h.push_rows = &p;
     ps_payload pl[2] = {
@@ -331,7 +338,7 @@ static int on_pushed(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, vo
     if (rc != PS_OK) return rc;
     ctx->rows_dropped += h->push_rows_reply->rows_dropped;
     if (h->push_rows_reply->dropped) ctx->dropped++;
-    else if (ctx->ends && !c->async) c->shards[shard].version = ctx->step[shard] + 1;
+    else if (ends_here(c, ctx, shard)) c->shards[shard].version = ctx->step[shard] + 1;
     return PS_OK;
 }
 

@@ -99,11 +99,16 @@ int ps_emb_feed_rows(ps_emb_feed *f, ps_model *m, ps_exchange *ex, const uint64_
 
 int ps_emb_feed_push(ps_emb_feed *f, ps_model *m, ps_exchange *ex, char *err, size_t errlen) {
     if (!f) return PS_OK;
+    size_t last = f->n;
+    for (size_t e = 0; e < f->n; e++) {
+        size_t n = 0;
+        if (ps_model_embedding_grads(m, e, &n)) last = e;
+    }
     for (size_t e = 0; e < f->n; e++) {
         size_t n = 0;
         const float *g = ps_model_embedding_grads(m, e, &n);
         if (!g) continue; /* not trainable */
-        int rc = ps_exchange_rows_push(ex, e, f->l[e].uniq, n, g, err, errlen);
+        int rc = ps_exchange_rows_push(ex, e, f->l[e].uniq, n, g, e == last, err, errlen);
         if (rc != PS_OK) return rc;
     }
     return PS_OK;

@@ -304,6 +304,50 @@ START_TEST(deferred_row_pull_bounded) {
 }
 END_TEST
 
+/* Sync, 2 shards, a worker whose one dense variable lives on shard 0: its dense
+ * push ends the step there, its last row push (PS_ROWS_END_STEP) on shard 1,
+ * which holds none of its dense variables; three steps run, and every row
+ * pushed is applied on both shards. */
+START_TEST(dense_on_one_shard_rows_on_both) {
+    start(2, "1", "sync");
+    ps_client *c = client(0, 1);
+    float w[2] = {0, 0}, dw[2] = {1, 1};
+    ps_opt_spec opt = ps_opt_spec_default(PS_OPT_SGD);
+    opt.lr = 0.5f;
+    ps_client_tensor tw = {.name = "w", .shard = 0, .rank = 1, .shape = {2}, .opt = opt,
+                           .param = w, .grad = dw};
+    ck_assert_int_eq(ps_client_add(c, &tw), PS_OK);
+    ps_join_info j = {.chief = 1, .pull = 1};
+    ck_assert_msg(ps_client_join(c, &j) == PS_OK, "%s", ps_client_error(c));
+    ps_table *t = table(c, "emb", 0, "sgd");
+    uint64_t ids[8];
+    for (int i = 0; i < 8; i++) ids[i] = (uint64_t)i * 7919; /* some on each shard */
+    float g[8 * DIM], before[8 * DIM], after[8 * DIM];
+    for (int i = 0; i < 8 * DIM; i++) g[i] = 1;
+    ck_assert_int_eq(ps_client_pull_rows(t, ids, 8, before), PS_OK);
+    uint64_t clock = j.clock;
+    for (int step = 0; step < 3; step++, clock++) {
+        ck_assert_msg(ps_client_push_rows(t, ids, 8, g, PS_ROWS_END_STEP, NULL) == PS_OK, "%s",
+                      ps_client_error(c));
+        size_t dropped = 9;
+        ck_assert_msg(ps_client_push_next(c, clock, &dropped) == PS_OK, "%s", ps_client_error(c));
+        ck_assert_uint_eq(dropped, 0);
+        ck_assert_int_eq(ps_client_pull_next(c, 0, clock + 1, NULL), PS_OK);
+        ck_assert_msg(ps_client_pull_rows(t, ids, 8, after) == PS_OK, "%s", ps_client_error(c));
+    }
+    for (int i = 0; i < 8 * DIM; i++) ck_assert_float_eq_tol(after[i], before[i] - 3 * LR, 1e-6);
+    ck_assert_float_eq(w[0], -1.5f);
+    for (int s = 0; s < 2; s++) {
+        ps_stats st;
+        ck_assert_int_eq(ps_client_stats(c, (unsigned)s, &st), PS_OK);
+        ck_assert_uint_eq(st.version, 3);
+        ps_stats_free(&st);
+    }
+    ps_client_close(c);
+    stop_all();
+}
+END_TEST
+
 /* ---- hostile requests, by hand ---------------------------------------------------- */
 
 static uint64_t next_req = 100;
@@ -466,6 +510,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, sync_equivalence);
     tcase_add_test(tc, dynamic_admission_and_cap);
     tcase_add_test(tc, deferred_row_pull_bounded);
+    tcase_add_test(tc, dense_on_one_shard_rows_on_both);
     tcase_add_test(tc, hostile_requests);
     tcase_add_test(tc, ten_million_ids);
     suite_add_tcase(s, tc);

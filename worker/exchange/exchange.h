@@ -88,14 +88,15 @@ typedef struct {
     /* Embedding tables (the model's Embedding layers, emb_tables.h), after join:
      * rows_pull writes the rows of n distinct ids of table e (the values this
      * step starts from) into out[n * dim]; rows_push hands on their gradients
-     * (d(mean loss)/d(row)), before step_end: a strategy may send them at once
+     * (d(mean loss)/d(row)), before step_end, `last` set on the step's last
+     * one: a strategy may send them at once
      * (psd: ahead of the step's dense push on the same sockets) or keep them
      * for step_end. NULL: the strategy keeps no tables (its open refuses a
      * model that has some). */
     int (*rows_pull)(void *self, size_t e, const uint64_t *ids, size_t n, float *out, char *err,
                      size_t errlen);
     int (*rows_push)(void *self, size_t e, const uint64_t *ids, size_t n, const float *grads,
-                     char *err, size_t errlen);
+                     int last, char *err, size_t errlen);
 } ps_exchange_ops;
 
 /* An exchange: the strategy's operations and its state (owned). Embedded in
@@ -189,8 +190,8 @@ static inline int ps_exchange_rows_pull(ps_exchange *ex, size_t e, const uint64_
     return ex->ops->rows_pull(ex->self, e, ids, n, out, err, errlen);
 }
 static inline int ps_exchange_rows_push(ps_exchange *ex, size_t e, const uint64_t *ids, size_t n,
-                                        const float *grads, char *err, size_t errlen) {
-    return ex->ops->rows_push(ex->self, e, ids, n, grads, err, errlen);
+                                        const float *grads, int last, char *err, size_t errlen) {
+    return ex->ops->rows_push(ex->self, e, ids, n, grads, last, err, errlen);
 }
 static inline void ps_exchange_finish(ps_exchange *ex) {
     if (ex->ops->finish) ex->ops->finish(ex->self);

@@ -65,9 +65,9 @@ static int local_rows_pull(void *self, size_t e, const uint64_t *ids, size_t n, 
 
 /* The rows of the last lookup (this step's pull) get their gradients. */
 static int local_rows_push(void *self, size_t e, const uint64_t *ids, size_t n,
-                           const float *grads, char *err, size_t errlen) {
+                           const float *grads, int last, char *err, size_t errlen) {
     local_ex *x = self;
-    (void)ids;
+    (void)ids, (void)last;
     int rc = n ? ps_emb_local_apply(x->tables[e], grads, n) : PS_OK;
     if (rc != PS_OK) snprintf(err, errlen, "embedding table '%s': %s", x->names[e], ps_strerror(rc));
     return rc;

@@ -122,11 +122,13 @@ static int ps_rows_pull(void *self, size_t e, const uint64_t *ids, size_t n, flo
     return rc;
 }
 
+/* The step's last row push ends it on the shards that hold no dense variable. */
 static int ps_rows_push(void *self, size_t e, const uint64_t *ids, size_t n, const float *grads,
-                        char *err, size_t errlen) {
+                        int last, char *err, size_t errlen) {
     ps_ex *x = self;
     uint64_t dropped = 0;
-    int rc = ps_client_push_rows(x->tables[e], ids, n, grads, 0, &dropped);
+    int rc = ps_client_push_rows(x->tables[e], ids, n, grads, last ? PS_ROWS_END_STEP : 0,
+                                 &dropped);
     if (rc == PS_ERESTARTED) {
         PS_WARN("%s; this step's rows are lost, going on", ps_client_error(x->client));
         rc = PS_OK;
