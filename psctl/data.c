@@ -1,7 +1,8 @@
-/* psctl data inspect|bench|convert: what psworker's input pipeline would read
- * from a --data PATH, how fast it reads it with the spec's preprocessing, and
- * datasets written out as image folders or TFRecord files (from Fashion-MNIST,
- * say, for trying the formats). */
+/* psctl data inspect|bench|convert|synth-clicks: what psworker's input pipeline
+ * would read from a --data PATH, how fast it reads it with the spec's
+ * preprocessing, datasets written out as image folders or TFRecord files (from
+ * Fashion-MNIST, say, for trying the formats), and a synthetic click log
+ * (data_synth.c). */
 #include "data_cmd.h"
 
 #include <errno.h>
@@ -29,8 +30,9 @@
 #include "tfrecord.h"
 
 typedef struct {
-    long records, threads, batch, memory, test, quality, shards, max, channels;
+    long records, threads, batch, memory, test, quality, shards, max, channels, rows, seed;
     char to[32], image[32], classes[1024], size[64];
+    const char *out;
 } data_opts;
 
 #define F(field) PS_OPTION_FIELD(data_opts, field)
@@ -61,6 +63,13 @@ static const ps_option table[] = {
      "convert: resize every image to H x W (bilinear) before writing"},
     {"channels", PS_OPTION_LONG, F(channels), 0, 3, "0", NULL, "1|3",
      "convert: write 1 (gray) or 3 (RGB) channels (0: the data's own)"},
+    {"rows", PS_OPTION_LONG, F(rows), 1, 1L << 40, "100000", NULL, "N",
+     "synth-clicks: rows to write"},
+    {"seed", PS_OPTION_LONG, F(seed), 0, 1L << 62, "1", NULL, "S",
+     "synth-clicks: the generator's seed (the same seed, the same rows)"},
+    {"out", PS_OPTION_ARG, F(out), 1, 0, NULL, NULL, "FILE.tsv",
+     "synth-clicks: the TSV to write; FILE.tsv.json beside it gets the generator's "
+     "parameters, the click rate and the AUC ceiling"},
 };
 #define N_OPTIONS (sizeof table / sizeof table[0])
 
@@ -76,11 +85,16 @@ static void usage(FILE *f) {
             "usage: psctl data inspect PATH [--records N] [--test]\n"
             "       psctl data bench PATH [--threads N] [--records N] [--batch N] [--memory MB]\n"
             "       psctl data convert PATH DEST --to png|jpeg|tfrecord [options]\n"
+            "       psctl data synth-clicks --out FILE.tsv [--rows N] [--seed S]\n"
             "PATH is what psworker --data takes: a directory, a file, a glob or a data spec.\n"
             "inspect prints what the input pipeline would read (format, records, classes,\n"
             "shapes, a record's statistics before and after the spec's preprocessing); bench\n"
             "times reading, decoding and preprocessing it (records/s over a second pass, as in\n"
-            "training, random augmentation on); convert writes the records out as an image folder or TFRecord.\n\n"
+            "training, random augmentation on); convert writes the records out as an image folder or TFRecord.\n"
+            "synth-clicks writes a Criteo-like click log: a 0/1 label, 13 numeric and 26\n"
+            "categorical fields (Zipf ids, exponent 1.1, over 2^40 per field), the labels drawn\n"
+            "from a hidden logistic model; it prints the click rate and the AUC of the true\n"
+            "probabilities (the best a model can reach).\n\n"
             "options:\n");
     ps_options_usage(table, N_OPTIONS, f);
     fprintf(f, "\n");
@@ -504,7 +518,9 @@ int psctl_data_main(int argc, char **argv) {
     if (strcmp(sub, "bench") == 0 && nargs == 2) return bench(&o, argv[first + 1]);
     if (strcmp(sub, "convert") == 0 && nargs == 3)
         return convert(&o, argv[first + 1], argv[first + 2]);
-    fprintf(stderr, "psctl data: %s\n", nargs == 0 ? "inspect, bench or convert, and a PATH"
+    if (strcmp(sub, "synth-clicks") == 0 && nargs == 1)
+        return psctl_data_synth_clicks(o.rows, o.seed, o.out);
+    fprintf(stderr, "psctl data: %s\n", nargs == 0 ? "inspect, bench, convert or synth-clicks"
                                                    : "wrong command or number of arguments");
     usage(stderr);
     return 2;

@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# Tables with ids and float labels through psctl data and psworker: MovieLens 100K (as
+# Tables with ids and float labels through psctl data and psworker. psctl data synth-clicks:
+# its line and FILE.tsv.json (a click rate and an AUC ceiling that make sense), the same
+# bytes again for the seed, read through examples/data/synth_clicks.json (26 hashed id
+# columns whose first value is the documented hash of the file's text, computed here in
+# Python; 13 features; a class label); no --out is bad usage. MovieLens 100K (as
 # tests/tools/fetch_movielens.sh fetches it from RecBole's wheel) read through
 # examples/data/movielens_100k.json: psctl data inspect shows its 100,000 rows, the user and
 # item id columns and the float target (1 to 5) with the first records' ids and ratings as
@@ -39,6 +43,67 @@ has() { # NAME TEXT: the log holds TEXT
         fail=1
     fi
 }
+
+# the synthetic click log
+run synth "$psctl" data synth-clicks --rows 20000 --seed 3 --out clicks.tsv && {
+    has synth "wrote 20000 rows to clicks.tsv (label, 13 numeric, 26 categorical fields; seed 3)"
+    has synth "parameters in clicks.tsv.json"
+    if python3 - clicks.tsv.json synth.log <<'PY'; then
+import json, re, sys
+p = json.load(open(sys.argv[1]))
+line = open(sys.argv[2]).read()
+printed = float(re.search(r"AUC ceiling ([0-9.]+)", line).group(1))
+rate = float(re.search(r"click rate ([0-9.]+)", line).group(1))
+assert p["rows"] == 20000 and p["seed"] == 3, p
+assert 0.7 < p["auc_ceiling"] < 0.9 and abs(printed - p["auc_ceiling"]) < 1e-4, (printed, p)
+assert 0.1 < p["label_rate"] < 0.4 and abs(rate - p["label_rate"]) < 1e-4, (rate, p)
+assert p["zipf_exponent"] == 1.1 and p["id_bits"] == 40 and len(p["numeric_weight"]) == 13
+print("ok: clicks.tsv.json: click rate %.4f, AUC ceiling %.4f" % (p["label_rate"], p["auc_ceiling"]))
+PY
+        :
+    else
+        echo "FAIL: clicks.tsv.json does not match what synth-clicks printed, or is implausible"
+        fail=1
+    fi
+    if run synth_again "$psctl" data synth-clicks --rows 20000 --seed 3 --out again.tsv &&
+        cmp -s clicks.tsv again.tsv; then
+        echo "ok: synth-clicks: the same seed, the same bytes"
+    else
+        echo "FAIL: synth-clicks wrote other bytes for the same seed"
+        fail=1
+    fi
+    cp "$root/examples/data/synth_clicks.json" .
+    # the documented hash (docs/DATA.md) of row 1's c1, at place 0 of "id_columns"
+    want=$(python3 - clicks.tsv <<'PY'
+import sys
+M = (1 << 64) - 1
+row = open(sys.argv[1]).readlines()[1].rstrip("\n").split("\t")
+h = 0xcbf29ce484222325 ^ ((1 * 0x9e3779b97f4a7c15) & M)
+for b in row[14].encode():
+    h = ((h ^ b) * 0x100000001b3) & M
+h = ((h ^ (h >> 30)) * 0xbf58476d1ce4e5b9) & M
+h = ((h ^ (h >> 27)) * 0x94d049bb133111eb) & M
+print(row[0], h ^ (h >> 31))
+PY
+)
+    read -r label0 id0 <<<"$want"
+    run synth_inspect "$psctl" data inspect synth_clicks.json --records 1 && {
+        has synth_inspect "records: 20000 in 1 file"
+        has synth_inspect "(20000 rows, 13 features, 26 ids hashed, label \"label\")"
+        has synth_inspect "ids: 26 columns (c1, c2, c3,"
+        has synth_inspect "c26), text hashed to 64 bits"
+        has synth_inspect "labels: 0 to 1"
+        has synth_inspect "record 0: 1x1x13, label $label0, ids $id0 "
+    }
+}
+timeout 30 "$psctl" data synth-clicks --rows 10 >noout.log 2>&1
+rc=$?
+if [ $rc != 2 ] || ! grep -q -- "--out FILE.tsv is needed" noout.log; then
+    echo "FAIL: synth-clicks without --out: exit $rc, want 2"
+    fail=1
+else
+    echo "ok: synth-clicks without --out: $(cat noout.log)"
+fi
 
 # MovieLens 100K
 inter=$("$root/tests/tools/fetch_movielens.sh" 2>fetch.log)
