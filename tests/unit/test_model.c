@@ -494,7 +494,9 @@ START_TEST(examples_parse) {
             rc = ps_model_load_with(path, &ov, &m, err, sizeof err);
         }
         ck_assert_msg(rc == PS_OK, "%s: %s", e->d_name, err);
-        ck_assert_uint_gt(ps_model_num_params(m), 0);
+        /* a recommender's parameters may all be in its embedding tables */
+        ck_assert_msg(ps_model_num_params(m) > 0 || ps_model_num_embeddings(m) > 0,
+                      "%s: no parameters", e->d_name);
         found++;
         ps_model_free(m);
     }
