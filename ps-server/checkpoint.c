@@ -32,7 +32,7 @@ int ps_ckpt_save(const char *dir, int keep, const ps_store *st, const ps_ckpt_me
                              .opt = s->opt,
                              .updates = s->updates};
     }
-    int rc = ps_ckpt_write(dir, keep, v, st->n, m, path_out, path_len, bytes, err, errlen);
+    int rc = ps_ckpt_write(dir, keep, v, st->n, NULL, 0, m, path_out, path_len, bytes, err, errlen);
     free(v);
     return rc;
 }
