@@ -51,7 +51,7 @@ static int restore(ps_server *s, char *err, size_t errlen) {
     if (rc != PS_OK) return rc;
     ps_ckpt_meta m;
     char path[1200];
-    rc = ps_ckpt_restore(dir, &s->store, &m, path, sizeof path, err, errlen);
+    rc = ps_ckpt_restore(dir, &s->store, &s->tables, &m, path, sizeof path, err, errlen);
     if (rc == PS_ENOENT) {
         PS_INFO("no valid checkpoint in %s: starting empty", dir);
         return PS_OK;
@@ -69,8 +69,9 @@ static int restore(ps_server *s, char *err, size_t errlen) {
     s->ckpt_version = m.version;
     s->ckpt_ns = ps__now_ns();
     snprintf(s->job_id, sizeof s->job_id, "%.*s", (int)PS_WIRE_MAX_JOB_ID, m.job_id);
-    PS_INFO("restored checkpoint %s: version %llu, %zu variables%s%s", path,
-            (unsigned long long)m.version, s->store.n, m.job_id[0] ? " of job " : "", m.job_id);
+    PS_INFO("restored checkpoint %s: version %llu, %zu variables, %zu tables%s%s", path,
+            (unsigned long long)m.version, s->store.n, s->tables.n, m.job_id[0] ? " of job " : "",
+            m.job_id);
     return PS_OK;
 }
 
@@ -93,8 +94,8 @@ int ps__server_checkpoint(ps_server *s, char *path, size_t path_len, uint64_t *b
     };
     snprintf(m.job_id, sizeof m.job_id, "%s", s->job_id);
     uint64_t t0 = ps__now_ns();
-    int rc = ps_ckpt_save(s->cfg.checkpoint_dir, (int)s->cfg.keep_checkpoints, &s->store, &m, path,
-                          path_len, bytes, err, errlen);
+    int rc = ps_ckpt_save(s->cfg.checkpoint_dir, (int)s->cfg.keep_checkpoints, &s->store,
+                          &s->tables, &m, path, path_len, bytes, err, errlen);
     if (rc != PS_OK) {
         s->stats.checkpoint_failures++;
         PS_ERROR("checkpoint failed: %s", err);
