@@ -196,7 +196,7 @@ static void prune(const char *dir, int keep, const char *just) {
         uint64_t ver, ms;
         long pid;
         if (!parse_name(de->d_name, 1, &ver, &ms, &pid)) continue;
-        /* ours is not being written now (saves are synchronous); others only if dead */
+        /* ours is not being written now (one save at a time); others only if dead */
         if (pid != (long)getpid() && !(kill((pid_t)pid, 0) != 0 && errno == ESRCH)) continue;
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         if (unlink(path) == 0) PS_INFO("removed stale checkpoint temp file %s", path);

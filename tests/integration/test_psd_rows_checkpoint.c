@@ -7,8 +7,13 @@
  * SIGKILL; restarted on the same directories it serves exactly the rows it
  * had at the checkpoint, bit for bit, which are C's, with C's table counts;
  * then further pushes give both the same rows, bit for bit (the optimizers'
- * slots, lazy Adam's update count and the rows' last steps came back). */
+ * slots, lazy Adam's update count and the rows' last steps came back).
+ * And the write happens off psd's loop: with a million rows, a pull is
+ * answered while a checkpoint is being written; a second Checkpoint request
+ * meanwhile gets the next checkpoint; SIGTERM during a write gets the final
+ * checkpoint after it, exit status 0, and a restart serves the same rows. */
 #include <check.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -251,12 +256,161 @@ START_TEST(sync_one_shard) {
 }
 END_TEST
 
+/* ---- the write off the loop ---- */
+
+typedef struct {
+    ps_client *c;
+    int rc, done;
+    ps_checkpoint_info info;
+    pthread_t th;
+} ckpt_call;
+
+static void *ckpt_thread(void *arg) {
+    ckpt_call *k = arg;
+    k->rc = ps_client_checkpoint(k->c, 0, &k->info);
+    __atomic_store_n(&k->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* A Checkpoint request from its own client, in a thread. */
+static void ckpt_begin(ckpt_call *k, const ps_test_psd *p) {
+    memset(k, 0, sizeof *k);
+    const char *eps[1] = {p->endpoint};
+    char err[256];
+    ck_assert_int_eq(ps_client_open(&k->c, eps, 1, 0, 1, err, sizeof err), PS_OK);
+    ps_client_set_timeout(k->c, 120000);
+    ck_assert_int_eq(pthread_create(&k->th, NULL, ckpt_thread, k), 0);
+}
+
+static void ckpt_end(ckpt_call *k) {
+    pthread_join(k->th, NULL);
+    ck_assert_msg(k->rc == PS_OK, "checkpoint: %s", ps_client_error(k->c));
+    ps_client_close(k->c);
+}
+
+static int is_done(const ckpt_call *k) {
+    return __atomic_load_n(&k->done, __ATOMIC_ACQUIRE);
+}
+
+static int count_in(const char *path, const char *what) {
+    const char *t = ps_test_text(path);
+    int n = 0;
+    for (const char *q = strstr(t, what); q; q = strstr(q + 1, what))
+        n++;
+    return n;
+}
+
+typedef struct {
+    const char *log, *what;
+    int n;
+} log_count;
+
+static int has_count(void *ctx) {
+    log_count *c = ctx;
+    return count_in(c->log, c->what) >= c->n;
+}
+
+/* Waits for psd's n-th snapshot (its log line: the write is under way). */
+static void wait_snapshot(const ps_test_psd *p, int n) {
+    log_count c = {p->log, "snapshot of", n};
+    ck_assert_msg(ps_test_wait_until(has_count, &c, 60000, 5), "no snapshot %d:\n%s", n,
+                  ps_test_text(p->log));
+}
+
+/* A pull answered now, while the checkpoint k is still being written. */
+static void pull_during(ps_table *t, const ckpt_call *k, const char *when) {
+    uint64_t ids[4] = {1, 2, 3, 4};
+    float out[4 * 16];
+    ck_assert_int_eq(ps_client_pull_rows(t, ids, 4, out), PS_OK);
+    ck_assert_msg(!is_done(k), "%s: the checkpoint was written before a pull was answered", when);
+}
+
+START_TEST(write_off_the_loop) {
+    ps_test_children_die_with_me();
+    const char *san = getenv("PS_SANITIZED");
+    size_t rows = san && strcmp(san, "1") == 0 ? 200000 : 1000000, chunk = 100000;
+    char *dir = ps_test_mkdtemp(), ck[700];
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    const char *args[] = {"--workers", "1", "--mode", "async", "--checkpoint-dir", ck,
+                          "--checkpoint-every", "0", NULL};
+    ps_test_psd a;
+    ck_assert_int_eq(ps_test_psd_start(&a, args, 10000), 0);
+    const char *eps[1] = {a.endpoint};
+    char err[256];
+    ps_client *c;
+    ck_assert_int_eq(ps_client_open(&c, eps, 1, 0, 1, err, sizeof err), PS_OK);
+    ps_client_set_timeout(c, 120000);
+    ck_assert_msg(ps_client_hello(c, NULL, NULL) == PS_OK, "%s", ps_client_error(c));
+    ps_table_spec spec;
+    ps_client_table_spec(&spec, "big", 16, "lazy_adam", 0.01f);
+    ps_table *t;
+    ck_assert_msg(ps_client_create_table(c, &spec, &t) == PS_OK, "%s", ps_client_error(c));
+    uint64_t *ids = malloc(chunk * sizeof *ids);
+    float *g = malloc(chunk * 16 * sizeof *g);
+    ps_test_fill_uniform(g, chunk * 16, 5, -1, 1);
+    for (size_t done = 0; done < rows; done += chunk) {
+        for (size_t i = 0; i < chunk; i++)
+            ids[i] = done + i;
+        ck_assert_msg(ps_client_push_rows(t, ids, chunk, g, 0, NULL) == PS_OK, "%s",
+                      ps_client_error(c));
+    }
+    float *before = malloc(chunk * 16 * sizeof *before);
+    for (size_t i = 0; i < chunk; i++)
+        ids[i] = i * (rows / chunk);
+    ck_assert_int_eq(ps_client_pull_rows(t, ids, chunk, before), PS_OK);
+
+    /* a pull is answered during the write; a second request waits for the next */
+    ckpt_call k1, k2, k3;
+    ckpt_begin(&k1, &a);
+    wait_snapshot(&a, 1);
+    pull_during(t, &k1, "the first checkpoint");
+    ckpt_begin(&k2, &a);
+    ckpt_end(&k1);
+    ckpt_end(&k2);
+    ck_assert_str_ne(k2.info.path, k1.info.path);
+    ck_assert_uint_eq(k2.info.version, k1.info.version);
+    ck_assert_int_eq(count_in(a.log, "snapshot of"), 2);
+
+    /* SIGTERM during a write: the final checkpoint follows it */
+    ckpt_begin(&k3, &a);
+    wait_snapshot(&a, 3);
+    pull_during(t, &k3, "the third checkpoint");
+    ps_client_close(c);
+    ck_assert_int_eq(kill(a.pid, SIGTERM), 0);
+    ck_assert_int_eq(ps_test_wait(a.pid, 120000), 0);
+    a.pid = 0;
+    ckpt_end(&k3);
+    ck_assert_msg(ps_test_file_has(a.log, "the final checkpoint follows the one being written"),
+                  "%s", ps_test_text(a.log));
+    ck_assert_int_eq(count_in(a.log, "written to"), 4);
+
+    ck_assert_int_eq(ps_test_psd_restart(&a, args, 60000), 0);
+    ck_assert_int_eq(ps_client_open(&c, eps, 1, 0, 1, err, sizeof err), PS_OK);
+    ps_client_set_timeout(c, 120000);
+    ck_assert_msg(ps_client_hello(c, NULL, NULL) == PS_OK, "%s", ps_client_error(c));
+    ck_assert_msg(ps_client_create_table(c, &spec, &t) == PS_OK, "%s", ps_client_error(c));
+    float *after = malloc(chunk * 16 * sizeof *after);
+    ck_assert_int_eq(ps_client_pull_rows(t, ids, chunk, after), PS_OK);
+    ck_assert_int_eq(memcmp(after, before, chunk * 16 * sizeof *after), 0);
+    ps_stats st;
+    ck_assert_int_eq(ps_client_stats(c, 0, &st), PS_OK);
+    ck_assert_uint_eq(st.tables[0].rows, rows);
+    ps_stats_free(&st);
+    ps_client_close(c);
+    ck_assert_int_eq(ps_test_psd_stop(&a, 60000), 0);
+    free(ids), free(g), free(before), free(after);
+    ps_test_rmdir(dir);
+    free(dir);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("psd_rows_checkpoint");
     TCase *tc = tcase_create("rows");
-    tcase_set_timeout(tc, 150);
+    tcase_set_timeout(tc, 240);
     tcase_add_test(tc, async_two_shards);
     tcase_add_test(tc, sync_one_shard);
+    tcase_add_test(tc, write_off_the_loop);
     suite_add_tcase(s, tc);
     return s;
 }
