@@ -25,7 +25,7 @@ struct ps_ckpt_job {
     ps_ckpt_snapshot *snap;
     char dir[sizeof((ps_server_config){0}).checkpoint_dir];
     int keep;
-    uint64_t version, start_ns, pause_ns;
+    uint64_t version, pushes, start_ns, pause_ns; /* version and pushes applied at the snapshot */
     ps_ckpt_waiter *waiters; /* the requests this checkpoint answers */
     size_t n_waiters;
     /* the write's outcome */
@@ -87,8 +87,8 @@ static void meta_now(const ps_server *s, ps_ckpt_meta *m) {
 }
 
 /* Counts and logs a checkpoint's outcome. */
-static void record(ps_server *s, int rc, uint64_t version, const char *path, uint64_t bytes,
-                   const char *err, uint64_t start_ns, uint64_t pause_ns) {
+static void record(ps_server *s, int rc, uint64_t version, uint64_t pushes, const char *path,
+                   uint64_t bytes, const char *err, uint64_t start_ns, uint64_t pause_ns) {
     if (rc != PS_OK) {
         s->stats.checkpoint_failures++;
         PS_ERROR("checkpoint failed: %s", err);
@@ -96,6 +96,7 @@ static void record(ps_server *s, int rc, uint64_t version, const char *path, uin
     }
     s->stats.checkpoints++;
     s->ckpt_version = version;
+    s->ckpt_pushes = pushes;
     s->ckpt_ns = ps__now_ns();
     PS_INFO("checkpoint version %llu written to %s (%llu bytes, %.1f ms; the loop paused %.1f ms)",
             (unsigned long long)version, path, (unsigned long long)bytes,
@@ -128,11 +129,11 @@ static void final_then_stop(ps_server *s) {
     ps_ckpt_meta m;
     meta_now(s, &m);
     char path[1200], err[512];
-    uint64_t bytes = 0, t0 = ps__now_ns();
+    uint64_t bytes = 0, t0 = ps__now_ns(), pushes = s->stats.pushes_applied;
     int rc = ps_ckpt_save(s->cfg.checkpoint_dir, (int)s->cfg.keep_checkpoints, &s->store,
                           &s->tables, &m, path, sizeof path, &bytes, err, sizeof err);
     uint64_t took = ps__now_ns() - t0;
-    record(s, rc, m.version, path, bytes, err, t0, took);
+    record(s, rc, m.version, pushes, path, bytes, err, t0, took);
     if (rc != PS_OK) {
         s->final_ckpt_failed = 1; /* what we promised to save is not saved: exit 1 */
         PS_ERROR("stopping without the final checkpoint: the updates since the last one "
@@ -161,7 +162,7 @@ static void after_write(uv_work_t *req, int status) {
         j->rc = PS_EIO;
         snprintf(j->err, sizeof j->err, "the write did not run: %s", uv_strerror(status));
     }
-    record(s, j->rc, j->version, j->path, j->bytes, j->err, j->start_ns, j->pause_ns);
+    record(s, j->rc, j->version, j->pushes, j->path, j->bytes, j->err, j->start_ns, j->pause_ns);
     answer(s, j->waiters, j->n_waiters, j->rc, j->version, j->path, j->bytes, j->err);
     free(j);
     if (s->ckpt_stop_after) {
@@ -207,6 +208,7 @@ static int start(ps_server *s, ps_ckpt_waiter *w, size_t nw, char *err, size_t e
     snprintf(j->dir, sizeof j->dir, "%s", s->cfg.checkpoint_dir);
     j->keep = (int)s->cfg.keep_checkpoints;
     j->version = m.version;
+    j->pushes = s->stats.pushes_applied;
     j->waiters = w;
     j->n_waiters = nw;
     j->work.data = j;
@@ -269,8 +271,11 @@ int ps__ckpt_request(ps_server *s, const ps_request *r, char *err, size_t errlen
 }
 
 void ps__ckpt_periodic(ps_server *s) {
-    /* a write in flight: the next tick; the version did not move: nothing new */
-    if (s->ckpt_job || (s->ckpt_ns && s->ckpt_version == s->version)) return;
+    /* a write in flight: the next tick. Nothing new: neither the version moved nor a
+     * push was applied (async row pushes do not move the version) */
+    if (s->ckpt_job || (s->ckpt_ns && s->ckpt_version == s->version &&
+                        s->ckpt_pushes == s->stats.pushes_applied))
+        return;
     char err[512];
     start(s, NULL, 0, err, sizeof err);
 }

@@ -92,6 +92,7 @@ typedef struct ps_server {
     char job_id[PS_WIRE_MAX_JOB_ID + 1];
     uint64_t ckpt_version; /* version of the newest checkpoint written or restored */
     uint64_t ckpt_ns;      /* when (monotonic), 0: none */
+    uint64_t ckpt_pushes;  /* stats.pushes_applied when it was taken (0: restored) */
     struct ps_ckpt_job *ckpt_job; /* the checkpoint being written off the loop; NULL: none */
     ps_ckpt_waiter *ckpt_next;    /* Checkpoint requests waiting for the next checkpoint */
     size_t ckpt_next_n, ckpt_next_cap;
@@ -210,8 +211,8 @@ int ps__ckpt_restore(ps_server *s, char *err, size_t errlen);
  * the next one, which starts when that write ends) is written. PS_OK, or an error
  * for the dispatcher to send. */
 int ps__ckpt_request(ps_server *s, const ps_request *r, char *err, size_t errlen);
-/* The --checkpoint-every timer: a checkpoint if the version moved and none is being
- * written. */
+/* The --checkpoint-every timer: a checkpoint if the version moved or a push was
+ * applied since the last one, and none is being written. */
 void ps__ckpt_periodic(ps_server *s);
 /* SIGTERM/SIGINT: the final checkpoint (on the loop, after any write in flight),
  * then ps_server_stop; final_ckpt_failed when it fails. */

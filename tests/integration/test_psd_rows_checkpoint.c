@@ -11,7 +11,8 @@
  * And the write happens off psd's loop: with a million rows, a pull is
  * answered while a checkpoint is being written; a second Checkpoint request
  * meanwhile gets the next checkpoint; SIGTERM during a write gets the final
- * checkpoint after it, exit status 0, and a restart serves the same rows. */
+ * checkpoint after it, exit status 0, and a restart serves the same rows.
+ * The --checkpoint-every timer saves async row pushes too. */
 #include <check.h>
 #include <pthread.h>
 #include <signal.h>
@@ -404,6 +405,62 @@ START_TEST(write_off_the_loop) {
 }
 END_TEST
 
+static uint64_t checkpoints_of(ps_client *c) {
+    ps_stats st;
+    ck_assert_int_eq(ps_client_stats(c, 0, &st), PS_OK);
+    uint64_t n = st.checkpoints;
+    ps_stats_free(&st);
+    return n;
+}
+
+typedef struct {
+    ps_client *c;
+    uint64_t want;
+} ckpt_count;
+
+static int has_checkpoints(void *ctx) {
+    ckpt_count *k = ctx;
+    return checkpoints_of(k->c) >= k->want;
+}
+
+/* --checkpoint-every: async row pushes (which do not move the shard's version)
+ * are saved by the next tick, and a restart after SIGKILL serves them. */
+START_TEST(timer_saves_async_row_pushes) {
+    ps_test_children_die_with_me();
+    char *dir = ps_test_mkdtemp(), ck[700];
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    const char *args[] = {"--workers", "1", "--mode", "async", "--checkpoint-dir", ck,
+                          "--checkpoint-every", "1", NULL};
+    ps_test_psd a;
+    ck_assert_int_eq(ps_test_psd_start(&a, args, 10000), 0);
+    cluster k = {.n = 1};
+    k.p[0] = a;
+    job j;
+    job_open(&j, &k);
+    push_round(&j, 1, 0);
+    ckpt_count want = {j.c, 1};
+    ck_assert_msg(ps_test_wait_until(has_checkpoints, &want, 20000, 50), "no timer checkpoint");
+    want.want = checkpoints_of(j.c) + 1;
+    push_round(&j, 2, 0); /* rows only: the version does not move */
+    ck_assert_msg(ps_test_wait_until(has_checkpoints, &want, 20000, 50),
+                  "the timer did not save the row pushes:\n%s", ps_test_text(a.log));
+    rows *before = malloc(sizeof *before), *after = malloc(sizeof *after);
+    pull_all(&j, before);
+    ps_client_close(j.c);
+    ps_test_psd_kill(&a);
+    ck_assert_int_eq(ps_test_psd_restart(&a, args, 10000), 0);
+    k.p[0] = a;
+    job_open(&j, &k);
+    pull_all(&j, after);
+    expect_same_rows(after, before, "after the restart");
+    free(before), free(after);
+    ps_client_close(j.c);
+    ck_assert_int_eq(ps_test_psd_stop(&a, 10000), 0);
+    ps_test_rmdir(dir);
+    free(dir);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("psd_rows_checkpoint");
     TCase *tc = tcase_create("rows");
@@ -411,6 +468,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, async_two_shards);
     tcase_add_test(tc, sync_one_shard);
     tcase_add_test(tc, write_off_the_loop);
+    tcase_add_test(tc, timer_saves_async_row_pushes);
     suite_add_tcase(s, tc);
     return s;
 }
