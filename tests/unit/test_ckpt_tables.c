@@ -5,7 +5,8 @@
  * last steps, counts, update counts), and trains on identically (the count-min
  * sketch aside: not saved, a row not yet admitted counts from zero); a table's
  * file grows with its rows, not its id space; without tables the file keeps
- * layout 1 or 2; every corrupt variant of a table (truncated, duplicate id,
+ * layout 1 or 2; the tensors are byte for byte what docs/FORMATS.md says;
+ * every corrupt variant of a table (truncated, duplicate id,
  * dim mismatch, bad spec, counts, names, placement) is skipped for the older
  * valid file, with its reason logged. Also measures (prints, asserts nothing
  * on time) the loop's pause for a million rows of dim 16. */
@@ -342,6 +343,126 @@ START_TEST(sketch_not_saved_counts_from_zero) {
     ck_assert_uint_eq(dropped, 0);
     ps_store_free(&st), ps_store_free(&st2);
     ps_tables_free(&ts), ps_tables_free(&ts2);
+    ps_test_rmdir(dir);
+    free(dir);
+}
+END_TEST
+
+static void le32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void le64(uint8_t *p, uint64_t v) {
+    le32(p, (uint32_t)v);
+    le32(p + 4, (uint32_t)(v >> 32));
+}
+
+static void lef(uint8_t *p, float f) {
+    uint32_t v;
+    memcpy(&v, &f, sizeof v);
+    le32(p, v);
+}
+
+/* The table's tensors byte for byte as docs/FORMATS.md ("Layout 3") has them,
+ * built here from that page: the 92-byte attribute, the numbers, ids and steps
+ * as little-endian u64s, the rows in LRU order, "@job" empty, "@tables". */
+START_TEST(table_tensors_as_documented) {
+    char *dir = ps_test_mkdtemp(), path[4096], err[512];
+    ps_store st;
+    ps_store_init(&st);
+    ps_tables ts;
+    ps_tables_init(&ts, 1);
+    ps_table_cfg cfg = {.dim = 2,
+                        .opt = ps_row_opt_default(PS_ROW_FTRL, 0.25f),
+                        .seed = 0x0102030405060708ull,
+                        .key = ps_rows_table_key("doc"),
+                        .init_lo = -0.5f,
+                        .init_hi = 0.75f,
+                        .min_count = 0,
+                        .ttl_steps = 0x1122334455ull,
+                        .max_rows = 77,
+                        .full = PS_TABLE_REFUSE};
+    cfg.opt.l1 = 0.125f, cfg.opt.l2 = 0.0625f;
+    ps_table_entry *e;
+    ck_assert_int_eq(ps_tables_create(&ts, "doc", 0, &cfg, &e), PS_OK);
+    uint64_t a = 0xFFFFFFFF7FC00001ull, b = 3;
+    float g[2] = {1, -1};
+    ck_assert_int_eq(ps_table_entry_apply(e, &a, 1, g, NULL), PS_OK); /* step 1 */
+    ck_assert_int_eq(ps_table_entry_apply(e, &b, 1, g, NULL), PS_OK); /* step 2 */
+    ck_assert_int_eq(ps_table_entry_apply(e, &a, 1, g, NULL), PS_OK); /* step 3: a is newest */
+    save(dir, &st, &ts, 9, "", path, sizeof path);
+
+    uint8_t want[92] = {0};
+    le32(want + 0, 1);
+    le32(want + 4, 2);
+    le64(want + 8, 0);
+    le64(want + 16, 0x0102030405060708ull);
+    lef(want + 24, -0.5f);
+    lef(want + 28, 0.75f);
+    le32(want + 32, 0);
+    le32(want + 36, 1);
+    le64(want + 40, 0x1122334455ull);
+    le64(want + 48, 77);
+    le32(want + 56, 4);
+    lef(want + 60, 0.25f);
+    lef(want + 64, cfg.opt.eps);
+    lef(want + 68, cfg.opt.initial_accumulator);
+    lef(want + 72, cfg.opt.beta_1);
+    lef(want + 76, cfg.opt.beta_2);
+    lef(want + 80, 0.125f);
+    lef(want + 84, 0.0625f);
+    lef(want + 88, cfg.opt.lr_power);
+
+    ps_tf_file f;
+    ck_assert_int_eq(ps_tf_read(path, &f, err, sizeof err), PS_OK);
+    ck_assert_uint_eq(f.h.meta[7], 3);
+    ck_assert_uint_eq(f.n, 1 + 5 + 1);
+    ck_assert_str_eq(f.t[0].name, "@job");
+    ck_assert_uint_eq(f.t[0].attr_len, 0);
+    ck_assert_uint_eq(f.t[0].rank, 1);
+    ck_assert_uint_eq(f.t[0].shape[0], 1);
+    ck_assert(f.t[0].data[0] == 0.0f);
+    const ps_tf_owned *h = &f.t[1];
+    ck_assert_str_eq(h->name, "doc@table");
+    ck_assert_uint_eq(h->attr_len, 92);
+    ck_assert_mem_eq(h->attr, want, 92);
+    ck_assert_uint_eq(h->rank, 1);
+    ck_assert_uint_eq(h->shape[0], 14);
+    uint8_t nums[56];
+    const uint64_t nv[7] = {2, 3, 2, 0, 0, 0, 0}; /* rows, updates, admitted, ... */
+    for (int k = 0; k < 7; k++) le64(nums + 8 * k, nv[k]);
+    ck_assert_mem_eq(h->data, nums, 56);
+    uint8_t ids[16], steps[16];
+    le64(ids, b), le64(ids + 8, a); /* least recently pushed first */
+    le64(steps, 2), le64(steps + 8, 3);
+    const char *names[4] = {"doc@ids", "doc@steps", "doc@rows", "doc@slots"};
+    const uint64_t cols[4] = {2, 2, 2, 4};
+    for (int k = 0; k < 4; k++) {
+        ck_assert_str_eq(f.t[2 + k].name, names[k]);
+        ck_assert_uint_eq(f.t[2 + k].rank, 2);
+        ck_assert_uint_eq(f.t[2 + k].shape[0], 2);
+        ck_assert_uint_eq(f.t[2 + k].shape[1], cols[k]);
+        ck_assert_uint_eq(f.t[2 + k].attr_len, 0);
+    }
+    ck_assert_mem_eq(f.t[2].data, ids, 16);
+    ck_assert_mem_eq(f.t[3].data, steps, 16);
+    float rows[4], slots[8];
+    ps_table_pull(e->t, &b, 1, rows);
+    ps_table_pull(e->t, &a, 1, rows + 2);
+    ck_assert_mem_eq(f.t[4].data, rows, sizeof rows);
+    rows_dump d;
+    dump(e, &d);
+    memcpy(slots, d.slots, sizeof slots); /* z then n, a row each */
+    dump_free(&d);
+    ck_assert_mem_eq(f.t[5].data, slots, sizeof slots);
+    ck_assert_str_eq(f.t[6].name, "@tables");
+    uint8_t count[8];
+    le64(count, 1);
+    ck_assert_mem_eq(f.t[6].data, count, 8);
+    ck_assert_uint_eq(f.t[6].attr_len, 0);
+    ps_tf_file_free(&f);
+    ps_store_free(&st);
+    ps_tables_free(&ts);
     ps_test_rmdir(dir);
     free(dir);
 }
@@ -757,6 +878,7 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("tables");
     tcase_set_timeout(tc, 100);
     tcase_add_test(tc, tables_round_trip_bit_identical);
+    tcase_add_test(tc, table_tensors_as_documented);
     tcase_add_test(tc, sketch_not_saved_counts_from_zero);
     tcase_add_test(tc, size_grows_with_rows_not_id_space);
     tcase_add_test(tc, layouts_without_tables_unchanged_and_job_in_layout_3);
