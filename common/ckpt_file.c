@@ -196,7 +196,7 @@ static void prune(const char *dir, int keep, const char *just) {
         uint64_t ver, ms;
         long pid;
         if (!parse_name(de->d_name, 1, &ver, &ms, &pid)) continue;
-        /* ours is not being written now (saves are synchronous); others only if dead */
+        /* ours is not being written now (one save at a time); others only if dead */
         if (pid != (long)getpid() && !(kill((pid_t)pid, 0) != 0 && errno == ESRCH)) continue;
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         if (unlink(path) == 0) PS_INFO("removed stale checkpoint temp file %s", path);
@@ -211,9 +211,9 @@ static uint64_t now_ms(void) {
 }
 
 int ps_ckpt_write(const char *dir, int keep, const ps_ckpt_var *vars, size_t n,
-                  const ps_ckpt_meta *m, char *path_out, size_t path_len, uint64_t *bytes,
-                  char *err, size_t errlen) {
-    if (!dir || !*dir || keep < 1 || (!vars && n) || !m)
+                  const ps_tf_tensor *tables, size_t n_tables, const ps_ckpt_meta *m,
+                  char *path_out, size_t path_len, uint64_t *bytes, char *err, size_t errlen) {
+    if (!dir || !*dir || keep < 1 || (!vars && n) || (!tables && n_tables) || !m)
         return ps_errf(PS_EINVAL, err, errlen, "checkpoint: bad arguments (keep must be >= 1)");
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return ps_errf(PS_EIO, err, errlen, "create checkpoint directory %s: %s", dir,
@@ -222,7 +222,14 @@ int ps_ckpt_write(const char *dir, int keep, const ps_ckpt_var *vars, size_t n,
     size_t job_len = strlen(m->job_id);
     if (job_len > PS_WIRE_MAX_JOB_ID)
         return ps_errf(PS_EINVAL, err, errlen, "job id longer than %u bytes", PS_WIRE_MAX_JOB_ID);
-    size_t nt = job_len ? 1 : 0; /* the "@job" tensor */
+    uint64_t layout = n_tables  ? PS_CKPT_LAYOUT_TABLES
+                      : job_len ? PS_CKPT_LAYOUT_JOB
+                                : PS_CKPT_LAYOUT_VERSION;
+    size_t n_tt = n_tables * PS_CKPT_TABLE_TENSORS;
+    if (n_tables && n_tt / n_tables != PS_CKPT_TABLE_TENSORS)
+        return ps_errf(PS_EINVAL, err, errlen, "too many tables");
+    /* "@job" (layouts 2, 3), the tables' tensors and "@tables" (layout 3) */
+    size_t nt = (layout != PS_CKPT_LAYOUT_VERSION) + n_tt + (layout == PS_CKPT_LAYOUT_TABLES);
     for (size_t i = 0; i < n; i++) {
         if (strlen(vars[i].name) > PS_WIRE_MAX_NAME)
             return ps_errf(PS_EINVAL, err, errlen, "variable name longer than %u bytes",
@@ -266,14 +273,23 @@ int ps_ckpt_write(const char *dir, int keep, const ps_ckpt_var *vars, size_t n,
     }
 
     static const float job_value = 0.0f;
-    if (job_len) /* last: the job the variables belong to, in its attribute */
+    if (layout != PS_CKPT_LAYOUT_VERSION) /* the job the variables belong to, in its attribute */
         t[k++] = (ps_tf_tensor){.name = PS_CKPT_JOB_TENSOR,
                                 .rank = 1,
                                 .shape = {1},
                                 .data = &job_value,
                                 .numel = 1,
-                                .attr = m->job_id,
+                                .attr = job_len ? m->job_id : NULL,
                                 .attr_len = (uint32_t)job_len};
+    float count[2]; /* the number of tables, a u64 bit-copied into two f32 words */
+    if (layout == PS_CKPT_LAYOUT_TABLES) {
+        memcpy(t + k, tables, n_tt * sizeof *t);
+        k += n_tt;
+        uint64_t nt64 = (uint64_t)n_tables;
+        memcpy(count, &nt64, sizeof count);
+        t[k++] = (ps_tf_tensor){
+            .name = PS_CKPT_TABLES_TENSOR, .rank = 1, .shape = {2}, .data = count, .numel = 2};
+    }
     ps_tf_header h = {.kind = PS_TF_CHECKPOINT};
     uint64_t ms = m->unix_ms ? m->unix_ms : now_ms();
     h.meta[0] = m->version;
@@ -283,7 +299,7 @@ int ps_ckpt_write(const char *dir, int keep, const ps_ckpt_var *vars, size_t n,
     h.meta[4] = m->mode;
     h.meta[5] = m->incarnation;
     h.meta[6] = ms;
-    h.meta[7] = job_len ? PS_CKPT_LAYOUT_JOB : PS_CKPT_LAYOUT_VERSION;
+    h.meta[7] = layout;
     int off = snprintf(path, plen, "%s/", dir);
     snprintf(path + off, plen - (size_t)off, "ckpt-%020" PRIu64 "-%013" PRIu64 ".pstf", m->version,
              ms);
@@ -309,26 +325,58 @@ static int same_shape(const ps_tf_owned *a, const ps_tf_owned *b) {
     return a->rank == b->rank && memcmp(a->shape, b->shape, a->rank * sizeof(uint64_t)) == 0;
 }
 
-/* Layout 2: the last tensor names the job (job_id[PS_WIRE_MAX_JOB_ID + 1]); layout 1:
- * no job (""). *nvars = the tensors before it. PS_EFORMAT when it is malformed. */
-static int load_job(const ps_tf_file *f, char *job_id, size_t *nvars, char *err, size_t errlen) {
+/* Where f's parts are: the variables are f->t[0 .. *nvars), the tables' tensors
+ * f->t[*first_table ..] (*n_tables groups). Layout 1: variables only, no job ("");
+ * layout 2: then "@job" naming it (job_id[PS_WIRE_MAX_JOB_ID + 1]); layout 3: then
+ * "@job" (its attribute may be empty: no job), the tables, and "@tables" counting
+ * them. PS_EFORMAT when it is malformed. */
+static int layout_of(const ps_tf_file *f, char *job_id, size_t *nvars, size_t *first_table,
+                     size_t *n_tables, char *err, size_t errlen) {
     job_id[0] = '\0';
-    *nvars = f->n;
-    if (f->h.meta[7] == PS_CKPT_LAYOUT_VERSION) return PS_OK;
-    if (f->h.meta[7] != PS_CKPT_LAYOUT_JOB)
-        return ps_errf(PS_EFORMAT, err, errlen, "unsupported checkpoint layout %" PRIu64,
-                    f->h.meta[7]);
-    const ps_tf_owned *t = f->n ? &f->t[f->n - 1] : NULL;
-    if (!t || strcmp(t->name, PS_CKPT_JOB_TENSOR) != 0 || t->attr_len < 1 ||
+    *nvars = *first_table = f->n;
+    *n_tables = 0;
+    uint64_t layout = f->h.meta[7];
+    if (layout == PS_CKPT_LAYOUT_VERSION) return PS_OK;
+    if (layout != PS_CKPT_LAYOUT_JOB && layout != PS_CKPT_LAYOUT_TABLES)
+        return ps_errf(PS_EFORMAT, err, errlen, "unsupported checkpoint layout %" PRIu64, layout);
+    size_t job = f->n; /* one past "@job" */
+    if (layout == PS_CKPT_LAYOUT_TABLES) {
+        const ps_tf_owned *c = f->n ? &f->t[f->n - 1] : NULL;
+        if (!c || strcmp(c->name, PS_CKPT_TABLES_TENSOR) != 0 || c->rank != 1 || c->shape[0] != 2 ||
+            c->attr_len != 0)
+            return ps_errf(PS_EFORMAT, err, errlen,
+                           "layout 3 without a valid last tensor '%s' (rank 1, shape [2])",
+                           PS_CKPT_TABLES_TENSOR);
+        uint64_t nt;
+        memcpy(&nt, c->data, sizeof nt);
+        if (f->n < 2 || nt > (f->n - 2) / PS_CKPT_TABLE_TENSORS)
+            return ps_errf(PS_EFORMAT, err, errlen,
+                           "'%s' counts %" PRIu64 " tables, the file has %zu tensors in all",
+                           PS_CKPT_TABLES_TENSOR, nt, f->n);
+        *n_tables = (size_t)nt;
+        job = f->n - 1 - *n_tables * PS_CKPT_TABLE_TENSORS;
+    }
+    const ps_tf_owned *t = job ? &f->t[job - 1] : NULL;
+    size_t min_len = layout == PS_CKPT_LAYOUT_JOB ? 1 : 0;
+    if (!t || strcmp(t->name, PS_CKPT_JOB_TENSOR) != 0 || t->attr_len < min_len ||
         t->attr_len > PS_WIRE_MAX_JOB_ID)
-        return ps_errf(PS_EFORMAT, err, errlen, "layout 2 without a valid last tensor '%s'",
-                    PS_CKPT_JOB_TENSOR);
-    memcpy(job_id, t->attr, t->attr_len);
+        return ps_errf(PS_EFORMAT, err, errlen, "layout %" PRIu64 " without a valid tensor '%s'%s",
+                       layout, PS_CKPT_JOB_TENSOR,
+                       layout == PS_CKPT_LAYOUT_JOB ? " last" : " before the tables");
+    if (t->attr_len) memcpy(job_id, t->attr, t->attr_len);
     job_id[t->attr_len] = '\0';
-    if (!ps_job_id_valid(job_id))
+    if (t->attr_len && !ps_job_id_valid(job_id))
         return ps_errf(PS_EFORMAT, err, errlen, "malformed job id in tensor '%s'", PS_CKPT_JOB_TENSOR);
-    *nvars = f->n - 1;
+    *nvars = job - 1;
+    *first_table = job;
     return PS_OK;
+}
+
+int ps_ckpt_tables_of(const ps_tf_file *f, size_t *first, size_t *n_tables, char *err,
+                      size_t errlen) {
+    char job_id[PS_WIRE_MAX_JOB_ID + 1];
+    size_t nvars;
+    return layout_of(f, job_id, &nvars, first, n_tables, err, errlen);
 }
 
 /* Checks that f's tensors describe variables and lists them in *out (owned,
@@ -339,8 +387,8 @@ static int parse_vars(const ps_tf_file *f, char *job_id, ps_ckpt_loaded_var **ou
     *n_out = 0;
     if (f->h.kind != PS_TF_CHECKPOINT)
         return ps_errf(PS_EFORMAT, err, errlen, "not a checkpoint (file kind %u)", f->h.kind);
-    size_t nvars;
-    int rc = load_job(f, job_id, &nvars, err, errlen);
+    size_t nvars, first_table, n_tables;
+    int rc = layout_of(f, job_id, &nvars, &first_table, &n_tables, err, errlen);
     if (rc != PS_OK) return rc;
     ps_ckpt_loaded_var *v = calloc(nvars ? nvars : 1, sizeof *v);
     if (!v) return ps_errf(PS_ENOMEM, err, errlen, "out of memory");

@@ -17,7 +17,12 @@
 
 #define PS_CKPT_LAYOUT_VERSION 1u /* header meta[7]: how variables map to tensors */
 #define PS_CKPT_LAYOUT_JOB 2u     /* the same, plus a last tensor "@job" naming the job */
+/* variables, "@job" (its job id may be empty), the embedding tables' tensors, and a
+ * last tensor "@tables" counting the tables */
+#define PS_CKPT_LAYOUT_TABLES 3u
 #define PS_CKPT_JOB_TENSOR "@job"
+#define PS_CKPT_TABLES_TENSOR "@tables"
+#define PS_CKPT_TABLE_TENSORS 5u /* tensors per table (their meaning: ps-server/ckpt_tables.h) */
 
 /* Numbers saved with a checkpoint (header meta[0..6]); the writer gives them meaning. */
 typedef struct {
@@ -48,12 +53,15 @@ typedef struct {
  * if it is missing, one level), then deletes all but `keep` (>= 1) checkpoint
  * files of the directory: the one just written and the newest others (by
  * version, then time), plus leftover temp files of crashed writers. Not to be
- * called concurrently on one directory. path_out (may be NULL) gets the file
- * written, *bytes (may be NULL) its size. Returns PS_OK, PS_EINVAL, PS_ENOMEM or
- * PS_EIO (reason in err); a failed save leaves the older checkpoints as they were. */
+ * called concurrently on one directory. tables: n_tables * PS_CKPT_TABLE_TENSORS
+ * tensors written after "@job" as they are (layout 3; none: layout 1 or 2, as
+ * before tables existed). path_out (may be NULL) gets the file written, *bytes
+ * (may be NULL) its size. Returns PS_OK, PS_EINVAL, PS_ENOMEM or PS_EIO (reason in
+ * err); a failed save leaves the older checkpoints as they were. Touches nothing
+ * but its arguments and the directory: it may run on any thread. */
 int ps_ckpt_write(const char *dir, int keep, const ps_ckpt_var *vars, size_t n,
-                  const ps_ckpt_meta *m, char *path_out, size_t path_len, uint64_t *bytes,
-                  char *err, size_t errlen);
+                  const ps_tf_tensor *tables, size_t n_tables, const ps_ckpt_meta *m,
+                  char *path_out, size_t path_len, uint64_t *bytes, char *err, size_t errlen);
 
 /* A variable of a file being loaded: checked (spec, slot count and names, shape,
  * UTF-8 name) and pointing into the file's tensors: its values are f->t[tensor],
@@ -75,14 +83,21 @@ typedef struct {
 typedef int (*ps_ckpt_accept_fn)(void *user, ps_tf_file *f, const ps_ckpt_loaded_var *vars,
                                  size_t n, const ps_ckpt_meta *m, char *why, size_t whylen);
 
+/* The tables of a file the reader checked: f->t[*first ..] holds *n_tables groups
+ * of PS_CKPT_TABLE_TENSORS tensors (none before layout 3; their contents are for
+ * the caller to check). PS_OK, or PS_EFORMAT with the reason when the file's
+ * layout is not one this build reads. */
+int ps_ckpt_tables_of(const ps_tf_file *f, size_t *first, size_t *n_tables, char *err,
+                      size_t errlen);
+
 /* Tries the checkpoint files of dir newest first (by version, then time); the
- * first that reads cleanly, describes variables (kind 1, layout 1 or 2, valid
- * attributes and slots) and is accepted wins. Logs every skipped file with its
- * reason (PS_WARN). Returns PS_OK (with *m and path_out, each may be NULL,
- * filled), PS_ENOENT when dir is missing or holds no valid checkpoint, PS_EIO
- * when none was valid and at least one could not be read (do not start afresh
- * then), PS_ENOMEM, or the error accept stopped with; reason in err. Files are
- * never modified. */
+ * first that reads cleanly, describes variables (kind 1, layout 1, 2 or 3, valid
+ * attributes and slots; layout 3's tables placed as it says) and is accepted
+ * wins. Logs every skipped file with its reason (PS_WARN). Returns PS_OK (with
+ * *m and path_out, each may be NULL, filled), PS_ENOENT when dir is missing or
+ * holds no valid checkpoint, PS_EIO when none was valid and at least one could
+ * not be read (do not start afresh then), PS_ENOMEM, or the error accept
+ * stopped with; reason in err. Files are never modified. */
 int ps_ckpt_read_newest(const char *dir, ps_ckpt_accept_fn accept, void *user, ps_ckpt_meta *m,
                         char *path_out, size_t path_len, char *err, size_t errlen);
 

@@ -62,7 +62,7 @@ const ps_option ps_flag_checkpoint_every = {
     .max = 31536000,
     .def = "60",
     .metavar = "SECONDS",
-    .help = "periodic checkpoints when the version moved (0: only on request and at "
+    .help = "periodic checkpoints when there are new updates (0: only on request and at "
             "SIGTERM/SIGINT)"};
 
 const ps_option ps_flag_epochs = {.name = "epochs",

@@ -732,17 +732,5 @@ int ps__handle_goodbye(ps_server *s, ps_request *r, char *err, size_t errlen) {
 }
 
 int ps__handle_checkpoint(ps_server *s, ps_request *r, char *err, size_t errlen) {
-    char path[1200];
-    uint64_t bytes = 0;
-    int rc = ps__server_checkpoint(s, path, sizeof path, &bytes, err, errlen);
-    if (rc != PS_OK) return rc;
-    Ps__Header out = PS__HEADER__INIT;
-    Ps__CheckpointReply rep = PS__CHECKPOINT_REPLY__INIT;
-    rep.path = path;
-    rep.version = s->version;
-    rep.bytes = bytes;
-    out.body_case = PS__HEADER__BODY_CHECKPOINT_REPLY;
-    out.checkpoint_reply = &rep;
-    ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
-    return PS_OK;
+    return ps__ckpt_request(s, r, err, errlen); /* replies when the file is written */
 }

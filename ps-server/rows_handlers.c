@@ -5,6 +5,7 @@
  * client that sends it other ids gets them served and stored here, and only
  * misses them itself. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,12 +37,6 @@ static int table_cfg(const ps_server *s, const Ps__TableSpec *t, ps_table_cfg *c
         snprintf(err, errlen, "a table name must have 1..%u bytes", PS_WIRE_MAX_NAME);
         return PS_EINVAL;
     }
-    if (t->dim == 0 || t->dim > PS_TABLE_MAX_DIM) {
-        char why[120];
-        snprintf(why, sizeof why, "dim %llu (allowed 1..%u)", (unsigned long long)t->dim,
-                 PS_TABLE_MAX_DIM);
-        return bad(err, errlen, name, why);
-    }
     const Ps__RowOptimizer *o = t->optimizer;
     if (!o || (unsigned)o->kind >= sizeof kinds / sizeof kinds[0])
         return bad(err, errlen, name, "no optimizer, or one psd does not know");
@@ -50,34 +45,17 @@ static int table_cfg(const ps_server *s, const Ps__TableSpec *t, ps_table_cfg *c
     c->opt.initial_accumulator = o->initial_accumulator;
     c->opt.beta_1 = o->beta1, c->opt.beta_2 = o->beta2;
     c->opt.l1 = o->l1, c->opt.l2 = o->l2, c->opt.lr_power = o->lr_power;
-    const ps_row_opt *p = &c->opt;
-    if (!(isfinite(p->lr) && p->lr > 0)) return bad(err, errlen, name, "lr must be finite and > 0");
-    if (!(isfinite(p->eps) && p->eps >= 0)) return bad(err, errlen, name, "epsilon must be >= 0");
-    if (!(isfinite(p->initial_accumulator) && p->initial_accumulator >= 0))
-        return bad(err, errlen, name, "initial_accumulator must be >= 0");
-    if (p->kind == PS_ROW_FTRL && !(p->initial_accumulator > 0))
-        return bad(err, errlen, name, "ftrl needs initial_accumulator > 0");
-    if (p->kind == PS_ROW_LAZY_ADAM &&
-        !(p->beta_1 >= 0 && p->beta_1 < 1 && p->beta_2 >= 0 && p->beta_2 < 1))
-        return bad(err, errlen, name, "lazy_adam needs 0 <= beta1, beta2 < 1");
-    if (p->kind == PS_ROW_FTRL && !(isfinite(p->l1) && p->l1 >= 0 && isfinite(p->l2) &&
-                                    p->l2 >= 0 && isfinite(p->lr_power) && p->lr_power <= 0))
-        return bad(err, errlen, name, "ftrl needs l1, l2 >= 0 and lr_power <= 0");
-    if (!(isfinite(t->init_lo) && isfinite(t->init_hi) && t->init_lo <= t->init_hi))
-        return bad(err, errlen, name, "the initializer needs finite init_lo <= init_hi");
-    if (t->max_rows >= UINT32_MAX)
-        return bad(err, errlen, name, "max_rows must be below 2^32 (rows per shard)");
-    if (t->num_rows && (t->min_count > 1 || t->ttl_steps || t->max_rows))
-        return bad(err, errlen, name,
-                   "min_count, ttl_steps and max_rows are for dynamic tables (num_rows 0)");
-    c->dim = (size_t)t->dim;
+    c->dim = t->dim > SIZE_MAX ? SIZE_MAX : (size_t)t->dim;
     c->seed = t->seed;
     c->key = ps_rows_table_key(name);
     c->init_lo = t->init_lo, c->init_hi = t->init_hi;
     c->min_count = t->min_count;
     c->ttl_steps = t->ttl_steps;
-    c->max_rows = (size_t)t->max_rows;
+    c->max_rows = t->max_rows > SIZE_MAX ? SIZE_MAX : (size_t)t->max_rows;
     c->full = t->refuse_when_full ? PS_TABLE_REFUSE : PS_TABLE_EVICT_LRU;
+    char why[160];
+    if (ps_table_entry_cfg_check(t->num_rows, c, why, sizeof why) != PS_OK)
+        return bad(err, errlen, name, why);
     (void)s;
     return PS_OK;
 }

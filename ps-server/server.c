@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "auth.h"
-#include "checkpoint.h"
 #include "ipc_lock.h"
 #include "log.h"
 #include "metrics.h"
@@ -35,78 +34,6 @@ static uint64_t new_incarnation(void) {
     if (!f || fread(&v, sizeof v, 1, f) != 1) v = ps__now_ns() ^ ((uint64_t)getpid() << 32);
     if (f) fclose(f);
     return v ? v : 1;
-}
-
-/* Creates dir (one level) if missing. */
-static int ensure_dir(const char *dir, char *err, size_t errlen) {
-    if (mkdir(dir, 0750) == 0 || errno == EEXIST) return PS_OK;
-    snprintf(err, errlen, "cannot create checkpoint directory %s: %s", dir, strerror(errno));
-    return PS_EIO;
-}
-
-/* Loads the newest valid checkpoint of --checkpoint-dir, if any. */
-static int restore(ps_server *s, char *err, size_t errlen) {
-    const char *dir = s->cfg.checkpoint_dir;
-    int rc = ensure_dir(dir, err, errlen);
-    if (rc != PS_OK) return rc;
-    ps_ckpt_meta m;
-    char path[1200];
-    rc = ps_ckpt_restore(dir, &s->store, &m, path, sizeof path, err, errlen);
-    if (rc == PS_ENOENT) {
-        PS_INFO("no valid checkpoint in %s: starting empty", dir);
-        return PS_OK;
-    }
-    if (rc != PS_OK) return rc;
-    if (m.shard != (uint64_t)s->cfg.shard || m.num_shards != (uint64_t)s->cfg.num_shards) {
-        snprintf(err, errlen,
-                 "checkpoint %s belongs to shard %llu of %llu, this is shard %ld of %ld", path,
-                 (unsigned long long)m.shard, (unsigned long long)m.num_shards, s->cfg.shard,
-                 s->cfg.num_shards);
-        return PS_EINVAL;
-    }
-    s->version = m.version;
-    s->stats.updates_applied = m.updates_applied;
-    s->ckpt_version = m.version;
-    s->ckpt_ns = ps__now_ns();
-    snprintf(s->job_id, sizeof s->job_id, "%.*s", (int)PS_WIRE_MAX_JOB_ID, m.job_id);
-    PS_INFO("restored checkpoint %s: version %llu, %zu variables%s%s", path,
-            (unsigned long long)m.version, s->store.n, m.job_id[0] ? " of job " : "", m.job_id);
-    return PS_OK;
-}
-
-int ps__server_checkpoint(ps_server *s, char *path, size_t path_len, uint64_t *bytes, char *err,
-                          size_t errlen) {
-    if (!s->cfg.checkpoint_dir[0]) {
-        snprintf(err, errlen, "this psd has no --checkpoint-dir");
-        return PS_EINVAL;
-    }
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    ps_ckpt_meta m = {
-        .version = s->version,
-        .updates_applied = s->stats.updates_applied,
-        .shard = (uint64_t)s->cfg.shard,
-        .num_shards = (uint64_t)s->cfg.num_shards,
-        .mode = (uint64_t)s->cfg.mode,
-        .incarnation = s->incarnation,
-        .unix_ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u,
-    };
-    snprintf(m.job_id, sizeof m.job_id, "%s", s->job_id);
-    uint64_t t0 = ps__now_ns();
-    int rc = ps_ckpt_save(s->cfg.checkpoint_dir, (int)s->cfg.keep_checkpoints, &s->store, &m, path,
-                          path_len, bytes, err, errlen);
-    if (rc != PS_OK) {
-        s->stats.checkpoint_failures++;
-        PS_ERROR("checkpoint failed: %s", err);
-        return rc;
-    }
-    s->stats.checkpoints++;
-    s->ckpt_version = s->version;
-    s->ckpt_ns = ps__now_ns();
-    PS_INFO("checkpoint version %llu written to %s (%llu bytes, %.1f ms)",
-            (unsigned long long)s->version, path, (unsigned long long)*bytes,
-            (double)(s->ckpt_ns - t0) / 1e6);
-    return PS_OK;
 }
 
 static int write_ready_file(const char *path, const char *endpoint, char *err, size_t errlen) {
@@ -227,7 +154,7 @@ int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, c
     }
     int rc = make_router(s, err, errlen); /* key files are checked before a long restore */
     if (rc != PS_OK) return rc;
-    if (cfg->checkpoint_dir[0] && restore(s, err, errlen) != PS_OK) return PS_EIO;
+    if (cfg->checkpoint_dir[0] && ps__ckpt_restore(s, err, errlen) != PS_OK) return PS_EIO;
     char addr[1100];
     if (cfg->transport == PS_TRANSPORT_IPC) {
         /* the probe and the bind are one step only under the lock: of two psd started
@@ -305,6 +232,10 @@ static void on_resume(uv_idle_t *h) {
     drain(h->data);
 }
 
+void ps__server_drain(ps_server *s) {
+    drain(s);
+}
+
 static void on_poll(uv_poll_t *h, int status, int events) {
     (void)events;
     ps_server *s = h->data;
@@ -319,16 +250,7 @@ static void on_poll(uv_poll_t *h, int status, int events) {
 static void on_signal(uv_signal_t *h, int signum) {
     ps_server *s = h->data;
     PS_INFO("received %s, shutting down", signum == SIGTERM ? "SIGTERM" : "SIGINT");
-    if (s->cfg.checkpoint_dir[0] && !s->stopping) {
-        char path[1200], err[512];
-        uint64_t bytes = 0;
-        if (ps__server_checkpoint(s, path, sizeof path, &bytes, err, sizeof err) != PS_OK) {
-            s->final_ckpt_failed = 1; /* what we promised to save is not saved: exit 1 */
-            PS_ERROR("stopping without the final checkpoint: the updates since the last one "
-                     "are lost");
-        }
-    }
-    ps_server_stop(s);
+    ps__ckpt_stop_signal(s); /* with --checkpoint-dir: the final checkpoint, then the stop */
 }
 
 static void on_member_timer(uv_timer_t *t) {
@@ -344,11 +266,8 @@ static void on_member_timer(uv_timer_t *t) {
 
 static void on_ckpt_timer(uv_timer_t *t) {
     ps_server *s = t->data;
-    if (s->ckpt_ns && s->ckpt_version == s->version) return; /* nothing new */
-    char path[1200], err[512];
-    uint64_t bytes = 0;
-    ps__server_checkpoint(s, path, sizeof path, &bytes, err, sizeof err);
-    drain(s); /* requests that arrived while the checkpoint was written (see above) */
+    ps__ckpt_periodic(s);
+    drain(s); /* requests that arrived while the snapshot was taken (see above) */
 }
 
 static void on_close(uv_handle_t *h) {
@@ -445,6 +364,7 @@ void ps_server_free(ps_server *s) {
     ps__ipc_unlock(s->cfg.ipc_path, s->ipc_lock - 1); /* after the socket is gone */
     s->ipc_lock = 0;
     ps__pending_free(s);
+    ps__ckpt_free(s);
     ps_store_free(&s->store);
     ps_tables_free(&s->tables);
     free(s->pushed);

@@ -1,6 +1,7 @@
 /* psd: one libuv loop owns all of a shard's state; a ZeroMQ ROUTER is watched
  * through ZMQ_FD (edge-triggered) and every request goes through one dispatch
- * table. No locks: only the loop thread touches the server. */
+ * table. No locks: only the loop thread touches the server (a checkpoint's
+ * write on libuv's thread pool touches only its own snapshot). */
 #ifndef PS_SERVER_H
 #define PS_SERVER_H
 
@@ -44,6 +45,13 @@ typedef struct {
     uint64_t turns_cut; /* loop turns that stopped at --turn-messages or the time budget */
 } ps_server_stats;
 
+/* A Checkpoint request waiting for its checkpoint to be written (checkpointer.c). */
+typedef struct {
+    void *identity; /* owned copy */
+    size_t identity_len;
+    uint64_t request_id;
+} ps_ckpt_waiter;
+
 /* What the shard knows of one worker of the job (members.c). */
 typedef struct {
     uint64_t last_seen_ns; /* last request or heartbeat */
@@ -84,6 +92,11 @@ typedef struct ps_server {
     char job_id[PS_WIRE_MAX_JOB_ID + 1];
     uint64_t ckpt_version; /* version of the newest checkpoint written or restored */
     uint64_t ckpt_ns;      /* when (monotonic), 0: none */
+    uint64_t ckpt_pushes;  /* stats.pushes_applied when it was taken (0: restored) */
+    struct ps_ckpt_job *ckpt_job; /* the checkpoint being written off the loop; NULL: none */
+    ps_ckpt_waiter *ckpt_next;    /* Checkpoint requests waiting for the next checkpoint */
+    size_t ckpt_next_n, ckpt_next_cap;
+    int ckpt_stop_after; /* SIGTERM/SIGINT during a write: the final checkpoint, then stop */
     uint64_t start_ns;
     uv_timer_t watchdog_timer;  /* systemd WatchdogSec (notify.c) */
     struct ps_metrics *metrics; /* HTTP /metrics and /healthz (metrics.c), NULL: off */
@@ -188,10 +201,26 @@ int ps__staleness_allows(const ps_server *s, int has_worker, uint64_t clock);
 /* Records one optimizer apply of `seconds` in the latency histogram. */
 void ps__stats_apply_latency(ps_server *s, double seconds);
 
-/* Checkpoints (server.c): writes one now; PS_OK, or an error with a reason (logged and
- * counted in stats.checkpoint_failures). */
-int ps__server_checkpoint(ps_server *s, char *path, size_t path_len, uint64_t *bytes, char *err,
-                          size_t errlen);
+/* Checkpoints (checkpointer.c). Each is a snapshot taken on the loop (the loop's
+ * only pause: the copy of the tables' rows and the variables' slots) written to
+ * --checkpoint-dir on libuv's thread pool, one at a time; failures are logged and
+ * counted in stats.checkpoint_failures. */
+/* At start: loads the newest valid checkpoint, if any (PS_OK), or fails with a reason. */
+int ps__ckpt_restore(ps_server *s, char *err, size_t errlen);
+/* A Checkpoint request: answered once a checkpoint taken now (or, during a write,
+ * the next one, which starts when that write ends) is written. PS_OK, or an error
+ * for the dispatcher to send. */
+int ps__ckpt_request(ps_server *s, const ps_request *r, char *err, size_t errlen);
+/* The --checkpoint-every timer: a checkpoint if the version moved or a push was
+ * applied since the last one, and none is being written. */
+void ps__ckpt_periodic(ps_server *s);
+/* SIGTERM/SIGINT: the final checkpoint (on the loop, after any write in flight),
+ * then ps_server_stop; final_ckpt_failed when it fails. */
+void ps__ckpt_stop_signal(ps_server *s);
+/* Frees the requests still waiting (after the loop ended). */
+void ps__ckpt_free(ps_server *s);
+/* Reads requests now (a reply sent outside a turn may have taken ZMQ_FD's edge). */
+void ps__server_drain(ps_server *s);
 /* Answers the deferred pulls whose version now exists. */
 void ps__server_answer_pending(ps_server *s);
 /* Nanoseconds on a monotonic clock. */

@@ -252,21 +252,28 @@ void ps_table_stats_get(const ps_table *t, ps_table_counts *s) {
 }
 
 void ps_table_visit(const ps_table *t, ps_table_visit_fn fn, void *ctx) {
-    for (size_t r = 0; r < t->n; r++) {
-        const float *row = t->data + r * t->stride;
+    for (uint32_t r = t->head; r != NONE; r = t->next[r]) {
+        const float *row = t->data + (size_t)r * t->stride;
         fn(ctx, t->ids[r], row, row + t->cfg.dim, t->last[r]);
     }
 }
 
 int ps_table_restore_row(ps_table *t, uint64_t id, const float *row, const float *slots,
                          uint64_t last_step) {
-    long r = find(t, id);
-    if (r < 0) r = insert(t, id, last_step);
+    if (find(t, id) >= 0) return PS_EEXIST;
+    long r = insert(t, id, last_step);
     if (r == -2) return PS_ENOMEM;
     if (r < 0) return PS_EINVAL; /* over a refusing cap */
     float *dst = t->data + (size_t)r * t->stride;
     memcpy(dst, row, t->cfg.dim * sizeof *dst);
     memcpy(dst + t->cfg.dim, slots, t->slot_floats * sizeof *dst);
-    t->last[r] = last_step;
     return PS_OK;
+}
+
+void ps_table_restore_counts(ps_table *t, const ps_table_counts *c) {
+    t->st.admitted = c->admitted;
+    t->st.evicted = c->evicted;
+    t->st.expired = c->expired;
+    t->st.refused = c->refused;
+    t->st.dropped = c->dropped;
 }

@@ -69,13 +69,22 @@ size_t ps_table_expire(ps_table *t, uint64_t step);
 void ps_table_stats_get(const ps_table *t, ps_table_counts *s);
 
 /* Visits every stored row (a checkpoint): id, values, optimizer state (slots
- * floats), last step pushed. Order: unspecified. */
+ * floats), last step pushed; from the least recently pushed row to the most
+ * recently pushed (the order the cap evicts in), so restoring the rows in the
+ * order visited rebuilds the same table. */
 typedef void (*ps_table_visit_fn)(void *ctx, uint64_t id, const float *row, const float *slots,
                                   uint64_t last_step);
 void ps_table_visit(const ps_table *t, ps_table_visit_fn fn, void *ctx);
 
-/* Stores a row as a checkpoint holds it (restore). Returns PS_OK or PS_ENOMEM. */
+/* Stores a row as a checkpoint holds it (restore), as the most recently
+ * pushed one. Returns PS_OK, PS_EEXIST (id is stored already: nothing
+ * changes), PS_EINVAL (the table is at a refusing cap) or PS_ENOMEM. */
 int ps_table_restore_row(ps_table *t, uint64_t id, const float *row, const float *slots,
                          uint64_t last_step);
+
+/* Sets the counts a checkpoint holds (admitted, evicted, expired, refused,
+ * dropped; rows and bytes are the table's own and ignored), after its rows
+ * are restored. */
+void ps_table_restore_counts(ps_table *t, const ps_table_counts *c);
 
 #endif

@@ -1,9 +1,12 @@
 /* The shard's embedding tables and their step state (tables.h). */
 #include "tables.h"
 
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "errf.h"
 #include "ps_error.h"
 
 void ps_tables_init(ps_tables *ts, uint32_t workers) {
@@ -29,6 +32,38 @@ ps_table_entry *ps_tables_find(const ps_tables *ts, const char *name) {
     for (size_t i = 0; i < ts->n; i++) /* a handful of tables: a scan */
         if (strcmp(ts->v[i]->name, name) == 0) return ts->v[i];
     return NULL;
+}
+
+int ps_table_entry_cfg_check(uint64_t num_rows, const ps_table_cfg *c, char *why, size_t whylen) {
+    if (c->dim == 0 || c->dim > PS_TABLE_MAX_DIM)
+        return ps_errf(PS_EINVAL, why, whylen, "dim %zu (allowed 1..%u)", c->dim, PS_TABLE_MAX_DIM);
+    const ps_row_opt *p = &c->opt;
+    if ((unsigned)p->kind > PS_ROW_FTRL)
+        return ps_errf(PS_EINVAL, why, whylen, "optimizer kind %u is unknown", (unsigned)p->kind);
+    if (!(isfinite(p->lr) && p->lr > 0))
+        return ps_errf(PS_EINVAL, why, whylen, "lr must be finite and > 0");
+    if (!(isfinite(p->eps) && p->eps >= 0))
+        return ps_errf(PS_EINVAL, why, whylen, "epsilon must be >= 0");
+    if (!(isfinite(p->initial_accumulator) && p->initial_accumulator >= 0))
+        return ps_errf(PS_EINVAL, why, whylen, "initial_accumulator must be >= 0");
+    if (p->kind == PS_ROW_FTRL && !(p->initial_accumulator > 0))
+        return ps_errf(PS_EINVAL, why, whylen, "ftrl needs initial_accumulator > 0");
+    if (p->kind == PS_ROW_LAZY_ADAM &&
+        !(p->beta_1 >= 0 && p->beta_1 < 1 && p->beta_2 >= 0 && p->beta_2 < 1))
+        return ps_errf(PS_EINVAL, why, whylen, "lazy_adam needs 0 <= beta1, beta2 < 1");
+    if (p->kind == PS_ROW_FTRL && !(isfinite(p->l1) && p->l1 >= 0 && isfinite(p->l2) &&
+                                    p->l2 >= 0 && isfinite(p->lr_power) && p->lr_power <= 0))
+        return ps_errf(PS_EINVAL, why, whylen, "ftrl needs l1, l2 >= 0 and lr_power <= 0");
+    if (!(isfinite(c->init_lo) && isfinite(c->init_hi) && c->init_lo <= c->init_hi))
+        return ps_errf(PS_EINVAL, why, whylen, "the initializer needs finite init_lo <= init_hi");
+    if (c->max_rows >= UINT32_MAX)
+        return ps_errf(PS_EINVAL, why, whylen, "max_rows must be below 2^32 (rows per shard)");
+    if (c->full != PS_TABLE_EVICT_LRU && c->full != PS_TABLE_REFUSE)
+        return ps_errf(PS_EINVAL, why, whylen, "unknown policy %u at the cap", (unsigned)c->full);
+    if (num_rows && (c->min_count > 1 || c->ttl_steps || c->max_rows))
+        return ps_errf(PS_EINVAL, why, whylen,
+                       "min_count, ttl_steps and max_rows are for dynamic tables (num_rows 0)");
+    return PS_OK;
 }
 
 int ps_tables_create(ps_tables *ts, const char *name, uint64_t num_rows, const ps_table_cfg *cfg,

@@ -33,6 +33,11 @@ typedef struct {
 void ps_tables_init(ps_tables *ts, uint32_t workers);
 void ps_tables_free(ps_tables *ts);
 ps_table_entry *ps_tables_find(const ps_tables *ts, const char *name);
+/* PS_OK when a table of num_rows rows (0: dynamic) may have this config (the
+ * checks CreateTable and a checkpoint's reader make: dim, the optimizer's
+ * kind and values, the initializer, the cap, the options only dynamic tables
+ * take); else PS_EINVAL and the reason in why. The key is not checked. */
+int ps_table_entry_cfg_check(uint64_t num_rows, const ps_table_cfg *c, char *why, size_t whylen);
 /* A new table (the caller checked the name is free and the config valid).
  * PS_OK, PS_EINVAL (dim) or PS_ENOMEM. */
 int ps_tables_create(ps_tables *ts, const char *name, uint64_t num_rows, const ps_table_cfg *cfg,

@@ -97,7 +97,7 @@ START_TEST(psctl_sigkilled_shards_write_final_checkpoints) {
         ps_store st;
         ps_store_init(&st);
         ps_ckpt_meta m;
-        int rc = ps_ckpt_restore(sub, &st, &m, path, sizeof path, err, sizeof err);
+        int rc = ps_ckpt_restore(sub, &st, NULL, &m, path, sizeof path, err, sizeof err);
         ck_assert_msg(rc == PS_OK, "shard %d: no valid checkpoint: %s", i, err);
         ck_assert_msg(m.unix_ms >= killed_at,
                       "shard %d: newest checkpoint %s is older than the kill", i, path);

@@ -104,7 +104,7 @@ static ps_ckpt_meta meta_v(uint64_t version, uint64_t ms) {
 static char *save(const char *dir, int keep, const ps_store *st, uint64_t v, uint64_t ms) {
     ps_ckpt_meta m = meta_v(v, ms);
     char path[4096], err[256];
-    int rc = ps_ckpt_save(dir, keep, st, &m, path, sizeof path, NULL, err, sizeof err);
+    int rc = ps_ckpt_save(dir, keep, st, NULL, &m, path, sizeof path, NULL, err, sizeof err);
     ck_assert_msg(rc == PS_OK, "save: %s", err);
     return strdup(path);
 }
@@ -134,7 +134,7 @@ static int restore_logged(const char *dir, ps_store *st, ps_ckpt_meta *m, char *
     int saved = dup(2), fd = open(logpath, O_CREAT | O_TRUNC | O_RDWR, 0644);
     ck_assert_int_ge(fd, 0);
     dup2(fd, 2);
-    int rc = ps_ckpt_restore(dir, st, m, path, path_len, err, errlen);
+    int rc = ps_ckpt_restore(dir, st, NULL, m, path, path_len, err, errlen);
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
@@ -166,8 +166,8 @@ START_TEST(round_trip_restores_everything_bit_identical) {
     build_store(&st, 3);
     ps_ckpt_meta m = meta_v(12345, 1700000000123ull);
     uint64_t bytes = 0;
-    ck_assert_int_eq(ps_ckpt_save(dir, 3, &st, &m, path, sizeof path, &bytes, err, sizeof err),
-                     PS_OK);
+    ck_assert_int_eq(
+        ps_ckpt_save(dir, 3, &st, NULL, &m, path, sizeof path, &bytes, err, sizeof err), PS_OK);
     char want[4096];
     snprintf(want, sizeof want, "%s/ckpt-00000000000000012345-1700000000123.pstf", dir);
     ck_assert_str_eq(path, want);
@@ -179,8 +179,8 @@ START_TEST(round_trip_restores_everything_bit_identical) {
     ps_store_init(&back);
     ps_ckpt_meta got;
     char got_path[4096];
-    ck_assert_int_eq(ps_ckpt_restore(dir, &back, &got, got_path, sizeof got_path, err, sizeof err),
-                     PS_OK);
+    ck_assert_int_eq(
+        ps_ckpt_restore(dir, &back, NULL, &got, got_path, sizeof got_path, err, sizeof err), PS_OK);
     ck_assert_str_eq(got_path, path);
     ck_assert_mem_eq(&got, &m, sizeof m);
     expect_same_store(&st, &back);
@@ -228,7 +228,7 @@ START_TEST(attribute_version_1_still_restores) {
     char *v2 = save(dir, 10, &st, 5, 1);
     ps_store_init(&back);
     ps_ckpt_meta m;
-    ck_assert_int_eq(ps_ckpt_restore(dir, &back, &m, NULL, 0, err, sizeof err), PS_OK);
+    ck_assert_int_eq(ps_ckpt_restore(dir, &back, NULL, &m, NULL, 0, err, sizeof err), PS_OK);
     expect_same_store(&st, &back);
     ck_assert_float_eq(ps_store_find(&back, "scheduled")->opt.schedule.warmup_target, 0.5f);
     ck_assert_float_eq(ps_store_find(&back, "scheduled")->opt.clipnorm, 2);
@@ -268,7 +268,8 @@ START_TEST(attribute_version_1_still_restores) {
     unlink(v2);
     char path[4096];
     ps_store_init(&back);
-    ck_assert_msg(ps_ckpt_restore(dir, &back, &m, path, sizeof path, err, sizeof err) == PS_OK,
+    ck_assert_msg(ps_ckpt_restore(dir, &back, NULL, &m, path, sizeof path, err, sizeof err) ==
+                      PS_OK,
                   "%s", err);
     ck_assert_str_eq(path, v1);
     expect_same_store(&st, &back);
@@ -287,7 +288,7 @@ START_TEST(empty_store_round_trips) {
     free(save(dir, 1, &st, 0, 5));
     ps_store_init(&back);
     ps_ckpt_meta m;
-    ck_assert_int_eq(ps_ckpt_restore(dir, &back, &m, NULL, 0, err, sizeof err), PS_OK);
+    ck_assert_int_eq(ps_ckpt_restore(dir, &back, NULL, &m, NULL, 0, err, sizeof err), PS_OK);
     ck_assert_uint_eq(back.n, 0);
     ck_assert_uint_eq(m.unix_ms, 5);
     ps_test_rmdir(dir);
@@ -303,7 +304,7 @@ START_TEST(job_id_round_trips_as_layout_2) {
     build_store(&st, 2);
     ps_ckpt_meta m = {.version = 7, .shard = 1, .num_shards = 2, .unix_ms = 1000};
     snprintf(m.job_id, sizeof m.job_id, "mnist-run.3_a");
-    ck_assert_int_eq(ps_ckpt_save(dir, 3, &st, &m, path, sizeof path, NULL, err, sizeof err),
+    ck_assert_int_eq(ps_ckpt_save(dir, 3, &st, NULL, &m, path, sizeof path, NULL, err, sizeof err),
                      PS_OK);
     ps_tf_file f;
     ck_assert_int_eq(ps_tf_read(path, &f, err, sizeof err), PS_OK);
@@ -313,7 +314,7 @@ START_TEST(job_id_round_trips_as_layout_2) {
     ps_tf_file_free(&f);
     ps_store_init(&back);
     ps_ckpt_meta got;
-    ck_assert_int_eq(ps_ckpt_restore(dir, &back, &got, NULL, 0, err, sizeof err), PS_OK);
+    ck_assert_int_eq(ps_ckpt_restore(dir, &back, NULL, &got, NULL, 0, err, sizeof err), PS_OK);
     ck_assert_mem_eq(&got, &m, sizeof m);
     expect_same_store(&st, &back);
     ps_store_free(&back);
@@ -322,10 +323,10 @@ START_TEST(job_id_round_trips_as_layout_2) {
     ps_ckpt_meta bad = m;
     bad.version = 8;
     snprintf(bad.job_id, sizeof bad.job_id, "no spaces");
-    ck_assert_int_eq(ps_ckpt_save(dir, 3, &st, &bad, path, sizeof path, NULL, err, sizeof err),
-                     PS_OK);
+    ck_assert_int_eq(
+        ps_ckpt_save(dir, 3, &st, NULL, &bad, path, sizeof path, NULL, err, sizeof err), PS_OK);
     ps_store_init(&back);
-    ck_assert_int_eq(ps_ckpt_restore(dir, &back, &got, NULL, 0, err, sizeof err), PS_OK);
+    ck_assert_int_eq(ps_ckpt_restore(dir, &back, NULL, &got, NULL, 0, err, sizeof err), PS_OK);
     ck_assert_uint_eq(got.version, 7);
     ck_assert_str_eq(got.job_id, "mnist-run.3_a");
     ps_store_free(&back);
@@ -378,7 +379,7 @@ START_TEST(stale_temp_files_are_removed_and_others_ignored) {
     for (int i = 0; i < 4; i++)
         ck_assert_int_eq(ps_test_write_file(all[i], "junk", 4), 0);
     ps_ckpt_meta m = meta_v(1, 2);
-    ck_assert_int_eq(ps_ckpt_save(dir, 1, &st, &m, path, sizeof path, NULL, err, sizeof err),
+    ck_assert_int_eq(ps_ckpt_save(dir, 1, &st, NULL, &m, path, sizeof path, NULL, err, sizeof err),
                      PS_OK);
     ck_assert(!exists(mine) && !exists(dead));
     ck_assert(exists(live) && exists(other) && exists(path));
@@ -396,9 +397,10 @@ START_TEST(save_creates_missing_directory_and_rejects_bad_arguments) {
     free(save(sub, 2, &st, 3, 4));
     ck_assert_int_eq(count_ckpts(sub), 1);
     ps_ckpt_meta m = meta_v(1, 1);
-    ck_assert_int_eq(ps_ckpt_save(sub, 0, &st, &m, NULL, 0, NULL, err, sizeof err), PS_EINVAL);
+    ck_assert_int_eq(ps_ckpt_save(sub, 0, &st, NULL, &m, NULL, 0, NULL, err, sizeof err),
+                     PS_EINVAL);
     snprintf(sub, sizeof sub, "%s/no/such/dir", dir);
-    ck_assert_int_eq(ps_ckpt_save(sub, 1, &st, &m, NULL, 0, NULL, err, sizeof err), PS_EIO);
+    ck_assert_int_eq(ps_ckpt_save(sub, 1, &st, NULL, &m, NULL, 0, NULL, err, sizeof err), PS_EIO);
     ps_store_free(&st);
     ps_test_rmdir(dir);
     free(dir);
@@ -444,7 +446,7 @@ START_TEST(restore_skips_corrupt_truncated_and_foreign_files) {
     ck_assert_int_eq(count_ckpts(dir), 4);
 
     /* not into a store that already has variables */
-    ck_assert_int_eq(ps_ckpt_restore(dir, &back, &m, NULL, 0, err, sizeof err), PS_EINVAL);
+    ck_assert_int_eq(ps_ckpt_restore(dir, &back, NULL, &m, NULL, 0, err, sizeof err), PS_EINVAL);
     ps_store_free(&back);
     ps_store_free(&st1);
     ps_store_free(&st2);
@@ -472,7 +474,8 @@ START_TEST(same_version_later_time_wins) {
     ck_assert_int_eq(rename(b, b2), 0);
     ps_store_init(&back);
     ps_ckpt_meta m;
-    ck_assert_int_eq(ps_ckpt_restore(dir, &back, &m, path, sizeof path, err, sizeof err), PS_OK);
+    ck_assert_int_eq(ps_ckpt_restore(dir, &back, NULL, &m, path, sizeof path, err, sizeof err),
+                     PS_OK);
     ck_assert_str_eq(path, b2);
     ck_assert_uint_eq(m.unix_ms, 1000);
     expect_same_store(&st2, &back);
@@ -491,15 +494,15 @@ START_TEST(missing_or_empty_directory_is_enoent) {
     ps_store back;
     ps_store_init(&back);
     ps_ckpt_meta m;
-    ck_assert_int_eq(ps_ckpt_restore(dir, &back, &m, NULL, 0, err, sizeof err), PS_ENOENT);
+    ck_assert_int_eq(ps_ckpt_restore(dir, &back, NULL, &m, NULL, 0, err, sizeof err), PS_ENOENT);
     snprintf(sub, sizeof sub, "%s/missing", dir);
-    ck_assert_int_eq(ps_ckpt_restore(sub, &back, &m, NULL, 0, err, sizeof err), PS_ENOENT);
+    ck_assert_int_eq(ps_ckpt_restore(sub, &back, NULL, &m, NULL, 0, err, sizeof err), PS_ENOENT);
     /* files that are not named like checkpoints are not looked at */
     snprintf(sub, sizeof sub, "%s/ckpt-1-2.pstf", dir);
     ck_assert_int_eq(ps_test_write_file(sub, "x", 1), 0);
     snprintf(sub, sizeof sub, "%s/ckpt-00000000000000000001-2.pstf.tmp.5", dir);
     ck_assert_int_eq(ps_test_write_file(sub, "x", 1), 0);
-    ck_assert_int_eq(ps_ckpt_restore(dir, &back, &m, NULL, 0, err, sizeof err), PS_ENOENT);
+    ck_assert_int_eq(ps_ckpt_restore(dir, &back, NULL, &m, NULL, 0, err, sizeof err), PS_ENOENT);
     ck_assert_uint_eq(back.n, 0);
     ps_test_rmdir(dir);
     free(dir);
@@ -544,7 +547,7 @@ START_TEST(only_unreadable_files_is_eio) {
     ck_assert_int_eq(mkdir(sub, 0755), 0);
     ps_store back;
     ps_store_init(&back);
-    ck_assert_int_eq(ps_ckpt_restore(dir, &back, NULL, NULL, 0, err, sizeof err), PS_EIO);
+    ck_assert_int_eq(ps_ckpt_restore(dir, &back, NULL, NULL, NULL, 0, err, sizeof err), PS_EIO);
     ck_assert_uint_eq(back.n, 0);
     ps_test_rmdir(dir);
     free(dir);

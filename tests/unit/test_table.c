@@ -4,7 +4,9 @@
  * expire after their TTL; at the cap the least recently pushed row is evicted
  * (or a new row refused); a long random run of pushes, evictions and expiries
  * agrees with a plain reference model id by id (the index's deletions keep
- * every row findable); a table visited and restored reads the same. */
+ * every row findable); a table visited and restored reads the same, visits
+ * from the least to the most recently pushed row, and a restored table at its
+ * cap evicts the same rows as the original. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -221,6 +223,74 @@ START_TEST(visit_and_restore) {
 }
 END_TEST
 
+typedef struct {
+    ps_table *to;
+    uint64_t last, visited;
+} lru_copy;
+
+static void copy_in_order(void *ctx, uint64_t id, const float *row, const float *slots,
+                          uint64_t last) {
+    lru_copy *c = ctx;
+    ck_assert_uint_ge(last, c->last); /* least recently pushed first */
+    c->last = last;
+    c->visited++;
+    ck_assert_int_eq(ps_table_restore_row(c->to, id, row, slots, last), PS_OK);
+    ck_assert_int_eq(ps_table_restore_row(c->to, id, row, slots, last), PS_EEXIST);
+}
+
+/* A capped lazy-Adam table, rows pushed and re-pushed out of id order: the
+ * visit runs in LRU order, and the copy (rows in that order, then the counts)
+ * evicts the same rows and updates the same values over further steps. */
+START_TEST(restored_table_evicts_the_same_rows) {
+    ps_table_cfg cfg = sgd_cfg();
+    cfg.opt = ps_row_opt_default(PS_ROW_LAZY_ADAM, 0.01f);
+    cfg.max_rows = 16;
+    ps_table *a, *b;
+    ck_assert_int_eq(ps_table_new(&cfg, &a), PS_OK);
+    ck_assert_int_eq(ps_table_new(&cfg, &b), PS_OK);
+    float g[4 * DIM];
+    uint64_t step = 0;
+    for (int round = 0; round < 12; round++) {
+        uint64_t ids[4];
+        for (int k = 0; k < 4; k++) ids[k] = (uint64_t)((round * 5 + k * 7) % 23);
+        ps_test_fill_uniform(g, 4 * DIM, (uint64_t)round + 1, -1, 1);
+        ck_assert_int_eq(ps_table_push(a, ids, 4, g, ++step), PS_OK);
+    }
+    lru_copy c = {.to = b};
+    ps_table_visit(a, copy_in_order, &c);
+    ps_table_counts sa, sb;
+    ps_table_stats_get(a, &sa);
+    ck_assert_uint_eq(c.visited, sa.rows);
+    ck_assert_uint_gt(sa.evicted, 0);
+    ps_table_restore_counts(b, &sa);
+    ps_table_stats_get(b, &sb);
+    ck_assert_uint_eq(sb.rows, sa.rows);
+    ck_assert_uint_eq(sb.admitted, sa.admitted);
+    ck_assert_uint_eq(sb.evicted, sa.evicted);
+    ck_assert_uint_eq(sb.dropped, sa.dropped);
+    for (int round = 0; round < 6; round++) { /* new ids: each evicts the oldest row */
+        uint64_t ids[3] = {100 + (uint64_t)round, (uint64_t)round, 200 + (uint64_t)round};
+        ps_test_fill_uniform(g, 3 * DIM, 50 + (uint64_t)round, -1, 1);
+        ++step;
+        ck_assert_int_eq(ps_table_push(a, ids, 3, g, step), PS_OK);
+        ck_assert_int_eq(ps_table_push(b, ids, 3, g, step), PS_OK);
+    }
+    for (uint64_t id = 0; id < 210; id++) {
+        float x[DIM], y[DIM];
+        ps_table_pull(a, &id, 1, x);
+        ps_table_pull(b, &id, 1, y);
+        ck_assert_msg(memcmp(x, y, sizeof x) == 0, "id %llu differs", (unsigned long long)id);
+    }
+    ps_table_stats_get(a, &sa);
+    ps_table_stats_get(b, &sb);
+    ck_assert_uint_eq(sb.rows, sa.rows);
+    ck_assert_uint_eq(sb.evicted, sa.evicted);
+    ck_assert_uint_eq(sb.admitted, sa.admitted);
+    ps_table_free(a);
+    ps_table_free(b);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("table");
     TCase *tc = tcase_create("table");
@@ -229,6 +299,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, ttl_and_caps);
     tcase_add_test(tc, random_run_matches_a_reference);
     tcase_add_test(tc, visit_and_restore);
+    tcase_add_test(tc, restored_table_evicts_the_same_rows);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -69,8 +69,8 @@ int ps_model_ckpt_save_scaled(const char *dir, unsigned keep, ps_model *m, ps_lo
                          .mode = 0,
                          .incarnation = (uint64_t)getpid()};
     snprintf(meta.job_id, sizeof meta.job_id, "%s", job_id ? job_id : "");
-    int rc = ps_ckpt_write(dir, keep ? (int)keep : 1, v, n, &meta, path_out, path_len, NULL, err,
-                           errlen);
+    int rc = ps_ckpt_write(dir, keep ? (int)keep : 1, v, n, NULL, 0, &meta, path_out, path_len,
+                           NULL, err, errlen);
     free(v), free(slots), free(shapes);
     return rc;
 }
