@@ -356,7 +356,8 @@ typedef struct ps_table_stats {
     uint64_t refused;       /* new rows refused at the cap */
     uint64_t dropped;       /* row gradients not applied (not admitted yet, or refused) */
     uint64_t bytes;         /* memory the rows, their state and the index take */
-    uint64_t max_rows;      /* the cap (0: none) */
+    uint64_t max_rows;      /* rows stored at most: the spec's cap, or psd's --max-table-mb
+                               bound when lower (0: none) */
 } ps_table_stats;
 
 /* A shard's StatsReply; strings, vars and tables are owned (ps_stats_free). */

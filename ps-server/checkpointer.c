@@ -48,6 +48,7 @@ int ps__ckpt_restore(ps_server *s, char *err, size_t errlen) {
     ps_ckpt_meta m;
     char path[1200];
     rc = ps_ckpt_restore(dir, &s->store, &s->tables, &m, path, sizeof path, err, errlen);
+    ps_tables_set_bound(&s->tables, (uint64_t)s->cfg.max_table_mb << 20); /* restored ones too */
     if (rc == PS_ENOENT) {
         PS_INFO("no valid checkpoint in %s: starting empty", dir);
         return PS_OK;

@@ -69,6 +69,9 @@ static const ps_option table[] = {
      "largest tensor a request may create or carry"},
     {"max-vars", PS_OPTION_LONG, F(max_vars), 1, 100000000, "100000", NULL, "N",
      "variables this shard may hold"},
+    {"max-table-mb", PS_OPTION_LONG, F(max_table_mb), 1, 1 << 30, "4096", NULL, "MB",
+     "memory one embedding table's rows may take on this shard; at it the table's policy "
+     "applies (the least recently pushed row evicted, or new rows refused)"},
     {"keep-checkpoints", PS_OPTION_LONG, F(keep_checkpoints), 1, 1000, "3", NULL, "K",
      "newest checkpoint files kept in DIR"},
     {"max-pending-pulls", PS_OPTION_LONG, F(max_pending_pulls), 1, 10000000, "10000", NULL, "N",

@@ -32,6 +32,7 @@ typedef struct {
     long max_message_mb;         /* ZMQ_MAXMSGSIZE */
     long max_tensor_mb;          /* largest tensor a request may carry or create */
     long max_vars;               /* variables a shard may hold */
+    long max_table_mb;           /* one embedding table's rows on this shard, at most */
     long max_pending_pulls;      /* deferred pulls in total */
     long max_pending_per_peer;   /* deferred pulls of one connection */
     long max_pending_mb;         /* memory of all deferred pulls */

@@ -678,7 +678,7 @@ int ps__handle_stats(ps_server *s, ps_request *r, char *err, size_t errlen) {
         ts[i].refused = t.refused;
         ts[i].dropped = t.dropped;
         ts[i].bytes = t.bytes;
-        ts[i].max_rows = e->cfg.max_rows;
+        ts[i].max_rows = ps_table_limit(e->t);
         tp[i] = &ts[i];
     }
     st.tables = tp;

@@ -205,12 +205,12 @@ static void render_tables(buf *b, const ps_server *s) {
                      (unsigned long long)v);
         }
     }
-    family(b, "psd_table_max_rows", "gauge", "The shard's cap on the table's rows (0: none).");
+    family(b, "psd_table_max_rows", "gauge", "Rows the table stores on the shard at most: its max_rows, or less by --max-table-mb.");
     for (size_t i = 0; i < s->tables.n; i++) {
         char esc[2 * PS_WIRE_MAX_NAME + 4];
         sample_u(b, s->cfg.shard, "psd_table_max_rows", "table",
                  label_escape(s->tables.v[i]->name, esc, sizeof esc),
-                 (unsigned long long)s->tables.v[i]->cfg.max_rows);
+                 (unsigned long long)ps_table_limit(s->tables.v[i]->t));
     }
 }
 

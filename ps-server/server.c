@@ -146,6 +146,7 @@ int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, c
     s->incarnation = new_incarnation();
     ps_store_init(&s->store);
     ps_tables_init(&s->tables, (uint32_t)cfg->workers);
+    ps_tables_set_bound(&s->tables, (uint64_t)cfg->max_table_mb << 20);
     s->pushed = calloc((size_t)cfg->workers, 1);
     s->zctx = zmq_ctx_new();
     if (!s->pushed || !s->zctx || ps__members_init(s) != PS_OK) {

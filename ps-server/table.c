@@ -30,6 +30,7 @@ struct ps_table {
     size_t index_cap;
     uint16_t *sketch; /* count-min, when min_count > 1 */
     ps_table_counts st;
+    size_t limit; /* rows stored at most: cfg.max_rows and psd's memory bound (0: none) */
 };
 
 static uint64_t mix(uint64_t z) {
@@ -44,6 +45,7 @@ int ps_table_new(const ps_table_cfg *cfg, ps_table **out) {
     ps_table *t = calloc(1, sizeof *t);
     if (!t) return PS_ENOMEM;
     t->cfg = *cfg;
+    t->limit = cfg->max_rows;
     t->slot_floats = ps_row_opt_slot_floats(cfg->opt.kind, cfg->dim);
     t->stride = cfg->dim + t->slot_floats;
     t->head = t->tail = NONE;
@@ -93,7 +95,7 @@ static int grow_index(ps_table *t) {
 
 static int grow_rows(ps_table *t) {
     size_t cap = t->cap ? 2 * t->cap : 64;
-    if (t->cfg.max_rows && cap > t->cfg.max_rows) cap = t->cfg.max_rows;
+    if (t->limit && cap > t->limit) cap = t->limit;
     float *d = realloc(t->data, cap * t->stride * sizeof *d);
     if (d) t->data = d;
     uint64_t *ids = d ? realloc(t->ids, cap * sizeof *ids) : NULL;
@@ -160,7 +162,7 @@ static void remove_row(ps_table *t, uint32_t r) {
 /* A new row for id (initial values, fresh state); -1 when refused at the cap,
  * -2 when out of memory. */
 static long insert(ps_table *t, uint64_t id, uint64_t step) {
-    if (t->cfg.max_rows && t->n >= t->cfg.max_rows) {
+    if (t->limit && t->n >= t->limit) {
         if (t->cfg.full == PS_TABLE_REFUSE || t->head == NONE) {
             t->st.refused++;
             return -1;
@@ -276,4 +278,20 @@ void ps_table_restore_counts(ps_table *t, const ps_table_counts *c) {
     t->st.expired = c->expired;
     t->st.refused = c->refused;
     t->st.dropped = c->dropped;
+}
+
+size_t ps_table_row_bytes(const ps_table_cfg *cfg) {
+    size_t stride = cfg->dim + ps_row_opt_slot_floats(cfg->opt.kind, cfg->dim);
+    /* values and state, id and last step, LRU links, and the index at <= 1/2 load */
+    return stride * sizeof(float) + 2 * sizeof(uint64_t) + 2 * sizeof(uint32_t) +
+           4 * sizeof(uint32_t);
+}
+
+void ps_table_bound(ps_table *t, size_t rows) {
+    t->limit = t->cfg.max_rows;
+    if (rows && (!t->limit || rows < t->limit)) t->limit = rows;
+}
+
+size_t ps_table_limit(const ps_table *t) {
+    return t->limit;
 }

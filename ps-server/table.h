@@ -66,6 +66,17 @@ int ps_table_push(ps_table *t, const uint64_t *ids, size_t n, const float *grads
 /* Removes the rows not pushed since step - ttl_steps; returns how many. */
 size_t ps_table_expire(ps_table *t, uint64_t step);
 
+/* Bytes one stored row takes (values, optimizer state, id, step, LRU links,
+ * its index slots): what a memory bound divides by. */
+size_t ps_table_row_bytes(const ps_table_cfg *cfg);
+/* psd's own bound on the rows stored (--max-table-mb): the table keeps at
+ * most min(max_rows, rows) (0: no bound beyond max_rows), reached with the
+ * table's policy (evict or refuse). Rows above a lowered limit stay until
+ * evicted. */
+void ps_table_bound(ps_table *t, size_t rows);
+/* The rows the table stores at most now (0: no limit). */
+size_t ps_table_limit(const ps_table *t);
+
 void ps_table_stats_get(const ps_table *t, ps_table_counts *s);
 
 /* Visits every stored row (a checkpoint): id, values, optimizer state (slots

@@ -88,6 +88,7 @@ int ps_tables_create(ps_tables *ts, const char *name, uint64_t num_rows, const p
     e->workers = ts->workers;
     e->cfg = *cfg;
     ps_row_sum_init(&e->step_sum, cfg->dim);
+    if (ts->max_bytes) ps_table_bound(e->t, (size_t)(ts->max_bytes / ps_table_row_bytes(cfg)));
     ts->v[ts->n++] = e;
     *out = e;
     return PS_OK;
@@ -166,4 +167,11 @@ uint64_t ps_tables_bytes(const ps_tables *ts) {
              e->step_sum.index_cap * sizeof(uint32_t);
     }
     return b;
+}
+
+void ps_tables_set_bound(ps_tables *ts, uint64_t max_bytes) {
+    ts->max_bytes = max_bytes;
+    for (size_t i = 0; i < ts->n; i++)
+        ps_table_bound(ts->v[i]->t,
+                       max_bytes ? (size_t)(max_bytes / ps_table_row_bytes(&ts->v[i]->cfg)) : 0);
 }

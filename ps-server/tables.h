@@ -28,7 +28,13 @@ typedef struct {
     ps_table_entry **v; /* owned, in creation order */
     size_t n, cap;
     uint32_t workers;
+    uint64_t max_bytes; /* each table's rows on this shard at most this much (0: unbounded) */
 } ps_tables;
+
+/* psd's memory bound per table (--max-table-mb, in bytes; 0: none): applied
+ * to the tables there are and to every one created after, as a row limit
+ * (ps_table_bound) reached with the table's own policy. */
+void ps_tables_set_bound(ps_tables *ts, uint64_t max_bytes);
 
 void ps_tables_init(ps_tables *ts, uint32_t workers);
 void ps_tables_free(ps_tables *ts);

@@ -348,6 +348,56 @@ START_TEST(dense_on_one_shard_rows_on_both) {
 }
 END_TEST
 
+/* psd's own memory bound: a dynamic table without a cap, on a psd with
+ * --max-table-mb 8, gets 4x that in distinct rows pushed; it stores at most
+ * the bound's rows (evicting the least recently pushed), Stats says so, and
+ * psd's resident memory grows by about the bound, not by the rows pushed. */
+static long rss_kb(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb;
+}
+
+START_TEST(memory_bound_evicts) {
+    start_with(1, "1", "async", "--max-table-mb", "8");
+    ps_client *c = client(0, 1);
+    ps_table_spec spec;
+    ps_client_table_spec(&spec, "huge", 16, "sgd", LR);
+    ps_table *t = NULL;
+    ck_assert_int_eq(ps_client_create_table(c, &spec, &t), PS_OK);
+    long before = rss_kb(psd[0].pid);
+    enum { BATCH = 4096 };
+    uint64_t ids[BATCH];
+    static float g[BATCH * 16];
+    uint64_t pushed = 0;
+    for (int b = 0; pushed < 4 * (8u << 20) / 100; b++) { /* 4x the bound (~100 B a row) */
+        for (int i = 0; i < BATCH; i++) ids[i] = (uint64_t)b * BATCH + (uint64_t)i;
+        ck_assert_int_eq(ps_client_push_rows(t, ids, BATCH, g, 0, NULL), PS_OK);
+        pushed += BATCH;
+    }
+    ps_stats st;
+    ck_assert_int_eq(ps_client_stats(c, 0, &st), PS_OK);
+    uint64_t limit = st.tables[0].max_rows;
+    ck_assert_uint_gt(limit, 0);
+    ck_assert_uint_le(limit * 64, 8u << 20); /* at least the values' 64 bytes a row */
+    ck_assert_uint_eq(st.tables[0].rows, limit);
+    ck_assert_uint_eq(st.tables[0].evicted, pushed - limit);
+    ck_assert_uint_le(st.tables[0].bytes, 8u << 20);
+    ps_stats_free(&st);
+    long after = rss_kb(psd[0].pid);
+    /* unbounded, the rows pushed would take over 32 MB */
+    ck_assert_msg(after - before < 16 * 1024, "psd grew by %ld kB for an 8 MB bound",
+                  after - before);
+    ps_client_close(c);
+    stop_all();
+}
+END_TEST
+
 /* ---- hostile requests, by hand ---------------------------------------------------- */
 
 static uint64_t next_req = 100;
@@ -511,6 +561,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, dynamic_admission_and_cap);
     tcase_add_test(tc, deferred_row_pull_bounded);
     tcase_add_test(tc, dense_on_one_shard_rows_on_both);
+    tcase_add_test(tc, memory_bound_evicts);
     tcase_add_test(tc, hostile_requests);
     tcase_add_test(tc, ten_million_ids);
     suite_add_tcase(s, tc);
