@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 PKGS=(gcc libc6-dev meson ninja-build pkg-config python3 libuv1-dev libprotobuf-c-dev protobuf-c-compiler
       libzmq3-dev check libopenblas-dev libcjson-dev zlib1g-dev libhdf5-dev libzip-dev libjpeg62-turbo-dev libpng-dev dataset-fashion-mnist
       libsystemd-dev systemd iproute2 scdoc man-db groff-base curl strace prometheus docker-compose clang libclang-rt-14-dev
-      python3-numpy python3-torch python3-pytest python3-venv python3-onnx
+      python3-numpy python3-torch python3-pytest python3-venv python3-pip python3-onnx
       slurmctld slurmd munge slurm-client)
 missing=()
 for p in "${PKGS[@]}"; do
