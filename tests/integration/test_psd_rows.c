@@ -390,9 +390,12 @@ START_TEST(memory_bound_evicts) {
     ck_assert_uint_le(st.tables[0].bytes, 8u << 20);
     ps_stats_free(&st);
     long after = rss_kb(psd[0].pid);
-    /* unbounded, the rows pushed would take over 32 MB */
-    ck_assert_msg(after - before < 16 * 1024, "psd grew by %ld kB for an 8 MB bound",
-                  after - before);
+    /* unbounded, the rows pushed would take over 32 MB; under the sanitizers freed
+     * memory is held in quarantine, so RSS says nothing there (the counts above do) */
+    const char *san = getenv("PS_SANITIZED");
+    if (!san || strcmp(san, "1") != 0)
+        ck_assert_msg(after - before < 16 * 1024, "psd grew by %ld kB for an 8 MB bound",
+                      after - before);
     ps_client_close(c);
     stop_all();
 }
