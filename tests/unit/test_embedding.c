@@ -363,6 +363,43 @@ START_TEST(spec_refusals) {
 END_TEST
 
 /* The kernels: gather, and the grouped sums in the caller's order. */
+/* A dynamic table's options from the spec's "table" reach the embedding's
+ * description (what the exchange creates the table with); a fixed table, an
+ * unknown option or a bad value is refused. */
+START_TEST(dynamic_table_options) {
+    ps_model *m = build("{" IDS2 "\"layers\": ["
+                        "{\"type\": \"Embedding\", \"name\": \"u\", \"inputs\": \"user\","
+                        " \"input_dim\": 0, \"output_dim\": 2, \"table\": {\"min_count\": 3,"
+                        " \"ttl_steps\": 1000, \"max_rows\": 50000, \"when_full\": \"refuse\"}},"
+                        "{\"type\": \"Embedding\", \"name\": \"v\", \"inputs\": \"item\","
+                        " \"input_dim\": 0, \"output_dim\": 2},"
+                        "{\"type\": \"Dot\", \"inputs\": [\"u\", \"v\"], \"axes\": 1}],"
+                        " \"loss\": \"mse\"}");
+    const ps_model_embedding *u = ps_model_embedding_at(m, 0), *v = ps_model_embedding_at(m, 1);
+    ck_assert_uint_eq(u->min_count, 3);
+    ck_assert_uint_eq(u->ttl_steps, 1000);
+    ck_assert_uint_eq(u->max_rows, 50000);
+    ck_assert(u->refuse_when_full);
+    ck_assert_uint_eq(v->min_count, 0);
+    ck_assert_uint_eq(v->max_rows, 0);
+    ck_assert(!v->refuse_when_full);
+    ps_model_free(m);
+    const char *head = "{" IDS2 "\"layers\": [{\"type\": \"Embedding\", \"name\": \"u\","
+                       " \"inputs\": \"user\", \"output_dim\": 2, ";
+    const char *tail = "}, {\"type\": \"Embedding\", \"name\": \"v\", \"inputs\": \"item\","
+                       " \"input_dim\": 4, \"output_dim\": 2}, {\"type\": \"Dot\", \"inputs\":"
+                       " [\"u\", \"v\"], \"axes\": 1}], \"loss\": \"mse\"}";
+    char spec[1024];
+    snprintf(spec, sizeof spec, "%s\"input_dim\": 4, \"table\": {\"max_rows\": 2}%s", head, tail);
+    refused(spec, "is for a dynamic table");
+    snprintf(spec, sizeof spec, "%s\"input_dim\": 0, \"table\": {\"ttl\": 2}%s", head, tail);
+    refused(spec, "table option 'ttl'");
+    snprintf(spec, sizeof spec, "%s\"input_dim\": 0, \"table\": {\"when_full\": \"drop\"}%s",
+             head, tail);
+    refused(spec, "table option 'when_full'");
+}
+END_TEST
+
 START_TEST(row_kernels) {
     ps_k_dev *d = ps_k_cpu();
     const float rows[3 * 2] = {1, 2, 3, 4, 5, 6};
@@ -615,6 +652,7 @@ int main(void) {
     tcase_add_test(tc, local_table);
     tcase_add_test(tc, keras_functional_ids);
     tcase_add_test(tc, cuda_rows_match_cpu);
+    tcase_add_test(tc, dynamic_table_options);
     suite_add_tcase(s, tc);
     return ps_test_run_suite(s);
 }

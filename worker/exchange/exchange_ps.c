@@ -102,6 +102,10 @@ static int create_tables(ps_ex *x, char *err, size_t errlen) {
         spec.num_rows = me->input_dim;
         spec.init_lo = me->init_lo, spec.init_hi = me->init_hi;
         spec.seed = x->cfg->seed;
+        spec.min_count = me->min_count;
+        spec.ttl_steps = me->ttl_steps;
+        spec.max_rows = me->max_rows;
+        spec.refuse_when_full = me->refuse_when_full;
         if (ps_client_create_table(x->client, &spec, &x->tables[e]) != PS_OK) {
             snprintf(err, errlen, "embedding table '%s': %s", me->name,
                      ps_client_error(x->client));

@@ -163,6 +163,12 @@ typedef struct {
     size_t dim;          /* values per row (Keras' output_dim) */
     size_t ids_input;    /* the id input that feeds it (ps_model_id_input_name) */
     float init_lo, init_hi; /* new rows uniform in [lo, hi) (Keras' default: -0.05, 0.05) */
+    /* a dynamic table's options (the spec's "table"; 0: none): pushes before a row is
+     * stored, steps without a push before it expires, rows per shard, and at that cap
+     * refuse new rows (else evict the least recently pushed) */
+    uint32_t min_count;
+    uint64_t ttl_steps, max_rows;
+    bool refuse_when_full;
     bool trainable;      /* false (trainable: false): no row gradients */
 } ps_model_embedding;
 

@@ -105,6 +105,9 @@ typedef struct {
     size_t emb;                /* OP_EMBEDDING: its index among the model's embeddings */
     size_t table_rows;         /* OP_EMBEDDING: Keras' input_dim; 0: ids of any value */
     float init_lo, init_hi;    /* OP_EMBEDDING: its table's RandomUniform(lo, hi) */
+    uint32_t table_min_count;  /* OP_EMBEDDING, a dynamic table (the spec's "table"): */
+    uint64_t table_ttl_steps, table_max_rows; /* pushes before a row is stored, TTL, cap */
+    bool table_refuse;                        /* at the cap: refuse (else evict LRU) */
     size_t kernel_var;         /* OP_DENSE, OP_CONV, OP_DWCONV kernel; OP_BN gamma */
     size_t bias_var;           /* bias; OP_BN beta; PS_NO_VAR when absent */
     size_t mean_var, mvar_var; /* OP_BN moving mean / variance, OP_NORM mean / variance

@@ -98,6 +98,10 @@ int ps_rows_setup(ps_model *m) {
         in->ids_input = o->ids;
         in->init_lo = o->init_lo;
         in->init_hi = o->init_hi;
+        in->min_count = o->table_min_count;
+        in->ttl_steps = o->table_ttl_steps;
+        in->max_rows = o->table_max_rows;
+        in->refuse_when_full = o->table_refuse;
         in->trainable = !o->frozen;
         o->emb = e++;
     }

@@ -13,7 +13,8 @@
 #define MAX_DIM 65536
 #define MAX_ROWS 1e15 /* Keras' input_dim; the ids themselves are uint64 */
 
-static const char *const spec_keys[] = {"input_dim", "output_dim", "embeddings_initializer", NULL};
+static const char *const spec_keys[] = {"input_dim", "output_dim", "embeddings_initializer",
+                                        "table", NULL};
 static const char *const keras_keys[] = {
     "input_dim",         "output_dim", "embeddings_initializer", "input_length", "mask_zero",
     "batch_input_shape", NULL};
@@ -55,6 +56,36 @@ static int parse_init(ps_build *b, const cJSON *l, ps_op *o) {
     return PS_OK;
 }
 
+/* A dynamic table's options (the spec's "table": {"min_count": N, "ttl_steps": N,
+ * "max_rows": N, "when_full": "evict" | "refuse"}), for input_dim 0 only. */
+static int parse_table(ps_build *b, const cJSON *l, size_t rows, ps_op *o) {
+    const cJSON *t = ps_layer_item(l, "table"), *k;
+    if (!t) return PS_OK;
+    if (!cJSON_IsObject(t) || rows)
+        return ps_build_fail(b, PS_EFORMAT,
+                             "%s: 'table' must be an object, and is for a dynamic table "
+                             "(input_dim 0: ids of any value)",
+                             b->where);
+    cJSON_ArrayForEach(k, t) {
+        size_t v = 0;
+        if (!strcmp(k->string, "min_count") && ps_layer_get_size(k, 0, 65535, &v))
+            o->table_min_count = (uint32_t)v;
+        else if (!strcmp(k->string, "ttl_steps") && ps_layer_get_size(k, 0, 1e15, &v))
+            o->table_ttl_steps = v;
+        else if (!strcmp(k->string, "max_rows") && ps_layer_get_size(k, 0, 4294967294.0, &v))
+            o->table_max_rows = v;
+        else if (!strcmp(k->string, "when_full") && cJSON_IsString(k) &&
+                 (!strcmp(k->valuestring, "evict") || !strcmp(k->valuestring, "refuse")))
+            o->table_refuse = !strcmp(k->valuestring, "refuse");
+        else
+            return ps_build_fail(b, PS_EFORMAT,
+                                 "%s: table option '%s' (want min_count 0..65535, ttl_steps, "
+                                 "max_rows below 2^32, when_full \"evict\" or \"refuse\")",
+                                 b->where, k->string);
+    }
+    return PS_OK;
+}
+
 static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op *o, int *act) {
     (void)cls;
     (void)act;
@@ -85,6 +116,7 @@ static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op
         return ps_build_fail(b, PS_EFORMAT, "%s: option 'mask_zero' is not supported (only false)",
                              b->where);
     int rc = parse_init(b, l, o);
+    if (rc == PS_OK && !keras) rc = parse_table(b, l, rows, o);
     if (rc != PS_OK) return rc;
     o->kind = OP_EMBEDDING;
     o->table_rows = rows;
