@@ -649,8 +649,9 @@ class Table:
         """Pushes gradients (float32, C-contiguous, shape [len(ids), dim]) for the rows of
         ids; a repeated id's gradients are summed. Async: psd applies them at once. Sync:
         they join the open step, whose update applies the mean over the workers; one push
-        per table and step, and end_step=True makes it this worker's push for the step
-        too (a worker with no dense variables). Returns how many row gradients psd did not
+        per table and step, before the dense step, and end_step=True on the step's last
+        one: it ends this worker's step on the shards that hold none of its dense
+        variables (all of them for a worker with none). Returns how many row gradients psd did not
         apply (async: rows not admitted yet, or refused at the cap; sync: 0)."""
         what = f"push_rows of table '{self.name}'"
         a = _ids(ids, what)

@@ -50,7 +50,6 @@ TABLE_SUPPORTED = ("torch.optim.SGD (without momentum), Adagrad, SparseAdam, Ada
                    "of create_table keywords as table_optimizer)")
 # the one-float variables that make the shards without dense variables take part in every
 # sync step (see DistributedOptimizer.__init__)
-STEP_ANCHOR = "ps.torch/step_anchor/"
 # create_table's keywords a table_optimizer dict may give
 _TABLE_KEYS = ("optimizer", "lr", "seed", "init", "epsilon", "initial_accumulator", "beta1",
                "beta2", "l1", "l2", "lr_power")
@@ -220,7 +219,7 @@ class _TableModule:
         if owner is not None:
             owner.rows_pulled += int(ids_np.size)
 
-    def push(self) -> int:
+    def push(self, last: bool = False) -> int:
         """Pushes the weight's gradient rows (an empty push when there is none: in sync
         mode every worker pushes every table each step). Returns the rows pushed."""
         g = self.weight.grad
@@ -233,7 +232,8 @@ class _TableModule:
             g = g.coalesce()
             ids = g.indices()[0].numpy()
             values = np.ascontiguousarray(g.values().to(torch.float32).numpy())
-        self.table.push_rows(ids, values)
+        # the step's last row push ends it on the shards holding no dense variable
+        self.table.push_rows(ids, values, end_step=last)
         return int(ids.size)
 
 
@@ -346,18 +346,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.rows_pushed = 0  # gradient rows step() pushed (all steps)
         self._finished = False
         self._own_client = own
-        if embeddings:
-            # Sync: a shard closes a step on the dense exchange, and libps exchanges only with
-            # the shards that hold dense variables: rows pushed to another shard would wait
-            # for ever. A one-float variable (gradient always 0) on each such shard makes it
-            # part of every step.
-            used = {pc.shard for pc in client.place_variables(variables)}
-            self._anchors = [torch.zeros(1) for _ in range(client.num_shards)]
-            for k in range(client.num_shards):
-                if k not in used:
-                    a = self._anchors[k].numpy()
-                    client.add(f"{STEP_ANCHOR}{k}", a, np.zeros_like(a), shard=k,
-                               optimizer={"name": "sgd", "learning_rate": 1.0})
         with torch.no_grad():
             self.worker = Worker(client, variables, spec, total_steps=total_steps,
                                  push_pull=push_pull)
@@ -433,8 +421,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 buf.copy_(p.grad)
                 p.grad = buf
                 self.copies += 1
-        for t in self._tables:  # the rows first: the dense step closes a sync step
-            self.rows_pushed += t.push()
+        for i, t in enumerate(self._tables):  # the rows first: the dense step closes a sync step
+            self.rows_pushed += t.push(last=i + 1 == len(self._tables))
         self.worker.step()
         return loss
 
