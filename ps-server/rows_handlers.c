@@ -267,7 +267,7 @@ int ps__handle_push_rows(ps_server *s, ps_request *r, char *err, size_t errlen) 
                  p->worker_index);
         return PS_EREJOIN;
     }
-    const void *idv, *gv;
+    const void *idv = NULL, *gv = NULL;
     void *owned_ids, *owned_g = NULL;
     rc = frame_items(&r->payloads[0], sizeof(uint64_t), p->n, &idv, &owned_ids, "ids", err,
                      errlen);
