@@ -81,9 +81,9 @@ build_pkgs=$(stage_pkgs 1)
 runtime_pkgs=$(stage_pkgs 2)
 # deploy/bootstrap.sh's PKGS without the dataset, the deployment tools, the fuzzing compiler
 # the man page viewers and strace (tests only), and numpy, torch and pytest (the Python
-# package's and its tests'; venv, onnx and Slurm: test tools; the image carries the C programs only)
+# package's and its tests'; venv, pip, onnx and Slurm: test tools; the image carries the C programs only)
 bootstrap_pkgs=$(sed -n '/^PKGS=(/,/)/p' "$root/deploy/bootstrap.sh" | tr -d '()' | sed 's/PKGS=//' \
-    | tr ' ' '\n' | grep -vE '^(dataset-.*|systemd|iproute2|curl|prometheus|docker-compose|clang|libclang-rt-.*|man-db|groff-base|strace|python3-numpy|python3-torch|python3-pytest|python3-venv|python3-onnx|slurmctld|slurmd|munge|slurm-client|)$' | sort -u)
+    | tr ' ' '\n' | grep -vE '^(dataset-.*|systemd|iproute2|curl|prometheus|docker-compose|clang|libclang-rt-.*|man-db|groff-base|strace|python3-numpy|python3-torch|python3-pytest|python3-venv|python3-pip|python3-onnx|slurmctld|slurmd|munge|slurm-client|)$' | sort -u)
 if [ "$build_pkgs" = "$bootstrap_pkgs" ]; then
     ok "build stage installs bootstrap.sh's build packages"
 else

@@ -177,6 +177,9 @@ static int create_vars(ps_fuzz *fz, ps_fuzz_shard *sh, char *err, size_t errlen)
 
 static void shard_close(ps_fuzz *fz, ps_fuzz_shard *sh) {
     if (!sh->open) return;
+    /* checkpoints are written on libuv's thread pool: let those in flight finish (and
+     * their replies go) before the server and its loop are freed */
+    uv_run(&fz->loop, UV_RUN_DEFAULT);
     ps_server_stop(&sh->srv);            /* answers deferred pulls with ESHUTDOWN */
     ps__server_answer_pending(&sh->srv); /* any deferred after a Shutdown request */
     drain_replies(fz, sh);               /* no reply may point into the store any more */
