@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_psd.h"
 #include "benchutil.h"
 #include "ps.h"
 #include "ps_error.h"
@@ -117,79 +118,18 @@ static int parse_opts(int argc, char **argv, opts *o) {
 static char psd_path[PATH_MAX];
 static char tmpdir[64];
 
-/* $PSD, else dirname(argv0)/../ps-server/psd if executable, else the build's. */
-static void find_psd(const char *argv0) {
-    const char *env = getenv("PSD");
-    if (env && *env) {
-        snprintf(psd_path, sizeof psd_path, "%s", env);
-        return;
-    }
-    const char *slash = strrchr(argv0, '/');
-    if (slash) {
-        snprintf(psd_path, sizeof psd_path, "%.*s/../ps-server/psd", (int)(slash - argv0), argv0);
-        if (access(psd_path, X_OK) == 0) return;
-    }
-    snprintf(psd_path, sizeof psd_path, "%s", PS_BENCH_PSD);
-}
+typedef ps_bench_psd psd_proc;
 
-typedef struct {
-    pid_t pid;
-    char endpoint[128];
-} psd_proc;
-
+/* An async psd for `workers` workers. */
 static int psd_start(psd_proc *p, int workers) {
-    char ready[128], logf[128], wbuf[16];
-    snprintf(ready, sizeof ready, "%s/ready", tmpdir);
-    snprintf(logf, sizeof logf, "%s/psd.log", tmpdir);
+    char wbuf[16];
     snprintf(wbuf, sizeof wbuf, "%d", workers);
-    unlink(ready);
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        int fd = open(logf, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execl(psd_path, psd_path, "--bind", "127.0.0.1", "--port", "0", "--ready-file", ready,
-              "--mode", "async", "--workers", wbuf, "--log-level", "warn", (char *)NULL);
-        _exit(127);
-    }
-    p->pid = pid;
-    double deadline = ps_bench_now_s() + 10.0;
-    while (ps_bench_now_s() < deadline) {
-        FILE *f = fopen(ready, "r");
-        if (f) {
-            int ok = fgets(p->endpoint, sizeof p->endpoint, f) != NULL;
-            fclose(f);
-            p->endpoint[strcspn(p->endpoint, "\n")] = 0;
-            if (ok && p->endpoint[0]) return 0;
-        }
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            fprintf(stderr, "psd (%s) exited before listening; log: %s\n", psd_path, logf);
-            return -1;
-        }
-        struct timespec ts = {0, 5000000};
-        nanosleep(&ts, NULL);
-    }
-    fprintf(stderr, "psd did not listen within 10 s; log: %s\n", logf);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    return -1;
+    const char *args[] = {"--mode", "async", "--workers", wbuf, "--log-level", "warn", NULL};
+    return ps_bench_psd_start(p, psd_path, tmpdir, "", args, 10.0);
 }
 
 static void psd_stop(psd_proc *p) {
-    kill(p->pid, SIGTERM);
-    double deadline = ps_bench_now_s() + 5.0;
-    while (ps_bench_now_s() < deadline) {
-        if (waitpid(p->pid, NULL, WNOHANG) == p->pid) return;
-        struct timespec ts = {0, 5000000};
-        nanosleep(&ts, NULL);
-    }
-    kill(p->pid, SIGKILL);
-    waitpid(p->pid, NULL, 0);
+    ps_bench_psd_stop(p, 5.0);
 }
 
 /* ---- clients ---------------------------------------------------------------- */
@@ -391,7 +331,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
-    find_psd(argv[0]);
+    ps_bench_find_psd(argv[0], PS_BENCH_PSD, psd_path, sizeof psd_path);
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ps-bench-rate-XXXXXX");
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");

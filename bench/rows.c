@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_psd.h"
 #include "benchutil.h"
 #include "ps.h"
 
@@ -33,74 +34,21 @@
 
 static char psd_path[PATH_MAX], tmpdir[64];
 
-static void find_psd(const char *argv0) {
-    const char *env = getenv("PSD");
-    if (env && *env) {
-        snprintf(psd_path, sizeof psd_path, "%s", env);
-        return;
-    }
-    const char *slash = strrchr(argv0, '/');
-    if (slash) {
-        snprintf(psd_path, sizeof psd_path, "%.*s/../ps-server/psd", (int)(slash - argv0), argv0);
-        if (access(psd_path, X_OK) == 0) return;
-    }
-    snprintf(psd_path, sizeof psd_path, "%s", PS_BENCH_PSD);
-}
+typedef ps_bench_psd psd_proc;
 
-typedef struct {
-    pid_t pid;
-    char endpoint[128];
-} psd_proc;
-
+/* Shard `shard` of SHARDS, sync, 1 worker, room for the dense table. */
 static int psd_start(psd_proc *p, int shard) {
-    char ready[128], logf[128], sh[16], n[16];
-    snprintf(ready, sizeof ready, "%s/ready%d", tmpdir, shard);
-    snprintf(logf, sizeof logf, "%s/psd%d.log", tmpdir, shard);
+    char sh[16], n[16];
     snprintf(sh, sizeof sh, "%d", shard);
     snprintf(n, sizeof n, "%d", SHARDS);
-    unlink(ready);
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        int fd = open(logf, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) dup2(fd, 1), dup2(fd, 2), close(fd);
-        execl(psd_path, psd_path, "--bind", "127.0.0.1", "--port", "0", "--ready-file", ready,
-              "--mode", "sync", "--workers", "1", "--shard", sh, "--num-shards", n,
-              "--max-tensor-mb", "4096", "--max-message-mb", "4096", "--log-level", "warn",
-              (char *)NULL);
-        _exit(127);
-    }
-    p->pid = pid;
-    double deadline = ps_bench_now_s() + 20.0;
-    while (ps_bench_now_s() < deadline) {
-        FILE *f = fopen(ready, "r");
-        if (f) {
-            int ok = fgets(p->endpoint, sizeof p->endpoint, f) != NULL;
-            fclose(f);
-            p->endpoint[strcspn(p->endpoint, "\n")] = 0;
-            if (ok && p->endpoint[0]) return 0;
-        }
-        if (waitpid(pid, NULL, WNOHANG) == pid) {
-            fprintf(stderr, "psd (%s) exited before listening; log: %s\n", psd_path, logf);
-            return -1;
-        }
-        nanosleep(&(struct timespec){0, 5000000}, NULL);
-    }
-    fprintf(stderr, "psd did not listen within 20 s; log: %s\n", logf);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    return -1;
+    const char *args[] = {"--mode", "sync", "--workers", "1", "--shard", sh, "--num-shards", n,
+                          "--max-tensor-mb", "4096", "--max-message-mb", "4096",
+                          "--log-level", "warn", NULL};
+    return ps_bench_psd_start(p, psd_path, tmpdir, sh, args, 20.0);
 }
 
 static void psd_stop(psd_proc *p) {
-    kill(p->pid, SIGTERM);
-    double deadline = ps_bench_now_s() + 10.0;
-    while (ps_bench_now_s() < deadline) {
-        if (waitpid(p->pid, NULL, WNOHANG) == p->pid) return;
-        nanosleep(&(struct timespec){0, 5000000}, NULL);
-    }
-    kill(p->pid, SIGKILL);
-    waitpid(p->pid, NULL, 0);
+    ps_bench_psd_stop(p, 10.0);
 }
 
 static void die(ps_client *c, const char *what) {
@@ -185,7 +133,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    find_psd(argv[0]);
+    ps_bench_find_psd(argv[0], PS_BENCH_PSD, psd_path, sizeof psd_path);
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ps-bench-rows-XXXXXX");
     if (!mkdtemp(tmpdir)) return perror("mkdtemp"), 1;
     psd_proc p[SHARDS];
