@@ -1,6 +1,8 @@
-/* Row gradients summed by id: a sync step's pushes from every worker (rows
- * pushed by several workers are combined, not overwritten), or one push whose
- * ids repeat. Ids keep the order of their first appearance. No I/O. */
+/* Row gradients summed by id: a sync step's pushes from every worker on psd
+ * (rows pushed by several workers are combined, not overwritten), one push
+ * whose ids repeat, or every all-reduce rank's rows of a mirrored table (in
+ * rank order, so every rank sums alike). Ids keep the order of their first
+ * appearance. No I/O. */
 #ifndef PS_ROW_SUM_H
 #define PS_ROW_SUM_H
 
