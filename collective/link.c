@@ -91,6 +91,8 @@ const char *ps__op_name(int op) {
         return "all-reduce (fp16)";
     case PS_OP_ALLREDUCE_BF16:
         return "all-reduce (bf16)";
+    case PS_OP_ALLGATHERV:
+        return "allgatherv";
     default:
         return "no operation";
     }

@@ -37,6 +37,7 @@ enum {
     PS_OP_ALLGATHER = 3,
     PS_OP_ALLREDUCE_F16 = 4,  /* all-reduce whose pieces travel as binary16 */
     PS_OP_ALLREDUCE_BF16 = 5, /* ... as bfloat16 */
+    PS_OP_ALLGATHERV = 6,     /* allgather of blocks of different sizes (rank order) */
 };
 
 typedef struct {

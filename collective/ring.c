@@ -137,10 +137,14 @@ void ps__ring_wake(ps_ring *r) {
     }
 }
 
-/* Queues an operation; PS_OK, the sticky error, or PS_ENOMEM. */
-static int enqueue(ps_ring *r, int kind, void *data, size_t bytes, size_t unit, unsigned root) {
-    ring_op *op = calloc(1, sizeof *op);
+/* Queues an operation (offs: an allgatherv's size + 1 block offsets, copied;
+ * else NULL); PS_OK, the sticky error, or PS_ENOMEM. */
+static int enqueue(ps_ring *r, int kind, void *data, size_t bytes, size_t unit, unsigned root,
+                   const size_t *offs) {
+    size_t n_offs = offs ? r->size + 1 : 0;
+    ring_op *op = calloc(1, sizeof *op + n_offs * sizeof(size_t));
     if (!op) return PS_ENOMEM;
+    if (n_offs) memcpy(op->offs, offs, n_offs * sizeof(size_t));
     op->kind = kind;
     op->data = data;
     op->bytes = bytes;
@@ -181,7 +185,7 @@ int ps_ring_allreduce_start_enc(ps_ring *r, float *data, size_t n, ps_ring_enc e
     int kind = enc == PS_RING_F16    ? PS_OP_ALLREDUCE_F16
                : enc == PS_RING_BF16 ? PS_OP_ALLREDUCE_BF16
                                      : PS_OP_ALLREDUCE;
-    return enqueue(r, kind, data, n * 4, 4, 0);
+    return enqueue(r, kind, data, n * 4, 4, 0, NULL);
 }
 
 uint64_t ps_ring_bytes_sent(ps_ring *r) {
@@ -226,7 +230,7 @@ int ps_ring_broadcast(ps_ring *r, unsigned root, void *data, size_t len, char *e
         return PS_EINVAL;
     }
     if (r->size == 1) return ps_ring_wait(r, err, errlen);
-    int rc = enqueue(r, PS_OP_BROADCAST, data, len, len, root);
+    int rc = enqueue(r, PS_OP_BROADCAST, data, len, len, root, NULL);
     if (rc == PS_ENOMEM) return rc;
     return ps_ring_wait(r, err, errlen);
 }
@@ -242,7 +246,7 @@ int ps_ring_allgather_start(ps_ring *r, const void *mine, size_t len, void *all)
         pthread_mutex_unlock(&r->mu);
         return e;
     }
-    return enqueue(r, PS_OP_ALLGATHER, all, len * r->size, len, 0);
+    return enqueue(r, PS_OP_ALLGATHER, all, len * r->size, len, 0, NULL);
 }
 
 int ps_ring_allgather(ps_ring *r, const void *mine, size_t len, void *all, char *err,
@@ -254,6 +258,60 @@ int ps_ring_allgather(ps_ring *r, const void *mine, size_t len, void *all, char 
     }
     if (rc == PS_ENOMEM) return rc;
     return ps_ring_wait(r, err, errlen);
+}
+
+int ps_ring_allgatherv(ps_ring *r, const void *mine, size_t len, size_t max_len, void **all,
+                       size_t *lens, char *err, size_t errlen) {
+    *all = NULL;
+    if (!r || !lens || (!mine && len > 0) || len > max_len ||
+        (r->size > 0 && max_len > (SIZE_MAX - 1) / r->size)) {
+        set_err(err, errlen, "bad allgatherv arguments");
+        return PS_EINVAL;
+    }
+    uint64_t *ln = calloc(r->size, sizeof *ln);
+    size_t *offs = calloc((size_t)r->size + 1, sizeof *offs);
+    if (!ln || !offs) {
+        free(ln), free(offs);
+        set_err(err, errlen, "out of memory");
+        return PS_ENOMEM;
+    }
+    uint64_t my_len = len;
+    int rc = ps_ring_allgather(r, &my_len, sizeof my_len, ln, err, errlen);
+    for (unsigned i = 0; rc == PS_OK && i < r->size; i++) {
+        if (ln[i] > max_len) { /* every rank sees the same lengths: all name it */
+            set_err(err, errlen,
+                    "ring rank %u (%s) announced an allgatherv block of %llu bytes, more than "
+                    "the %zu allowed",
+                    i, r->endpoints[i], (unsigned long long)ln[i], max_len);
+            rc = PS_EPROTO;
+            break;
+        }
+        lens[i] = (size_t)ln[i];
+        offs[i + 1] = offs[i] + lens[i];
+    }
+    unsigned char *buf = NULL;
+    if (rc == PS_OK) {
+        buf = malloc(offs[r->size] ? offs[r->size] : 1);
+        if (!buf) {
+            set_err(err, errlen, "out of memory for an allgatherv of %zu bytes", offs[r->size]);
+            rc = PS_ENOMEM;
+        }
+    }
+    if (rc == PS_OK) {
+        if (len) memcpy(buf + offs[r->rank], mine, len);
+        if (r->size > 1) {
+            rc = enqueue(r, PS_OP_ALLGATHERV, buf, offs[r->size], 0, 0, offs);
+            if (rc != PS_ENOMEM) rc = ps_ring_wait(r, err, errlen);
+            else set_err(err, errlen, "out of memory");
+        }
+    }
+    free(ln), free(offs);
+    if (rc != PS_OK) {
+        free(buf);
+        return rc;
+    }
+    *all = buf;
+    return PS_OK;
 }
 
 unsigned ps_ring_rank(const ps_ring *r) {

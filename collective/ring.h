@@ -96,6 +96,18 @@ int ps_ring_broadcast(ps_ring *r, unsigned root, void *data, size_t len, char *e
 int ps_ring_allgather(ps_ring *r, const void *mine, size_t len, void *all, char *err,
                       size_t errlen);
 
+/* A variable-sized allgather: rank i gives mine[0..len) (len may differ from
+ * rank to rank, 0 too). Every rank first learns every rank's length (an
+ * allgather of u64s), then gets the blocks in rank order, each passed on over
+ * the ring's links as any operation is (its faults and timeouts). On PS_OK,
+ * lens[0..size) holds the lengths and *all (malloc'd, the caller frees it)
+ * the blocks back to back. A rank announcing more than max_len bytes fails
+ * the call on every rank, named (PS_EPROTO; the ring itself stays up).
+ * PS_EINVAL (len > max_len, bad arguments), PS_ENOMEM, or the ring's error,
+ * with the reason in err. Blocking; *all is NULL on failure. */
+int ps_ring_allgatherv(ps_ring *r, const void *mine, size_t len, size_t max_len, void **all,
+                       size_t *lens, char *err, size_t errlen);
+
 unsigned ps_ring_rank(const ps_ring *r);
 unsigned ps_ring_size(const ps_ring *r);
 

@@ -25,6 +25,7 @@ typedef struct ring_op {
     size_t bytes;        /* total bytes of data */
     size_t unit;         /* bytes per block (allgather) */
     unsigned root;       /* broadcast */
+    size_t offs[];       /* allgatherv: size + 1 block offsets into data (else none) */
 } ring_op;
 
 /* Sending side of one socket: the frame in flight (header, then payload). */

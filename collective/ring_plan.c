@@ -1,5 +1,6 @@
 /* Ring collectives: the pieces of an operation. All-reduce is reduce-scatter
- * then all-gather over size segments; each step's segment goes in chunks of
+ * then all-gather over size segments; an allgather(v) passes each rank's block
+ * on size - 1 times; each step's segment goes in chunks of
  * at most r->chunk bytes, tracked as a (step, chunk) cursor. */
 #include "ring_impl.h"
 
@@ -16,9 +17,14 @@ static unsigned mod(const ps_ring *r, long v) {
     return (unsigned)(((v % s) + s) % s);
 }
 
+/* Rank b's block of an allgatherv (possibly empty). */
+static span agv_block(const ring_op *op, unsigned b) {
+    return (span){op->data + op->offs[b], op->offs[b + 1] - op->offs[b]};
+}
+
 unsigned ps__ring_send_steps(const ps_ring *r, const ring_op *op) {
     if (ps__is_allreduce(op->kind)) return 2 * (r->size - 1);
-    if (op->kind == PS_OP_ALLGATHER) return r->size - 1;
+    if (op->kind == PS_OP_ALLGATHER || op->kind == PS_OP_ALLGATHERV) return r->size - 1;
     return next_rank(r) == op->root ? 0 : 1; /* the last rank of a broadcast forwards nothing */
 }
 unsigned ps__ring_recv_steps(const ps_ring *r, const ring_op *op) {
@@ -33,6 +39,7 @@ span ps__ring_send_span(const ps_ring *r, const ring_op *op, unsigned t) {
     if (ps__is_allreduce(op->kind))
         return ar_segment(r, op, (long)t < n1 ? mod(r, me - t) : mod(r, me + 1 - (t - n1)));
     if (op->kind == PS_OP_ALLGATHER) return (span){op->data + mod(r, me - t) * op->unit, op->unit};
+    if (op->kind == PS_OP_ALLGATHERV) return agv_block(op, mod(r, me - t));
     return (span){op->data, op->bytes};
 }
 span ps__ring_recv_span(const ps_ring *r, const ring_op *op, unsigned t, int *add) {
@@ -44,6 +51,7 @@ span ps__ring_recv_span(const ps_ring *r, const ring_op *op, unsigned t, int *ad
     }
     if (op->kind == PS_OP_ALLGATHER)
         return (span){op->data + mod(r, me - t - 1) * op->unit, op->unit};
+    if (op->kind == PS_OP_ALLGATHERV) return agv_block(op, mod(r, me - t - 1));
     return (span){op->data, op->bytes};
 }
 static size_t nchunks(const ps_ring *r, size_t bytes) {

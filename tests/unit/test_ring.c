@@ -2,7 +2,8 @@
  * processes on 127.0.0.1 over TCP, Unix sockets and AUTO; all-reduce against
  * the exact sum for many sizes (0, 1, size-1, odd, 1M floats), every rank's
  * result bit-identical, several all-reduces in flight, broadcast from every
- * root, allgather; and the coordination log lines. */
+ * root, allgather, allgatherv (blocks of different sizes, empty ones); and the
+ * coordination log lines. */
 #include "ps_error.h"
 #include "ps_nccl.h"
 #include "ring.h"
@@ -150,6 +151,40 @@ static int rank_body(void *vctx, unsigned rank) {
             rk_fail(rep, rc, "allgather of 0 bytes", err);
             goto out;
         }
+    }
+    /* allgatherv: blocks of different sizes (rank q: 5000 * q + 3 bytes, so
+     * rank 0's is shorter than a chunk and others span several), then one with
+     * only the last rank's block non-empty, then all empty */
+    for (int round = 0; round < 3; round++) {
+        size_t len_of[RK_MAX_RANKS], lens[RK_MAX_RANKS];
+        for (unsigned q = 0; q < size; q++)
+            len_of[q] = round == 0 ? 5000 * q + 3 : round == 1 && q == size - 1 ? 1001 : 0;
+        unsigned char *mine = malloc(len_of[rank] + 1);
+        for (size_t i = 0; i < len_of[rank]; i++)
+            mine[i] = (unsigned char)(i * 3 + 11 * rank + round);
+        void *all = NULL;
+        rc = ps_ring_allgatherv(r, mine, len_of[rank], 1 << 20, &all, lens, err, sizeof err);
+        free(mine);
+        if (rc != PS_OK) {
+            rk_fail(rep, rc, "allgatherv", err);
+            goto out;
+        }
+        const unsigned char *b = all;
+        int bad = 0;
+        for (unsigned q = 0; q < size && !bad; q++) {
+            if (lens[q] != len_of[q]) {
+                snprintf(err, sizeof err, "round %d: rank %u's length %zu, want %zu", round, q,
+                         lens[q], len_of[q]);
+                bad = rk_fail(rep, -1, "allgatherv", err);
+            }
+            for (size_t i = 0; i < len_of[q] && !bad; i++, b++)
+                if (*b != (unsigned char)(i * 3 + 11 * q + (unsigned)round)) {
+                    snprintf(err, sizeof err, "round %d: block %u byte %zu", round, q, i);
+                    bad = rk_fail(rep, -1, "allgatherv", err);
+                }
+        }
+        free(all);
+        if (bad) goto out;
     }
     snprintf(rep->stage, sizeof rep->stage, "done");
 out:

@@ -2,7 +2,8 @@
  * sends garbage, a wrong-size frame, a wrong job id or garbage as handshake;
  * ranks that disagree on a size; a rank killed (SIGKILL) or frozen (SIGSTOP)
  * mid-all-reduce; a rank that leaves; a ring that cannot form; an endpoint
- * that is taken. Every failure is a clean error naming the culprit, within a
+ * that is taken; a rank killed or frozen mid-allgatherv, and one announcing a
+ * block over the bound. Every failure is a clean error naming the culprit, within a
  * bounded time; nothing crashes or hangs. */
 #include "link.h"
 #include "ps_error.h"
@@ -120,7 +121,21 @@ typedef struct {
     size_t n[RK_MAX_RANKS]; /* floats each rank all-reduces */
     int loops;              /* all-reduces per rank (0: 1) */
     int *progress;          /* shared: all-reduces done per rank */
+    int gatherv;            /* allgatherv of n[rank] * 4 + 8 * rank bytes instead */
+    size_t max_len[RK_MAX_RANKS]; /* ... each rank's bound (0: 1 GiB) */
 } one_ctx;
+
+/* One operation of the body: an all-reduce, or an allgatherv (c->gatherv). */
+static int one_op(one_ctx *c, ps_ring *r, unsigned rank, float *x, size_t n, char *err,
+                  size_t errlen) {
+    if (!c->gatherv) return ps_ring_allreduce(r, x, n, err, errlen);
+    size_t lens[RK_MAX_RANKS];
+    void *all = NULL;
+    int rc = ps_ring_allgatherv(r, x, n * 4 + 8 * rank, c->max_len[rank] ? c->max_len[rank] : 1u << 30, &all,
+                                lens, err, errlen);
+    free(all);
+    return rc;
+}
 
 static int allreduce_body(void *vctx, unsigned rank) {
     one_ctx *c = vctx;
@@ -134,14 +149,14 @@ static int allreduce_body(void *vctx, unsigned rank) {
         return rk_fail(rep, rc, "open", err);
     }
     size_t n = c->n[rank];
-    float *x = calloc(n ? n : 1, sizeof *x);
+    float *x = calloc(n + 2 * RK_MAX_RANKS, sizeof *x);
     int loops = c->loops ? c->loops : 1;
     for (int i = 0; i < loops; i++) {
         t0 = ps_test_now_ms();
-        rc = ps_ring_allreduce(r, x, n, err, sizeof err);
+        rc = one_op(c, r, rank, x, n, err, sizeof err);
         if (rc != PS_OK) {
             rep->ms = ps_test_now_ms() - t0;
-            rk_fail(rep, rc, "all-reduce", err);
+            rk_fail(rep, rc, c->gatherv ? "allgatherv" : "all-reduce", err);
             break;
         }
         if (c->progress) __atomic_add_fetch(&c->progress[rank], 1, __ATOMIC_SEQ_CST);
@@ -151,8 +166,10 @@ static int allreduce_body(void *vctx, unsigned rank) {
         snprintf(rep->stage, sizeof rep->stage, "done");
     } else {
         char again[700];
-        int rc2 = ps_ring_allreduce(r, x, n, again, sizeof again);
-        if (rc2 != rc || strcmp(again, err) != 0) rk_fail(rep, rc2, "sticky error", again);
+        /* (a length refused is not sticky: the ring is still up) */
+        int rc2 = c->gatherv && rc == PS_EPROTO ? rc : one_op(c, r, rank, x, n, again, sizeof again);
+        if (rc2 != rc || (rc != PS_EPROTO && strcmp(again, err) != 0))
+            rk_fail(rep, rc2, "sticky error", again);
     }
     free(x);
     ps_ring_close(r);
@@ -312,9 +329,10 @@ END_TEST
 
 /* 3 ranks loop big all-reduces; `victim` gets sig once all have done two;
  * the others must fail within the bound, naming the victim. */
-static void lose_a_rank(int sig, unsigned victim, unsigned timeout_ms, int want_rc,
-                        const char *want) {
+static void lose_a_rank_in(int gatherv, int sig, unsigned victim, unsigned timeout_ms,
+                           int want_rc, const char *want) {
     one_ctx *c = ctx_new(3, PS_RING_TCP);
+    c->gatherv = gatherv;
     c->k.cfg.timeout_ms = timeout_ms;
     c->loops = 1000000;
     for (unsigned q = 0; q < 3; q++)
@@ -350,6 +368,46 @@ static void lose_a_rank(int sig, unsigned victim, unsigned timeout_ms, int want_
     rk_wait(pid[victim], 10000);
     ctx_free(c);
 }
+
+static void lose_a_rank(int sig, unsigned victim, unsigned timeout_ms, int want_rc,
+                        const char *want) {
+    lose_a_rank_in(0, sig, victim, timeout_ms, want_rc, want);
+}
+
+/* The same mid-allgatherv (the blocks of a mirrored table's rows). */
+START_TEST(rank_killed_mid_allgatherv) {
+    lose_a_rank_in(1, SIGKILL, 1, 5000, PS_EIO, "closed the connection");
+}
+END_TEST
+
+START_TEST(rank_frozen_mid_allgatherv) {
+    lose_a_rank_in(1, SIGSTOP, 2, 1500, PS_ETIMEDOUT, "sent nothing for 1500 ms");
+}
+END_TEST
+
+/* A rank announcing a block over the bound is named by every rank, and none hangs. */
+START_TEST(allgatherv_block_too_long) {
+    one_ctx *c = ctx_new(3, PS_RING_UNIX);
+    c->gatherv = 1;
+    c->max_len[0] = c->max_len[1] = 4000 + 8; /* rank 2 sends 4000 + 16 */
+    pid_t pid[3];
+    for (unsigned q = 0; q < 3; q++)
+        pid[q] = rk_fork(allreduce_body, c, q, NULL);
+    char culprit[120];
+    snprintf(culprit, sizeof culprit, "rank 2 (%s) announced an allgatherv block of 4016 bytes",
+             c->k.eps[2]);
+    for (unsigned q = 0; q < 3; q++) {
+        int st = rk_wait(pid[q], 30000);
+        ck_assert_msg(st == 1, "rank %u exited with %d (%s)", q, st, c->rep[q].err);
+        if (q == 2) continue; /* it fails once the others leave */
+        ck_assert_msg(c->rep[q].rc == PS_EPROTO, "rank %u rc %d: %s", q, c->rep[q].rc,
+                      c->rep[q].err);
+        ck_assert_msg(strstr(c->rep[q].err, culprit) != NULL, "rank %u: no \"%s\" in: %s", q,
+                      culprit, c->rep[q].err);
+    }
+    ctx_free(c);
+}
+END_TEST
 
 START_TEST(rank_killed_mid_allreduce) {
     lose_a_rank(SIGKILL, 2, 5000, PS_EIO, "closed the connection");
@@ -434,6 +492,9 @@ static Suite *faults_suite(void) {
     tcase_add_test(tc, ranks_disagree_on_size);
     tcase_add_test(tc, rank_killed_mid_allreduce);
     tcase_add_test(tc, rank_frozen_mid_allreduce);
+    tcase_add_test(tc, rank_killed_mid_allgatherv);
+    tcase_add_test(tc, rank_frozen_mid_allgatherv);
+    tcase_add_test(tc, allgatherv_block_too_long);
     tcase_add_test(tc, neighbour_closes_early);
     tcase_add_test(tc, ring_cannot_form);
     tcase_add_test(tc, endpoint_taken);
