@@ -106,9 +106,22 @@ int ps_emb_local_feed(ps_emb_local *t, ps_model *m, size_t e, const uint64_t *id
 
 int ps_emb_local_apply(ps_emb_local *t, const float *grads, size_t n_uniq) {
     if (!grads || n_uniq != t->n_uniq) return PS_EINVAL;
+    return ps_emb_local_apply_ids(t, t->uniq, grads, n_uniq);
+}
+
+int ps_emb_local_apply_model(ps_emb_local *t, const ps_model *m, size_t e) {
+    size_t n = 0;
+    const float *g = ps_model_embedding_grads(m, e, &n);
+    return g ? ps_emb_local_apply(t, g, n) : PS_EINVAL;
+}
+
+int ps_emb_local_apply_ids(ps_emb_local *t, const uint64_t *ids, const float *grads, size_t n) {
+    if (n && (!ids || !grads)) return PS_EINVAL;
+    for (size_t u = 0; u < n; u++)
+        if (ids[u] >= t->input_dim) return PS_EINVAL;
     t->updates++;
-    for (size_t u = 0; u < n_uniq; u++) {
-        uint64_t id = t->uniq[u];
+    for (size_t u = 0; u < n; u++) {
+        uint64_t id = ids[u];
         ps_row_opt_apply(&t->opt, t->w + id * t->dim,
                          t->slot_floats ? t->slots + id * t->slot_floats : NULL, grads + u * t->dim,
                          t->dim, t->updates);
@@ -116,8 +129,17 @@ int ps_emb_local_apply(ps_emb_local *t, const float *grads, size_t n_uniq) {
     return PS_OK;
 }
 
-int ps_emb_local_apply_model(ps_emb_local *t, const ps_model *m, size_t e) {
-    size_t n = 0;
-    const float *g = ps_model_embedding_grads(m, e, &n);
-    return g ? ps_emb_local_apply(t, g, n) : PS_EINVAL;
+size_t ps_emb_local_bytes(size_t input_dim, size_t dim, const ps_row_opt *opt) {
+    size_t per_row = dim + ps_row_opt_slot_floats(opt->kind, dim);
+    if (per_row < dim || (per_row && input_dim > SIZE_MAX / per_row / sizeof(float)))
+        return SIZE_MAX;
+    return input_dim * per_row * sizeof(float);
+}
+
+const float *ps_emb_local_values(const ps_emb_local *t, size_t *n_values, const float **slots,
+                                 size_t *n_slots) {
+    *n_values = t->input_dim * t->dim;
+    *slots = t->slot_floats ? t->slots : NULL;
+    *n_slots = t->slot_floats ? t->input_dim * t->slot_floats : 0;
+    return t->w;
 }

@@ -40,6 +40,17 @@ int ps_emb_local_feed(ps_emb_local *t, ps_model *m, size_t e, const uint64_t *id
 /* Applies the optimizer to the rows of the last lookup from their gradients
  * grads [n_uniq, dim] (n_uniq that lookup's). PS_EINVAL on another count. */
 int ps_emb_local_apply(ps_emb_local *t, const float *grads, size_t n_uniq);
+/* Applies the optimizer to the rows ids[n] (distinct, each < input_dim) from
+ * their gradients grads [n, dim], as one update of the table (lazy Adam's
+ * step count). PS_EINVAL for an id out of range (nothing applied). */
+int ps_emb_local_apply_ids(ps_emb_local *t, const uint64_t *ids, const float *grads, size_t n);
+/* Bytes a table of input_dim rows of dim values takes with opt's slots
+ * (SIZE_MAX when that overflows), before it is made. */
+size_t ps_emb_local_bytes(size_t input_dim, size_t dim, const ps_row_opt *opt);
+/* The table's values [input_dim, dim] and optimizer slots (*n_slots floats,
+ * maybe 0), borrowed: for checksums of replicas. */
+const float *ps_emb_local_values(const ps_emb_local *t, size_t *n_values, const float **slots,
+                                 size_t *n_slots);
 /* Applies embedding e's row gradients from m's last train step. PS_EINVAL
  * when it left none. */
 int ps_emb_local_apply_model(ps_emb_local *t, const ps_model *m, size_t e);
