@@ -53,6 +53,7 @@ typedef struct {
     char positive_classes[1024], label_map[4096];
     long input_adapt, rgb_to_gray;
     long strategy, communication, worker_timeout, ring_connect_timeout, bucket_kb, check_every;
+    long max_mirrored_table_mb;
     char checkpoint_dir[1024], loss[64];
     long checkpoint_every, checkpoint_every_steps, keep_checkpoints, perturb_at_step;
     long accumulate_steps, sync_every;
@@ -318,6 +319,16 @@ static const ps_option table[] = {
      "all-reduce: gradients are fused into buckets of at least this many KiB, each summed "
      "as soon as the backward pass completes it",
      .doc = "Communication so overlaps the rest of the backward pass"},
+    {"max-mirrored-table-mb", PS_OPTION_LONG, F(max_mirrored_table_mb), 1, 1L << 30, "1024", NULL,
+     "MB",
+     "all-reduce: an embedding table (Embedding with input_dim) whose values and optimizer "
+     "slots take at most this many MiB is mirrored on every worker, its rows exchanged as "
+     "rows; a bigger one, or a dynamic table (no input_dim), is refused at start, naming "
+     "--strategy parameter_server",
+     .doc = "The bound is per table, on every worker: e.g. a [1000000, 64] table with Adam "
+            "(lazy Adam for the rows: values and two moments) takes 732 MiB. Each step the "
+            "workers all-gather the rows their batches touched (ids and gradients), sum them "
+            "by id in worker order and divide by the workers, as the dense gradients are"},
     {"check-every", PS_OPTION_LONG, F(check_every), 0, 1L << 40, "100", NULL, "N",
      "all-reduce: compare a checksum of the variables across workers every N steps; a "
      "worker that differs stops the job, named (exit status 3); 0: never",
@@ -623,6 +634,7 @@ int main(int argc, char **argv) {
         .worker_timeout_ms = (unsigned)o.worker_timeout,
         .ring_connect_timeout_ms = (unsigned)o.ring_connect_timeout,
         .bucket_bytes = (size_t)o.bucket_kb * 1024,
+        .max_mirrored_table_bytes = (size_t)o.max_mirrored_table_mb << 20,
         .check_every = (uint64_t)o.check_every,
         .checkpoint_dir = o.checkpoint_dir[0] ? o.checkpoint_dir : NULL,
         .checkpoint_every_s = (unsigned)o.checkpoint_every,

@@ -181,10 +181,8 @@ static void grads_final(void *ctx, const float *begin, const float *end) {
 static int open_exchange(const ps_train_config *cfg, ps_model *m, ps_exchange *ex, char *err,
                          size_t errlen) {
     if (ps_model_num_embeddings(m)) { /* what the embedding tables' row path has */
-        const char *no = !cfg->no_ps && cfg->strategy != PS_STRATEGY_PARAMETER_SERVER
-                             ? "the all-reduce strategies (use --strategy parameter_server: the "
-                               "tables live on psd)"
-                         : cfg->sync_every > 1        ? "--sync-every (local SGD)"
+        /* the all-reduce strategies mirror a table that fits (mirror_tables.h) */
+        const char *no = cfg->sync_every > 1          ? "--sync-every (local SGD)"
                          : cfg->accumulate_steps > 1 ? "--accumulate-steps"
                                                      : NULL;
         if (no) {

@@ -5,7 +5,8 @@
  * started from the backward pass as soon as they are complete, divided by the
  * number of workers (psd's sync mean) and applied by every worker alike.
  * --communication nccl sums them with NCCL on the CUDA device instead
- * (collective/ps_nccl.h; one GPU per worker). */
+ * (collective/ps_nccl.h; one GPU per worker). Embedding tables are mirrored
+ * (mirror_tables.h): whole on every worker, their rows gathered as rows. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "local_opt.h"
 #include "log.h"
 #include "loss_scale.h"
+#include "mirror_tables.h"
 #include "model_ckpt.h"
 #include "optim.h"
 #include "ps_nccl.h"
@@ -63,6 +65,8 @@ typedef struct {
     ps_loss_scale *scaler;        /* the loop's (borrowed), NULL: no loss scaling */
     ps_loss_scale scaler_next;    /* during step_end: the scaler after this step's outcome */
     const ps_loss_scale *ckpt_ls; /* what a checkpoint written now holds */
+    ps_mirror_tables *tables;     /* owned: the model's embedding tables (NULL: none) */
+    uint64_t total_steps;         /* the job's steps (join): the last one checks the tables */
 } coll_ex;
 
 static double now_s(void) {
@@ -374,6 +378,7 @@ static int coll_join(void *self, ps_exchange_job *job, char *err, size_t errlen)
     job->n_recreated = 0;
     x->scaler = job->scaler;
     x->ckpt_ls = job->scaler;
+    x->total_steps = job->total_steps;
     ps_ring_config rc_cfg = {
         .rank = cfg->index,
         .size = cfg->workers,
@@ -440,6 +445,7 @@ static int coll_step_begin(void *self, uint64_t clock, char *err, size_t errlen)
 static int compare_checksums(coll_ex *x, uint64_t steps, char *err, size_t errlen) {
     uint32_t mine = ps_crc32c(ps_model_params(x->model),
                               ps_model_num_params(x->model) * sizeof(float));
+    mine = ps_mirror_tables_crc(x->tables, mine); /* and the embedding tables, slots too */
     uint32_t *all = calloc(x->size, sizeof *all);
     if (!all) return PS_ENOMEM;
     int rc = ring_failed(x, ps_ring_allgather(x->ring, &mine, sizeof mine, all, err, errlen));
@@ -456,11 +462,16 @@ static int compare_checksums(coll_ex *x, uint64_t steps, char *err, size_t errle
         if (bad) {
             snprintf(err, errlen,
                      "the replicas diverged after step %llu: worker%s %s differ%s from the "
-                     "chief's variables (checksum %08x)",
+                     "chief's variables%s (checksum %08x)",
                      (unsigned long long)steps, bad > 1 ? "s" : "", ranks, bad > 1 ? "" : "s",
-                     all[0]);
+                     x->tables ? " and embedding tables" : "", all[0]);
             x->failed_peer = 1;
             rc = PS_EPROTO;
+        } else if (x->tables && steps == x->total_steps) {
+            PS_INFO("variables and embedding tables equal on all %u workers after step %llu "
+                    "(checksum %08x; %llu rows updated from the workers' rows)",
+                    x->size, (unsigned long long)steps, mine,
+                    (unsigned long long)ps_mirror_tables_rows_gathered(x->tables));
         } else {
             PS_DEBUG("variables equal on all %u workers after step %llu (%08x)", x->size,
                      (unsigned long long)steps, mine);
@@ -516,6 +527,11 @@ static int coll_step_end(void *self, char *err, size_t errlen) {
     }
     if (rc == PS_OK && x->n_tk) rc = finish_topk(x, err, errlen);
     free_topk(x);
+    if (rc == PS_OK && x->tables) { /* the rows, as rows: summed and averaged by id */
+        int peer = 0;
+        rc = ps_mirror_tables_gather(x->tables, x->ring, &peer, err, errlen);
+        if (peer) x->failed_peer = 1;
+    }
     if (rc != PS_OK) return rc;
     /* the mean of the replicas' gradients, as psd's sync mode computes it */
     if (x->size > 1) {
@@ -527,7 +543,9 @@ static int coll_step_end(void *self, char *err, size_t errlen) {
     }
     /* loss scaling: checked on the reduced gradient, the same on every replica */
     x->skipped = x->check_finite &&
-                 !ps_all_finite(ps_model_grads(x->model), ps_model_num_updated_params(x->model));
+                 (!ps_all_finite(ps_model_grads(x->model), ps_model_num_updated_params(x->model)) ||
+                  (x->tables && !ps_mirror_tables_finite(x->tables)));
+    if (x->tables && !x->skipped) ps_mirror_tables_apply(x->tables);
     if (x->skipped) {
         /* nothing applied */
     } else if (x->cfg->sync_every > 1) { /* local SGD (exchange_localsgd.c): minus the mean delta */
@@ -549,7 +567,8 @@ static int coll_step_end(void *self, char *err, size_t errlen) {
         PS_WARN("--perturb-at-step %llu: nudged this worker's first variable (fault injection)",
                 (unsigned long long)steps);
     }
-    if (x->cfg->check_every && steps % x->cfg->check_every == 0) {
+    if ((x->cfg->check_every && steps % x->cfg->check_every == 0) ||
+        (x->tables && steps == x->total_steps)) { /* the tables' replicas, once at the end */
         rc = compare_checksums(x, steps, err, errlen);
         if (rc != PS_OK) return rc;
     }
@@ -636,8 +655,22 @@ static void coll_free(void *self) {
     ps_nccl_close(x->nccl);
     ps_ring_close(x->ring);
     ps_local_opt_free(x->opt);
+    ps_mirror_tables_free(x->tables);
     free(x->started);
     free(x);
+}
+
+/* Embedding rows: read from this worker's copy of the table. */
+static int coll_rows_pull(void *self, size_t e, const uint64_t *ids, size_t n, float *out,
+                          char *err, size_t errlen) {
+    return ps_mirror_tables_pull(((coll_ex *)self)->tables, e, ids, n, out, err, errlen);
+}
+
+/* Kept for step_end, which gathers every worker's rows after the dense sums. */
+static int coll_rows_push(void *self, size_t e, const uint64_t *ids, size_t n, const float *grads,
+                          int last, char *err, size_t errlen) {
+    (void)last;
+    return ps_mirror_tables_keep(((coll_ex *)self)->tables, e, ids, n, grads, err, errlen);
 }
 
 static const ps_exchange_ops coll_ops = {
@@ -652,6 +685,8 @@ static const ps_exchange_ops coll_ops = {
     .free = coll_free,
     .bytes_sent = coll_bytes_sent,
     .reduce_metrics = coll_reduce_metrics,
+    .rows_pull = coll_rows_pull,
+    .rows_push = coll_rows_push,
 };
 
 int ps_exchange_nccl_built(void) {
@@ -701,6 +736,23 @@ int ps_exchange_collective_open(const ps_train_config *cfg, ps_model *m, ps_exch
         snprintf(err, errlen, "cannot allocate the optimizer's slots: %s", ps_strerror(PS_ENOMEM));
         return PS_ENOMEM;
     }
+    int rc = ps_mirror_tables_open(m, cfg->seed, cfg->max_mirrored_table_bytes, &x->tables, err,
+                                   errlen);
+    if (rc == PS_OK && x->tables && cfg->checkpoint_dir) {
+        snprintf(err, errlen,
+                 "--checkpoint-dir: the all-reduce chief's checkpoints do not hold the mirrored "
+                 "embedding tables (%s, ...); train without it, or with --strategy "
+                 "parameter_server (psd checkpoints its tables)",
+                 ps_model_embedding_at(m, 0)->name);
+        rc = PS_EINVAL;
+    }
+    if (rc != PS_OK) {
+        coll_free(x);
+        return rc;
+    }
+    if (x->tables)
+        PS_INFO("%s: %zu embedding table(s) mirrored on every worker, rows exchanged as rows",
+                ps_strategy_name(cfg->strategy), ps_model_num_embeddings(m));
     *out = (ps_exchange){.ops = &coll_ops, .self = x};
     return PS_OK;
 }
