@@ -1,0 +1,490 @@
+/* Embedding tables under the all-reduce strategies (exchange_collective.c with
+ * mirror_tables.c), workers as threads over a real ring on 127.0.0.1:
+ * - 2 workers mirrored with batch B end with the dense variables and every
+ *   table row of 1 worker (--no-ps's exchange) with batch 2B on the
+ *   concatenated data, within 1e-6, for a model with tables and Dense layers
+ *   (Adam: lazy Adam for the rows) and one of tables only (Adagrad);
+ * - the replicas' tables (and variables) are bit-identical;
+ * - a table over --max-mirrored-table-mb, and a dynamic table, are refused at
+ *   open, naming the table, its size, the bound and --strategy
+ *   parameter_server;
+ * - the bytes a step puts on the ring grow with the rows it touches, not with
+ *   the table (a table 100 times bigger costs the same);
+ * - a worker killed (SIGKILL) or frozen (SIGSTOP) mid row-exchange (a model of
+ *   tables only: the rows are the step's one ring operation) is named by the
+ *   other within the --worker-timeout bound; nothing hangs;
+ * - the rows' blocks (mirror_rows.h): encoded, summed by id in rank order
+ *   and averaged; a bad count, id or length is named. */
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "emb_feed.h"
+#include "exchange.h"
+#include "mirror_rows.h"
+#include "model.h"
+#include "ps_error.h"
+#include "testutil.h"
+#include "train.h"
+
+#define STEPS 12
+#define B 16
+#define MAXW 2
+#define MAXT 4
+#define SEED 5
+enum { U = 40, I = 25, N_SAMPLES = STEPS * B * MAXW };
+
+/* Tables and Dense layers, Adam (lazy Adam for the rows). */
+static const char *const dense_spec =
+    "{\"inputs\": [{\"name\": \"user\", \"ids\": true}, {\"name\": \"item\", \"ids\": true}],"
+    " \"layers\": ["
+    "{\"type\": \"Embedding\", \"name\": \"u\", \"inputs\": \"user\", \"input_dim\": 40,"
+    " \"output_dim\": 4},"
+    "{\"type\": \"Embedding\", \"name\": \"v\", \"inputs\": \"item\", \"input_dim\": 25,"
+    " \"output_dim\": 4},"
+    "{\"type\": \"Embedding\", \"name\": \"ub\", \"inputs\": \"user\", \"input_dim\": 40,"
+    " \"output_dim\": 1},"
+    "{\"type\": \"Concatenate\", \"inputs\": [\"u\", \"v\", \"ub\"]},"
+    "{\"type\": \"Dense\", \"units\": 8, \"activation\": \"relu\"},"
+    "{\"type\": \"Dense\", \"units\": 1}],"
+    " \"loss\": \"mse\", \"optimizer\": {\"name\": \"adam\", \"learning_rate\": 0.02}}";
+
+/* Matrix factorisation: tables only (Dot, Add), Adagrad. */
+static const char *const mf_spec =
+    "{\"inputs\": [{\"name\": \"user\", \"ids\": true}, {\"name\": \"item\", \"ids\": true}],"
+    " \"layers\": ["
+    "{\"type\": \"Embedding\", \"name\": \"user_embedding\", \"inputs\": \"user\","
+    " \"input_dim\": %zu, \"output_dim\": 4},"
+    "{\"type\": \"Embedding\", \"name\": \"item_embedding\", \"inputs\": \"item\","
+    " \"input_dim\": 25, \"output_dim\": 4},"
+    "{\"type\": \"Embedding\", \"name\": \"user_bias\", \"inputs\": \"user\", \"input_dim\": 40,"
+    " \"output_dim\": 1},"
+    "{\"type\": \"Dot\", \"name\": \"dot\", \"inputs\": [\"user_embedding\","
+    " \"item_embedding\"], \"axes\": 1},"
+    "{\"type\": \"Add\", \"inputs\": [\"dot\", \"user_bias\"]}],"
+    " \"loss\": \"mse\", \"optimizer\": {\"name\": \"adagrad\", \"learning_rate\": 0.1}}";
+
+/* The samples: (user, item) ids and a rating, the same for every run. */
+static uint64_t ids[N_SAMPLES * 2];
+static float rating[N_SAMPLES];
+
+static void make_data(void) {
+    ps_test_rng g;
+    ps_test_rng_seed(&g, 42);
+    for (size_t i = 0; i < N_SAMPLES; i++) {
+        uint64_t u = (uint64_t)ps_test_rng_uniform(&g, 0, U - 0.01f);
+        uint64_t it = (uint64_t)ps_test_rng_uniform(&g, 0, I - 0.01f);
+        ids[2 * i] = u;
+        ids[2 * i + 1] = it;
+        rating[i] = 1.0f + (float)((u * 7 + it * 3) % 5) + ps_test_rng_uniform(&g, -0.3f, 0.3f);
+    }
+}
+
+typedef struct {
+    unsigned index, workers;
+    const char *const *peers;
+    int local; /* 1: --no-ps's exchange, batch workers * B */
+    const char *spec;
+    size_t table_mb; /* --max-mirrored-table-mb (0: 1) */
+    uint64_t die_at; /* forked rank: after this step's rows are kept, signal itself */
+    int die_sig;
+    unsigned timeout_ms; /* --worker-timeout (0: 60000) */
+    /* out */
+    float *params;
+    size_t nparams;
+    float *tables[MAXT]; /* every row of each table */
+    size_t table_floats[MAXT], n_tables;
+    uint64_t bytes; /* ring bytes sent while training */
+    int rc, peer_failed;
+    char err[1024];
+} run_arg;
+
+static void hook(void *ex, const float *b, const float *e) {
+    ps_exchange_grads_ready(ex, b, e);
+}
+
+static ps_train_config config(const run_arg *a) {
+    return (ps_train_config){
+        .index = a->index,
+        .workers = a->workers,
+        .strategy = PS_STRATEGY_MIRRORED,
+        .peers = a->peers,
+        .n_peers = a->workers,
+        .job_id = "mirrored-tables",
+        .seed = SEED,
+        .worker_timeout_ms = a->timeout_ms ? a->timeout_ms : 60000,
+        .ring_connect_timeout_ms = 60000,
+        .bucket_bytes = 64 * 1024,
+        .check_every = 4,
+        .max_mirrored_table_bytes = (a->table_mb ? a->table_mb : 1) << 20,
+    };
+}
+
+/* Every row of every table, through the exchange's rows_pull. */
+static int read_tables(run_arg *a, ps_model *m, ps_exchange *ex) {
+    a->n_tables = ps_model_num_embeddings(m);
+    for (size_t e = 0; e < a->n_tables; e++) {
+        const ps_model_embedding *me = ps_model_embedding_at(m, e);
+        uint64_t *all = malloc(me->input_dim * sizeof *all);
+        for (size_t i = 0; i < me->input_dim; i++)
+            all[i] = i;
+        a->table_floats[e] = me->input_dim * me->dim;
+        a->tables[e] = malloc(a->table_floats[e] * sizeof(float));
+        int rc =
+            ps_exchange_rows_pull(ex, e, all, me->input_dim, a->tables[e], a->err, sizeof a->err);
+        free(all);
+        if (rc != PS_OK) return rc;
+    }
+    return PS_OK;
+}
+
+/* One worker's loop: step t trains on samples [t*W*B + index*batch, + batch). */
+static void *run_worker(void *p) {
+    run_arg *a = p;
+    ps_model *m = NULL;
+    ps_exchange ex = {0};
+    ps_emb_feed *feed = NULL;
+    ps_train_config cfg = config(a);
+    size_t batch = a->local ? B * (size_t)MAXW : B;
+    a->rc = ps_model_from_json(a->spec, &m, a->err, sizeof a->err);
+    if (a->rc != PS_OK) return NULL;
+    ps_model_init_params(m, a->index == 0 ? 7 : 1000 + a->index); /* the chief's count */
+    a->rc = a->local ? ps_exchange_local_open(m, SEED, &ex, a->err, sizeof a->err)
+                     : ps_exchange_collective_open(&cfg, m, &ex, a->err, sizeof a->err);
+    ps_exchange_job job = {.total_steps = STEPS};
+    if (a->rc == PS_OK) {
+        ps_model_set_grad_hook(m, hook, &ex);
+        a->rc = ps_exchange_join(&ex, &job, a->err, sizeof a->err);
+    }
+    if (a->rc == PS_OK) a->rc = ps_emb_feed_new(m, 2, &feed, a->err, sizeof a->err);
+    uint64_t bytes0 = a->rc == PS_OK && ex.ops->bytes_sent ? ex.ops->bytes_sent(ex.self) : 0;
+    for (uint64_t t = 0; a->rc == PS_OK && t < STEPS; t++) {
+        size_t first = t * B * MAXW + a->index * batch;
+        float loss;
+        a->rc = ps_exchange_step_begin(&ex, t, a->err, sizeof a->err);
+        if (a->rc == PS_OK)
+            a->rc = ps_emb_feed_rows(feed, m, &ex, ids + 2 * first, batch, a->err, sizeof a->err);
+        if (a->rc == PS_OK)
+            a->rc = ps_model_train_step_targets(m, NULL, rating + first, batch, &loss);
+        if (a->rc == PS_OK) a->rc = ps_emb_feed_push(feed, m, &ex, a->err, sizeof a->err);
+        if (a->rc == PS_OK && a->die_at && t == a->die_at) raise(a->die_sig);
+        if (a->rc == PS_OK) a->rc = ps_exchange_step_end(&ex, a->err, sizeof a->err);
+    }
+    if (a->rc == PS_OK) {
+        a->bytes = ex.ops->bytes_sent ? ex.ops->bytes_sent(ex.self) - bytes0 : 0;
+        ps_exchange_finish(&ex);
+        a->nparams = ps_model_num_params(m);
+        a->params = malloc((a->nparams ? a->nparams : 1) * sizeof(float));
+        memcpy(a->params, ps_model_params(m), a->nparams * sizeof(float));
+        a->rc = read_tables(a, m, &ex);
+    }
+    a->peer_failed = ps_exchange_peer_failed(&ex);
+    ps_emb_feed_free(feed);
+    ps_exchange_free(&ex);
+    ps_model_free(m);
+    return NULL;
+}
+
+static void free_run(run_arg *a) {
+    free(a->params);
+    for (size_t e = 0; e < a->n_tables; e++)
+        free(a->tables[e]);
+}
+
+/* Runs `workers` workers over a ring on free ports (or one local worker, batch
+ * 2B) into a[]. */
+static void run_job(unsigned workers, int local, const char *spec, run_arg *a) {
+    static char eps[MAXW][32];
+    static const char *peers[MAXW];
+    for (unsigned w = 0; w < workers; w++) {
+        snprintf(eps[w], sizeof eps[w], "127.0.0.1:%d", ps_test_free_port());
+        peers[w] = eps[w];
+    }
+    unsigned n = local ? 1 : workers;
+    pthread_t th[MAXW];
+    for (unsigned w = 0; w < n; w++) {
+        a[w] = (run_arg){.index = w, .workers = n, .peers = peers, .local = local, .spec = spec};
+        pthread_create(&th[w], NULL, run_worker, &a[w]);
+    }
+    for (unsigned w = 0; w < n; w++)
+        pthread_join(th[w], NULL);
+    for (unsigned w = 0; w < n; w++)
+        ck_assert_msg(a[w].rc == PS_OK, "worker %u of %u: %s (%s)", w, n, ps_strerror(a[w].rc),
+                      a[w].err);
+}
+
+static double max_abs_diff(const float *x, const float *y, size_t n) {
+    double d = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs((double)x[i] - (double)y[i]) > d) d = fabs((double)x[i] - (double)y[i]);
+    return d;
+}
+
+/* Initial rows: what the tables held before training (seeded as psd's). */
+static void check_equivalent(const char *spec) {
+    run_arg alone[1], ring[MAXW];
+    run_job(1, 1, spec, alone);
+    run_job(MAXW, 0, spec, ring);
+    ps_model *m;
+    char err[256];
+    ck_assert_int_eq(ps_model_from_json(spec, &m, err, sizeof err), PS_OK);
+    ps_model_init_params(m, 7);
+    ck_assert_uint_eq(ring[0].nparams, alone[0].nparams);
+    if (alone[0].nparams) {
+        double moved = max_abs_diff(alone[0].params, ps_model_params(m), alone[0].nparams);
+        ck_assert_msg(moved > 1e-3, "the dense variables barely moved (%g)", moved);
+    }
+    ps_model_free(m);
+    ck_assert_uint_eq(ring[0].n_tables, alone[0].n_tables);
+    for (unsigned w = 0; w < MAXW; w++) {
+        ck_assert_msg(memcmp(ring[w].params, ring[0].params, ring[0].nparams * sizeof(float)) == 0,
+                      "worker %u's variables differ from the chief's", w);
+        double d = max_abs_diff(ring[w].params, alone[0].params, ring[0].nparams);
+        ck_assert_msg(d <= 1e-6, "worker %u: max |variables - 1 worker x 2B| = %g > 1e-6", w, d);
+        for (size_t e = 0; e < ring[0].n_tables; e++) {
+            size_t nf = ring[0].table_floats[e];
+            ck_assert_uint_eq(ring[w].table_floats[e], alone[0].table_floats[e]);
+            ck_assert_msg(memcmp(ring[w].tables[e], ring[0].tables[e], nf * sizeof(float)) == 0,
+                          "worker %u's table %zu differs from the chief's", w, e);
+            d = max_abs_diff(ring[w].tables[e], alone[0].tables[e], nf);
+            ck_assert_msg(d <= 1e-6, "worker %u table %zu: max |rows - 1 worker x 2B| = %g > 1e-6",
+                          w, e, d);
+        }
+    }
+    /* the rows moved: compare with a table nobody trained */
+    run_arg fresh = {.local = 1, .spec = spec};
+    ck_assert_int_eq(ps_model_from_json(spec, &m, err, sizeof err), PS_OK);
+    ps_exchange ex = {0};
+    ck_assert_int_eq(ps_exchange_local_open(m, SEED, &ex, err, sizeof err), PS_OK);
+    ck_assert_int_eq(read_tables(&fresh, m, &ex), PS_OK);
+    double moved = max_abs_diff(fresh.tables[0], alone[0].tables[0], fresh.table_floats[0]);
+    ck_assert_msg(moved > 1e-3, "table 0 barely moved (%g)", moved);
+    free_run(&fresh);
+    ps_exchange_free(&ex);
+    ps_model_free(m);
+    free_run(&alone[0]);
+    for (unsigned w = 0; w < MAXW; w++)
+        free_run(&ring[w]);
+}
+
+START_TEST(two_workers_equal_one_with_tables_and_dense) {
+    check_equivalent(dense_spec);
+}
+END_TEST
+
+static char *mf_with_users(size_t users) {
+    static char buf[4096];
+    snprintf(buf, sizeof buf, mf_spec, users);
+    return buf;
+}
+
+START_TEST(two_workers_equal_one_tables_only) {
+    check_equivalent(mf_with_users(U));
+}
+END_TEST
+
+/* The step's ring bytes grow with the rows touched: a user table 100 times
+ * bigger (the batches touch the same rows) costs the same bytes. */
+START_TEST(bytes_grow_with_rows_not_tables) {
+    run_arg small[MAXW], big[MAXW];
+    run_job(MAXW, 0, mf_with_users(U), small);
+    char spec[4096];
+    snprintf(spec, sizeof spec, "%s", mf_with_users(100 * U));
+    run_job(MAXW, 0, spec, big);
+    ck_assert_msg(small[0].bytes > 0, "no bytes counted");
+    ck_assert_msg(big[0].bytes == small[0].bytes,
+                  "a table 100x bigger: %llu ring bytes, against %llu",
+                  (unsigned long long)big[0].bytes, (unsigned long long)small[0].bytes);
+    /* and far below a dense exchange of the user table's gradients each step */
+    uint64_t dense = (uint64_t)STEPS * 100 * U * 4 * sizeof(float);
+    ck_assert_msg(big[0].bytes < dense / 10, "%llu ring bytes against %llu for dense tables",
+                  (unsigned long long)big[0].bytes, (unsigned long long)dense);
+    for (unsigned w = 0; w < MAXW; w++)
+        free_run(&small[w]), free_run(&big[w]);
+}
+END_TEST
+
+/* Opening the exchange refuses, with err holding every piece of want. */
+static void refused(const char *spec, size_t table_mb, const char *const *want) {
+    const char *peers[2] = {"127.0.0.1:1", "127.0.0.1:2"};
+    run_arg a = {.index = 0, .workers = 2, .peers = peers, .table_mb = table_mb};
+    ps_train_config cfg = config(&a);
+    ps_model *m;
+    char err[1024];
+    ck_assert_int_eq(ps_model_from_json(spec, &m, err, sizeof err), PS_OK);
+    ps_exchange ex = {0};
+    int rc = ps_exchange_collective_open(&cfg, m, &ex, err, sizeof err);
+    ck_assert_msg(rc == PS_EINVAL, "rc %d (%s)", rc, err);
+    ck_assert(ex.ops == NULL);
+    for (size_t i = 0; want[i]; i++)
+        ck_assert_msg(strstr(err, want[i]) != NULL, "no \"%s\" in: %s", want[i], err);
+    ps_model_free(m);
+}
+
+START_TEST(table_too_big_refused) {
+    /* 200000 x 4 with Adagrad (one accumulator a value): 6.1 MiB */
+    const char *want[] = {"embedding 'user_embedding' [200000, 4] takes 6.1 MiB",
+                          "more than --max-mirrored-table-mb 2 MiB", "--strategy parameter_server",
+                          NULL};
+    refused(mf_with_users(200000), 2, want);
+}
+END_TEST
+
+START_TEST(dynamic_table_refused) {
+    const char *spec =
+        "{\"inputs\": [{\"name\": \"user\", \"ids\": true}, {\"name\": \"item\", \"ids\": true}],"
+        " \"layers\": [{\"type\": \"Embedding\", \"name\": \"u\", \"inputs\": \"user\","
+        " \"input_dim\": 0, \"output_dim\": 2, \"table\": {\"max_rows\": 1000}},"
+        "{\"type\": \"Embedding\", \"name\": \"v\", \"inputs\": \"item\", \"input_dim\": 5,"
+        " \"output_dim\": 2},"
+        "{\"type\": \"Dot\", \"inputs\": [\"u\", \"v\"], \"axes\": 1}], \"loss\": \"mse\","
+        " \"optimizer\": {\"name\": \"sgd\", \"learning_rate\": 0.1}}";
+    const char *want[] = {"embedding 'u' is a dynamic table", "max_rows per psd shard",
+                          "--strategy parameter_server", NULL};
+    refused(spec, 1, want);
+}
+END_TEST
+
+/* Rank 1 (a forked process) kept its rows for step 3 and gets sig before
+ * the exchange; rank 0 (here) must fail naming it within the bound. */
+static void lose_worker_mid_rows(int sig, unsigned timeout_ms, const char *want) {
+    static char eps[MAXW][32];
+    static const char *peers[MAXW];
+    for (unsigned w = 0; w < MAXW; w++) {
+        snprintf(eps[w], sizeof eps[w], "127.0.0.1:%d", ps_test_free_port());
+        peers[w] = eps[w];
+    }
+    const char *spec = mf_with_users(U); /* tables only: the rows are the step's ring operation */
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        run_arg a = {.index = 1,
+                     .workers = 2,
+                     .peers = peers,
+                     .spec = spec,
+                     .die_at = 3,
+                     .die_sig = sig,
+                     .timeout_ms = timeout_ms};
+        run_worker(&a);
+        _exit(0);
+    }
+    run_arg a = {.index = 0, .workers = 2, .peers = peers, .spec = spec, .timeout_ms = timeout_ms};
+    long long t0 = ps_test_now_ms();
+    run_worker(&a);
+    long long took = ps_test_now_ms() - t0;
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    ck_assert_msg(a.rc != PS_OK, "rank 0 trained on without its peer");
+    char culprit[80];
+    snprintf(culprit, sizeof culprit, "rank 1 (%s)", eps[1]);
+    ck_assert_msg(strstr(a.err, "exchanging the embedding rows") != NULL, "not in the rows: %s",
+                  a.err);
+    ck_assert_msg(strstr(a.err, culprit) != NULL, "no \"%s\" in: %s", culprit, a.err);
+    ck_assert_msg(strstr(a.err, want) != NULL, "no \"%s\" in: %s", want, a.err);
+    ck_assert_msg(a.peer_failed, "not reported as another worker's failure");
+    ck_assert_msg(took < (long long)timeout_ms + 15000, "took %lld ms", took);
+}
+
+START_TEST(worker_killed_mid_row_exchange) {
+    lose_worker_mid_rows(SIGKILL, 5000, "closed the connection");
+}
+END_TEST
+
+START_TEST(worker_frozen_mid_row_exchange) {
+    lose_worker_mid_rows(SIGSTOP, 1500, "sent nothing for 1500 ms");
+}
+END_TEST
+
+/* ---- the blocks (pure) ---- */
+
+START_TEST(blocks_summed_by_id_in_rank_order) {
+    ps_mirror_shape tabs[2] = {{"a", 10, 2}, {"b", 4, 3}};
+    /* rank 0: a {3, 7}, b {}; rank 1: a {7, 1}, b {2}; rank 2: a {}, b {2, 0} */
+    uint64_t ia[3][2] = {{3, 7}, {7, 1}, {0, 0}}, ib[3][2] = {{0, 0}, {2, 0}, {2, 0}};
+    size_t na[3] = {2, 2, 0}, nb[3] = {0, 1, 2};
+    float ga[3][4] = {{1, 2, 3, 4}, {10, 20, 30, 40}, {0}};
+    float gb[3][6] = {{0}, {5, 6, 7}, {1, 1, 1, 9, 9, 9}};
+    size_t lens[3], off = 0;
+    unsigned char *all = malloc(4096);
+    for (unsigned r = 0; r < 3; r++) {
+        size_t n[2] = {na[r], nb[r]};
+        const uint64_t *ip[2] = {ia[r], ib[r]};
+        const float *gp[2] = {ga[r], gb[r]};
+        lens[r] = ps_mirror_rows_bytes(tabs, 2, n);
+        ck_assert_uint_eq(lens[r] % 8, 0);
+        ps_mirror_rows_encode(tabs, 2, n, ip, gp, all + off);
+        off += lens[r];
+    }
+    /* b's 3 floats of rank 1 are padded to 16 bytes */
+    ck_assert_uint_eq(lens[1], 8 + 16 + 16 + 8 + 8 + 16);
+    ps_row_sum sums[2];
+    ps_row_sum_init(&sums[0], 2);
+    ps_row_sum_init(&sums[1], 3);
+    unsigned bad = 99;
+    char err[300];
+    ck_assert_int_eq(ps_mirror_rows_sum(tabs, 2, all, lens, 3, sums, &bad, err, sizeof err), PS_OK);
+    /* first appearance order: 3, 7, 1; averaged over 3 ranks */
+    ck_assert_uint_eq(sums[0].n, 3);
+    ck_assert(sums[0].ids[0] == 3 && sums[0].ids[1] == 7 && sums[0].ids[2] == 1);
+    float third = 1.0f / 3.0f;
+    ck_assert(sums[0].sums[2] == (3.0f + 10.0f) * third &&
+              sums[0].sums[3] == (4.0f + 20.0f) * third);
+    ck_assert(sums[0].sums[4] == 30.0f * third);
+    ck_assert_uint_eq(sums[1].n, 2);
+    ck_assert(sums[1].ids[0] == 2 && sums[1].ids[1] == 0);
+    ck_assert(sums[1].sums[0] == (5.0f + 1.0f) * third && sums[1].sums[5] == 9.0f * third);
+    /* a bad id from rank 2 is named */
+    uint64_t evil = 4; /* b has 4 rows */
+    memcpy(all + lens[0] + lens[1] + 8 + 8, &evil, 8);
+    ck_assert_int_eq(ps_mirror_rows_sum(tabs, 2, all, lens, 3, sums, &bad, err, sizeof err),
+                     PS_EPROTO);
+    ck_assert_uint_eq(bad, 2);
+    ck_assert_msg(strstr(err, "worker 2 sent bad embedding rows: it sent id 4 of table 'b'"), "%s",
+                  err);
+    /* a count beyond the table, and a block of the wrong length, from rank 1 */
+    uint64_t many = 11;
+    memcpy(all + lens[0], &many, 8);
+    ck_assert_int_eq(ps_mirror_rows_sum(tabs, 2, all, lens, 3, sums, &bad, err, sizeof err),
+                     PS_EPROTO);
+    ck_assert_msg(bad == 1 && strstr(err, "it sent 11 rows of table 'a', which has 10"), "%s", err);
+    many = 2;
+    memcpy(all + lens[0], &many, 8);
+    lens[1] += 8;
+    lens[2] -= 8;
+    ck_assert_int_eq(ps_mirror_rows_sum(tabs, 2, all, lens, 3, sums, &bad, err, sizeof err),
+                     PS_EPROTO);
+    ck_assert_msg(bad == 1 && strstr(err, "8 bytes after the last table"), "%s", err);
+    /* every table's every row bounds a block */
+    ck_assert_uint_eq(ps_mirror_rows_max_bytes(tabs, 2), 8 + 80 + 80 + 8 + 32 + 48);
+    ps_row_sum_free(&sums[0]);
+    ps_row_sum_free(&sums[1]);
+    free(all);
+}
+END_TEST
+
+static Suite *mirrored_tables_suite(void) {
+    Suite *s = suite_create("mirrored_tables");
+    TCase *tc = tcase_create("mirrored_tables");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, blocks_summed_by_id_in_rank_order);
+    tcase_add_test(tc, table_too_big_refused);
+    tcase_add_test(tc, dynamic_table_refused);
+    tcase_add_test(tc, two_workers_equal_one_with_tables_and_dense);
+    tcase_add_test(tc, two_workers_equal_one_tables_only);
+    tcase_add_test(tc, bytes_grow_with_rows_not_tables);
+    tcase_add_test(tc, worker_killed_mid_row_exchange);
+    tcase_add_test(tc, worker_frozen_mid_row_exchange);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    make_data();
+    return ps_test_run_suite(mirrored_tables_suite());
+}
