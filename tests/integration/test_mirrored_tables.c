@@ -4,7 +4,10 @@
  *   table row of 1 worker (--no-ps's exchange) with batch 2B on the
  *   concatenated data, within 1e-6, for a model with tables and Dense layers
  *   (Adam: lazy Adam for the rows) and one of tables only (Adagrad);
- * - the replicas' tables (and variables) are bit-identical;
+ * - the replicas' tables (and variables) are bit-identical, though the
+ *   non-chief workers were given another --seed (the chief's is taken);
+ * - 6 steps, the chief's checkpoint (tables, their slots and update counts
+ *   with it), then 6 more resumed from it end bit-identical to 12 in one go;
  * - a table over --max-mirrored-table-mb, and a dynamic table, are refused at
  *   open, naming the table, its size, the bound and --strategy
  *   parameter_server;
@@ -95,6 +98,8 @@ typedef struct {
     uint64_t die_at; /* forked rank: after this step's rows are kept, signal itself */
     int die_sig;
     unsigned timeout_ms; /* --worker-timeout (0: 60000) */
+    const char *ckpt_dir; /* --checkpoint-dir (NULL: none) */
+    uint64_t steps;       /* the job's steps (0: STEPS) */
     /* out */
     float *params;
     size_t nparams;
@@ -117,12 +122,14 @@ static ps_train_config config(const run_arg *a) {
         .peers = a->peers,
         .n_peers = a->workers,
         .job_id = "mirrored-tables",
-        .seed = SEED,
+        .seed = SEED + 100 * a->index, /* the chief's counts: the others take its seed */
         .worker_timeout_ms = a->timeout_ms ? a->timeout_ms : 60000,
         .ring_connect_timeout_ms = 60000,
         .bucket_bytes = 64 * 1024,
         .check_every = 4,
         .max_mirrored_table_bytes = (a->table_mb ? a->table_mb : 1) << 20,
+        .checkpoint_dir = a->ckpt_dir,
+        .keep_checkpoints = 2,
     };
 }
 
@@ -157,14 +164,15 @@ static void *run_worker(void *p) {
     ps_model_init_params(m, a->index == 0 ? 7 : 1000 + a->index); /* the chief's count */
     a->rc = a->local ? ps_exchange_local_open(m, SEED, &ex, a->err, sizeof a->err)
                      : ps_exchange_collective_open(&cfg, m, &ex, a->err, sizeof a->err);
-    ps_exchange_job job = {.total_steps = STEPS};
+    uint64_t steps = a->steps ? a->steps : STEPS;
+    ps_exchange_job job = {.total_steps = steps};
     if (a->rc == PS_OK) {
         ps_model_set_grad_hook(m, hook, &ex);
         a->rc = ps_exchange_join(&ex, &job, a->err, sizeof a->err);
     }
     if (a->rc == PS_OK) a->rc = ps_emb_feed_new(m, 2, &feed, a->err, sizeof a->err);
     uint64_t bytes0 = a->rc == PS_OK && ex.ops->bytes_sent ? ex.ops->bytes_sent(ex.self) : 0;
-    for (uint64_t t = 0; a->rc == PS_OK && t < STEPS; t++) {
+    for (uint64_t t = job.clock; a->rc == PS_OK && t < steps; t++) {
         size_t first = t * B * MAXW + a->index * batch;
         float loss;
         a->rc = ps_exchange_step_begin(&ex, t, a->err, sizeof a->err);
@@ -198,8 +206,9 @@ static void free_run(run_arg *a) {
 }
 
 /* Runs `workers` workers over a ring on free ports (or one local worker, batch
- * 2B) into a[]. */
-static void run_job(unsigned workers, int local, const char *spec, run_arg *a) {
+ * 2B) into a[], for `steps` steps (0: STEPS) with checkpoints in dir (NULL: none). */
+static void run_job_ckpt(unsigned workers, int local, const char *spec, const char *dir,
+                         uint64_t steps, run_arg *a) {
     static char eps[MAXW][32];
     static const char *peers[MAXW];
     for (unsigned w = 0; w < workers; w++) {
@@ -209,7 +218,13 @@ static void run_job(unsigned workers, int local, const char *spec, run_arg *a) {
     unsigned n = local ? 1 : workers;
     pthread_t th[MAXW];
     for (unsigned w = 0; w < n; w++) {
-        a[w] = (run_arg){.index = w, .workers = n, .peers = peers, .local = local, .spec = spec};
+        a[w] = (run_arg){.index = w,
+                         .workers = n,
+                         .peers = peers,
+                         .local = local,
+                         .spec = spec,
+                         .ckpt_dir = dir,
+                         .steps = steps};
         pthread_create(&th[w], NULL, run_worker, &a[w]);
     }
     for (unsigned w = 0; w < n; w++)
@@ -217,6 +232,10 @@ static void run_job(unsigned workers, int local, const char *spec, run_arg *a) {
     for (unsigned w = 0; w < n; w++)
         ck_assert_msg(a[w].rc == PS_OK, "worker %u of %u: %s (%s)", w, n, ps_strerror(a[w].rc),
                       a[w].err);
+}
+
+static void run_job(unsigned workers, int local, const char *spec, run_arg *a) {
+    run_job_ckpt(workers, local, spec, NULL, 0, a);
 }
 
 static double max_abs_diff(const float *x, const float *y, size_t n) {
@@ -307,6 +326,35 @@ START_TEST(bytes_grow_with_rows_not_tables) {
                   (unsigned long long)big[0].bytes, (unsigned long long)dense);
     for (unsigned w = 0; w < MAXW; w++)
         free_run(&small[w]), free_run(&big[w]);
+}
+END_TEST
+
+/* Half the steps, the chief's checkpoint, the rest resumed from it: the
+ * same bits as all the steps in one go (Adam: the rows' lazy Adam moments
+ * and step counts must come back too). */
+START_TEST(resumed_from_checkpoint_equals_uninterrupted) {
+    char *dir = ps_test_mkdtemp();
+    run_arg whole[MAXW], first[MAXW], rest[MAXW];
+    run_job(MAXW, 0, dense_spec, whole);
+    run_job_ckpt(MAXW, 0, dense_spec, dir, STEPS / 2, first);
+    run_job_ckpt(MAXW, 0, dense_spec, dir, STEPS, rest);
+    for (unsigned w = 0; w < MAXW; w++) {
+        ck_assert_msg(memcmp(rest[w].params, whole[w].params, whole[0].nparams * sizeof(float)) ==
+                          0,
+                      "worker %u: resumed variables differ", w);
+        for (size_t e = 0; e < whole[0].n_tables; e++)
+            ck_assert_msg(memcmp(rest[w].tables[e], whole[w].tables[e],
+                                 whole[0].table_floats[e] * sizeof(float)) == 0,
+                          "worker %u: resumed table %zu differs", w, e);
+        /* and the first half did not already end there */
+        ck_assert_msg(memcmp(first[w].tables[0], whole[w].tables[0],
+                             whole[0].table_floats[0] * sizeof(float)) != 0,
+                      "half the steps gave the whole job's table");
+    }
+    for (unsigned w = 0; w < MAXW; w++)
+        free_run(&whole[w]), free_run(&first[w]), free_run(&rest[w]);
+    ps_test_rmdir(dir);
+    free(dir);
 }
 END_TEST
 
@@ -478,6 +526,7 @@ static Suite *mirrored_tables_suite(void) {
     tcase_add_test(tc, two_workers_equal_one_with_tables_and_dense);
     tcase_add_test(tc, two_workers_equal_one_tables_only);
     tcase_add_test(tc, bytes_grow_with_rows_not_tables);
+    tcase_add_test(tc, resumed_from_checkpoint_equals_uninterrupted);
     tcase_add_test(tc, worker_killed_mid_row_exchange);
     tcase_add_test(tc, worker_frozen_mid_row_exchange);
     suite_add_tcase(s, tc);

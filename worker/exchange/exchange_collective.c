@@ -234,6 +234,12 @@ static model_desc describe(ps_model *m) {
         uint8_t frozen = v->frozen; /* every rank must exchange the same variables */
         d.layout_crc = ps_crc32c_extend(d.layout_crc, &frozen, 1);
     }
+    for (size_t e = 0; e < ps_model_num_embeddings(m); e++) { /* and mirror the same tables */
+        const ps_model_embedding *me = ps_model_embedding_at(m, e);
+        uint64_t shape[2] = {me->input_dim, me->dim};
+        d.layout_crc = ps_crc32c_extend(d.layout_crc, me->name, strlen(me->name) + 1);
+        d.layout_crc = ps_crc32c_extend(d.layout_crc, shape, sizeof shape);
+    }
     d.opt_kind = (uint32_t)ps_model_optimizer(m)->kind;
     return d;
 }
@@ -264,8 +270,10 @@ static int check_models(coll_ex *x, char *err, size_t errlen) {
 static int load_checkpoint(coll_ex *x, uint64_t *clock, char *err, size_t errlen) {
     const ps_train_config *cfg = x->cfg;
     char path[1200];
+    ps_model_ckpt_extra tables = {.load = ps_mirror_tables_ckpt_load, .user = x->tables};
     int rc = ps_model_ckpt_load_scaled(cfg->checkpoint_dir, x->model, x->opt, x->scaler,
-                                       cfg->job_id, clock, path, sizeof path, err, errlen);
+                                       x->tables ? &tables : NULL, cfg->job_id, clock, path,
+                                       sizeof path, err, errlen);
     if (rc == PS_ENOENT) {
         PS_INFO("no checkpoint in %s: starting afresh", cfg->checkpoint_dir);
         *err = '\0';
@@ -283,8 +291,8 @@ static int broadcast_state(coll_ex *x, uint64_t *clock, char *err, size_t errlen
     /* with the loss scaler's state: every replica scales (and skips) alike */
     uint32_t scale_bits = 0;
     if (x->scaler) memcpy(&scale_bits, &x->scaler->scale, sizeof scale_bits);
-    uint64_t head[4] = {*clock, ps_local_opt_updates(x->opt), scale_bits,
-                        x->scaler ? x->scaler->good_steps : 0};
+    uint64_t head[5] = {*clock, ps_local_opt_updates(x->opt), scale_bits,
+                        x->scaler ? x->scaler->good_steps : 0, x->cfg->seed};
     int rc = ring_failed(x, ps_ring_broadcast(x->ring, 0, head, sizeof head, err, errlen));
     if (rc == PS_OK && x->scaler && head[2]) {
         scale_bits = (uint32_t)head[2];
@@ -303,6 +311,15 @@ static int broadcast_state(coll_ex *x, uint64_t *clock, char *err, size_t errlen
                                                   ps_model_var_at(x->model, i)->numel *
                                                       sizeof(float),
                                                   err, errlen));
+    }
+    /* resumed from the chief's checkpoint: its tables too; fresh ones start from the
+     * chief's seed (the rows' initial values are the seed's, not sent) */
+    if (rc == PS_OK && x->tables && head[0] > 0)
+        rc = ring_failed(x, ps_mirror_tables_broadcast(x->tables, x->ring, err, errlen));
+    else if (rc == PS_OK && x->tables && head[4] != x->cfg->seed) {
+        PS_INFO("embedding tables start from the chief's --seed %llu (this worker's: %llu)",
+                (unsigned long long)head[4], (unsigned long long)x->cfg->seed);
+        rc = ps_mirror_tables_reseed(x->tables, x->model, head[4], err, errlen);
     }
     if (rc != PS_OK) return rc;
     *clock = head[0];
@@ -485,9 +502,15 @@ static int checkpoint_now(coll_ex *x, uint64_t steps, char *err, size_t errlen) 
     const ps_train_config *cfg = x->cfg;
     char path[1200];
     double t0 = now_s();
-    int rc = ps_model_ckpt_save_scaled(cfg->checkpoint_dir, cfg->keep_checkpoints, x->model, x->opt,
-                                       x->ckpt_ls, steps, cfg->job_id, path, sizeof path, err,
-                                       errlen);
+    ps_model_ckpt_extra tables = {0}; /* the mirrored embedding tables, after the variables */
+    int rc = x->tables ? ps_mirror_tables_ckpt_vars(x->tables, &tables.vars, &tables.n) : PS_OK;
+    if (rc != PS_OK) {
+        snprintf(err, errlen, "out of memory");
+        return rc;
+    }
+    rc = ps_model_ckpt_save_scaled(cfg->checkpoint_dir, cfg->keep_checkpoints, x->model, x->opt,
+                                   x->ckpt_ls, &tables, steps, cfg->job_id, path, sizeof path, err,
+                                   errlen);
     if (rc != PS_OK) return rc;
     x->last_ckpt = now_s();
     x->ckpt_clock = steps;
@@ -738,14 +761,6 @@ int ps_exchange_collective_open(const ps_train_config *cfg, ps_model *m, ps_exch
     }
     int rc = ps_mirror_tables_open(m, cfg->seed, cfg->max_mirrored_table_bytes, &x->tables, err,
                                    errlen);
-    if (rc == PS_OK && x->tables && cfg->checkpoint_dir) {
-        snprintf(err, errlen,
-                 "--checkpoint-dir: the all-reduce chief's checkpoints do not hold the mirrored "
-                 "embedding tables (%s, ...); train without it, or with --strategy "
-                 "parameter_server (psd checkpoints its tables)",
-                 ps_model_embedding_at(m, 0)->name);
-        rc = PS_EINVAL;
-    }
     if (rc != PS_OK) {
         coll_free(x);
         return rc;

@@ -31,6 +31,11 @@ struct ps_mirror_tables {
     unsigned char *block; /* this rank's block (8-byte aligned: malloc) */
     size_t block_cap, max_block;
     uint64_t rows_gathered;
+    /* checkpoint entries: 2 per table (values, slots), their names and shapes */
+    ps_ckpt_var *ck;
+    char (*ck_names)[2][PS_WIRE_MAX_NAME + 1];
+    uint64_t (*ck_shapes)[2][2];
+    const float *no_slots[PS_OPT_MAX_SLOTS];
 };
 
 static double mib(size_t bytes) {
@@ -122,6 +127,7 @@ void ps_mirror_tables_free(ps_mirror_tables *t) {
     }
     free(t->t), free(t->shape), free(t->kept), free(t->sums), free(t->counts);
     free(t->ids_ptr), free(t->grads_ptr), free(t->block);
+    free(t->ck), free(t->ck_names), free(t->ck_shapes);
     free(t);
 }
 
@@ -226,6 +232,119 @@ void ps_mirror_tables_apply(ps_mirror_tables *t) {
         if (s->n) ps_emb_local_apply_ids(t->t[e], s->ids, s->sums, s->n);
         ps_row_sum_clear(s);
     }
+}
+
+int ps_mirror_tables_ckpt_vars(ps_mirror_tables *t, const ps_ckpt_var **vars, size_t *n) {
+    if (!t->ck) {
+        t->ck = calloc(2 * t->n, sizeof *t->ck);
+        t->ck_names = calloc(t->n, sizeof *t->ck_names);
+        t->ck_shapes = calloc(t->n, sizeof *t->ck_shapes);
+        if (!t->ck || !t->ck_names || !t->ck_shapes) {
+            free(t->ck), free(t->ck_names), free(t->ck_shapes);
+            t->ck = NULL, t->ck_names = NULL, t->ck_shapes = NULL;
+            return PS_ENOMEM;
+        }
+    }
+    size_t k = 0;
+    for (size_t e = 0; e < t->n; e++) {
+        size_t nv, ns;
+        const float *slots;
+        const float *w = ps_emb_local_values(t->t[e], &nv, &slots, &ns);
+        uint64_t updates = ps_emb_local_updates(t->t[e]);
+        snprintf(t->ck_names[e][0], sizeof t->ck_names[e][0], "@mirrored/%s", t->shape[e].name);
+        t->ck_shapes[e][0][0] = t->shape[e].input_dim;
+        t->ck_shapes[e][0][1] = t->shape[e].dim;
+        t->ck[k++] = (ps_ckpt_var){.name = t->ck_names[e][0],
+                                   .rank = 2,
+                                   .shape = t->ck_shapes[e][0],
+                                   .numel = nv,
+                                   .w = w,
+                                   .slots = t->no_slots,
+                                   .opt = ps_opt_spec_default(PS_OPT_SGD),
+                                   .updates = updates};
+        if (!ns) continue;
+        snprintf(t->ck_names[e][1], sizeof t->ck_names[e][1], "@mirrored/%s/slots",
+                 t->shape[e].name);
+        t->ck_shapes[e][1][0] = t->shape[e].input_dim;
+        t->ck_shapes[e][1][1] = ns / t->shape[e].input_dim;
+        t->ck[k++] = (ps_ckpt_var){.name = t->ck_names[e][1],
+                                   .rank = 2,
+                                   .shape = t->ck_shapes[e][1],
+                                   .numel = ns,
+                                   .w = slots,
+                                   .slots = t->no_slots,
+                                   .opt = ps_opt_spec_default(PS_OPT_SGD),
+                                   .updates = updates};
+    }
+    *vars = t->ck;
+    *n = k;
+    return PS_OK;
+}
+
+int ps_mirror_tables_ckpt_load(void *user, ps_tf_file *f, const ps_ckpt_loaded_var *vars,
+                               size_t n, char *why, size_t whylen) {
+    ps_mirror_tables *t = user;
+    const ps_ckpt_var *want;
+    size_t n_want;
+    if (ps_mirror_tables_ckpt_vars(t, &want, &n_want) != PS_OK) {
+        snprintf(why, whylen, "out of memory");
+        return PS_ENOMEM;
+    }
+    if (n != n_want) {
+        snprintf(why, whylen, "%zu mirrored table entries, the model's tables make %zu", n,
+                 n_want);
+        return PS_EFORMAT;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(vars[i].name, want[i].name) != 0 || vars[i].numel != want[i].numel) {
+            snprintf(why, whylen, "entry '%s' [%zu values] where the model's tables have '%s' [%zu]",
+                     vars[i].name, vars[i].numel, want[i].name, want[i].numel);
+            return PS_EFORMAT;
+        }
+    size_t k = 0;
+    for (size_t e = 0; e < t->n; e++) {
+        size_t nv, ns;
+        float *slots;
+        float *w = ps_emb_local_values_mut(t->t[e], &nv, &slots, &ns);
+        memcpy(w, f->t[vars[k].tensor].data, nv * sizeof *w);
+        ps_emb_local_set_updates(t->t[e], vars[k++].updates);
+        if (ns) memcpy(slots, f->t[vars[k++].tensor].data, ns * sizeof *slots);
+    }
+    return PS_OK;
+}
+
+int ps_mirror_tables_broadcast(ps_mirror_tables *t, ps_ring *ring, char *err, size_t errlen) {
+    int rc = PS_OK;
+    for (size_t e = 0; rc == PS_OK && e < t->n; e++) {
+        size_t nv, ns;
+        float *slots;
+        float *w = ps_emb_local_values_mut(t->t[e], &nv, &slots, &ns);
+        uint64_t updates = ps_emb_local_updates(t->t[e]);
+        rc = ps_ring_broadcast(ring, 0, &updates, sizeof updates, err, errlen);
+        if (rc == PS_OK) rc = ps_ring_broadcast(ring, 0, w, nv * sizeof *w, err, errlen);
+        if (rc == PS_OK && ns)
+            rc = ps_ring_broadcast(ring, 0, slots, ns * sizeof *slots, err, errlen);
+        if (rc == PS_OK) ps_emb_local_set_updates(t->t[e], updates);
+    }
+    return rc;
+}
+
+int ps_mirror_tables_reseed(ps_mirror_tables *t, ps_model *m, uint64_t seed, char *err,
+                            size_t errlen) {
+    ps_row_opt opt;
+    int rc = ps_emb_row_opt(m, &opt, err, errlen);
+    for (size_t e = 0; rc == PS_OK && e < t->n; e++) {
+        ps_emb_local *fresh = NULL;
+        rc = ps_emb_local_for(m, e, seed, &opt, &fresh);
+        if (rc != PS_OK) {
+            snprintf(err, errlen, "embedding '%s': cannot remake its table: %s", t->shape[e].name,
+                     ps_strerror(rc));
+            break;
+        }
+        ps_emb_local_free(t->t[e]);
+        t->t[e] = fresh;
+    }
+    return rc;
 }
 
 uint32_t ps_mirror_tables_crc(const ps_mirror_tables *t, uint32_t crc) {

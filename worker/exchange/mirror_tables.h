@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ckpt_file.h"
 #include "model.h"
 #include "ring.h"
 
@@ -54,6 +55,26 @@ int ps_mirror_tables_gather(ps_mirror_tables *t, ps_ring *ring, int *peer, char 
 int ps_mirror_tables_finite(const ps_mirror_tables *t);
 /* Applies the gathered sums to this rank's tables with the row optimizer. */
 void ps_mirror_tables_apply(ps_mirror_tables *t);
+
+/* The tables as checkpoint entries (model_ckpt.h's extra): per table
+ * "@mirrored/<name>" [input_dim, dim] with the table's update count, then
+ * "@mirrored/<name>/slots" [input_dim, slot floats a row] when the row
+ * optimizer has slots. *vars (owned by t, valid until the next call or the
+ * free) and *n. PS_OK or PS_ENOMEM. */
+int ps_mirror_tables_ckpt_vars(ps_mirror_tables *t, const ps_ckpt_var **vars, size_t *n);
+/* model_ckpt's extra load (user: the tables): checks that vars[0..n) are
+ * those entries with these sizes (else PS_EFORMAT with why), then copies them
+ * into the tables. */
+int ps_mirror_tables_ckpt_load(void *user, ps_tf_file *f, const ps_ckpt_loaded_var *vars,
+                               size_t n, char *why, size_t whylen);
+/* Every rank: root's tables (values, slots, update counts) over the ring, as
+ * after a resume from the chief's checkpoint. PS_OK or the ring's error. */
+int ps_mirror_tables_broadcast(ps_mirror_tables *t, ps_ring *ring, char *err, size_t errlen);
+
+/* Every table back to its initial rows from seed (the chief's, when this
+ * worker was given another). PS_OK or PS_ENOMEM with the reason in err. */
+int ps_mirror_tables_reseed(ps_mirror_tables *t, ps_model *m, uint64_t seed, char *err,
+                            size_t errlen);
 
 /* CRC-32C of every table's values and slots, extending crc (replica checks). */
 uint32_t ps_mirror_tables_crc(const ps_mirror_tables *t, uint32_t crc);

@@ -13,15 +13,16 @@
 int ps_model_ckpt_save(const char *dir, unsigned keep, ps_model *m, ps_local_opt *o,
                        uint64_t clock, const char *job_id, char *path_out, size_t path_len,
                        char *err, size_t errlen) {
-    return ps_model_ckpt_save_scaled(dir, keep, m, o, NULL, clock, job_id, path_out, path_len, err,
-                                     errlen);
+    return ps_model_ckpt_save_scaled(dir, keep, m, o, NULL, NULL, clock, job_id, path_out,
+                                     path_len, err, errlen);
 }
 
 int ps_model_ckpt_save_scaled(const char *dir, unsigned keep, ps_model *m, ps_local_opt *o,
-                              const ps_loss_scale *ls, uint64_t clock, const char *job_id,
-                              char *path_out, size_t path_len, char *err, size_t errlen) {
-    size_t n = ps_model_num_vars(m);
-    ps_ckpt_var *v = calloc(n + 1, sizeof *v);
+                              const ps_loss_scale *ls, const ps_model_ckpt_extra *extra,
+                              uint64_t clock, const char *job_id, char *path_out,
+                              size_t path_len, char *err, size_t errlen) {
+    size_t n = ps_model_num_vars(m), n_extra = extra ? extra->n : 0;
+    ps_ckpt_var *v = calloc(n + 1 + n_extra, sizeof *v);
     const float **slots = calloc(n * PS_OPT_MAX_SLOTS + 1, sizeof *slots);
     uint64_t *shapes = calloc(n * PS_WIRE_MAX_RANK + 1, sizeof *shapes);
     if (!v || !slots || !shapes) {
@@ -61,6 +62,7 @@ int ps_model_ckpt_save_scaled(const char *dir, unsigned keep, ps_model *m, ps_lo
                                .opt = ps_opt_spec_default(PS_OPT_SGD),
                                .updates = t};
     }
+    for (size_t i = 0; i < n_extra; i++) v[n++] = extra->vars[i];
     /* one "shard" holding the whole model; mode 0: every step is synchronous */
     ps_ckpt_meta meta = {.version = clock,
                          .updates_applied = t,
@@ -79,6 +81,7 @@ typedef struct {
     ps_model *m;
     ps_local_opt *o;
     ps_loss_scale *ls;
+    const ps_model_ckpt_extra *extra;
     const char *job_id;
     uint64_t updates;
 } load_ctx;
@@ -95,14 +98,15 @@ static int accept_model(void *user, ps_tf_file *f, const ps_ckpt_loaded_var *var
         return PS_EEXIST;
     }
     size_t nv = ps_model_num_vars(c->m);
-    const ps_ckpt_loaded_var *lsv = NULL; /* the loss scaler's entry, last when present */
-    if (n == nv + 1 && strcmp(vars[nv].name, PS_MODEL_CKPT_LOSS_SCALE) == 0 &&
-        vars[nv].numel == 2)
-        lsv = &vars[n-- - 1];
-    if (n != nv) {
-        snprintf(why, whylen, "%zu variables, the model has %zu", n, nv);
+    const ps_ckpt_loaded_var *lsv = NULL; /* the loss scaler's entry, after the model's */
+    if (n > nv && strcmp(vars[nv].name, PS_MODEL_CKPT_LOSS_SCALE) == 0 && vars[nv].numel == 2)
+        lsv = &vars[nv];
+    size_t first_extra = nv + (lsv != NULL), n_extra = n > first_extra ? n - first_extra : 0;
+    if (n < nv || (n_extra && !(c->extra && c->extra->load))) {
+        snprintf(why, whylen, "%zu variables, the model has %zu", n - (lsv != NULL), nv);
         return PS_EFORMAT;
     }
+    n = nv;
     for (size_t i = 0; i < n; i++) {
         const ps_model_var *mv = ps_model_var_at(c->m, i);
         const ps_opt_spec *spec = ps_model_var_optimizer(c->m, i);
@@ -116,6 +120,10 @@ static int accept_model(void *user, ps_tf_file *f, const ps_ckpt_loaded_var *var
                      mv->name, ps_opt_kind_name(vars[i].opt.kind), ps_opt_kind_name(spec->kind));
             return PS_EFORMAT;
         }
+    }
+    if (c->extra && c->extra->load) { /* checked (and taken) before anything is copied */
+        int rc = c->extra->load(c->extra->user, f, vars + first_extra, n_extra, why, whylen);
+        if (rc != PS_OK) return rc;
     }
     for (size_t i = 0; i < n; i++) {
         const ps_model_var *mv = ps_model_var_at(c->m, i);
@@ -139,14 +147,15 @@ static int accept_model(void *user, ps_tf_file *f, const ps_ckpt_loaded_var *var
 int ps_model_ckpt_load(const char *dir, ps_model *m, ps_local_opt *o, const char *job_id,
                        uint64_t *clock, char *path_out, size_t path_len, char *err,
                        size_t errlen) {
-    return ps_model_ckpt_load_scaled(dir, m, o, NULL, job_id, clock, path_out, path_len, err,
-                                     errlen);
+    return ps_model_ckpt_load_scaled(dir, m, o, NULL, NULL, job_id, clock, path_out, path_len,
+                                     err, errlen);
 }
 
 int ps_model_ckpt_load_scaled(const char *dir, ps_model *m, ps_local_opt *o, ps_loss_scale *ls,
-                              const char *job_id, uint64_t *clock, char *path_out,
-                              size_t path_len, char *err, size_t errlen) {
-    load_ctx c = {.m = m, .o = o, .ls = ls, .job_id = job_id};
+                              const ps_model_ckpt_extra *extra, const char *job_id,
+                              uint64_t *clock, char *path_out, size_t path_len, char *err,
+                              size_t errlen) {
+    load_ctx c = {.m = m, .o = o, .ls = ls, .extra = extra, .job_id = job_id};
     ps_ckpt_meta meta;
     int rc = ps_ckpt_read_newest(dir, accept_model, &c, &meta, path_out, path_len, err, errlen);
     if (rc != PS_OK) return rc;

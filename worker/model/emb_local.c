@@ -143,3 +143,18 @@ const float *ps_emb_local_values(const ps_emb_local *t, size_t *n_values, const 
     *n_slots = t->slot_floats ? t->input_dim * t->slot_floats : 0;
     return t->w;
 }
+
+float *ps_emb_local_values_mut(ps_emb_local *t, size_t *n_values, float **slots, size_t *n_slots) {
+    *n_values = t->input_dim * t->dim;
+    *slots = t->slot_floats ? t->slots : NULL;
+    *n_slots = t->slot_floats ? t->input_dim * t->slot_floats : 0;
+    return t->w;
+}
+
+uint64_t ps_emb_local_updates(const ps_emb_local *t) {
+    return t->updates;
+}
+
+void ps_emb_local_set_updates(ps_emb_local *t, uint64_t updates) {
+    t->updates = updates;
+}

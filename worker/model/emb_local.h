@@ -51,6 +51,11 @@ size_t ps_emb_local_bytes(size_t input_dim, size_t dim, const ps_row_opt *opt);
  * maybe 0), borrowed: for checksums of replicas. */
 const float *ps_emb_local_values(const ps_emb_local *t, size_t *n_values, const float **slots,
                                  size_t *n_slots);
+/* The same, writable, with the update count (a checkpoint restored, or the
+ * chief's tables received). */
+float *ps_emb_local_values_mut(ps_emb_local *t, size_t *n_values, float **slots, size_t *n_slots);
+uint64_t ps_emb_local_updates(const ps_emb_local *t);
+void ps_emb_local_set_updates(ps_emb_local *t, uint64_t updates);
 /* Applies embedding e's row gradients from m's last train step. PS_EINVAL
  * when it left none. */
 int ps_emb_local_apply_model(ps_emb_local *t, const ps_model *m, size_t e);
