@@ -325,10 +325,11 @@ static const ps_option table[] = {
      "slots take at most this many MiB is mirrored on every worker, its rows exchanged as "
      "rows; a bigger one, or a dynamic table (no input_dim), is refused at start, naming "
      "--strategy parameter_server",
-     .doc = "The bound is per table, on every worker: e.g. a [1000000, 64] table with Adam "
-            "(lazy Adam for the rows: values and two moments) takes 732 MiB. Each step the "
-            "workers all-gather the rows their batches touched (ids and gradients), sum them "
-            "by id in worker order and divide by the workers, as the dense gradients are"},
+     .doc = "The bound is per table, on every worker: e.g. a table of 1000000 rows of 64 "
+            "with Adam (lazy Adam for the rows: values and two moments) takes 732 MiB. Each "
+            "step the workers all-gather the rows their batches touched (ids and gradients), "
+            "sum them by id in worker order and divide by the workers, as the dense gradients "
+            "are"},
     {"check-every", PS_OPTION_LONG, F(check_every), 0, 1L << 40, "100", NULL, "N",
      "all-reduce: compare a checksum of the variables across workers every N steps; a "
      "worker that differs stops the job, named (exit status 3); 0: never",
