@@ -67,7 +67,8 @@ typedef struct {
     unsigned worker_timeout_ms;       /* a ring neighbour silent this long is dead */
     unsigned ring_connect_timeout_ms; /* waiting for the ring to form */
     size_t bucket_bytes;              /* gradients fused into all-reduces of at least this */
-    size_t max_mirrored_table_bytes;  /* an embedding table (+ slots) mirrored up to this */
+    size_t max_mirrored_table_bytes;  /* an embedding table (+ slots) mirrored up to this;
+                                       * 0: 1 GiB */
     uint64_t check_every;             /* compare the variables' checksums every N steps (0: no) */
     const char *checkpoint_dir;       /* chief: checkpoints here, resumed from at start; NULL */
     unsigned checkpoint_every_s;      /* chief: a checkpoint when this many seconds passed (0: no) */

@@ -97,7 +97,7 @@ typedef struct {
     size_t table_mb; /* --max-mirrored-table-mb (0: 1) */
     uint64_t die_at; /* forked rank: after this step's rows are kept, signal itself */
     int die_sig;
-    unsigned timeout_ms; /* --worker-timeout (0: 60000) */
+    unsigned timeout_ms;  /* --worker-timeout (0: 60000) */
     const char *ckpt_dir; /* --checkpoint-dir (NULL: none) */
     uint64_t steps;       /* the job's steps (0: STEPS) */
     /* out */

@@ -131,8 +131,8 @@ static int one_op(one_ctx *c, ps_ring *r, unsigned rank, float *x, size_t n, cha
     if (!c->gatherv) return ps_ring_allreduce(r, x, n, err, errlen);
     size_t lens[RK_MAX_RANKS];
     void *all = NULL;
-    int rc = ps_ring_allgatherv(r, x, n * 4 + 8 * rank, c->max_len[rank] ? c->max_len[rank] : 1u << 30, &all,
-                                lens, err, errlen);
+    size_t bound = c->max_len[rank] ? c->max_len[rank] : 1u << 30;
+    int rc = ps_ring_allgatherv(r, x, n * 4 + 8 * rank, bound, &all, lens, err, errlen);
     free(all);
     return rc;
 }
@@ -167,7 +167,8 @@ static int allreduce_body(void *vctx, unsigned rank) {
     } else {
         char again[700];
         /* (a length refused is not sticky: the ring is still up) */
-        int rc2 = c->gatherv && rc == PS_EPROTO ? rc : one_op(c, r, rank, x, n, again, sizeof again);
+        int rc2 =
+            c->gatherv && rc == PS_EPROTO ? rc : one_op(c, r, rank, x, n, again, sizeof again);
         if (rc2 != rc || (rc != PS_EPROTO && strcmp(again, err) != 0))
             rk_fail(rep, rc2, "sticky error", again);
     }

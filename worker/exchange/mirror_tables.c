@@ -78,6 +78,7 @@ int ps_mirror_tables_open(ps_model *m, uint64_t seed, size_t max_bytes, ps_mirro
     size_t n = ps_model_num_embeddings(m);
     if (!n) return PS_OK;
     ps_row_opt opt;
+    if (!max_bytes) max_bytes = (size_t)PS_MIRROR_TABLE_DEFAULT_MB << 20;
     int rc = ps_emb_row_opt(m, &opt, err, errlen);
     if (rc == PS_OK) rc = check_fit(m, &opt, max_bytes, err, errlen);
     if (rc != PS_OK) return rc;
@@ -281,8 +282,8 @@ int ps_mirror_tables_ckpt_vars(ps_mirror_tables *t, const ps_ckpt_var **vars, si
     return PS_OK;
 }
 
-int ps_mirror_tables_ckpt_load(void *user, ps_tf_file *f, const ps_ckpt_loaded_var *vars,
-                               size_t n, char *why, size_t whylen) {
+int ps_mirror_tables_ckpt_load(void *user, ps_tf_file *f, const ps_ckpt_loaded_var *vars, size_t n,
+                               char *why, size_t whylen) {
     ps_mirror_tables *t = user;
     const ps_ckpt_var *want;
     size_t n_want;
@@ -291,13 +292,13 @@ int ps_mirror_tables_ckpt_load(void *user, ps_tf_file *f, const ps_ckpt_loaded_v
         return PS_ENOMEM;
     }
     if (n != n_want) {
-        snprintf(why, whylen, "%zu mirrored table entries, the model's tables make %zu", n,
-                 n_want);
+        snprintf(why, whylen, "%zu mirrored table entries, the model's tables make %zu", n, n_want);
         return PS_EFORMAT;
     }
     for (size_t i = 0; i < n; i++)
         if (strcmp(vars[i].name, want[i].name) != 0 || vars[i].numel != want[i].numel) {
-            snprintf(why, whylen, "entry '%s' [%zu values] where the model's tables have '%s' [%zu]",
+            snprintf(why, whylen,
+                     "entry '%s' [%zu values] where the model's tables have '%s' [%zu]",
                      vars[i].name, vars[i].numel, want[i].name, want[i].numel);
             return PS_EFORMAT;
         }

@@ -26,11 +26,14 @@
 
 typedef struct ps_mirror_tables ps_mirror_tables;
 
+/* psworker's --max-mirrored-table-mb default (and a bound of 0's meaning). */
+#define PS_MIRROR_TABLE_DEFAULT_MB 1024
+
 /* The tables of m's Embedding layers, each checked against max_bytes (values
- * + slots) before any is made; rows start from seed. m is borrowed and must
- * outlive the tables. Returns PS_OK with *out set (NULL when m has no
- * tables), or PS_EINVAL (a table that does not fit, a dynamic table, an
- * optimizer the rows cannot take) / PS_ENOMEM with the reason in err. */
+ * + slots; 0: PS_MIRROR_TABLE_DEFAULT_MB MiB) before any is made; rows start
+ * from seed. m is borrowed and must outlive the tables. Returns PS_OK with *out set (NULL when m
+ * has no tables), or PS_EINVAL (a table that does not fit, a dynamic table, an optimizer the rows
+ * cannot take) / PS_ENOMEM with the reason in err. */
 int ps_mirror_tables_open(ps_model *m, uint64_t seed, size_t max_bytes, ps_mirror_tables **out,
                           char *err, size_t errlen);
 void ps_mirror_tables_free(ps_mirror_tables *t);
@@ -65,8 +68,8 @@ int ps_mirror_tables_ckpt_vars(ps_mirror_tables *t, const ps_ckpt_var **vars, si
 /* model_ckpt's extra load (user: the tables): checks that vars[0..n) are
  * those entries with these sizes (else PS_EFORMAT with why), then copies them
  * into the tables. */
-int ps_mirror_tables_ckpt_load(void *user, ps_tf_file *f, const ps_ckpt_loaded_var *vars,
-                               size_t n, char *why, size_t whylen);
+int ps_mirror_tables_ckpt_load(void *user, ps_tf_file *f, const ps_ckpt_loaded_var *vars, size_t n,
+                               char *why, size_t whylen);
 /* Every rank: root's tables (values, slots, update counts) over the ring, as
  * after a resume from the chief's checkpoint. PS_OK or the ring's error. */
 int ps_mirror_tables_broadcast(ps_mirror_tables *t, ps_ring *ring, char *err, size_t errlen);
