@@ -6,11 +6,12 @@
 # in every run), and the job's samples/s:
 #   - psworker --no-ps (the tables whole in the worker)
 #   - psctl local --ps 2 --workers 2 --mode sync (the tables on psd, rows by id)
+#   - psctl local --strategy mirrored --workers 2 (the tables mirrored, rows all-gathered)
 # usage: bench/movielens.sh [BUILD]   (env EPOCHS=8)
 # Needs PyPI once (the dataset is cached); exits 77 without it. Benchmarks never run in
 # the test suite.
 set -uo pipefail
-case "${1:-}" in -h|--help) sed -n "2,11p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case "${1:-}" in -h|--help) sed -n "2,12p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 build=${1:-$root/build}
@@ -42,4 +43,9 @@ for model in movielens_mf movielens_ncf; do
         -- --epochs "$epochs" --validation-split 0.1 --progress plain \
         >"$tmp/$model-psd.log" 2>&1 || { tail -3 "$tmp/$model-psd.log"; exit 1; }
     report "$model, 2 psd x 2 workers (sync)" "$tmp/$model-psd.log"
+    "$build/psctl/psctl" local --strategy mirrored --workers 2 \
+        --model "$root/examples/$model.json" --data "$tmp/data.json" \
+        -- --epochs "$epochs" --validation-split 0.1 --progress plain \
+        >"$tmp/$model-mirrored.log" 2>&1 || { tail -3 "$tmp/$model-mirrored.log"; exit 1; }
+    report "$model, mirrored 2 workers" "$tmp/$model-mirrored.log"
 done
