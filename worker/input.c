@@ -166,12 +166,13 @@ static unsigned input_threads(const ps_train_config *cfg) {
 }
 
 int ps_input_source_check(const ps_source *src, const ps_model *m, char *err, size_t errlen) {
-    size_t k = ps_model_num_id_inputs(m);
-    if (src->n_ids != k) {
+    size_t k = ps_model_num_id_inputs(m), cols = ps_model_id_columns(m);
+    if (src->n_ids != cols) {
         snprintf(err, errlen,
-                 "%s: %zu id column(s) a record, but the model reads %zu id input(s) (an "
-                 "Embedding layer's ids; id input k reads id column k)",
-                 src->desc, src->n_ids, k);
+                 "%s: %zu id column(s) a record, but the model reads %zu id(s) a sample from %zu "
+                 "id input(s) (an Embedding layer's ids; the id inputs read the id columns in "
+                 "order, an input of shape [n] the next n)",
+                 src->desc, src->n_ids, cols, k);
         return PS_EINVAL;
     }
     if (src->float_target && !ps_model_takes_targets(m)) {

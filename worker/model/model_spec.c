@@ -159,6 +159,14 @@ int ps_build_layer(ps_build *b, const char *cls, const cJSON *l, bool keras, siz
     }
     if (!ly->multi_input && !ly->ids && b->nin != 1)
         return ps_build_fail(b, PS_EFORMAT, "%s: takes one input, got %zu", b->where, b->nin);
+    for (size_t i = 0; ly->kind != OP_FLATTEN && i < b->nin; i++) {
+        const ps_op *src = b->in_t[i] ? &b->m->ops[b->in_t[i] - 1] : NULL;
+        if (src && src->kind == OP_EMBEDDING && src->out.w > 1) /* Keras' [n, dim] */
+            return ps_build_fail(b, PS_EFORMAT,
+                                 "%s: its input gives [%zu, %zu] per sample (an Embedding over "
+                                 "%zu ids): put a Flatten (or Reshape) between them",
+                                 b->where, src->out.w, src->out.c, src->out.w);
+    }
     if ((rc = ly->parse(b, cls, l, keras, &o, &act))) return rc;
     if (ps_shape_numel(o.out) > MAX_UNITS)
         return ps_build_fail(b, PS_EFORMAT, "%s: output of %zu values per sample exceeds %u",
@@ -506,9 +514,9 @@ static int parse_input_shape(ps_model *m, const cJSON *shape, perr *e) {
 }
 
 /* "inputs": [{"name": "user", "ids": true}, {"name": "x", "shape": [n]}, ...]:
- * id inputs (one uint64 id per sample; "shape": [1] makes Keras' (1,), so an
- * Embedding over it gives [1, dim]) and at most one float input, besides or
- * instead of "input_shape". */
+ * id inputs (one uint64 id per sample; "shape": [n] makes Keras' (n,): n ids
+ * a sample, an Embedding over it gives [n, dim]) and at most one float input,
+ * besides or instead of "input_shape". */
 static int parse_inputs(ps_model *m, const cJSON *root, perr *e) {
     const cJSON *ins = item(root, "inputs"), *x, *k;
     bool have_x = item(root, "input_shape") != NULL;
@@ -533,13 +541,17 @@ static int parse_inputs(ps_model *m, const cJSON *root, perr *e) {
             return fail(e, PS_EFORMAT,
                         "'inputs': each input needs a 'name' (and 'ids': true for an id input)");
         if (cJSON_IsTrue(ids)) {
-            size_t one = 0, id_k;
+            size_t width = 1, id_k;
             int n = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : -1;
-            if (shape && !(n == 0 || (n == 1 && get_size(cJSON_GetArrayItem(shape, 0), 1, 1, &one))))
+            if (shape &&
+                !(n == 0 ||
+                  (n == 1 && get_size(cJSON_GetArrayItem(shape, 0), 1, PS_MAX_ID_WIDTH, &width))))
                 return fail(e, PS_EFORMAT,
-                            "'inputs': id input '%s': 'shape' must be [] or [1] (one id per sample)",
-                            nm->valuestring);
-            int rc = ps_model_add_id_input(m, nm->valuestring, n == 1, &id_k, e->err, e->errlen);
+                            "'inputs': id input '%s': 'shape' must be [] (one id per sample) or "
+                            "[n] (n ids, 1 to %d)",
+                            nm->valuestring, PS_MAX_ID_WIDTH);
+            int rc = ps_model_add_id_input(m, nm->valuestring, n == 1, width, &id_k, e->err,
+                                           e->errlen);
             if (rc != PS_OK) return rc;
             continue;
         }
