@@ -168,6 +168,7 @@ struct ps_model {
     ps_label_spec labels; /* spec "labels", PS_LABELS_NONE when absent */
     ps_loss_kind loss;
     bool from_logits;
+    bool metric_auc; /* spec "metrics" names "auc": evaluation reports the ROC AUC */
     ps_dtype_policy policy; /* the layers' mixed policy (float32: every op computes in F32) */
     bool keras;  /* came from a Keras model file (Keras' variable names) */
     bool keras2; /* ... written by Keras 2 (tf.keras): "depthwise_kernel", not "kernel" */

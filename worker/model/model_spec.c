@@ -481,13 +481,26 @@ int ps_spec_parse_training(ps_model *m, const cJSON *root, char *err, size_t err
     if (metrics) {
         if (!cJSON_IsArray(metrics))
             return fail(e, PS_EFORMAT, "'metrics' must be an array of names");
+        m->metric_auc = false;
         cJSON_ArrayForEach(k, metrics) {
-            if (!cJSON_IsString(k) || (strcmp(k->valuestring, "accuracy") != 0 &&
-                                       strcmp(k->valuestring, "sparse_categorical_accuracy") != 0))
-                return fail(e, PS_EFORMAT, "'metrics': only \"accuracy\" is supported");
+            bool auc = cJSON_IsString(k) &&
+                       (!strcmp(k->valuestring, "auc") || !strcmp(k->valuestring, "AUC"));
+            if (!auc && (!cJSON_IsString(k) ||
+                         (strcmp(k->valuestring, "accuracy") != 0 &&
+                          strcmp(k->valuestring, "sparse_categorical_accuracy") != 0)))
+                return fail(e, PS_EFORMAT,
+                            "'metrics': \"accuracy\" and \"auc\" are supported, not %s",
+                            cJSON_IsString(k) ? k->valuestring : "a non-string");
+            m->metric_auc = m->metric_auc || auc;
         }
     }
     int rc = parse_loss(m, root, e);
+    size_t outs = m->nops ? ps_model_output_dim(m) : 0;
+    if (rc == PS_OK && m->metric_auc && (m->loss != LOSS_BCE || outs != 1))
+        return fail(e, PS_EFORMAT,
+                    "'metrics': \"auc\" is for a binary classifier: one output and "
+                    "binary_crossentropy (this model: %zu output(s), %s)",
+                    outs, m->loss == LOSS_BCE ? "binary_crossentropy" : "another loss");
     if (rc == PS_OK) rc = ps_opt_spec_from_json(item(root, "optimizer"), &m->opt, err, errlen);
     return rc;
 }
