@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ps_error.h"
 #include "rows.h"
@@ -11,7 +12,8 @@ typedef struct {
     uint64_t *col, *uniq; /* the batch's ids of this layer's input; distinct ones */
     uint32_t *where;
     float *rows;
-    size_t cap, n_uniq, dim, input;
+    size_t cap, n_uniq, dim;
+    size_t first, width; /* its input's id columns: [first, first + width) of a record's */
 } feed_layer;
 
 struct ps_emb_feed {
@@ -23,12 +25,14 @@ int ps_emb_feed_new(const ps_model *m, size_t n_ids, ps_emb_feed **out, char *er
                     size_t errlen) {
     *out = NULL;
     size_t n = ps_model_num_embeddings(m), k = ps_model_num_id_inputs(m);
+    size_t cols = ps_model_id_columns(m);
     if (!n && !k && !n_ids) return PS_OK;
-    if (k != n_ids) {
+    if (cols != n_ids) {
         snprintf(err, errlen,
-                 "the model reads %zu id input(s)%s%s but the data gives %zu id column(s) a record "
-                 "(id input k reads id column k, in the data spec's \"id_columns\" order)",
-                 k, k ? ", the first " : "", k ? ps_model_id_input_name(m, 0) : "", n_ids);
+                 "the model reads %zu id(s) a sample from %zu id input(s)%s%s but the data gives "
+                 "%zu id column(s) a record (the id inputs read the data spec's \"id_columns\" "
+                 "in order, an input of shape [n] the next n)",
+                 cols, k, k ? ", the first " : "", k ? ps_model_id_input_name(m, 0) : "", n_ids);
         return PS_EINVAL;
     }
     ps_emb_feed *f = calloc(1, sizeof *f);
@@ -42,7 +46,9 @@ int ps_emb_feed_new(const ps_model *m, size_t n_ids, ps_emb_feed **out, char *er
     for (size_t e = 0; e < n; e++) {
         const ps_model_embedding *me = ps_model_embedding_at(m, e);
         f->l[e].dim = me->dim;
-        f->l[e].input = me->ids_input;
+        f->l[e].width = me->width;
+        for (size_t i = 0; i < me->ids_input; i++)
+            f->l[e].first += ps_model_id_input_width(m, i);
     }
     *out = f;
     return PS_OK;
@@ -78,9 +84,12 @@ int ps_emb_feed_rows(ps_emb_feed *f, ps_model *m, ps_exchange *ex, const uint64_
     if (!f) return PS_OK;
     for (size_t e = 0; e < f->n; e++) {
         feed_layer *l = &f->l[e];
-        int rc = reserve(l, nb);
-        for (size_t i = 0; rc == PS_OK && i < nb; i++) l->col[i] = ids[i * f->n_ids + l->input];
-        if (rc == PS_OK) rc = ps_rows_dedupe(l->col, nb, l->uniq, &l->n_uniq, l->where);
+        size_t slots = nb * l->width;
+        int rc = reserve(l, slots);
+        for (size_t i = 0; rc == PS_OK && i < nb; i++)
+            memcpy(l->col + i * l->width, ids + i * f->n_ids + l->first,
+                   l->width * sizeof *l->col);
+        if (rc == PS_OK) rc = ps_rows_dedupe(l->col, slots, l->uniq, &l->n_uniq, l->where);
         if (rc != PS_OK) {
             snprintf(err, errlen, "out of memory for a batch's embedding rows");
             return rc;

@@ -1,6 +1,6 @@
 /* A batch's embedding rows (the training loop's side of the row path): for
  * each Embedding layer of the model, the batch's ids of its id input (id
- * input k reads the data's id column k, in the data spec's order),
+ * input k reads the data's next id columns, one per id of its shape, in the data spec's order),
  * deduplicated, their rows fetched through the exchange (psd, or a whole
  * table here with --no-ps) and given to the model; after the step the rows'
  * gradients handed back to the exchange. */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "adapt.h"
+#include "auc.h"
 #include "cifar.h"
 #include "labels.h"
 #include "log.h"
@@ -166,12 +167,13 @@ static unsigned input_threads(const ps_train_config *cfg) {
 }
 
 int ps_input_source_check(const ps_source *src, const ps_model *m, char *err, size_t errlen) {
-    size_t k = ps_model_num_id_inputs(m);
-    if (src->n_ids != k) {
+    size_t k = ps_model_num_id_inputs(m), cols = ps_model_id_columns(m);
+    if (src->n_ids != cols) {
         snprintf(err, errlen,
-                 "%s: %zu id column(s) a record, but the model reads %zu id input(s) (an "
-                 "Embedding layer's ids; id input k reads id column k)",
-                 src->desc, src->n_ids, k);
+                 "%s: %zu id column(s) a record, but the model reads %zu id(s) a sample from %zu "
+                 "id input(s) (an Embedding layer's ids; the id inputs read the id columns in "
+                 "order, an input of shape [n] the next n)",
+                 src->desc, src->n_ids, cols, k);
         return PS_EINVAL;
     }
     if (src->float_target && !ps_model_takes_targets(m)) {
@@ -402,73 +404,76 @@ bool ps_input_has(const ps_input *in, ps_input_set set) {
     return set == PS_INPUT_VALIDATION ? in->val_pl != NULL : (in->test_pl || in->test.n > 0);
 }
 
-/* Data with ids or float targets: each batch's rows through `rows` first;
- * float targets give the RMSE in *acc. */
-static int evaluate_batches(ps_pipeline *pl, ps_model *m, ps_input_rows_fn rows, void *ctx,
-                            float *loss, double *acc, size_t *n, char *err, size_t errlen) {
-    double sum = 0, sq = 0;
-    size_t hits = 0;
-    bool targets = false;
-    int rc = PS_OK;
-    while (rc == PS_OK) {
-        ps_pipeline_batch b;
-        float l = 0;
-        size_t c = 0;
-        double s = 0;
-        rc = ps_pipeline_next_batch(pl, &b, err, errlen);
-        if (rc != PS_OK || b.nb == 0) break;
-        if (rows) rc = rows(ctx, b.ids, b.nb, err, errlen);
-        if (rc != PS_OK) break;
-        const float *x = ps_model_input_dim(m) ? b.x : NULL;
-        targets = b.float_targets;
-        rc = targets ? ps_model_evaluate_targets(m, x, b.targets, b.nb, &l, &s, NULL)
-                     : ps_model_evaluate(m, x, b.y, b.nb, &l, &c);
-        if (rc != PS_OK) snprintf(err, errlen, "evaluation failed: %s", ps_strerror(rc));
-        sum += (double)l * (double)b.nb;
-        sq += s;
-        hits += c;
-        *n += b.nb;
+/* One batch into the running figures: the model's outputs (for the AUC) when wanted. */
+static int eval_batch(ps_model *m, const float *x, const int32_t *y, const float *t, size_t nb,
+                      float **out, size_t *out_cap, ps_auc *auc, double *sum, double *sq,
+                      size_t *hits) {
+    float l = 0;
+    size_t c = 0;
+    double s = 0;
+    float *o = NULL;
+    if (auc) { /* one output (ps_model_wants_auc) */
+        if (nb > *out_cap) {
+            float *g = realloc(*out, nb * sizeof *g);
+            if (!g) return PS_ENOMEM;
+            *out = g, *out_cap = nb;
+        }
+        o = *out;
     }
-    if (rc == PS_OK && *n) {
-        *loss = (float)(sum / (double)*n);
-        *acc = targets ? sqrt(sq / ((double)*n * (double)ps_model_output_dim(m)))
-                       : (double)hits / (double)*n;
-    }
+    int rc = t ? ps_model_evaluate_targets(m, x, t, nb, &l, &s, o)
+               : ps_model_evaluate_out(m, x, y, nb, &l, &c, o);
+    if (rc == PS_OK && auc) rc = t ? ps_auc_add_f(auc, o, t, nb) : ps_auc_add(auc, o, y, nb);
+    *sum += (double)l * (double)nb;
+    *sq += s;
+    *hits += c;
     return rc;
 }
 
 int ps_input_evaluate(ps_input *in, ps_model *m, ps_input_set set, ps_input_rows_fn rows,
-                      void *ctx, float *loss, double *acc, size_t *n, char *err, size_t errlen) {
-    *loss = 0, *acc = 0, *n = 0;
+                      void *ctx, ps_eval_result *r, char *err, size_t errlen) {
+    *r = (ps_eval_result){.auc = -1};
+    ps_auc auc_acc = {0}, *auc = ps_model_wants_auc(m) ? &auc_acc : NULL;
+    float *out = NULL;
+    size_t out_cap = 0, hits = 0;
+    double sum = 0, sq = 0;
+    bool targets = false;
+    int rc = PS_OK;
     if (set == PS_INPUT_TEST && !in->test_pl) {
-        size_t correct = 0;
-        int rc = ps_model_evaluate(m, in->test.x, in->test.y, in->test.n, loss, &correct);
-        if (rc != PS_OK) snprintf(err, errlen, "evaluation failed: %s", ps_strerror(rc));
-        *acc = in->test.n ? (double)correct / (double)in->test.n : 0;
-        *n = in->test.n;
-        return rc;
+        if (in->test.n)
+            rc = eval_batch(m, in->test.x, in->test.y, NULL, in->test.n, &out, &out_cap, auc,
+                            &sum, &sq, &hits);
+        r->n = in->test.n;
+    } else {
+        ps_pipeline *pl = set == PS_INPUT_TEST ? in->test_pl : in->val_pl;
+        bool full = in->train_src && (in->train_src->n_ids || in->train_src->float_target);
+        rc = ps_pipeline_start_epoch(pl, 0, 0);
+        while (rc == PS_OK) {
+            ps_pipeline_batch b;
+            rc = ps_pipeline_next_batch(pl, &b, err, errlen);
+            if (rc != PS_OK || b.nb == 0) break;
+            /* ids or float targets: each batch's rows through `rows` first */
+            if (full && rows && (rc = rows(ctx, b.ids, b.nb, err, errlen)) != PS_OK) break;
+            const float *x = ps_model_input_dim(m) ? b.x : NULL;
+            targets = full && b.float_targets;
+            rc = eval_batch(m, x, b.y, targets ? b.targets : NULL, b.nb, &out, &out_cap, auc,
+                            &sum, &sq, &hits);
+            r->n += b.nb;
+        }
     }
-    ps_pipeline *pl = set == PS_INPUT_TEST ? in->test_pl : in->val_pl;
-    int rc = ps_pipeline_start_epoch(pl, 0, 0);
-    if (rc == PS_OK && in->train_src && (in->train_src->n_ids || in->train_src->float_target))
-        return evaluate_batches(pl, m, rows, ctx, loss, acc, n, err, errlen);
-    double sum = 0;
-    size_t hits = 0;
-    while (rc == PS_OK) {
-        float *x, l = 0;
-        int32_t *y;
-        size_t nb = 0, c = 0;
-        rc = ps_pipeline_next(pl, &x, &y, &nb, err, errlen);
-        if (rc != PS_OK || nb == 0) break;
-        rc = ps_model_evaluate(m, x, y, nb, &l, &c);
-        if (rc != PS_OK) snprintf(err, errlen, "evaluation failed: %s", ps_strerror(rc));
-        sum += (double)l * (double)nb;
-        hits += c;
-        *n += nb;
+    if (rc != PS_OK && !err[0]) snprintf(err, errlen, "evaluation failed: %s", ps_strerror(rc));
+    if (rc == PS_OK && r->n) {
+        r->loss = (float)(sum / (double)r->n);
+        r->acc = targets ? sqrt(sq / ((double)r->n * (double)ps_model_output_dim(m)))
+                         : (double)hits / (double)r->n;
+        if (auc) {
+            r->auc = ps_auc_value(auc);
+            if (r->auc == -2) {
+                snprintf(err, errlen, "evaluation: out of memory for the AUC");
+                rc = PS_ENOMEM;
+            }
+        }
     }
-    if (rc == PS_OK && *n) {
-        *loss = (float)(sum / (double)*n);
-        *acc = (double)hits / (double)*n;
-    }
+    if (auc) ps_auc_free(auc);
+    free(out);
     return rc;
 }

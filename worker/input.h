@@ -56,10 +56,19 @@ bool ps_input_has(const ps_input *in, ps_input_set set);
  * nb records (ids[nb * n_ids]) before it is evaluated. */
 typedef int (*ps_input_rows_fn)(void *ctx, const uint64_t *ids, size_t nb, char *err,
                                 size_t errlen);
-/* Evaluates m on the whole set: the mean loss, the accuracy (float targets:
- * the root mean squared error) and the samples seen; rows (may be NULL) feeds
- * the embedding rows of each batch. Returns PS_OK or an error with err set. */
+/* What an evaluation gives: the mean loss, the accuracy (float targets: the
+ * root mean squared error), the samples seen, and the ROC AUC when the model's
+ * metrics ask for it (ps_model_wants_auc; else -1, and -1 when a class is absent). */
+typedef struct {
+    float loss;
+    double acc;
+    size_t n;
+    double auc;
+} ps_eval_result;
+
+/* Evaluates m on the whole set into *r; rows (may be NULL) feeds the embedding
+ * rows of each batch. Returns PS_OK or an error with err set. */
 int ps_input_evaluate(ps_input *in, ps_model *m, ps_input_set set, ps_input_rows_fn rows,
-                      void *ctx, float *loss, double *acc, size_t *n, char *err, size_t errlen);
+                      void *ctx, ps_eval_result *r, char *err, size_t errlen);
 
 #endif

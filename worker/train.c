@@ -47,6 +47,7 @@ static int write_summary(const ps_train_config *cfg, const ps_train_result *res,
         cJSON_AddNumberToObject(o, "test_rmse", res->test_accuracy);
     } else {
         cJSON_AddNumberToObject(o, "test_accuracy", res->test_accuracy);
+    if (res->test_auc >= 0) cJSON_AddNumberToObject(o, "test_auc", res->test_auc);
     }
     cJSON_AddNumberToObject(o, "test_loss", res->test_loss);
     cJSON_AddNumberToObject(o, "epochs", cfg->epochs);
@@ -342,12 +343,12 @@ static int eval_rows(void *ctx, const uint64_t *ids, size_t nb, char *err, size_
  * 0, those at the end of the epoch; 1, the newest) and evaluates them on the
  * set. */
 static int evaluate(train_state *st, ps_input_set set, int newest, uint64_t clock, uint64_t want,
-                    float *loss, double *acc, char *err, size_t errlen) {
+                    ps_eval_result *r, char *err, size_t errlen) {
+    *r = (ps_eval_result){.auc = -1};
     int rc = ps_exchange_eval_sync(&st->ex, newest, clock, want, err, errlen);
-    size_t n = 0;
     if (rc == PS_OK)
-        rc = ps_input_evaluate(&st->in, st->model, set, st->feed ? eval_rows : NULL, st, loss, acc,
-                               &n, err, errlen);
+        rc = ps_input_evaluate(&st->in, st->model, set, st->feed ? eval_rows : NULL, st, r, err,
+                               errlen);
     return rc;
 }
 
@@ -472,16 +473,17 @@ static int train_one(const ps_train_config *cfg, train_state *st, uint64_t clock
  * over the workers, job_metrics.h), else, when they were not combined, the
  * chief's own over its shard; and its test-set evaluation as the val_ metrics. */
 static int log_epoch(ps_train_log *log, train_state *st, const ps_progress *prog, unsigned epoch,
-                     uint64_t clock, int has_val, float vloss, double vacc, char *err,
-                     size_t errlen) {
+                     uint64_t clock, const ps_eval_result *val, char *err, size_t errlen) {
     ps_job_values job;
     int combined = ps_job_metrics_get(&st->jm, epoch, &job);
     ps_log_epoch e = {.epoch = epoch,
                           .loss = combined ? job.loss : ps_progress_loss(prog),
                           .accuracy = combined ? job.accuracy : ps_progress_accuracy(prog),
-                          .has_val = has_val,
-                          .val_loss = vloss,
-                          .val_accuracy = vacc,
+                          .metric = st->rmse ? "rmse" : "accuracy",
+                          .has_val = val != NULL,
+                          .val_loss = val ? val->loss : 0,
+                          .val_accuracy = val ? val->acc : 0,
+                          .val_auc = val ? val->auc : -1,
                           .learning_rate = ps_optim_lr(ps_model_optimizer(st->model), clock)};
     return ps_train_log_epoch(log, &e, st->model, err, errlen);
 }
@@ -527,7 +529,7 @@ static int epoch_metrics(const ps_train_config *cfg, train_state *st, ps_progres
 int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, size_t errlen) {
     double t0 = now_s();
     memset(res, 0, sizeof *res);
-    res->test_accuracy = res->test_loss = -1;
+    res->test_accuracy = res->test_loss = res->test_auc = -1;
     train_state st = {0};
     size_t batch = 0;
     unsigned epochs = 0;
@@ -643,18 +645,20 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
         if (rc == PS_OK) rc = epoch_metrics(cfg, &st, &prog, epoch, err, errlen);
         if (rc != PS_OK) break;
         char extra[128] = "";
-        float vloss = 0;
-        double vacc = 0;
+        ps_eval_result val = {.auc = -1};
         if (cfg->index == 0 && vset >= 0) {
             uint64_t want = (uint64_t)(epoch + 1) * steps * cfg->workers;
-            rc = evaluate(&st, (ps_input_set)vset, 0, clock, want, &vloss, &vacc, err, errlen);
+            rc = evaluate(&st, (ps_input_set)vset, 0, clock, want, &val, err, errlen);
             if (rc != PS_OK) break;
-            if (vset == PS_INPUT_TEST) res->test_loss = vloss, res->test_accuracy = vacc;
-            snprintf(extra, sizeof extra, "val_loss: %.4f - val_%s: %.4f", (double)vloss,
-                     st.rmse ? "rmse" : "accuracy", vacc);
+            if (vset == PS_INPUT_TEST)
+                res->test_loss = val.loss, res->test_accuracy = val.acc, res->test_auc = val.auc;
+            int k = snprintf(extra, sizeof extra, "val_loss: %.4f - val_%s: %.4f",
+                             (double)val.loss, st.rmse ? "rmse" : "accuracy", val.acc);
+            if (val.auc >= 0 && k > 0 && (size_t)k < sizeof extra)
+                snprintf(extra + k, sizeof extra - (size_t)k, " - val_auc: %.4f", val.auc);
         }
         if (tlog)
-            rc = log_epoch(tlog, &st, &prog, epoch, clock, vset >= 0, vloss, vacc, err, errlen);
+            rc = log_epoch(tlog, &st, &prog, epoch, clock, vset >= 0 ? &val : NULL, err, errlen);
         ps_progress_end_epoch(&prog, extra);
         if (rc != PS_OK) break;
     }
@@ -670,11 +674,11 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
         ps_input_has(&st.in, PS_INPUT_TEST)) {
         /* the test set after a validation set, or started after the last epoch
          * had ended: evaluate what the job made */
-        float tloss = 0;
-        double tacc = 0;
-        rc = evaluate(&st, PS_INPUT_TEST, 1, clock, 0, &tloss, &tacc, err, errlen);
-        res->test_loss = tloss;
-        res->test_accuracy = tacc;
+        ps_eval_result t;
+        rc = evaluate(&st, PS_INPUT_TEST, 1, clock, 0, &t, err, errlen);
+        res->test_loss = t.loss;
+        res->test_accuracy = t.acc;
+        res->test_auc = t.auc;
     }
     if (rc == PS_OK && cfg->index == 0 && cfg->save_path)
         rc = save_model(st.model, cfg->save_path, clock, err, errlen);
@@ -697,10 +701,14 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
             snprintf(where, sizeof where, "%zu shards", cfg->n_ps);
         else
             snprintf(where, sizeof where, "%s", ps_strategy_name(cfg->strategy));
-        char figures[96] = "no test set (--test-data names one)";
-        if (res->test_accuracy >= 0)
-            snprintf(figures, sizeof figures, "test %s: %.4f  test loss: %.4f",
-                     st.rmse ? "RMSE" : "accuracy", res->test_accuracy, res->test_loss);
+        char figures[128] = "no test set (--test-data names one)";
+        if (res->test_accuracy >= 0) {
+            int k = snprintf(figures, sizeof figures, "test %s: %.4f  test loss: %.4f",
+                             st.rmse ? "RMSE" : "accuracy", res->test_accuracy, res->test_loss);
+            if (res->test_auc >= 0 && k > 0 && (size_t)k < sizeof figures)
+                snprintf(figures + k, sizeof figures - (size_t)k, "  test AUC: %.4f",
+                         res->test_auc);
+        }
         printf("%s  (%u workers, %s, %s, %.0f samples/s, %.1f s)\n", figures, cfg->workers, where,
                async ? "async" : "sync", res->samples_per_sec, res->wall_seconds);
         fflush(stdout);

@@ -102,6 +102,7 @@ const char *ps_strategy_name(int strategy);
 typedef struct {
     double test_accuracy, test_loss; /* chief only; -1 when not evaluated */
     int test_rmse; /* float targets: test_accuracy holds the root mean squared error */
+    double test_auc; /* the model's metrics name "auc": the test set's ROC AUC; else -1 */
     double samples_per_sec;          /* job-wide, training time only */
     double wall_seconds;
     uint64_t steps; /* this worker's steps */

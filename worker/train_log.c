@@ -19,8 +19,6 @@ struct ps_train_log {
     cJSON *history;     /* {"loss": [...], ...} */
 };
 
-static const char *const history_keys[] = {"loss", "accuracy", "val_loss", "val_accuracy"};
-
 static int write_history(ps_train_log *l, char *err, size_t errlen);
 
 int ps_train_log_open(const char *tb_dir, const char *history, ps_train_log **out, char *err,
@@ -48,10 +46,9 @@ int ps_train_log_open(const char *tb_dir, const char *history, ps_train_log **ou
     if (rc == PS_OK && history) {
         l->history_path = strdup(history);
         l->history = cJSON_CreateObject();
-        for (size_t i = 0; l->history && i < 4; i++)
-            if (!cJSON_AddArrayToObject(l->history, history_keys[i])) rc = PS_ENOMEM;
         if (!l->history_path || !l->history) rc = PS_ENOMEM;
-        /* empty lists until the first epoch, as Keras' History; a bad path fails now */
+        /* {} until the first epoch, as Keras' History (its lists are made then, named
+         * after the metrics); a bad path fails now */
         if (rc == PS_OK) rc = write_history(l, err, errlen);
     }
     if (rc != PS_OK) {
@@ -108,14 +105,29 @@ static int write_history(ps_train_log *l, char *err, size_t errlen) {
     return PS_OK;
 }
 
+/* Appends v to the History's list under name (made on first use). */
+static int history_add(cJSON *h, const char *name, double v) {
+    cJSON *list = cJSON_GetObjectItem(h, name);
+    if (!list && !(list = cJSON_AddArrayToObject(h, name))) return PS_ENOMEM;
+    cJSON *x = cJSON_CreateNumber(v);
+    if (!x) return PS_ENOMEM;
+    cJSON_AddItemToArray(list, x);
+    return PS_OK;
+}
+
 int ps_train_log_epoch(ps_train_log *l, const ps_log_epoch *e, ps_model *m, char *err,
                        size_t errlen) {
     if (!l) return PS_OK;
+    const char *metric = e->metric ? e->metric : "accuracy";
+    char tag[64], val_tag[64];
+    snprintf(tag, sizeof tag, "epoch_%s", metric);
+    snprintf(val_tag, sizeof val_tag, "val_%s", metric);
+    bool auc = e->has_val && e->val_auc >= 0;
     if (l->tb) {
-        const char *tt[] = {"epoch_loss", "epoch_accuracy", "epoch_learning_rate"};
+        const char *tt[] = {"epoch_loss", tag, "epoch_learning_rate"};
         double tv[] = {e->loss, e->accuracy, e->learning_rate};
-        const char *vt[] = {"epoch_loss", "epoch_accuracy"};
-        double vv[] = {e->val_loss, e->val_accuracy};
+        const char *vt[] = {"epoch_loss", tag, "epoch_auc"};
+        double vv[] = {e->val_loss, e->val_accuracy, e->val_auc};
         int rc = ps_tb_scalars(&l->train, e->epoch, 0, tt, tv, 3);
         if (rc == PS_OK) rc = histograms(l, m, e->epoch);
         if (rc == PS_OK) rc = ps_tb_flush(&l->train);
@@ -123,17 +135,22 @@ int ps_train_log_epoch(ps_train_log *l, const ps_log_epoch *e, ps_model *m, char
             snprintf(err, errlen, "--tensorboard: cannot write %s", l->train.path);
             return PS_EIO;
         }
-        if (e->has_val && (ps_tb_scalars(&l->val, e->epoch, 0, vt, vv, 2) != PS_OK ||
+        if (e->has_val && (ps_tb_scalars(&l->val, e->epoch, 0, vt, vv, auc ? 3 : 2) != PS_OK ||
                            ps_tb_flush(&l->val) != PS_OK)) {
             snprintf(err, errlen, "--tensorboard: cannot write %s", l->val.path);
             return PS_EIO;
         }
     }
     if (!l->history) return PS_OK;
-    double hv[] = {e->loss, e->accuracy, e->val_loss, e->val_accuracy};
-    for (size_t i = 0; i < (e->has_val ? 4u : 2u); i++)
-        cJSON_AddItemToArray(cJSON_GetObjectItem(l->history, history_keys[i]),
-                             cJSON_CreateNumber(hv[i]));
+    int rc = history_add(l->history, "loss", e->loss);
+    if (rc == PS_OK) rc = history_add(l->history, metric, e->accuracy);
+    if (rc == PS_OK && e->has_val) rc = history_add(l->history, "val_loss", e->val_loss);
+    if (rc == PS_OK && e->has_val) rc = history_add(l->history, val_tag, e->val_accuracy);
+    if (rc == PS_OK && auc) rc = history_add(l->history, "val_auc", e->val_auc);
+    if (rc != PS_OK) {
+        snprintf(err, errlen, "--history: out of memory");
+        return rc;
+    }
     return write_history(l, err, errlen);
 }
 

@@ -16,8 +16,11 @@
 typedef struct {
     unsigned epoch;        /* 0-based: TensorBoard's step for the epoch_ tags */
     double loss, accuracy; /* training, over the epoch */
+    const char *metric;    /* accuracy's name: "accuracy", or "rmse" (float targets); NULL:
+                            * accuracy */
     int has_val;           /* the test set was evaluated (val_ metrics) */
     double val_loss, val_accuracy;
+    double val_auc;        /* the model's metrics name "auc": val_auc; < 0: none */
     double learning_rate; /* the optimizer's rate after the epoch */
 } ps_log_epoch;
 

@@ -8,7 +8,9 @@
 # examples/data/movielens_100k.json: psctl data inspect shows its 100,000 rows, the user and
 # item id columns and the float target (1 to 5) with the first records' ids and ratings as
 # the file holds them; bench reads it through the pipeline; an MLP is refused it, saying why;
-# examples/movielens_mf.json trains on it under psd (tables by row) to RMSE <= 0.95.
+# examples/movielens_mf.json trains on it under psd (tables by row) to RMSE <= 0.95, its
+# History naming the error rmse. examples/click_dlrm.json trains on the click log, its
+# val_auc above chance.
 # Exit 77 (skipped) when MovieLens cannot be had and nothing else failed.
 # usage: tabular_data.sh PSWORKER PSCTL SOURCE_ROOT. Exit 0 ok, 1 failed, 77 skipped.
 set -uo pipefail
@@ -95,6 +97,30 @@ PY
         has synth_inspect "labels: 0 to 1"
         has synth_inspect "record 0: 1x1x13, label $label0, ids $id0 "
     }
+    # examples/click_dlrm.json on it: the 26 fields as one id input of shape [26] (one
+    # table, one row pull a step), the counts as log1p; 1 psd x 2 workers, 2 epochs; the
+    # held-out 10%'s AUC (exact, every pair) above chance, in the progress line and in
+    # the History file under val_auc beside Keras' other keys
+    run click "$psctl" local --ps 1 --workers 2 --mode sync --model "$root/examples/click_dlrm.json" \
+        --data synth_clicks.json -- --epochs 2 --validation-split 0.1 --progress plain \
+        --history click_history.json && {
+        has click "created table field_embedding [dynamic, dim 16] with adagrad"
+        if python3 - click_history.json click.log <<'PY'; then
+import json, re, sys
+h = json.load(open(sys.argv[1]))
+assert sorted(h) == ["accuracy", "loss", "val_accuracy", "val_auc", "val_loss"], sorted(h)
+assert all(len(v) == 2 for v in h.values()), h
+printed = [float(a) for a in re.findall(r"val_auc: ([0-9.]+)", open(sys.argv[2]).read())]
+assert len(printed) == 2 and all(abs(a - b) < 1e-4 for a, b in zip(printed, h["val_auc"])), printed
+assert h["val_auc"][-1] > 0.6, h["val_auc"]
+print("ok: click model: val_auc %s, History keys %s" % (h["val_auc"], sorted(h)))
+PY
+            :
+        else
+            echo "FAIL: the click model's val_auc (History and progress) is missing or at chance"
+            fail=1
+        fi
+    }
 }
 timeout 30 "$psctl" data synth-clicks --rows 10 >noout.log 2>&1
 rc=$?
@@ -137,7 +163,7 @@ else
     timeout 60 "$worker" --no-ps yes --epochs 1 --model "$root/examples/mlp.json" \
         --data ml/movielens_100k.json >refused.log 2>&1
     rc=$?
-    want="2 id column(s) a record, but the model reads 0 id input(s)"
+    want="2 id column(s) a record, but the model reads 0 id(s) a sample from 0 id input(s)"
     if [ $rc != 2 ] || ! grep -qF "$want" refused.log; then
         echo "FAIL: the MLP on MovieLens: exit $rc, want 2 and why"
         tail -3 refused.log | sed 's/^/    /'
@@ -153,8 +179,15 @@ else
         echo "skip: MovieLens training (sanitizer build)"
     elif run mf timeout 300 "$psctl" local --ps 2 --workers 2 --mode sync \
             --model "$root/examples/movielens_mf.json" --data ml/movielens_100k.json \
-            -- --epochs 5 --validation-split 0.1 --progress plain; then
+            -- --epochs 5 --validation-split 0.1 --progress plain --history mf_history.json; then
         has mf "created table user_embedding [fixed, dim 8] with lazy_adam"
+        # float targets: the History names the error rmse, as the progress line does
+        if python3 -c 'import json, sys; h = json.load(open(sys.argv[1])); assert sorted(h) == ["loss", "rmse", "val_loss", "val_rmse"], sorted(h)' mf_history.json; then
+            echo "ok: MovieLens History: loss, rmse, val_loss, val_rmse"
+        else
+            echo "FAIL: MovieLens History keys: $(head -c 300 mf_history.json)"
+            fail=1
+        fi
         rmse=$(grep -o "val_rmse: [0-9.]*" mf.log | tail -1 | cut -d' ' -f2)
         if [ -n "$rmse" ] && awk -v r="$rmse" 'BEGIN { exit !(r <= 0.95) }'; then
             echo "ok: MovieLens matrix factorisation: val_rmse $rmse after 5 epochs"

@@ -329,6 +329,22 @@ START_TEST(normalize_arithmetic) {
 }
 END_TEST
 
+START_TEST(log1p_counts) {
+    /* counts as a click log's numeric fields: log(1 + x); negative and NaN read as 0 */
+    const float in[6] = {0, 1, 1000, -3, NAN, 1e30f};
+    ps_aug_plan p = parse("[{\"log1p\": true}]");
+    float *out = apply(&p, in, 1, 1, 6, 0, true, NULL, NULL, NULL);
+    const float want[6] = {0, 0.69314718f, 6.9087548f, 0, 0, 69.077553f};
+    assert_close(out, want, 6, 1e-5f);
+    free(out);
+    /* chained: log1p, then normalize */
+    p = parse("[{\"log1p\": true}, {\"normalize\": {\"mean\": [1], \"std\": [2]}}]");
+    out = apply(&p, in, 1, 1, 6, 0, false, NULL, NULL, NULL);
+    ck_assert(fabsf(out[1] - (0.69314718f - 1) / 2) < 1e-6f);
+    free(out);
+}
+END_TEST
+
 START_TEST(chain_equals_its_parts) {
     /* resize, random crop, flip, rescale, normalize in one plan (scratch
      * ping-pong, the flip skipped when it does not fire) against the same ops
@@ -386,6 +402,8 @@ START_TEST(parse_errors) {
     refused("[{\"resize\": [2, 2], \"rescale\": 1}]", "exactly one key (resize, center_crop");
     refused("[{\"resize\": [2, 2]}, {\"blur\": 1}]", "preprocess[1]: unknown operation \"blur\"");
     refused("[{\"Resize\": [2, 2]}]", "unknown operation \"Resize\"");
+    refused("[{\"log1p\": 1}]", "preprocess[0]: log1p expects true");
+    refused("[{\"log1p\": false}]", "preprocess[0]: log1p expects true");
     /* sizes */
     const char *sizes[] = {"[0, 4]",   "[4, 0]",  "[4]",      "[4, 4, 3]",  "\"4x4\"",    "4",
                            "[2.5, 3]", "[-1, 3]", "[1e9, 3]", "[\"4\", 4]", "{\"h\": 4}", "[]"};
@@ -478,6 +496,9 @@ START_TEST(describe) {
     ps_aug_describe(&p, how, sizeof how);
     ck_assert_str_eq(how, "center crop 3x4, rescale x2, normalize mean [0.485 0.456 0.406] std "
                           "[0.5 0.5 0.5]");
+    p = parse("[{\"log1p\": true}, {\"rescale\": 0.5}]");
+    ps_aug_describe(&p, how, sizeof how);
+    ck_assert_str_eq(how, "log1p, rescale x0.5");
     p = parse("[]");
     ps_aug_describe(&p, how, sizeof how);
     ck_assert_str_eq(how, "none");
@@ -498,6 +519,7 @@ static Suite *augment_suite(void) {
     tcase_add_test(tc, crop_and_flip_independent);
     tcase_add_test(tc, rescale_arithmetic);
     tcase_add_test(tc, normalize_arithmetic);
+    tcase_add_test(tc, log1p_counts);
     tcase_add_test(tc, chain_equals_its_parts);
     suite_add_tcase(s, tc);
     tc = tcase_create("spec");

@@ -26,7 +26,10 @@ enum { B = 6, MAXE = 6 };
  * times, row 1 twice); row 3 is given but read by no sample. */
 static const uint32_t where_dup[B] = {0, 1, 0, 2, 1, 0};
 static const uint32_t where_all[B] = {2, 0, 1, 1, 3, 0};
-enum { NU = 4 };
+enum { NU = 4, W = 3 };
+/* An id input of shape [W]: sample i's ids read rows where_wide[i * W ..];
+ * a row twice within one sample (samples 0 and 3), row 3 by sample 4 only. */
+static const uint32_t where_wide[B * W] = {0, 1, 0, 2, 1, 2, 1, 1, 1, 0, 2, 0, 3, 2, 1, 2, 2, 2};
 
 static ps_model *build(const char *spec) {
     ps_model *m = NULL;
@@ -61,7 +64,8 @@ static void rows_make(ps_model *m, rowset *rs) {
 
 static void rows_give(ps_model *m, const rowset *rs) {
     for (size_t e = 0; e < rs->n; e++) {
-        const uint32_t *w = ps_model_embedding_at(m, e)->ids_input == 0 ? where_dup : where_all;
+        const ps_model_embedding *me = ps_model_embedding_at(m, e);
+        const uint32_t *w = me->width == W ? where_wide : me->ids_input == 0 ? where_dup : where_all;
         ck_assert_int_eq(ps_model_set_embedding_rows(m, e, rs->rows[e], NU, w, B), PS_OK);
     }
 }
@@ -136,7 +140,8 @@ static void check_model(const char *what, const char *spec, const float *targets
             check_close(label, rg[i], rnum[e][i], atol, rtol);
             if (fabs(rg[i]) > worst) worst = fabs(rg[i]);
         }
-        if (ps_model_embedding_at(m, e)->ids_input == 0) /* where_dup: row 3 unread */
+        if (ps_model_embedding_at(m, e)->ids_input == 0 &&
+            ps_model_embedding_at(m, e)->width == 1) /* where_dup: row 3 unread */
             for (size_t c = 0; c < dim; c++)
                 ck_assert_msg(rg[3 * dim + c] == 0.0f, "%s: an unread row's gradient %g", what,
                               rg[3 * dim + c]);
@@ -166,6 +171,72 @@ START_TEST(embedding_rows_dense) {
                 "{\"type\": \"Dense\", \"units\": 4, \"activation\": \"tanh\"},"
                 "{\"type\": \"Dense\", \"units\": 1}], \"loss\": \"mse\"}",
                 ratings);
+}
+END_TEST
+
+START_TEST(ids_per_sample) {
+    /* an id input of W ids a sample (Keras' Input(shape=(W,)), a click log's fields
+     * in one table): [W, dim] flattened, concatenated with a float input */
+    const char *spec =
+        "{\"inputs\": [{\"name\": \"cats\", \"ids\": true, \"shape\": [3]},"
+        " {\"name\": \"num\", \"shape\": [2]}], \"layers\": ["
+        "{\"type\": \"Embedding\", \"name\": \"e\", \"inputs\": \"cats\", \"input_dim\": 0,"
+        " \"output_dim\": 2},"
+        "{\"type\": \"Flatten\", \"name\": \"f\"},"
+        "{\"type\": \"Concatenate\", \"inputs\": [\"f\", \"num\"]},"
+        "{\"type\": \"Dense\", \"units\": 4, \"activation\": \"tanh\"},"
+        "{\"type\": \"Dense\", \"units\": 1, \"activation\": \"sigmoid\"}],"
+        " \"loss\": \"binary_crossentropy\", \"from_logits\": false}";
+    check_model("ids per sample -> flatten -> dense", spec, clicks);
+    ps_model *m = build(spec);
+    ck_assert_uint_eq(ps_model_num_id_inputs(m), 1);
+    ck_assert_uint_eq(ps_model_id_input_width(m, 0), W);
+    ck_assert_uint_eq(ps_model_id_columns(m), W);
+    ck_assert_uint_eq(ps_model_embedding_at(m, 0)->width, W);
+    /* the forward pass reads sample i's W rows in order: with a Dense of one unit
+     * whose kernel picks value c of id j, the output is row where_wide[i*W+j][c] */
+    rowset rs;
+    rows_make(m, &rs);
+    ck_assert_int_eq(ps_model_set_embedding_rows(m, 0, rs.rows[0], NU, where_wide, B), PS_OK);
+    /* where[B * W] is checked whole: an out-of-range entry past the first B */
+    uint32_t bad[B * W];
+    memcpy(bad, where_wide, sizeof bad);
+    bad[B * W - 1] = NU;
+    ck_assert_int_eq(ps_model_set_embedding_rows(m, 0, rs.rows[0], NU, bad, B), PS_EINVAL);
+    rows_free(&rs);
+    ps_model_free(m);
+    /* the layout, over more samples than one evaluation pass (EVAL_CHUNK) and through
+     * a whole local table (ps_emb_local_feed reads W ids a sample): Embedding [3, 2] ->
+     * Flatten -> Dense(1, linear) with a one-hot kernel gives id j's value c */
+    m = build("{\"inputs\": [{\"name\": \"cats\", \"ids\": true, \"shape\": [3]}],"
+              " \"layers\": [{\"type\": \"Embedding\", \"inputs\": \"cats\", \"input_dim\": 7,"
+              " \"output_dim\": 2}, {\"type\": \"Flatten\"}, {\"type\": \"Dense\", \"units\": 1}],"
+              " \"loss\": \"mse\"}");
+    enum { N = 600 };
+    ps_row_opt sgd = ps_row_opt_default(PS_ROW_SGD, 0.1f);
+    ps_emb_local *t;
+    ck_assert_int_eq(ps_emb_local_for(m, 0, 5, &sgd, &t), PS_OK);
+    uint64_t *ids = malloc(N * W * sizeof *ids);
+    float *tg = calloc(N, sizeof *tg), *out = malloc(N * sizeof *out), loss;
+    for (size_t i = 0; i < N * W; i++)
+        ids[i] = (i * 5 + i / 11) % 7;
+    for (size_t pick = 0; pick < W * 2; pick++) {
+        float *p = ps_model_params(m);
+        memset(p, 0, ps_model_num_params(m) * sizeof *p);
+        const ps_model_var *kv = ps_model_var_at(m, 0);
+        ck_assert_uint_eq(kv->numel, W * 2);
+        p[kv->offset + pick] = 1;
+        ck_assert_int_eq(ps_emb_local_feed(t, m, 0, ids, N), PS_OK);
+        ck_assert_int_eq(ps_model_evaluate_targets(m, NULL, tg, N, &loss, NULL, out), PS_OK);
+        for (size_t i = 0; i < N; i++) {
+            float want = ps_emb_local_row(t, ids[i * W + pick / 2])[pick % 2];
+            ck_assert_msg(out[i] == want, "sample %zu, value %zu: %g, want %g", i, pick,
+                          out[i], want);
+        }
+    }
+    free(ids), free(tg), free(out);
+    ps_emb_local_free(t);
+    ps_model_free(m);
 }
 END_TEST
 
@@ -290,6 +361,14 @@ static void refused(const char *spec, const char *needle) {
 }
 
 START_TEST(spec_refusals) {
+    refused("{\"inputs\": [{\"name\": \"cats\", \"ids\": true, \"shape\": [3]}], \"layers\": ["
+            "{\"type\": \"Embedding\", \"inputs\": \"cats\", \"input_dim\": 5, \"output_dim\": 2},"
+            "{\"type\": \"Dense\", \"units\": 1}], \"loss\": \"mse\"}",
+            "its input gives [3, 2] per sample (an Embedding over 3 ids): put a Flatten");
+    refused("{\"inputs\": [{\"name\": \"cats\", \"ids\": true, \"shape\": [0]}], \"layers\": ["
+            "{\"type\": \"Embedding\", \"inputs\": \"cats\", \"input_dim\": 5, \"output_dim\": 2},"
+            "{\"type\": \"Flatten\"}], \"loss\": \"mse\"}",
+            "'shape' must be [] (one id per sample) or [n] (n ids, 1 to 4096)");
     refused("{" IDS2 "\"layers\": ["
             "{\"type\": \"Embedding\", \"name\": \"u\", \"inputs\": \"user\", \"input_dim\": 5,"
             " \"output_dim\": 2},"
@@ -642,6 +721,7 @@ int main(void) {
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, embedding_rows_dense);
+    tcase_add_test(tc, ids_per_sample);
     tcase_add_test(tc, matrix_factorisation_dot);
     tcase_add_test(tc, dot_of_itself);
     tcase_add_test(tc, concatenate_embeddings_and_features);

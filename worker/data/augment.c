@@ -12,7 +12,7 @@
 #include "ps_error.h"
 #include "resize.h"
 
-#define OPS_LIST "resize, center_crop, random_crop, random_flip, rescale or normalize"
+#define OPS_LIST "resize, center_crop, random_crop, random_flip, rescale, normalize or log1p"
 
 /* ---- parsing ---- */
 
@@ -191,6 +191,12 @@ static int parse_op(const cJSON *o, size_t i, ps_aug_op *op, char *err, size_t e
         op->kind = PS_AUG_NORMALIZE;
         return parse_normalize(v, i, op, err, errlen);
     }
+    if (strcmp(key, "log1p") == 0) {
+        op->kind = PS_AUG_LOG1P;
+        if (!cJSON_IsTrue(v))
+            return ps_errf(PS_EINVAL, err, errlen, "preprocess[%zu]: log1p expects true", i);
+        return PS_OK;
+    }
     return ps_errf(PS_EINVAL, err, errlen,
                    "preprocess[%zu]: unknown operation \"%.64s\" (expected " OPS_LIST ")", i, key);
 }
@@ -247,6 +253,7 @@ static int op_shape(const ps_aug_op *op, size_t i, size_t *h, size_t *w, size_t 
         return PS_OK;
     case PS_AUG_RANDOM_FLIP:
     case PS_AUG_RESCALE:
+    case PS_AUG_LOG1P:
         return PS_OK;
     }
     return ps_errf(PS_EINVAL, err, errlen, "preprocess[%zu]: unknown operation kind %d", i,
@@ -310,6 +317,11 @@ static void rescale(const float *src, size_t n, float scale, float offset, float
         dst[i] = src[i] * scale + offset;
 }
 
+static void log1p_counts(const float *src, size_t n, float *dst) {
+    for (size_t i = 0; i < n; i++)
+        dst[i] = src[i] > 0 ? log1pf(src[i]) : 0.0f; /* NaN and negatives: 0 */
+}
+
 static void normalize(const ps_aug_op *op, const float *src, size_t n, size_t c, float *dst) {
     if (op->n_ch == 1) {
         for (size_t i = 0; i < n; i++)
@@ -362,6 +374,9 @@ void ps_aug_apply(const ps_aug_plan *p, const float *in, size_t h, size_t w, siz
             break;
         case PS_AUG_NORMALIZE:
             normalize(op, src, h * w * c, c, dst);
+            break;
+        case PS_AUG_LOG1P:
+            log1p_counts(src, h * w * c, dst);
             break;
         }
         h = oh, w = ow;
@@ -423,6 +438,9 @@ void ps_aug_describe(const ps_aug_plan *p, char *out, size_t outlen) {
             add_values(out, outlen, &pos, op->std, n);
             break;
         }
+        case PS_AUG_LOG1P:
+            add(out, outlen, &pos, "log1p");
+            break;
         }
     }
 }

@@ -17,7 +17,8 @@ typedef enum {
     PS_AUG_RANDOM_CROP, /* an h x w window anywhere inside (tf.image.random_crop) */
     PS_AUG_RANDOM_FLIP, /* left-right, with probability 1/2 (Keras RandomFlip("horizontal")) */
     PS_AUG_RESCALE,     /* x * scale + offset (Keras Rescaling) */
-    PS_AUG_NORMALIZE    /* (x - mean[k]) / std[k] per channel k */
+    PS_AUG_NORMALIZE,   /* (x - mean[k]) / std[k] per channel k */
+    PS_AUG_LOG1P        /* log(1 + max(x, 0)): counts (Criteo's numeric fields, as DLRM) */
 } ps_aug_kind;
 
 #define PS_AUG_MAX_OPS 16     /* operations in one plan */
@@ -49,6 +50,7 @@ struct cJSON;
  *                                mobilenet_v2.preprocess_input)
  *   {"normalize": {"mean": [..], "std": [..]}} (1 value for every channel, or
  *                                1 to PS_AUG_MAX_CH values, one per channel)
+ *   {"log1p": true}              (log(1 + x), negative values taken as 0)
  * with sizes whole numbers from 1 to PS_AUG_MAX_SIDE. Returns PS_OK, or
  * PS_EINVAL with a one-line reason naming the element ("preprocess[2]: ...")
  * and what was expected: not an array, too many elements, an unknown or

@@ -100,7 +100,9 @@ int ps_emb_local_feed(ps_emb_local *t, ps_model *m, size_t e, const uint64_t *id
     const float *rows;
     const uint32_t *where;
     size_t n;
-    int rc = ps_emb_local_lookup(t, ids, batch, &rows, &n, &where);
+    const ps_model_embedding *me = ps_model_embedding_at(m, e);
+    if (!me) return PS_EINVAL;
+    int rc = ps_emb_local_lookup(t, ids, batch * me->width, &rows, &n, &where);
     return rc == PS_OK ? ps_model_set_embedding_rows(m, e, rows, n, where, batch) : rc;
 }
 

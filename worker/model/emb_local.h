@@ -35,7 +35,7 @@ float *ps_emb_local_row_mut(ps_emb_local *t, uint64_t id);
  * PS_EINVAL for an id >= input_dim or a batch of 0; PS_ENOMEM. */
 int ps_emb_local_lookup(ps_emb_local *t, const uint64_t *ids, size_t batch, const float **rows,
                         size_t *n_uniq, const uint32_t **where);
-/* Looks up ids and gives the rows to embedding e of m. */
+/* Looks up ids[batch * width] (embedding e's ids per sample) and gives the rows to embedding e of m. */
 int ps_emb_local_feed(ps_emb_local *t, ps_model *m, size_t e, const uint64_t *ids, size_t batch);
 /* Applies the optimizer to the rows of the last lookup from their gradients
  * grads [n_uniq, dim] (n_uniq that lookup's). PS_EINVAL on another count. */

@@ -327,6 +327,9 @@ size_t ps_model_num_classes(const ps_model *m) {
 bool ps_model_takes_targets(const ps_model *m) {
     return m->loss != LOSS_SPARSE_CE;
 }
+bool ps_model_wants_auc(const ps_model *m) {
+    return m->metric_auc;
+}
 size_t ps_model_output_dim(const ps_model *m) {
     return m->ops[m->nops - 1].out.c;
 }

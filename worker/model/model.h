@@ -90,6 +90,8 @@ size_t ps_model_num_classes(const ps_model *m);
 size_t ps_model_output_dim(const ps_model *m);
 /* Whether its loss takes float targets (mse, binary_crossentropy), not classes. */
 bool ps_model_takes_targets(const ps_model *m);
+/* The spec's "metrics" names "auc" (a binary classifier: evaluation reports its ROC AUC). */
+bool ps_model_wants_auc(const ps_model *m);
 size_t ps_model_num_vars(const ps_model *m);
 const ps_model_var *ps_model_var_at(const ps_model *m, size_t i);
 size_t ps_model_num_params(const ps_model *m); /* total floats over all vars */
@@ -162,6 +164,7 @@ typedef struct {
                           * of any value (a hashed or growing table) */
     size_t dim;          /* values per row (Keras' output_dim) */
     size_t ids_input;    /* the id input that feeds it (ps_model_id_input_name) */
+    size_t width;        /* ids per sample of that input (its shape [n]): rows read per sample */
     float init_lo, init_hi; /* new rows uniform in [lo, hi) (Keras' default: -0.05, 0.05) */
     /* a dynamic table's options (the spec's "table"; 0: none): pushes before a row is
      * stored, steps without a push before it expires, rows per shard, and at that cap
@@ -175,10 +178,16 @@ typedef struct {
 size_t ps_model_num_id_inputs(const ps_model *m);
 /* Id input k's name (the spec's or the Keras InputLayer's); NULL past the end. */
 const char *ps_model_id_input_name(const ps_model *m, size_t k);
+/* Id input k's ids per sample (1 for shape [] or [1], n for [n]); 0 past the end. */
+size_t ps_model_id_input_width(const ps_model *m, size_t k);
+/* The ids a sample gives the model: the id inputs' widths summed, in input order
+ * (the data's id columns: input k reads the next width(k) of them). */
+size_t ps_model_id_columns(const ps_model *m);
 size_t ps_model_num_embeddings(const ps_model *m);
 const ps_model_embedding *ps_model_embedding_at(const ps_model *m, size_t e);
 /* Gives embedding e the rows for the next step's (or evaluation's) batch
- * samples: rows[n_uniq, dim] (host), where[batch] (each < n_uniq). Copied: the
+ * samples: rows[n_uniq, dim] (host), where[batch * width] (each < n_uniq;
+ * sample i's id j reads row where[i * width + j]). Copied: the
  * caller's buffers may change once it returns. A train step consumes them:
  * every trainable embedding needs its rows again before the next train step
  * (evaluation and ps_model_train_loss* leave them). PS_EINVAL for a bad e,

@@ -20,7 +20,7 @@
 
 #define PS_ACT_SOFTMAX (-1) /* row-wise; only as the final op, folded into the loss */
 #define PS_NO_VAR ((size_t)-1)
-#define PS_OP_MAX_IN 16 /* inputs of one Add / Concatenate */
+#define PS_OP_MAX_IN 64 /* inputs of one Add / Concatenate (a click model concatenates 27) */
 #define PS_OP_MAX_VARS 4 /* variables of one op */
 
 /* The op kinds; each is a layer of worker/model/layers/ (layer.h). */
@@ -129,13 +129,16 @@ typedef struct {
 } ps_op;
 
 #define PS_MAX_GSLOTS 64 /* gradient buffers alive at once (a chain needs 2) */
-#define PS_MAX_ID_INPUTS 16
+#define PS_MAX_ID_INPUTS 64
+#define PS_MAX_ID_WIDTH 4096 /* ids per sample of one id input */
 
-/* An id input: its name, and whether Keras sees it as shape (1,) (an
- * Embedding over it gives [1, dim]) rather than () ([dim]). */
+/* An id input: its name, its ids per sample (Keras' shape (n,): an Embedding
+ * over it gives [n, dim]), and whether Keras sees it as a shape (n,) rather
+ * than () (one id, [dim]). */
 typedef struct {
     char name[48];
     bool seq;
+    size_t width;
 } ps_id_input;
 
 typedef struct ps_emb_state ps_emb_state; /* model_rows.c: one embedding's rows of the step */
@@ -165,6 +168,7 @@ struct ps_model {
     ps_label_spec labels; /* spec "labels", PS_LABELS_NONE when absent */
     ps_loss_kind loss;
     bool from_logits;
+    bool metric_auc; /* spec "metrics" names "auc": evaluation reports the ROC AUC */
     ps_dtype_policy policy; /* the layers' mixed policy (float32: every op computes in F32) */
     bool keras;  /* came from a Keras model file (Keras' variable names) */
     bool keras2; /* ... written by Keras 2 (tf.keras): "depthwise_kernel", not "kernel" */
@@ -255,10 +259,11 @@ int ps_spec_add_layers(ps_build *b, const struct cJSON *layers, const char *stem
  * epochs, metrics, name) from obj; keys not present keep their defaults. */
 int ps_spec_parse_training(ps_model *m, const struct cJSON *obj, char *err, size_t errlen);
 
-/* Adds id input `name` (seq: Keras' shape (1,)) to m, its index in *k.
- * PS_EFORMAT with a reason in err (too many, a second of that name). */
-int ps_model_add_id_input(ps_model *m, const char *name, bool seq, size_t *k, char *err,
-                          size_t errlen);
+/* Adds id input `name` of width ids per sample (seq: Keras' shape (width,)
+ * rather than ()) to m, its index in *k. PS_EFORMAT with a reason in err (too
+ * many, a second of that name, a width of 0 or over PS_MAX_ID_WIDTH). */
+int ps_model_add_id_input(ps_model *m, const char *name, bool seq, size_t width, size_t *k,
+                          char *err, size_t errlen);
 
 /* ---- the embeddings' rows (model_rows.c) ---- */
 

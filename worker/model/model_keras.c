@@ -269,8 +269,8 @@ static int parse_input_layer(ps_model *m, kerr *e, const char *where, const cJSO
     return PS_OK;
 }
 
-/* An id input: an InputLayer of one integer per sample (batch shape [null] or
- * [null, 1]), of an integer dtype or read only by Embeddings. */
+/* An id input: an InputLayer of integers per sample (batch shape [null] or
+ * [null, n]), of an integer dtype or read only by Embeddings. */
 static int parse_id_input(ps_model *m, kerr *e, const char *where, const char *name,
                           const cJSON *cfg, size_t *t) {
     static const char *const keys[] = {
@@ -289,13 +289,17 @@ static int parse_id_input(ps_model *m, kerr *e, const char *where, const char *n
     const cJSON *bs = item(cfg, "batch_shape");
     if (!bs) bs = item(cfg, "batch_input_shape");
     int rank = cJSON_IsArray(bs) ? cJSON_GetArraySize(bs) - 1 : -1;
-    const cJSON *one = rank == 1 ? cJSON_GetArrayItem(bs, 1) : NULL;
-    if (rank != 0 && !(rank == 1 && cJSON_IsNumber(one) && one->valuedouble == 1))
-        return fail(e, "%s: an id input's shape must be [null] or [null, 1] (one id per sample)",
-                    where);
+    const cJSON *n = rank == 1 ? cJSON_GetArrayItem(bs, 1) : NULL;
+    if (rank != 0 && !(rank == 1 && cJSON_IsNumber(n) && n->valuedouble >= 1 &&
+                       n->valuedouble <= PS_MAX_ID_WIDTH && n->valuedouble == (int)n->valuedouble))
+        return fail(e,
+                    "%s: an id input's shape must be [null] or [null, n] (n ids per sample, 1 to "
+                    "%d)",
+                    where, PS_MAX_ID_WIDTH);
     size_t k_id;
     char why[160];
-    if (ps_model_add_id_input(m, name, rank == 1, &k_id, why, sizeof why) != PS_OK)
+    if (ps_model_add_id_input(m, name, rank == 1, rank == 1 ? (size_t)n->valuedouble : 1, &k_id,
+                              why, sizeof why) != PS_OK)
         return fail(e, "%s: %s", where, why);
     *t = PS_IDS_REF_BASE + k_id;
     return PS_OK;

@@ -13,7 +13,8 @@
 
 struct ps_emb_state {
     ps_model_embedding info;
-    size_t n_uniq, batch; /* of the rows given (0: none) */
+    size_t n_uniq, batch; /* of the rows given (0: none); batch in samples */
+    size_t slots;         /* batch * info.width: the ids read, one row each */
     size_t cap_u, cap_b;
     float *d_rows, *d_grads;              /* [cap_u, dim] on the device */
     float *h_grads;                       /* host: d_grads itself on the CPU */
@@ -27,8 +28,8 @@ static bool on_cuda(const ps_model *m) {
     return ps_k_dev_kind(m->dev) != PS_K_CPU;
 }
 
-int ps_model_add_id_input(ps_model *m, const char *name, bool seq, size_t *k, char *err,
-                          size_t errlen) {
+int ps_model_add_id_input(ps_model *m, const char *name, bool seq, size_t width, size_t *k,
+                          char *err, size_t errlen) {
     if (m->nids == PS_MAX_ID_INPUTS) {
         snprintf(err, errlen, "more than %d id inputs", PS_MAX_ID_INPUTS);
         return PS_EFORMAT;
@@ -36,6 +37,11 @@ int ps_model_add_id_input(ps_model *m, const char *name, bool seq, size_t *k, ch
     if (!name[0] || strlen(name) >= sizeof m->ids[0].name) {
         snprintf(err, errlen, "an id input's name must have 1 to %zu characters",
                  sizeof m->ids[0].name - 1);
+        return PS_EFORMAT;
+    }
+    if (width == 0 || width > PS_MAX_ID_WIDTH) {
+        snprintf(err, errlen, "id input '%s': %zu ids per sample (1 to %d)", name, width,
+                 PS_MAX_ID_WIDTH);
         return PS_EFORMAT;
     }
     for (size_t i = 0; i < m->nids; i++) {
@@ -46,6 +52,7 @@ int ps_model_add_id_input(ps_model *m, const char *name, bool seq, size_t *k, ch
     }
     snprintf(m->ids[m->nids].name, sizeof m->ids[0].name, "%s", name);
     m->ids[m->nids].seq = seq;
+    m->ids[m->nids].width = width;
     *k = m->nids++;
     return PS_OK;
 }
@@ -96,6 +103,7 @@ int ps_rows_setup(ps_model *m) {
         in->input_dim = o->table_rows;
         in->dim = o->out.c;
         in->ids_input = o->ids;
+        in->width = m->ids[o->ids].width;
         in->init_lo = o->init_lo;
         in->init_hi = o->init_hi;
         in->min_count = o->table_min_count;
@@ -112,6 +120,17 @@ size_t ps_model_num_id_inputs(const ps_model *m) {
     return m->nids;
 }
 
+size_t ps_model_id_input_width(const ps_model *m, size_t k) {
+    return k < m->nids ? m->ids[k].width : 0;
+}
+
+size_t ps_model_id_columns(const ps_model *m) {
+    size_t n = 0;
+    for (size_t k = 0; k < m->nids; k++)
+        n += m->ids[k].width;
+    return n;
+}
+
 const char *ps_model_id_input_name(const ps_model *m, size_t k) {
     return k < m->nids ? m->ids[k].name : NULL;
 }
@@ -124,7 +143,7 @@ const ps_model_embedding *ps_model_embedding_at(const ps_model *m, size_t e) {
     return e < m->nembs ? &m->embs[e].info : NULL;
 }
 
-/* Grows s's buffers to n_uniq rows and batch samples. */
+/* Grows s's buffers to n_uniq rows and batch slots (ids read). */
 static int grow(ps_model *m, ps_emb_state *s, size_t n_uniq, size_t batch) {
     size_t dim = s->info.dim;
     bool cuda = on_cuda(m);
@@ -189,30 +208,32 @@ static void group(const uint32_t *where, size_t batch, size_t n_uniq, uint32_t *
 
 int ps_model_set_embedding_rows(ps_model *m, size_t e, const float *rows, size_t n_uniq,
                                 const uint32_t *where, size_t batch) {
-    if (e >= m->nembs || n_uniq == 0 || batch == 0 || !rows || !where || n_uniq > UINT32_MAX ||
-        batch > UINT32_MAX)
+    if (e >= m->nembs || n_uniq == 0 || batch == 0 || !rows || !where || n_uniq > UINT32_MAX)
         return PS_EINVAL;
-    for (size_t i = 0; i < batch; i++)
-        if (where[i] >= n_uniq) return PS_EINVAL;
     ps_emb_state *s = &m->embs[e];
-    s->n_uniq = s->batch = 0;
+    size_t slots = batch * s->info.width;
+    if (slots / s->info.width != batch || slots > UINT32_MAX) return PS_EINVAL;
+    for (size_t i = 0; i < slots; i++)
+        if (where[i] >= n_uniq) return PS_EINVAL;
+    s->n_uniq = s->batch = s->slots = 0;
     s->fresh = s->has_grads = false;
-    int rc = grow(m, s, n_uniq, batch);
+    int rc = grow(m, s, n_uniq, slots);
     if (rc != PS_OK) {
         release(m, s);
         return rc;
     }
-    group(where, batch, n_uniq, s->h_order, s->h_offs);
+    group(where, slots, n_uniq, s->h_order, s->h_offs);
     size_t dim = s->info.dim;
     rc = ps_k_copy_to_dev(m->dev, s->d_rows, rows, n_uniq * dim * sizeof(float));
-    if (rc == PS_OK) rc = ps_k_copy_to_dev(m->dev, s->d_where, where, batch * sizeof *where);
+    if (rc == PS_OK) rc = ps_k_copy_to_dev(m->dev, s->d_where, where, slots * sizeof *where);
     if (rc == PS_OK && on_cuda(m))
-        rc = ps_k_copy_to_dev(m->dev, s->d_order, s->h_order, batch * sizeof(uint32_t));
+        rc = ps_k_copy_to_dev(m->dev, s->d_order, s->h_order, slots * sizeof(uint32_t));
     if (rc == PS_OK && on_cuda(m))
         rc = ps_k_copy_to_dev(m->dev, s->d_offs, s->h_offs, (n_uniq + 1) * sizeof(uint32_t));
     if (rc != PS_OK) return rc;
     s->n_uniq = n_uniq;
     s->batch = batch;
+    s->slots = slots;
     s->fresh = true;
     return PS_OK;
 }

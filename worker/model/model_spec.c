@@ -159,6 +159,14 @@ int ps_build_layer(ps_build *b, const char *cls, const cJSON *l, bool keras, siz
     }
     if (!ly->multi_input && !ly->ids && b->nin != 1)
         return ps_build_fail(b, PS_EFORMAT, "%s: takes one input, got %zu", b->where, b->nin);
+    for (size_t i = 0; ly->kind != OP_FLATTEN && i < b->nin; i++) {
+        const ps_op *src = b->in_t[i] ? &b->m->ops[b->in_t[i] - 1] : NULL;
+        if (src && src->kind == OP_EMBEDDING && src->out.w > 1) /* Keras' [n, dim] */
+            return ps_build_fail(b, PS_EFORMAT,
+                                 "%s: its input gives [%zu, %zu] per sample (an Embedding over "
+                                 "%zu ids): put a Flatten (or Reshape) between them",
+                                 b->where, src->out.w, src->out.c, src->out.w);
+    }
     if ((rc = ly->parse(b, cls, l, keras, &o, &act))) return rc;
     if (ps_shape_numel(o.out) > MAX_UNITS)
         return ps_build_fail(b, PS_EFORMAT, "%s: output of %zu values per sample exceeds %u",
@@ -473,13 +481,26 @@ int ps_spec_parse_training(ps_model *m, const cJSON *root, char *err, size_t err
     if (metrics) {
         if (!cJSON_IsArray(metrics))
             return fail(e, PS_EFORMAT, "'metrics' must be an array of names");
+        m->metric_auc = false;
         cJSON_ArrayForEach(k, metrics) {
-            if (!cJSON_IsString(k) || (strcmp(k->valuestring, "accuracy") != 0 &&
-                                       strcmp(k->valuestring, "sparse_categorical_accuracy") != 0))
-                return fail(e, PS_EFORMAT, "'metrics': only \"accuracy\" is supported");
+            bool auc = cJSON_IsString(k) &&
+                       (!strcmp(k->valuestring, "auc") || !strcmp(k->valuestring, "AUC"));
+            if (!auc && (!cJSON_IsString(k) ||
+                         (strcmp(k->valuestring, "accuracy") != 0 &&
+                          strcmp(k->valuestring, "sparse_categorical_accuracy") != 0)))
+                return fail(e, PS_EFORMAT,
+                            "'metrics': \"accuracy\" and \"auc\" are supported, not %s",
+                            cJSON_IsString(k) ? k->valuestring : "a non-string");
+            m->metric_auc = m->metric_auc || auc;
         }
     }
     int rc = parse_loss(m, root, e);
+    size_t outs = m->nops ? ps_model_output_dim(m) : 0;
+    if (rc == PS_OK && m->metric_auc && (m->loss != LOSS_BCE || outs != 1))
+        return fail(e, PS_EFORMAT,
+                    "'metrics': \"auc\" is for a binary classifier: one output and "
+                    "binary_crossentropy (this model: %zu output(s), %s)",
+                    outs, m->loss == LOSS_BCE ? "binary_crossentropy" : "another loss");
     if (rc == PS_OK) rc = ps_opt_spec_from_json(item(root, "optimizer"), &m->opt, err, errlen);
     return rc;
 }
@@ -506,9 +527,9 @@ static int parse_input_shape(ps_model *m, const cJSON *shape, perr *e) {
 }
 
 /* "inputs": [{"name": "user", "ids": true}, {"name": "x", "shape": [n]}, ...]:
- * id inputs (one uint64 id per sample; "shape": [1] makes Keras' (1,), so an
- * Embedding over it gives [1, dim]) and at most one float input, besides or
- * instead of "input_shape". */
+ * id inputs (one uint64 id per sample; "shape": [n] makes Keras' (n,): n ids
+ * a sample, an Embedding over it gives [n, dim]) and at most one float input,
+ * besides or instead of "input_shape". */
 static int parse_inputs(ps_model *m, const cJSON *root, perr *e) {
     const cJSON *ins = item(root, "inputs"), *x, *k;
     bool have_x = item(root, "input_shape") != NULL;
@@ -533,13 +554,17 @@ static int parse_inputs(ps_model *m, const cJSON *root, perr *e) {
             return fail(e, PS_EFORMAT,
                         "'inputs': each input needs a 'name' (and 'ids': true for an id input)");
         if (cJSON_IsTrue(ids)) {
-            size_t one = 0, id_k;
+            size_t width = 1, id_k;
             int n = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : -1;
-            if (shape && !(n == 0 || (n == 1 && get_size(cJSON_GetArrayItem(shape, 0), 1, 1, &one))))
+            if (shape &&
+                !(n == 0 ||
+                  (n == 1 && get_size(cJSON_GetArrayItem(shape, 0), 1, PS_MAX_ID_WIDTH, &width))))
                 return fail(e, PS_EFORMAT,
-                            "'inputs': id input '%s': 'shape' must be [] or [1] (one id per sample)",
-                            nm->valuestring);
-            int rc = ps_model_add_id_input(m, nm->valuestring, n == 1, &id_k, e->err, e->errlen);
+                            "'inputs': id input '%s': 'shape' must be [] (one id per sample) or "
+                            "[n] (n ids, 1 to %d)",
+                            nm->valuestring, PS_MAX_ID_WIDTH);
+            int rc = ps_model_add_id_input(m, nm->valuestring, n == 1, width, &id_k, e->err,
+                                           e->errlen);
             if (rc != PS_OK) return rc;
             continue;
         }

@@ -1,4 +1,5 @@
-/* Embedding: each sample's row of a table, for the id an id input gives it.
+/* Embedding: each sample's rows of a table, for the ids an id input gives it
+ * (one, or n for an input of shape [n]: the output is [n, dim]).
  * The table is not the model's: the caller gives the step's rows (model.h,
  * model_rows.c), the forward pass gathers them, the backward pass sums the
  * output's gradient into one gradient per row given (duplicates summed),
@@ -99,19 +100,22 @@ static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op
     if (!in || !ps_layer_get_size(in, keras ? 1 : 0, MAX_ROWS, &rows))
         return ps_build_fail(b, PS_EFORMAT, "%s: 'input_dim' must be an integer in [%d, %.0e]",
                              b->where, keras ? 1 : 0, MAX_ROWS);
-    if (len && !cJSON_IsNull(len) && !ps_layer_get_size(len, 1, 1, &one))
+    size_t width = b->m->ids[o->ids].width;
+    if (len && !cJSON_IsNull(len) && !(ps_layer_get_size(len, 1, 1e9, &one) && one == width))
         return ps_build_fail(b, PS_EFORMAT,
-                             "%s: option 'input_length' must be null or 1 (one id per sample)",
-                             b->where);
-    /* Keras 2 writes the input shape of Embedding(..., input_length=1) */
+                             "%s: option 'input_length' must be null or %zu (the ids per sample "
+                             "of its input)",
+                             b->where, width);
+    /* Keras 2 writes the input shape of Embedding(..., input_length=n) */
     const cJSON *bis = ps_layer_item(l, "batch_input_shape");
     int r = cJSON_IsArray(bis) ? cJSON_GetArraySize(bis) : 0;
     if (bis && !((r == 1 || r == 2) && cJSON_IsNull(cJSON_GetArrayItem(bis, 0)) &&
-                 (r == 1 || ps_layer_get_size(cJSON_GetArrayItem(bis, 1), 1, 1, &one))))
+                 (r == 1 || (ps_layer_get_size(cJSON_GetArrayItem(bis, 1), 1, 1e9, &one) &&
+                             one == width))))
         return ps_build_fail(b, PS_EFORMAT,
-                             "%s: option 'batch_input_shape' must be [null] or [null, 1] (one id "
-                             "per sample)",
-                             b->where);
+                             "%s: option 'batch_input_shape' must be [null] or [null, %zu] (the "
+                             "ids per sample of its input)",
+                             b->where, width);
     if (mz && !cJSON_IsFalse(mz))
         return ps_build_fail(b, PS_EFORMAT, "%s: option 'mask_zero' is not supported (only false)",
                              b->where);
@@ -120,7 +124,7 @@ static int parse(ps_build *b, const char *cls, const cJSON *l, bool keras, ps_op
     if (rc != PS_OK) return rc;
     o->kind = OP_EMBEDDING;
     o->table_rows = rows;
-    o->out = (ps_shape){1, 1, dim};
+    o->out = (ps_shape){1, b->m->ids[o->ids].width, dim}; /* [width, dim] per sample */
     o->image = false;
     return PS_OK;
 }
@@ -129,8 +133,9 @@ static int forward(const ps_pass *p, size_t j, ps_op *o, const float *in, const 
     (void)j;
     (void)in;
     (void)out;
+    size_t w = o->out.w; /* ids per sample: rows*w rows gathered, w per sample */
     ps_k_gather_rows_overwrite(p->m->dev, o->y, ps_rows_values(p->m, o->emb),
-                               ps_rows_where(p->m, o->emb) + p->row0, p->rows, o->out.c);
+                               ps_rows_where(p->m, o->emb) + p->row0 * w, p->rows * w, o->out.c);
     return PS_OK;
 }
 
