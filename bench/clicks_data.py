@@ -170,14 +170,24 @@ def read_tsv(path):
 
 
 class Vocabulary:
-    """Every distinct (field, id) pair of the training ids -> a row 1..V."""
+    """Every distinct (field, id) pair of the training ids -> a row 1..V.
+    self.train_rows: the training ids' rows (int32 [N, 26])."""
 
     def __init__(self, train_ids):
         self.fields = []
         self.offsets = []
+        self.train_rows = np.empty(train_ids.shape, dtype=np.int32)
         offset = 1
         for f in range(train_ids.shape[1]):
-            u = np.unique(train_ids[:, f])
+            col = np.ascontiguousarray(train_ids[:, f])
+            order = np.argsort(col, kind="stable")
+            s = col[order]
+            new = np.empty(s.size, dtype=bool)
+            new[:1] = True
+            np.not_equal(s[1:], s[:-1], out=new[1:])
+            rank = np.cumsum(new) - 1                  # 0-based row within the field
+            self.train_rows[order, f] = rank + offset
+            u = s[new]
             self.fields.append(u)
             self.offsets.append(offset)
             offset += u.size
@@ -189,7 +199,7 @@ class Vocabulary:
         out = np.zeros(ids.shape, dtype=np.int32)
         unseen = 0
         for f, (u, off) in enumerate(zip(self.fields, self.offsets)):
-            col = ids[:, f]
+            col = np.ascontiguousarray(ids[:, f])
             pos = np.searchsorted(u, col)
             pos_c = np.minimum(pos, max(u.size - 1, 0))
             hit = (pos < u.size) & (u[pos_c] == col) if u.size else np.zeros(col.size, bool)
@@ -219,7 +229,7 @@ def prepare(train_path, test_path, log=None):
         log(f"read {len(test)} test rows from {test_path}")
     vocab = Vocabulary(train.ids)
     p = Prepared()
-    p.train_cat, _ = vocab.lookup(train.ids)
+    p.train_cat = vocab.train_rows
     p.test_cat, unseen = vocab.lookup(test.ids)
     p.train_dense = np.log1p(train.counts.astype(np.float64)).astype(np.float32)
     p.test_dense = np.log1p(test.counts.astype(np.float64)).astype(np.float32)
@@ -250,6 +260,34 @@ def steps_per_epoch(n, workers, batch):
     """Full batches per worker and epoch (every worker the same count: the
     smallest shard's; the rest of each shard is left out of that epoch)."""
     return (n // workers) // batch
+
+
+def loopback_bytes():
+    """Bytes received on the loopback interface so far (/proc/net/dev; the
+    machine's, every process's), or None where there is no such file."""
+    try:
+        with open("/proc/net/dev") as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                if name.strip() == "lo":
+                    return int(rest.split()[0])
+    except OSError:
+        pass
+    return None
+
+
+def traffic(before, after, steps, vocab_rows, dim=16):
+    """The loopback traffic of a timed loop against what dense embedding
+    gradients would send: a check that the embedding's updates stay sparse."""
+    if before is None or after is None:
+        return None
+    per_step = (after - before) / max(1, steps)
+    dense = (vocab_rows + 1) * dim * 4
+    return {"loopback_bytes_per_step": round(per_step),
+            "dense_embedding_gradient_bytes": dense,
+            "note": "machine-wide loopback bytes during the timed loop (other processes' "
+                    "traffic included: an upper bound) per step of one worker, against the "
+                    "size of one dense [V+1, 16] float gradient"}
 
 
 def auc(label, score):

@@ -274,10 +274,12 @@ def run(args):
         warm_seconds = time.perf_counter() - t_fit
         log(f"timed fit: {args.epochs} x {steps_all} steps of {args.batch} rows "
             f"({W} worker{'s' if W > 1 else ''})")
+        lo_before = clicks_data.loopback_bytes()
         t1 = time.perf_counter()
         model.fit(data, epochs=args.epochs, steps_per_epoch=steps_all, callbacks=[Timer()],
                   verbose=0)
         fit_seconds = time.perf_counter() - t1
+        lo_after = clicks_data.loopback_bytes()
         if cluster:
             cluster.check()
             local = build_model(K, vocab)
@@ -324,7 +326,10 @@ def run(args):
         if args.config == "ps" else None,
         "placement": placement,
         "sparse_check": {"grads": record.get("grads"),
-                         "apply_ops": record.get("apply_ops")},
+                         "apply_ops": record.get("apply_ops"),
+                         "traffic": clicks_data.traffic(lo_before, lo_after,
+                                                        args.epochs * steps_all, vocab)
+                         if args.config == "ps" else None},
         "load_seconds": round(p.load_seconds, 2), "prepare_seconds": round(prep_seconds, 2),
         "tensorflow": tf.__version__, "tf_keras": K.__version__, "numpy": np.__version__,
         "python": sys.version.split()[0], "threads": "TensorFlow default",

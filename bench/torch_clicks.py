@@ -133,6 +133,7 @@ def worker(rank, args, port, datadir, meta, out):
     dist.barrier()
     t0 = time.perf_counter()
     t_warm = None
+    lo_warm = None
     step = 0
     epoch_loss = 0.0
     report = max(1, total // 10)
@@ -154,11 +155,13 @@ def worker(rank, args, port, datadir, meta, out):
             step += 1
             if step == args.warmup:
                 t_warm = time.perf_counter()
+                lo_warm = clicks_data.loopback_bytes()
             if rank == 0 and (step % report == 0 or step == total):
                 el = time.perf_counter() - t0
                 log(f"step {step}/{total} epoch {e + 1} loss {epoch_loss / (s + 1):.4f} "
                     f"{step * args.batch * W / el:.0f} samples/s so far")
     t_end = time.perf_counter()
+    lo_end = clicks_data.loopback_bytes()
     if t_warm is None:
         t_warm = t0
     # the last epoch's mean batch loss over both workers (what Keras logs as an epoch's loss)
@@ -186,7 +189,8 @@ def worker(rank, args, port, datadir, meta, out):
             "steps_per_worker": total, "test_auc": round(test_auc, 5),
             "test_loss": round(test_loss, 5),
             "final_train_loss": round(float(lt.item()) / W, 5),
-            "sparse_check": checked_sparse,
+            "sparse_check": dict(checked_sparse, **{"traffic": clicks_data.traffic(
+                lo_warm, lo_end, (total - args.warmup) * W, meta["vocab_rows"])}),
             "torch": torch.__version__,
         })
     dist.barrier()
