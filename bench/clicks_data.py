@@ -30,6 +30,7 @@ the loading time.
 import argparse
 import hashlib
 import json
+import os
 import sys
 import time
 
@@ -274,6 +275,20 @@ def loopback_bytes():
     except OSError:
         pass
     return None
+
+
+def cpu_seconds(pids):
+    """User + system CPU seconds the processes pids have used so far (/proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
 
 
 def traffic(before, after, steps, vocab_rows, dim=16):

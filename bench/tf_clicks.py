@@ -275,11 +275,14 @@ def run(args):
         log(f"timed fit: {args.epochs} x {steps_all} steps of {args.batch} rows "
             f"({W} worker{'s' if W > 1 else ''})")
         lo_before = clicks_data.loopback_bytes()
+        pids = [os.getpid()] + ([pr.pid for pr in cluster.procs] if cluster else [])
+        cpu_before = clicks_data.cpu_seconds(pids)
         t1 = time.perf_counter()
         model.fit(data, epochs=args.epochs, steps_per_epoch=steps_all, callbacks=[Timer()],
                   verbose=0)
         fit_seconds = time.perf_counter() - t1
         lo_after = clicks_data.loopback_bytes()
+        cpu_fit = clicks_data.cpu_seconds(pids) - cpu_before
         if cluster:
             cluster.check()
             local = build_model(K, vocab)
@@ -315,6 +318,11 @@ def run(args):
         "samples_per_sec": round(args.epochs * steps_all * args.batch / timed, 1),
         "train_seconds": round(timed, 2), "fit_seconds": round(fit_seconds, 2),
         "warmup_seconds": round(warm_seconds, 2),
+        "timed_cpu_seconds": round(cpu_fit, 2),
+        "samples_per_cpu_second": round(args.epochs * steps_all * args.batch / cpu_fit, 1)
+        if cpu_fit > 0 else None,
+        "cpu_seconds_are": "user + system CPU time of the chief, worker and ps processes over "
+                           "the timed model.fit",
         "test_auc": round(test_auc, 5), "test_loss": round(test_loss, 5),
         "final_train_loss": round(float(times[-1][1].get("loss", float("nan"))), 5),
         "final_train_loss_is": "Keras' loss of the last epoch (mean batch loss, all workers)",
