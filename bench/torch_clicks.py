@@ -233,7 +233,7 @@ def main(argv):
     finally:
         shutil.rmtree(datadir, ignore_errors=True)
     result = {
-        "peer": "pytorch", "config": f"ddp gloo ({args.workers} processes x {args.threads} "
+        "peer": "pytorch", "config": f"ddp gloo ({args.workers} process{'es' if args.workers > 1 else ''} x {args.threads} "
                                      f"thread{'s' if args.threads > 1 else ''})",
         "workers": args.workers, "ps": 0, "batch_per_worker": args.batch,
         "global_batch": args.batch * args.workers,
