@@ -214,7 +214,6 @@ def main(argv):
                      "test_label"):
             np.save(os.path.join(datadir, name + ".npy"), getattr(p, name))
         prep_seconds = time.perf_counter() - t0
-        import torch
         import torch.multiprocessing as mp
         ctx = mp.get_context("spawn")
         out = ctx.SimpleQueue()
@@ -233,8 +232,9 @@ def main(argv):
     finally:
         shutil.rmtree(datadir, ignore_errors=True)
     result = {
-        "peer": "pytorch", "config": f"ddp gloo ({args.workers} process{'es' if args.workers > 1 else ''} x {args.threads} "
-                                     f"thread{'s' if args.threads > 1 else ''})",
+        "peer": "pytorch",
+        "config": f"ddp gloo ({args.workers} process{'es' if args.workers > 1 else ''} x "
+                  f"{args.threads} thread{'s' if args.threads > 1 else ''})",
         "workers": args.workers, "ps": 0, "batch_per_worker": args.batch,
         "global_batch": args.batch * args.workers,
         "train_rows": int(p.train_label.size), "test_rows": int(p.test_label.size),
@@ -246,10 +246,11 @@ def main(argv):
         "timed_seconds": res["timed_seconds"],
         "timed_cpu_seconds": res["timed_cpu_seconds"],
         "samples_per_cpu_second": res["samples_per_cpu_second"],
-        "cpu_seconds_are": "user + system CPU time of the DDP processes over the timed steps", "steps_per_worker": res["steps_per_worker"],
+        "cpu_seconds_are": "user + system CPU time of the DDP processes over the timed steps",
+        "steps_per_worker": res["steps_per_worker"],
         "test_auc": res["test_auc"], "test_loss": res["test_loss"],
         "final_train_loss": res["final_train_loss"],
-        "final_train_loss_is": "mean batch loss of the last epoch, both workers",
+        "final_train_loss_is": "mean batch loss of the last epoch, all workers",
         "optimizer": f"torch.optim.Adagrad lr {args.lr} initial_accumulator_value 0.1 eps 1e-7 "
                      "(eps added outside the sqrt, as Keras 2)",
         "sparse_check": res["sparse_check"],
