@@ -29,7 +29,8 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ -x build-test/worker/psworker ]; then
 fi
 meson test -C build-test --print-errorlogs --num-processes 2 || status=1
 
-BUILD=build-asan MESON_ARGS="-Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled -Dbuildtype=debug" \
+# (the benchmarks, which no test runs, are built in build-test only)
+BUILD=build-asan MESON_ARGS="-Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled -Dbuildtype=debug -Dbench=false" \
     deploy/bootstrap.sh || exit 1
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     meson test -C build-asan --print-errorlogs --num-processes 2 || status=1
