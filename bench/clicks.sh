@@ -2,6 +2,8 @@
 # The click model (examples/click_dlrm.json) on the synthetic click log, side by side with
 # its peers in one run (docs/PERFORMANCE.md, "Click model"):
 #   project   psctl local --ps 2 --workers 2 --mode sync: the 26 fields' rows by id on psd
+#   project_async  the same, --mode async (each worker's push applied at once: the
+#             semantics of TensorFlow's ParameterServerStrategy)
 #   tf_ps     TensorFlow's ParameterServerStrategy: a chief, 2 workers, 2 ps, the
 #             embedding variable sharded over the 2 ps (bench/tf_clicks.py)
 #   torch_ddp PyTorch DDP (gloo), 2 processes x 1 thread, nn.EmbeddingBag(sparse=True)
@@ -13,7 +15,7 @@
 # comes from the generator.
 # usage: bench/clicks.sh [BUILD] [TRAIN] [TEST] [PEERS]
 #   BUILD  the build directory (default build); TRAIN, TEST rows (default 500000, 100000);
-#   PEERS  space-separated, default "project tf_ps torch_ddp"
+#   PEERS  space-separated, default "project project_async tf_ps torch_ddp"
 # env EPOCHS (default 1). TensorFlow comes from $TF_VENV (default /tmp/tfvenv, made by
 # bench/tf_clicks.sh from PyPI when missing); PyTorch is Debian's (/usr/bin/python3).
 # Benchmarks never run in the test suite.
@@ -24,7 +26,7 @@ root=$(dirname "$here")
 build=$(cd "${1:-$root/build}" && pwd) || exit 2
 n_train=${2:-500000}
 n_test=${3:-100000}
-peers=${4:-project tf_ps torch_ddp}
+peers=${4:-project project_async tf_ps torch_ddp}
 epochs=${EPOCHS:-1}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ps-bench-clicks.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -47,16 +49,18 @@ PY
 
 for peer in $peers; do
     case $peer in
-    project)
-        "$build/psctl/psctl" local --ps 2 --workers 2 --mode sync \
-            --model "$root/examples/click_dlrm.json" --data train.json --summary project.json \
-            -- --epochs "$epochs" --test-data test.json --progress plain >project.log 2>&1 ||
-            { tail -5 project.log; exit 1; }
-        python3 - project.json <<'PY'
+    project | project_async)
+        mode=sync
+        [ "$peer" = project_async ] && mode=async
+        "$build/psctl/psctl" local --ps 2 --workers 2 --mode $mode \
+            --model "$root/examples/click_dlrm.json" --data train.json --summary "$peer.json" \
+            -- --epochs "$epochs" --test-data test.json --progress plain >"$peer.log" 2>&1 ||
+            { tail -5 "$peer.log"; exit 1; }
+        python3 - "$peer.json" "$peer" "$mode" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
-print(json.dumps({"peer": "project", "config": "2 psd x 2 workers, sync", "workers": 2, "ps": 2,
-                  "batch_per_worker": 256, "samples_per_sec": round(s["samples_per_sec"]),
+print(json.dumps({"peer": sys.argv[2], "config": "2 psd x 2 workers, " + sys.argv[3], "workers": 2,
+                  "ps": 2, "batch_per_worker": 256, "samples_per_sec": round(s["samples_per_sec"]),
                   "train_seconds": round(s["wall_seconds"], 1), "test_auc": round(s["test_auc"], 4),
                   "test_loss": round(s["test_loss"], 4)}))
 PY

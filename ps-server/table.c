@@ -18,6 +18,12 @@
 #define SKETCH_DEPTH 4
 #define SKETCH_WIDTH ((size_t)1 << 18) /* 4 x 256 Ki counters of 16 bits: 2 MiB */
 
+/* An index slot holds the id beside its row, so a probe reads one place. */
+typedef struct {
+    uint64_t id;
+    uint32_t row1; /* row + 1; 0: empty */
+} ix_entry;
+
 struct ps_table {
     ps_table_cfg cfg;
     size_t slot_floats, stride; /* floats per row: dim values, then the optimizer's state */
@@ -26,7 +32,7 @@ struct ps_table {
     uint32_t *prev, *next;
     size_t n, cap;
     uint32_t head, tail;
-    uint32_t *index; /* row + 1; 0: empty */
+    ix_entry *index; /* the id and its row + 1 (0: an empty slot) */
     size_t index_cap;
     uint16_t *sketch; /* count-min, when min_count > 1 */
     ps_table_counts st;
@@ -74,21 +80,42 @@ static size_t home(const ps_table *t, uint64_t id) {
 /* The index slot of id, or of the empty slot where it would go. */
 static size_t slot_of(const ps_table *t, uint64_t id) {
     size_t mask = t->index_cap - 1, i = home(t, id);
-    while (t->index[i] && t->ids[t->index[i] - 1] != id) i = (i + 1) & mask;
+    while (t->index[i].row1 && t->index[i].id != id) i = (i + 1) & mask;
     return i;
 }
 
 static long find(const ps_table *t, uint64_t id) {
-    uint32_t e = t->index[slot_of(t, id)];
+    uint32_t e = t->index[slot_of(t, id)].row1;
     return e ? (long)e - 1 : -1;
+}
+
+/* Lookups in batches of BATCH ids, in three passes so that their memory accesses
+ * overlap rather than wait one after another (a table far larger than the caches
+ * makes each one a trip to memory): the ids' home slots asked for, then the slots
+ * resolved to rows and the rows asked for, then the work. */
+#define BATCH 32
+
+static void find_batch(const ps_table *t, const uint64_t *ids, size_t n, long *rows) {
+    for (size_t k = 0; k < n; k++)
+        __builtin_prefetch(&t->index[home(t, ids[k])]);
+    for (size_t k = 0; k < n; k++) {
+        rows[k] = find(t, ids[k]);
+        if (rows[k] >= 0) {
+            __builtin_prefetch(t->data + (size_t)rows[k] * t->stride);
+            __builtin_prefetch(&t->last[rows[k]]);
+            __builtin_prefetch(&t->prev[rows[k]]);
+            __builtin_prefetch(&t->next[rows[k]]);
+        }
+    }
 }
 
 static int grow_index(ps_table *t) {
     size_t cap = t->index_cap * 2;
-    uint32_t *idx = calloc(cap, sizeof *idx), *old = t->index;
+    ix_entry *idx = calloc(cap, sizeof *idx), *old = t->index;
     if (!idx) return PS_ENOMEM;
     t->index = idx, t->index_cap = cap;
-    for (size_t r = 0; r < t->n; r++) t->index[slot_of(t, t->ids[r])] = (uint32_t)r + 1;
+    for (size_t r = 0; r < t->n; r++)
+        t->index[slot_of(t, t->ids[r])] = (ix_entry){t->ids[r], (uint32_t)r + 1};
     free(old);
     return PS_OK;
 }
@@ -130,13 +157,13 @@ static void index_delete(ps_table *t, uint64_t id) {
     size_t mask = t->index_cap - 1, i = slot_of(t, id), j = i;
     for (;;) {
         j = (j + 1) & mask;
-        if (!t->index[j]) break;
-        size_t k = home(t, t->ids[t->index[j] - 1]);
+        if (!t->index[j].row1) break;
+        size_t k = home(t, t->index[j].id);
         /* the entry at j may move to i unless its home lies cyclically in (i, j] */
         bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
         if (!stays) t->index[i] = t->index[j], i = j;
     }
-    t->index[i] = 0;
+    t->index[i] = (ix_entry){0, 0};
 }
 
 /* Removes row r; the last row takes its place. */
@@ -153,7 +180,7 @@ static void remove_row(ps_table *t, uint32_t r) {
         else t->head = r;
         if (t->next[r] != NONE) t->prev[t->next[r]] = r;
         else t->tail = r;
-        t->index[slot_of(t, t->ids[r])] = r + 1;
+        t->index[slot_of(t, t->ids[r])].row1 = r + 1;
     }
     t->n--;
     t->st.rows = t->n;
@@ -177,7 +204,7 @@ static long insert(ps_table *t, uint64_t id, uint64_t step) {
     ps_rows_initial(t->cfg.seed, t->cfg.key, id, t->cfg.init_lo, t->cfg.init_hi, row, t->cfg.dim);
     ps_row_opt_init(&t->cfg.opt, row + t->cfg.dim, t->cfg.dim);
     t->ids[r] = id, t->last[r] = step;
-    t->index[slot_of(t, id)] = r + 1;
+    t->index[slot_of(t, id)] = (ix_entry){id, r + 1};
     lru_append(t, r);
     t->st.admitted++;
     t->st.rows = t->n;
@@ -198,37 +225,51 @@ static uint32_t sketch_add(ps_table *t, uint64_t id) {
 
 void ps_table_pull(const ps_table *t, const uint64_t *ids, size_t n, float *out) {
     size_t dim = t->cfg.dim;
-    for (size_t i = 0; i < n; i++) {
-        long r = find(t, ids[i]);
-        if (r >= 0)
-            memcpy(out + i * dim, t->data + (size_t)r * t->stride, dim * sizeof *out);
-        else
-            ps_rows_initial(t->cfg.seed, t->cfg.key, ids[i], t->cfg.init_lo, t->cfg.init_hi,
-                            out + i * dim, dim);
+    long rows[BATCH];
+    for (size_t i0 = 0; i0 < n; i0 += BATCH) {
+        size_t m = n - i0 < BATCH ? n - i0 : BATCH;
+        find_batch(t, ids + i0, m, rows);
+        for (size_t k = 0; k < m; k++) {
+            size_t i = i0 + k;
+            if (rows[k] >= 0)
+                memcpy(out + i * dim, t->data + (size_t)rows[k] * t->stride, dim * sizeof *out);
+            else
+                ps_rows_initial(t->cfg.seed, t->cfg.key, ids[i], t->cfg.init_lo, t->cfg.init_hi,
+                                out + i * dim, dim);
+        }
     }
 }
 
 int ps_table_push(ps_table *t, const uint64_t *ids, size_t n, const float *grads, uint64_t step) {
     size_t dim = t->cfg.dim;
-    for (size_t i = 0; i < n; i++) {
-        long r = find(t, ids[i]);
-        if (r < 0) {
-            if (t->sketch && sketch_add(t, ids[i]) < t->cfg.min_count) {
-                t->st.dropped++;
-                continue;
-            }
-            r = insert(t, ids[i], step);
-            if (r == -2) return PS_ENOMEM;
+    long rows[BATCH];
+    for (size_t i0 = 0; i0 < n; i0 += BATCH) {
+        size_t m = n - i0 < BATCH ? n - i0 : BATCH;
+        find_batch(t, ids + i0, m, rows);
+        for (size_t k = 0; k < m; k++) {
+            size_t i = i0 + k;
+            /* a row found above may have moved since (an insert evicted, the last row
+             * took the evicted one's place) or been stored since (an id twice) */
+            long r = rows[k];
+            if (r < 0 || (size_t)r >= t->n || t->ids[r] != ids[i]) r = find(t, ids[i]);
             if (r < 0) {
-                t->st.dropped++;
-                continue;
+                if (t->sketch && sketch_add(t, ids[i]) < t->cfg.min_count) {
+                    t->st.dropped++;
+                    continue;
+                }
+                r = insert(t, ids[i], step);
+                if (r == -2) return PS_ENOMEM;
+                if (r < 0) {
+                    t->st.dropped++;
+                    continue;
+                }
             }
+            float *row = t->data + (size_t)r * t->stride;
+            ps_row_opt_apply(&t->cfg.opt, row, row + dim, grads + i * dim, dim, step);
+            t->last[r] = step;
+            lru_unlink(t, (uint32_t)r);
+            lru_append(t, (uint32_t)r);
         }
-        float *row = t->data + (size_t)r * t->stride;
-        ps_row_opt_apply(&t->cfg.opt, row, row + dim, grads + i * dim, dim, step);
-        t->last[r] = step;
-        lru_unlink(t, (uint32_t)r);
-        lru_append(t, (uint32_t)r);
     }
     return PS_OK;
 }
@@ -249,7 +290,7 @@ void ps_table_stats_get(const ps_table *t, ps_table_counts *s) {
     s->rows = t->n;
     s->bytes = (uint64_t)t->cap * (t->stride * sizeof(float) + 2 * sizeof(uint64_t) +
                                    2 * sizeof(uint32_t)) +
-               (uint64_t)t->index_cap * sizeof(uint32_t) +
+               (uint64_t)t->index_cap * sizeof(ix_entry) +
                (t->sketch ? SKETCH_DEPTH * SKETCH_WIDTH * sizeof(uint16_t) : 0);
 }
 
@@ -282,9 +323,10 @@ void ps_table_restore_counts(ps_table *t, const ps_table_counts *c) {
 
 size_t ps_table_row_bytes(const ps_table_cfg *cfg) {
     size_t stride = cfg->dim + ps_row_opt_slot_floats(cfg->opt.kind, cfg->dim);
-    /* values and state, id and last step, LRU links, and the index at <= 1/2 load */
+    /* values and state, id and last step, LRU links, and the index at <= 1/2 load (two
+     * slots a row, as much again while it doubles) */
     return stride * sizeof(float) + 2 * sizeof(uint64_t) + 2 * sizeof(uint32_t) +
-           4 * sizeof(uint32_t);
+           4 * sizeof(ix_entry);
 }
 
 void ps_table_bound(ps_table *t, size_t rows) {

@@ -1,6 +1,7 @@
 /* Training with the all-reduce strategies through real psctl/psworker processes:
  * - psctl local --strategy mirrored --workers 2 --epochs 2: the default MLP reaches
- *   test accuracy >= 0.85;
+ *   test accuracy >= 0.85 (under the sanitizers, whose build is unoptimised: on the
+ *   first 6000 samples, 47 steps an epoch, accuracy > 0.5);
  * - examples/fashion_cnn.json the same way, as test_train_cnn runs it: 2 epochs and
  *   >= 0.89 in the optimised build (0.8972 in 54 s here; 199 s with four test runs
  *   sharing the 2 cores), under the sanitizers its short run (20 steps per epoch,
@@ -59,9 +60,26 @@ START_TEST(mlp_mirrored_two_epochs) {
     char *dir = ps_test_mkdtemp();
     char summary[600];
     snprintf(summary, sizeof summary, "%s/summary.json", dir);
-    const char *args[] = {"psctl",     "local",    "--strategy", "mirrored",  "--workers",
-                          "2",         "--epochs", "2",          "--summary", summary,
-                          "--timeout", "400",      NULL};
+    const char *san = getenv("PS_SANITIZED");
+    int sanitized = san && strcmp(san, "1") == 0;
+    /* the sanitizer build's short run: the same job on the first 6000 samples (its
+     * accuracy bar is the optimised build's check) */
+    const char *args[] = {"psctl",
+                          "local",
+                          "--strategy",
+                          "mirrored",
+                          "--workers",
+                          "2",
+                          "--epochs",
+                          "2",
+                          "--summary",
+                          summary,
+                          "--timeout",
+                          "400",
+                          sanitized ? "--" : NULL,
+                          "--max-train",
+                          "6000",
+                          NULL};
     ps_test_run_result r;
     run_ok(args, 420, NULL, NULL, &r);
     ck_assert_msg(strstr(r.out, "[psd") == NULL, "a psd ran:\n%s", r.out);
@@ -71,8 +89,10 @@ START_TEST(mlp_mirrored_two_epochs) {
     printf("mirrored MLP: test accuracy %.4f, %.0f samples/s, %.0f steps, %.1f s\n", acc,
            num(j, "samples_per_sec"), num(j, "steps"), r.secs);
     ck_assert_int_eq((int)num(j, "epochs"), 2);
-    ck_assert_int_eq((int)num(j, "steps"), 938); /* 2 x ceil(30000 / 64) */
-    ck_assert_msg(acc >= 0.85, "mirrored MLP: test accuracy %.4f < 0.85", acc);
+    /* 2 x ceil(30000 / 64); sanitizers: 2 x ceil(3000 / 64) */
+    ck_assert_int_eq((int)num(j, "steps"), sanitized ? 94 : 938);
+    double min = sanitized ? 0.5 : 0.85;
+    ck_assert_msg(acc >= min, "mirrored MLP: test accuracy %.4f < %.2f", acc, min);
     cJSON_Delete(j);
     ps_test_run_free(&r);
     ps_test_rmdir(dir);

@@ -1,6 +1,11 @@
 /* Training through real psd and psworker processes on 127.0.0.1: one epoch of
  * Fashion-MNIST in sync and in async mode reaches an accuracy threshold, the
- * summary file is complete, and bad worker configuration fails clearly. */
+ * summary file is complete, and bad worker configuration fails clearly.
+ * Under the sanitizers (PS_SANITIZED=1: an unoptimised build) the four jobs that
+ * train to an accuracy bar (one epoch sync and async, the main job's two epochs sync
+ * and async) run the same processes on the first SAN_TRAIN samples and only have to
+ * beat chance by far (SAN_MIN_ACC): the optimised build of the suite checks their
+ * accuracy; this build checks the code paths. */
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -10,6 +15,15 @@
 
 #include "proc.h"
 #include "testutil.h"
+
+#define SAN_TRAIN "6000" /* 3000 a worker: ceil(3000 / 64) = 47 steps an epoch */
+#define SAN_STEPS 47
+#define SAN_MIN_ACC 0.5
+
+static int sanitized(void) {
+    const char *s = getenv("PS_SANITIZED");
+    return s && strcmp(s, "1") == 0;
+}
 
 /* Runs 2 psd + 2 workers for one epoch; returns the chief's summary (cJSON, caller frees). */
 static cJSON *run_job(const char *mode, const char *dir) {
@@ -24,11 +38,36 @@ static cJSON *run_job(const char *mode, const char *dir) {
     snprintf(summary, sizeof summary, "%s/summary-%s.json", dir, mode);
     snprintf(log0, sizeof log0, "%s/chief-%s.log", dir, mode);
     snprintf(log1, sizeof log1, "%s/worker1-%s.log", dir, mode);
-    const char *w0[] = {
-        getenv("PSWORKER"), "--ps", ps,          "--index", "0",         "--workers", "2",
-        "--epochs",         "1",    "--summary", summary,   "--timeout", "60",        NULL};
-    const char *w1[] = {getenv("PSWORKER"), "--ps", ps,          "--index", "1", "--workers", "2",
-                        "--epochs",         "1",    "--timeout", "60",      NULL};
+    const char *w0[] = {getenv("PSWORKER"),
+                        "--ps",
+                        ps,
+                        "--index",
+                        "0",
+                        "--workers",
+                        "2",
+                        "--epochs",
+                        "1",
+                        "--summary",
+                        summary,
+                        "--timeout",
+                        "60",
+                        sanitized() ? "--max-train" : NULL,
+                        SAN_TRAIN,
+                        NULL};
+    const char *w1[] = {getenv("PSWORKER"),
+                        "--ps",
+                        ps,
+                        "--index",
+                        "1",
+                        "--workers",
+                        "2",
+                        "--epochs",
+                        "1",
+                        "--timeout",
+                        "60",
+                        sanitized() ? "--max-train" : NULL,
+                        SAN_TRAIN,
+                        NULL};
     pid_t p0 = ps_test_spawn(w0, log0), p1 = ps_test_spawn(w1, log1);
     int s0 = ps_test_wait(p0, 120000), s1 = ps_test_wait(p1, 120000);
     if (s0 != 0 || s1 != 0) {
@@ -45,7 +84,8 @@ static cJSON *run_job(const char *mode, const char *dir) {
     cJSON *j = cJSON_Parse(text);
     ck_assert_ptr_nonnull(j);
     const char *out = ps_test_text(log0);
-    ck_assert_msg(strstr(out, "469/469 [") && strstr(out, "val_accuracy:"),
+    ck_assert_msg(strstr(out, sanitized() ? "47/47 [" : "469/469 [") &&
+                      strstr(out, "val_accuracy:"),
                   "no Keras-like progress line in the chief's output:\n%s", out);
     return j;
 }
@@ -58,8 +98,10 @@ static void check_summary(cJSON *j, const char *mode, double min_acc) {
     ck_assert_str_eq(cJSON_GetObjectItem(j, "mode")->valuestring, mode);
     ck_assert_int_eq(cJSON_GetObjectItem(j, "workers")->valueint, 2);
     ck_assert_int_eq(cJSON_GetObjectItem(j, "shards")->valueint, 2);
-    ck_assert_int_eq(cJSON_GetObjectItem(j, "steps")->valueint, 469); /* 30000 / 64, rounded up */
+    /* 30000 / 64, rounded up */
+    ck_assert_int_eq(cJSON_GetObjectItem(j, "steps")->valueint, sanitized() ? SAN_STEPS : 469);
     double acc = cJSON_GetObjectItem(j, "test_accuracy")->valuedouble;
+    if (sanitized()) min_acc = SAN_MIN_ACC;
     ck_assert_msg(acc >= min_acc, "%s: test accuracy %.4f < %.2f", mode, acc, min_acc);
     ck_assert(cJSON_GetObjectItem(j, "samples_per_sec")->valuedouble > 0);
 }
@@ -244,16 +286,31 @@ static double psctl_job(const char *mode) {
     char summary[600], log[600];
     snprintf(summary, sizeof summary, "%s/summary.json", dir);
     snprintf(log, sizeof log, "%s/psctl.log", dir);
-    const char *argv[] = {getenv("PSCTL"), "local", "--ps",     "2", "--workers", "2",
-                          "--mode",        mode,    "--epochs", "2", "--summary", summary,
-                          "--timeout",     "200",   NULL};
+    const char *argv[] = {getenv("PSCTL"),
+                          "local",
+                          "--ps",
+                          "2",
+                          "--workers",
+                          "2",
+                          "--mode",
+                          mode,
+                          "--epochs",
+                          "2",
+                          "--summary",
+                          summary,
+                          "--timeout",
+                          "200",
+                          sanitized() ? "--" : NULL,
+                          "--max-train",
+                          SAN_TRAIN,
+                          NULL};
     int st = ps_test_wait(ps_test_spawn(argv, log), 220000);
     if (st != 0) ps_test_dump(log);
     ck_assert_int_eq(st, 0);
     cJSON *j = cJSON_Parse(ps_test_text(summary));
     ck_assert_ptr_nonnull(j);
     ck_assert_int_eq(cJSON_GetObjectItem(j, "epochs")->valueint, 2);
-    ck_assert_int_eq(cJSON_GetObjectItem(j, "steps")->valueint, 938);
+    ck_assert_int_eq(cJSON_GetObjectItem(j, "steps")->valueint, sanitized() ? 2 * SAN_STEPS : 938);
     double acc = cJSON_GetObjectItem(j, "test_accuracy")->valuedouble;
     cJSON_Delete(j);
     ps_test_rmdir(dir);
@@ -264,7 +321,8 @@ static double psctl_job(const char *mode) {
 START_TEST(main_job_sync_two_epochs) {
     /* sync with the default seed is deterministic (two workers' sums commute exactly) */
     double acc = psctl_job("sync");
-    ck_assert_msg(acc >= 0.85, "sync main job: test accuracy %.4f < 0.85", acc);
+    double min = sanitized() ? SAN_MIN_ACC : 0.85;
+    ck_assert_msg(acc >= min, "sync main job: test accuracy %.4f < %.2f", acc, min);
 }
 END_TEST
 
@@ -273,7 +331,8 @@ START_TEST(main_job_async_two_epochs) {
      * 0.8387 under the sanitizer build on a loaded machine (staler pushes); the floor
      * leaves room for that spread (chance is 0.1) */
     double acc = psctl_job("async");
-    ck_assert_msg(acc >= 0.82, "async main job: test accuracy %.4f < 0.82", acc);
+    double min = sanitized() ? SAN_MIN_ACC : 0.82;
+    ck_assert_msg(acc >= min, "async main job: test accuracy %.4f < %.2f", acc, min);
 }
 END_TEST
 

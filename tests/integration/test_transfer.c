@@ -81,7 +81,9 @@ static double accuracy_of(const char *tag) {
     return a;
 }
 
-static void setup(void) {
+/* The base is trained once, before the tests (an unchecked fixture: in the runner's
+ * process; Check forks each test from it), and each test starts from the same files. */
+static void setup_once(void) {
     ps_test_children_die_with_me();
     dir = ps_test_mkdtemp();
     write_file("base.json", base_spec);
@@ -96,10 +98,15 @@ static void setup(void) {
     ck_assert_uint_eq(nbase, BASE_FROZEN + HEAD_FLOATS);
 }
 
-static void teardown(void) {
+static void teardown_once(void) {
     free(base);
     ps_test_rmdir(dir);
     free(dir);
+}
+
+/* each test's processes die with its own (forked) process */
+static void setup(void) {
+    ps_test_children_die_with_me();
 }
 
 /* Trains the new head on the frozen base; returns the saved variables. */
@@ -176,7 +183,8 @@ int main(void) {
     Suite *s = suite_create("transfer");
     TCase *tc = tcase_create("transfer");
     tcase_set_timeout(tc, 400);
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_unchecked_fixture(tc, setup_once, teardown_once);
+    tcase_add_checked_fixture(tc, setup, NULL);
     tcase_add_test(tc, frozen_base_through_psd);
     tcase_add_test(tc, frozen_base_mirrored);
     tcase_add_test(tc, fine_tuning_unfreezes_the_top);
