@@ -180,7 +180,7 @@ else
     elif run mf timeout 300 "$psctl" local --ps 2 --workers 2 --mode sync \
             --model "$root/examples/movielens_mf.json" --data ml/movielens_100k.json \
             -- --epochs 5 --validation-split 0.1 --progress plain --history mf_history.json; then
-        has mf "created table user_embedding [fixed, dim 8] with lazy_adam"
+        has mf "created table user_embedding [fixed, dim 32] with lazy_adam"
         # float targets: the History names the error rmse, as the progress line does
         if python3 -c 'import json, sys; h = json.load(open(sys.argv[1])); assert sorted(h) == ["loss", "rmse", "val_loss", "val_rmse"], sorted(h)' mf_history.json; then
             echo "ok: MovieLens History: loss, rmse, val_loss, val_rmse"
