@@ -37,6 +37,7 @@ struct ps_table {
     uint16_t *sketch; /* count-min, when min_count > 1 */
     ps_table_counts st;
     size_t limit; /* rows stored at most: cfg.max_rows and psd's memory bound (0: none) */
+    uint64_t moves; /* rows removed so far (each moves the last row into its place) */
 };
 
 static uint64_t mix(uint64_t z) {
@@ -168,6 +169,7 @@ static void index_delete(ps_table *t, uint64_t id) {
 
 /* Removes row r; the last row takes its place. */
 static void remove_row(ps_table *t, uint32_t r) {
+    t->moves++;
     index_delete(t, t->ids[r]);
     lru_unlink(t, r);
     uint32_t l = (uint32_t)t->n - 1;
@@ -245,13 +247,15 @@ int ps_table_push(ps_table *t, const uint64_t *ids, size_t n, const float *grads
     long rows[BATCH];
     for (size_t i0 = 0; i0 < n; i0 += BATCH) {
         size_t m = n - i0 < BATCH ? n - i0 : BATCH;
+        uint64_t moves = t->moves;
         find_batch(t, ids + i0, m, rows);
         for (size_t k = 0; k < m; k++) {
             size_t i = i0 + k;
-            /* a row found above may have moved since (an insert evicted, the last row
-             * took the evicted one's place) or been stored since (an id twice) */
+            /* a row found above may have moved since (an insert evicted: the last row
+             * took the evicted one's place), one not found been stored since (an id
+             * twice): look again (the slot is in the cache by now) */
             long r = rows[k];
-            if (r < 0 || (size_t)r >= t->n || t->ids[r] != ids[i]) r = find(t, ids[i]);
+            if (r < 0 || t->moves != moves) r = find(t, ids[i]);
             if (r < 0) {
                 if (t->sketch && sketch_add(t, ids[i]) < t->cfg.min_count) {
                     t->st.dropped++;
