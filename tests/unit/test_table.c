@@ -9,6 +9,7 @@
  * cap evicts the same rows as the original. */
 #include <check.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -194,6 +195,62 @@ START_TEST(random_run_matches_a_reference) {
 }
 END_TEST
 
+START_TEST(batched_pushes_match_a_reference) {
+    /* pushes of 48 distinct ids at a time at the cap: the lookups run in batches ahead of
+     * the updates, and an eviction in the middle moves a row an earlier lookup found */
+    enum { B = 48, CAP = 40 };
+    ps_table_cfg cfg = sgd_cfg();
+    cfg.max_rows = CAP;
+    ps_table *t;
+    ck_assert_int_eq(ps_table_new(&cfg, &t), PS_OK);
+    ref_row *ref = calloc(CAP, sizeof *ref);
+    int n = 0;
+    uint64_t rng = 7, order = 0;
+    for (uint64_t step = 1; step <= 300; step++) {
+        uint64_t ids[B];
+        float g[B * DIM];
+        for (int b = 0; b < B;) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            uint64_t id = (rng % 90) * 0x100000001ull;
+            bool dup = false;
+            for (int c = 0; c < b; c++) dup = dup || ids[c] == id;
+            if (dup) continue;
+            ids[b] = id;
+            for (int k = 0; k < DIM; k++) g[b * DIM + k] = (float)((rng >> (8 * k)) & 7) - 3.5f;
+            b++;
+        }
+        ck_assert_int_eq(ps_table_push(t, ids, B, g, step), PS_OK);
+        for (int b = 0; b < B; b++) {
+            int i = ref_find(ref, n, ids[b]);
+            if (i < 0) {
+                if (n == CAP) {
+                    int old = 0;
+                    for (int j = 1; j < n; j++)
+                        if (ref[j].order < ref[old].order) old = j;
+                    ref[old] = ref[--n];
+                }
+                i = n++;
+                ref[i].id = ids[b];
+                initial(ids[b], ref[i].w);
+            }
+            for (int k = 0; k < DIM; k++) ref[i].w[k] -= 0.5f * g[b * DIM + k];
+            ref[i].last = step, ref[i].order = ++order;
+        }
+    }
+    for (uint64_t v = 0; v < 90; v++) {
+        uint64_t id = v * 0x100000001ull;
+        float out[DIM], want[DIM];
+        ps_table_pull(t, &id, 1, out);
+        int i = ref_find(ref, n, id);
+        if (i >= 0) memcpy(want, ref[i].w, sizeof want);
+        else initial(id, want);
+        ck_assert_msg(memcmp(out, want, sizeof want) == 0, "id %llu", (unsigned long long)v);
+    }
+    free(ref);
+    ps_table_free(t);
+}
+END_TEST
+
 static void copy_row(void *ctx, uint64_t id, const float *row, const float *slots,
                      uint64_t last) {
     ck_assert_int_eq(ps_table_restore_row(ctx, id, row, slots, last), PS_OK);
@@ -298,6 +355,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, frequency_threshold);
     tcase_add_test(tc, ttl_and_caps);
     tcase_add_test(tc, random_run_matches_a_reference);
+    tcase_add_test(tc, batched_pushes_match_a_reference);
     tcase_add_test(tc, visit_and_restore);
     tcase_add_test(tc, restored_table_evicts_the_same_rows);
     suite_add_tcase(s, tc);
