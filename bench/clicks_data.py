@@ -246,6 +246,17 @@ def prepare(train_path, test_path, log=None):
     return p
 
 
+def add_common_args(ap, workers_help):
+    """The arguments every peer takes: the files, epochs, batch, rate, seed, workers."""
+    ap.add_argument("--train", required=True, help="training TSV (psctl data synth-clicks)")
+    ap.add_argument("--test", required=True, help="test TSV")
+    ap.add_argument("--epochs", type=int, default=1, help="passes over the training rows (1)")
+    ap.add_argument("--batch", type=int, default=256, help="rows per step and worker (256)")
+    ap.add_argument("--lr", type=float, default=0.05, help="Adagrad learning rate (0.05)")
+    ap.add_argument("--seed", type=int, default=1, help="init and shuffle seed (1)")
+    ap.add_argument("--workers", type=int, default=2, help=workers_help)
+
+
 def shard(n, workers, w):
     """The training rows worker w of `workers` owns."""
     return np.arange(w, n, workers, dtype=np.int64)

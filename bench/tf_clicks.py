@@ -69,14 +69,8 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  epilog=__doc__.split("\n", 2)[2],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--train", required=True, help="training TSV (psctl data synth-clicks)")
-    ap.add_argument("--test", required=True, help="test TSV")
+    clicks_data.add_common_args(ap, "ps: worker processes (2)")
     ap.add_argument("--config", choices=["ps", "single"], default="ps")
-    ap.add_argument("--epochs", type=int, default=1, help="passes over the training rows (1)")
-    ap.add_argument("--batch", type=int, default=256, help="rows per step and worker (256)")
-    ap.add_argument("--lr", type=float, default=0.05, help="Adagrad learning rate (0.05)")
-    ap.add_argument("--seed", type=int, default=1, help="init and shuffle seed (1)")
-    ap.add_argument("--workers", type=int, default=2, help="ps: worker processes (2)")
     ap.add_argument("--ps", type=int, default=2, help="ps: parameter server processes (2)")
     ap.add_argument("--partition", choices=["embedding", "all"], default="embedding",
                     help="ps: FixedShardsPartitioner(--ps) on the embedding only (default) "

@@ -22,23 +22,28 @@ static int reserve(ps_auc *a, size_t n) {
     return PS_OK;
 }
 
-int ps_auc_add(ps_auc *a, const float *score, const int32_t *label, size_t n) {
-    int rc = reserve(a, n);
-    if (rc != PS_OK) return rc;
+/* Appends n scores; the labels' n places are left to the caller (NULL: no memory). */
+static unsigned char *append(ps_auc *a, const float *score, size_t n) {
+    if (reserve(a, n) != PS_OK) return NULL;
     memcpy(a->score + a->n, score, n * sizeof *score);
-    for (size_t i = 0; i < n; i++)
-        a->label[a->n + i] = label[i] != 0;
+    unsigned char *l = a->label + a->n;
     a->n += n;
+    return l;
+}
+
+int ps_auc_add(ps_auc *a, const float *score, const int32_t *label, size_t n) {
+    unsigned char *l = append(a, score, n);
+    if (!l) return PS_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        l[i] = label[i] != 0;
     return PS_OK;
 }
 
 int ps_auc_add_f(ps_auc *a, const float *score, const float *label, size_t n) {
-    int rc = reserve(a, n);
-    if (rc != PS_OK) return rc;
-    memcpy(a->score + a->n, score, n * sizeof *score);
+    unsigned char *l = append(a, score, n);
+    if (!l) return PS_ENOMEM;
     for (size_t i = 0; i < n; i++)
-        a->label[a->n + i] = label[i] > 0.5f;
-    a->n += n;
+        l[i] = label[i] > 0.5f;
     return PS_OK;
 }
 

@@ -442,11 +442,13 @@ int ps_input_evaluate(ps_input *in, ps_model *m, ps_input_set set, ps_input_rows
         if (in->test.n)
             rc = eval_batch(m, in->test.x, in->test.y, NULL, in->test.n, &out, &out_cap, auc,
                             &sum, &sq, &hits);
+        if (rc != PS_OK) snprintf(err, errlen, "evaluation failed: %s", ps_strerror(rc));
         r->n = in->test.n;
     } else {
         ps_pipeline *pl = set == PS_INPUT_TEST ? in->test_pl : in->val_pl;
         bool full = in->train_src && (in->train_src->n_ids || in->train_src->float_target);
         rc = ps_pipeline_start_epoch(pl, 0, 0);
+        if (rc != PS_OK) snprintf(err, errlen, "evaluation: the input pipeline: %s", ps_strerror(rc));
         while (rc == PS_OK) {
             ps_pipeline_batch b;
             rc = ps_pipeline_next_batch(pl, &b, err, errlen);
@@ -457,10 +459,10 @@ int ps_input_evaluate(ps_input *in, ps_model *m, ps_input_set set, ps_input_rows
             targets = full && b.float_targets;
             rc = eval_batch(m, x, b.y, targets ? b.targets : NULL, b.nb, &out, &out_cap, auc,
                             &sum, &sq, &hits);
+            if (rc != PS_OK) snprintf(err, errlen, "evaluation failed: %s", ps_strerror(rc));
             r->n += b.nb;
         }
     }
-    if (rc != PS_OK && !err[0]) snprintf(err, errlen, "evaluation failed: %s", ps_strerror(rc));
     if (rc == PS_OK && r->n) {
         r->loss = (float)(sum / (double)r->n);
         r->acc = targets ? sqrt(sq / ((double)r->n * (double)ps_model_output_dim(m)))

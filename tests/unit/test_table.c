@@ -141,6 +141,26 @@ static int ref_find(ref_row *r, int n, uint64_t id) {
     return -1;
 }
 
+/* The reference's push of id at step: a new row at the cap evicts the least recently
+ * pushed; SGD with rate 0.5. */
+static void ref_push(ref_row *ref, int *n, int cap, uint64_t id, const float *g, uint64_t step,
+                     uint64_t *order) {
+    int i = ref_find(ref, *n, id);
+    if (i < 0) {
+        if (*n == cap) {
+            int old = 0;
+            for (int j = 1; j < *n; j++)
+                if (ref[j].order < ref[old].order) old = j;
+            ref[old] = ref[--*n];
+        }
+        i = (*n)++;
+        ref[i].id = id;
+        initial(id, ref[i].w);
+    }
+    for (int k = 0; k < DIM; k++) ref[i].w[k] -= 0.5f * g[k];
+    ref[i].last = step, ref[i].order = ++*order;
+}
+
 START_TEST(random_run_matches_a_reference) {
     ps_table_cfg cfg = sgd_cfg();
     cfg.max_rows = 64;
@@ -156,20 +176,7 @@ START_TEST(random_run_matches_a_reference) {
         float g[DIM];
         for (int k = 0; k < DIM; k++) g[k] = (float)((rng >> (8 * k)) & 7) - 3.5f;
         ck_assert_int_eq(ps_table_push(t, &id, 1, g, step), PS_OK);
-        int i = ref_find(ref, n, id);
-        if (i < 0) {
-            if (n == 64) { /* evict the least recently pushed */
-                int old = 0;
-                for (int j = 1; j < n; j++)
-                    if (ref[j].order < ref[old].order) old = j;
-                ref[old] = ref[--n];
-            }
-            i = n++;
-            ref[i].id = id;
-            initial(id, ref[i].w);
-        }
-        for (int k = 0; k < DIM; k++) ref[i].w[k] -= 0.5f * g[k];
-        ref[i].last = step, ref[i].order = ++order;
+        ref_push(ref, &n, 64, id, g, step, &order);
         if (step % 50 == 0) {
             size_t gone = ps_table_expire(t, step), want = 0;
             for (int j = 0; j < n;)
@@ -220,22 +227,8 @@ START_TEST(batched_pushes_match_a_reference) {
             b++;
         }
         ck_assert_int_eq(ps_table_push(t, ids, B, g, step), PS_OK);
-        for (int b = 0; b < B; b++) {
-            int i = ref_find(ref, n, ids[b]);
-            if (i < 0) {
-                if (n == CAP) {
-                    int old = 0;
-                    for (int j = 1; j < n; j++)
-                        if (ref[j].order < ref[old].order) old = j;
-                    ref[old] = ref[--n];
-                }
-                i = n++;
-                ref[i].id = ids[b];
-                initial(ids[b], ref[i].w);
-            }
-            for (int k = 0; k < DIM; k++) ref[i].w[k] -= 0.5f * g[b * DIM + k];
-            ref[i].last = step, ref[i].order = ++order;
-        }
+        for (int b = 0; b < B; b++)
+            ref_push(ref, &n, CAP, ids[b], g + b * DIM, step, &order);
     }
     for (uint64_t v = 0; v < 90; v++) {
         uint64_t id = v * 0x100000001ull;
