@@ -22,7 +22,7 @@ struct ps_ckpt_snapshot {
     char **names;
     uint64_t *shapes;   /* [nv][PS_WIRE_MAX_RANK] */
     float **slots;      /* [nv][PS_OPT_MAX_SLOTS] */
-    ps_payload *values; /* [nv]: the references on the values */
+    const float **values; /* [nv]: the references on the values (ps_var_share) */
     size_t nt;
     ps_ckpt_table_copy *tables; /* [nt] */
     uint64_t bytes;             /* copied */
@@ -34,8 +34,7 @@ void ps_ckpt_snapshot_free(ps_ckpt_snapshot *s) {
         free(s->names[i]);
         for (int k = 0; k < PS_OPT_MAX_SLOTS; k++)
             free(s->slots[i * PS_OPT_MAX_SLOTS + k]);
-        if (s->values[i].free_fn)
-            s->values[i].free_fn((void *)s->values[i].data, s->values[i].hint);
+        if (s->values[i]) ps_var_unshare((void *)s->values[i], NULL);
     }
     for (size_t i = 0; i < s->nt; i++)
         ps_ckpt_table_copy_free(&s->tables[i]);
@@ -57,12 +56,12 @@ static int copy_var(ps_ckpt_snapshot *s, size_t i, const ps_var *v) {
         memcpy(slots[k], v->slots[k], v->numel * sizeof(float));
         s->bytes += v->numel * sizeof(float);
     }
-    ps_var_share(v, &s->values[i]);
+    s->values[i] = ps_var_share(v);
     s->vars[i] = (ps_ckpt_var){.name = s->names[i],
                                .rank = v->rank,
                                .shape = shape,
                                .numel = v->numel,
-                               .w = s->values[i].data,
+                               .w = s->values[i],
                                .slots = (const float *const *)slots,
                                .opt = v->opt,
                                .updates = v->updates};
@@ -157,14 +156,9 @@ static int load_store(ps_store *st, ps_tf_file *f, const ps_ckpt_loaded_var *var
             snprintf(why, whylen, "variable '%s' appears twice", lv->name);
             return PS_EFORMAT;
         }
-        Ps__TensorMeta meta = PS__TENSOR_META__INIT;
-        meta.name = (char *)lv->name;
-        meta.dtype = PS__DTYPE__DT_F32;
-        meta.n_shape = lv->rank;
-        meta.shape = (uint64_t *)lv->shape;
         ps_var *v;
         ps_tf_owned *t = &f->t[lv->tensor];
-        if (ps_store_create(st, &meta, t->data, &lv->opt, &v) != PS_OK) {
+        if (ps_store_create(st, lv->name, lv->rank, lv->shape, t->data, &lv->opt, &v) != PS_OK) {
             snprintf(why, whylen, "out of memory");
             return PS_ENOMEM;
         }

@@ -96,7 +96,7 @@ int ps__handle_create_vars(ps_server *s, ps_request *r, char *err, size_t errlen
             }
         }
         const ps_var *v = ps_store_find(&s->store, m->name);
-        if (v && !ps_var_same_shape(v, m)) {
+        if (v && !ps_var_same_shape(v, m->n_shape, m->shape)) {
             snprintf(err, errlen, "variable '%s' exists with a different shape", m->name);
             return PS_EEXIST;
         }
@@ -131,7 +131,8 @@ int ps__handle_create_vars(ps_server *s, ps_request *r, char *err, size_t errlen
         const float *init = ps_frame_floats(&r->payloads[i], &s->scratch, &s->scratch_cap);
         ps_opt_spec opt = ps_opt_spec_from_proto(cv->optimizers[i]);
         ps_var *v;
-        rc = init ? ps_store_create(&s->store, m, init, &opt, &v) : PS_ENOMEM;
+        rc = init ? ps_store_create(&s->store, m->name, m->n_shape, m->shape, init, &opt, &v)
+                  : PS_ENOMEM;
         if (rc == PS_OK) {
             created[i] = 1;
             char d[400];
@@ -188,7 +189,7 @@ static int reply_values(ps_server *s, const void *identity, size_t identity_len,
             shape[d] = (size_t)v->shape[d];
         ps_tensor_meta_f32(&metas[i], v->name, shape, v->rank, shapes + i * PS_WIRE_MAX_RANK);
         mptrs[i] = &metas[i];
-        ps_var_share(v, &pl[i]);
+        pl[i] = (ps_payload){ps_var_share(v), v->numel * sizeof(float), ps_var_unshare, NULL};
     }
     if (rc == PS_OK) {
         Ps__Header out = PS__HEADER__INIT;
@@ -347,7 +348,7 @@ static int check_grads(ps_server *s, const Ps__Push *p, ps_request *r, const flo
             snprintf(err, errlen, "no variable named '%.200s' on shard %ld", m->name, s->cfg.shard);
             return PS_ENOENT;
         }
-        if (!ps_var_same_shape(v, m)) {
+        if (!ps_var_same_shape(v, m->n_shape, m->shape)) {
             snprintf(err, errlen, "gradient for '%s' has the wrong shape", m->name);
             return PS_ESHAPE;
         }

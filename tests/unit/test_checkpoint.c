@@ -23,18 +23,13 @@
  * its slots and update count are not at their initial values. */
 static void add_var(ps_store *st, const char *name, size_t rank, const uint64_t *shape,
                     ps_opt_spec spec, int steps, uint64_t seed) {
-    Ps__TensorMeta meta = PS__TENSOR_META__INIT;
-    uint64_t sh[PS_WIRE_MAX_RANK];
-    memcpy(sh, shape, rank * sizeof *sh);
-    meta.name = (char *)name;
-    meta.dtype = PS__DTYPE__DT_F32;
-    meta.n_shape = rank;
-    meta.shape = sh;
-    size_t numel = ps_tensor_numel(&meta);
+    size_t numel = 1;
+    for (size_t d = 0; d < rank; d++)
+        numel *= (size_t)shape[d];
     float *init = malloc(numel * sizeof(float)), *g = malloc(numel * sizeof(float));
     ps_test_fill_uniform(init, numel, seed, -1, 1);
     ps_var *v;
-    ck_assert_int_eq(ps_store_create(st, &meta, init, &spec, &v), PS_OK);
+    ck_assert_int_eq(ps_store_create(st, name, rank, shape, init, &spec, &v), PS_OK);
     for (int s = 0; s < steps; s++) {
         ps_test_fill_uniform(g, numel, seed * 100 + (uint64_t)s, -0.5f, 0.5f);
         ps_var_apply(v, g);

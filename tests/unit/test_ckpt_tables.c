@@ -107,17 +107,12 @@ static void build_tables(ps_tables *ts, int rounds) {
 
 static void build_store(ps_store *st) {
     ps_store_init(st);
-    Ps__TensorMeta meta = PS__TENSOR_META__INIT;
     uint64_t shape[1] = {6};
-    meta.name = "dense";
-    meta.dtype = PS__DTYPE__DT_F32;
-    meta.n_shape = 1;
-    meta.shape = shape;
     float init[6], g[6];
     ps_test_fill_uniform(init, 6, 9, -1, 1);
     ps_var *v;
     ps_opt_spec adam = ps_opt_spec_default(PS_OPT_ADAM);
-    ck_assert_int_eq(ps_store_create(st, &meta, init, &adam, &v), PS_OK);
+    ck_assert_int_eq(ps_store_create(st, "dense", 1, shape, init, &adam, &v), PS_OK);
     ps_test_fill_uniform(g, 6, 10, -1, 1);
     ck_assert_int_eq(ps_var_apply(v, g), PS_OK);
 }

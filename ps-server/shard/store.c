@@ -45,15 +45,14 @@ static void wbuf_release(float *w) {
     if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) free(b);
 }
 
-/* ZeroMQ's free function for a zero-copy reply frame (runs on its I/O thread). */
-static void wbuf_frame_done(void *data, void *hint) {
+void ps_var_unshare(void *values, void *hint) {
     (void)hint;
-    wbuf_release(data);
+    wbuf_release(values);
 }
 
-void ps_var_share(const ps_var *v, ps_payload *out) {
+const float *ps_var_share(const ps_var *v) {
     atomic_fetch_add_explicit(&wbuf_of(v->w)->refs, 1, memory_order_relaxed);
-    *out = (ps_payload){v->w, v->numel * sizeof(float), wbuf_frame_done, NULL};
+    return v->w;
 }
 
 int ps_var_writable(ps_var *v) {
@@ -120,8 +119,8 @@ static int index_grow(ps_store *s) {
     return PS_OK;
 }
 
-int ps_store_create(ps_store *s, const Ps__TensorMeta *meta, const float *init,
-                    const ps_opt_spec *opt, ps_var **out) {
+int ps_store_create(ps_store *s, const char *name, size_t rank, const uint64_t *shape,
+                    const float *init, const ps_opt_spec *opt, ps_var **out) {
     if ((s->n + 1) * 2 > s->index_cap && index_grow(s) != PS_OK) return PS_ENOMEM;
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 16;
@@ -132,10 +131,12 @@ int ps_store_create(ps_store *s, const Ps__TensorMeta *meta, const float *init,
     }
     ps_var *v = calloc(1, sizeof *v);
     if (!v) return PS_ENOMEM;
-    v->name = strdup(meta->name);
-    v->rank = meta->n_shape;
-    memcpy(v->shape, meta->shape, meta->n_shape * sizeof(uint64_t));
-    v->numel = ps_tensor_numel(meta);
+    v->name = strdup(name);
+    v->rank = rank;
+    memcpy(v->shape, shape, rank * sizeof(uint64_t));
+    v->numel = 1;
+    for (size_t d = 0; d < rank; d++)
+        v->numel *= (size_t)shape[d];
     v->opt = *opt;
     v->w = wbuf_alloc(v->numel);
     int ok = v->name && v->w;
@@ -160,9 +161,9 @@ int ps_store_create(ps_store *s, const Ps__TensorMeta *meta, const float *init,
     return PS_OK;
 }
 
-int ps_var_same_shape(const ps_var *v, const Ps__TensorMeta *meta) {
-    if (meta->n_shape != v->rank) return 0;
-    return memcmp(meta->shape, v->shape, v->rank * sizeof(uint64_t)) == 0;
+int ps_var_same_shape(const ps_var *v, size_t rank, const uint64_t *shape) {
+    if (rank != v->rank) return 0;
+    return memcmp(shape, v->shape, v->rank * sizeof(uint64_t)) == 0;
 }
 
 int ps_var_apply(ps_var *v, const float *g) {

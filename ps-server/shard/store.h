@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "optim_spec.h"
-#include "wire.h"
+#include "var_limits.h"
 
 typedef struct {
     char *name; /* owned */
@@ -37,14 +37,16 @@ void ps_store_free(ps_store *s);
 ps_var *ps_store_find(const ps_store *s, const char *name);
 /* Creates a variable with initial values (copied) and its optimizer. The name is
  * copied. Returns PS_OK or PS_ENOMEM; the caller checked the name is new. */
-int ps_store_create(ps_store *s, const Ps__TensorMeta *meta, const float *init,
-                    const ps_opt_spec *opt, ps_var **out);
+int ps_store_create(ps_store *s, const char *name, size_t rank, const uint64_t *shape,
+                    const float *init, const ps_opt_spec *opt, ps_var **out);
 /* 1 when the variable has exactly this shape, else 0. */
-int ps_var_same_shape(const ps_var *v, const Ps__TensorMeta *meta);
-/* A zero-copy payload of the variable's current values for a reply: takes a
- * reference on the value block, which ZeroMQ drops once the frame is sent.
- * Later updates do not change what the reply sends. */
-void ps_var_share(const ps_var *v, ps_payload *out);
+int ps_var_same_shape(const ps_var *v, size_t rank, const uint64_t *shape);
+/* The variable's current values (numel floats) with a reference taken on their
+ * block, for a zero-copy reply: later updates do not change what it reads. The
+ * holder drops the reference with ps_var_unshare(values, NULL), from any thread
+ * (its signature is a ZeroMQ free function's). */
+const float *ps_var_share(const ps_var *v);
+void ps_var_unshare(void *values, void *hint);
 /* Makes v->w safe to write: in place when no reply holds it, else a fresh
  * copy (copy-on-write). PS_OK or PS_ENOMEM. Every writer of v->w calls it. */
 int ps_var_writable(ps_var *v);
