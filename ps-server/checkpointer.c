@@ -61,7 +61,7 @@ int ps__ckpt_restore(ps_server *s, char *err, size_t errlen) {
                  s->cfg.num_shards);
         return PS_EINVAL;
     }
-    s->version = m.version;
+    s->step.version = m.version;
     s->stats.updates_applied = m.updates_applied;
     s->ckpt_version = m.version;
     s->ckpt_ns = ps__now_ns();
@@ -76,7 +76,7 @@ static void meta_now(const ps_server *s, ps_ckpt_meta *m) {
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     *m = (ps_ckpt_meta){
-        .version = s->version,
+        .version = s->step.version,
         .updates_applied = s->stats.updates_applied,
         .shard = (uint64_t)s->cfg.shard,
         .num_shards = (uint64_t)s->cfg.num_shards,
@@ -274,7 +274,7 @@ int ps__ckpt_request(ps_server *s, const ps_request *r, char *err, size_t errlen
 void ps__ckpt_periodic(ps_server *s) {
     /* a write in flight: the next tick. Nothing new: neither the version moved nor a
      * push was applied (async row pushes do not move the version) */
-    if (s->ckpt_job || (s->ckpt_ns && s->ckpt_version == s->version &&
+    if (s->ckpt_job || (s->ckpt_ns && s->ckpt_version == s->step.version &&
                         s->ckpt_pushes == s->stats.pushes_applied))
         return;
     char err[512];

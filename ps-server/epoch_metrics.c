@@ -119,7 +119,7 @@ int ps__handle_query_metrics(ps_server *s, ps_request *r, char *err, size_t errl
     rep.epoch = epoch;
     for (size_t w = 0; w < n; w++) {
         int has = row && row[w].has;
-        if (has || s->members[w].live) rep.expected++;
+        if (has || ps_members_live(&s->members, w)) rep.expected++;
         if (!has) continue;
         Ps__WorkerMetrics *e = &wm[rep.reported];
         ps__worker_metrics__init(e);

@@ -39,13 +39,13 @@ int ps__handle_hello(ps_server *s, ps_request *r, char *err, size_t errlen) {
     w.shard_index = (uint32_t)s->cfg.shard;
     w.num_shards = (uint32_t)s->cfg.num_shards;
     w.mode = s->cfg.mode == PS_MODE_ASYNC ? PS__MODE__MODE_ASYNC : PS__MODE__MODE_SYNC;
-    w.version = s->version;
+    w.version = s->step.version;
     w.num_workers = (uint32_t)s->cfg.workers;
     w.num_vars = (uint32_t)s->store.n;
     long hb = s->cfg.worker_timeout_ms / 4;
     w.heartbeat_ms = (uint32_t)(hb < 50 ? 50 : hb);
     w.incarnation = s->incarnation;
-    w.worker_clock = s->members[h->worker_index].clock;
+    w.worker_clock = s->members.m[h->worker_index].clock;
     w.job_id = s->job_id;
     out.body_case = PS__HEADER__BODY_WELCOME;
     out.welcome = &w;
@@ -149,7 +149,7 @@ int ps__handle_create_vars(ps_server *s, ps_request *r, char *err, size_t errlen
         Ps__CreateVarsReply rep = PS__CREATE_VARS_REPLY__INIT;
         rep.created = created;
         rep.n_created = cv->n_vars;
-        rep.version = s->version;
+        rep.version = s->step.version;
         out.body_case = PS__HEADER__BODY_CREATE_VARS_REPLY;
         out.create_vars_reply = &rep;
         ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
@@ -198,12 +198,12 @@ static int reply_values(ps_server *s, const void *identity, size_t identity_len,
         Ps__PushPullReply pprep = PS__PUSH_PULL_REPLY__INIT;
         rep.tensors = mptrs;
         rep.n_tensors = n;
-        rep.version = s->version;
+        rep.version = s->step.version;
         if (!push_pull) {
             out.body_case = PS__HEADER__BODY_PULL_REPLY;
             out.pull_reply = &rep;
         } else {
-            prep.version = s->version;
+            prep.version = s->step.version;
             prep.applied = applied;
             prep.dropped = dropped;
             pprep.push = &prep;
@@ -226,7 +226,7 @@ static int reply_values(ps_server *s, const void *identity, size_t identity_len,
 static int answer_or_defer(ps_server *s, ps_request *r, uint64_t min_version, int has_worker,
                            uint64_t clock, int applied, int dropped, char *err, size_t errlen) {
     int gate_open = ps__staleness_allows(s, has_worker, clock);
-    if (min_version <= s->version && gate_open) {
+    if (min_version <= s->step.version && gate_open) {
         size_t n = want_count(r->hdr);
         ps_var **vars = malloc((n ? n : 1) * sizeof *vars);
         if (!vars) return PS_ENOMEM;
@@ -241,11 +241,11 @@ static int answer_or_defer(ps_server *s, ps_request *r, uint64_t min_version, in
     if (!gate_open) s->stats.staleness_waits++;
     /* sync: only the open step's result can be waited for; async: any future
      * version (pushes keep arriving; the client bounds the wait) */
-    if (s->cfg.mode == PS_MODE_SYNC && min_version > s->version + 1) {
+    if (s->cfg.mode == PS_MODE_SYNC && min_version > s->step.version + 1) {
         /* ESTALE: the client's idea of this shard is out of date (it may have
          * restarted from a checkpoint); a worker asks who we are and resyncs */
         snprintf(err, errlen, "pull asks for version %llu but the shard is at %llu",
-                 (unsigned long long)min_version, (unsigned long long)s->version);
+                 (unsigned long long)min_version, (unsigned long long)s->step.version);
         return PS_ESTALE;
     }
     /* the deferred pull keeps the variables, not the request (its padding, its names) */
@@ -301,7 +301,7 @@ void ps__server_answer_pending(ps_server *s) {
     ps_pending_pull *p = s->pending.head;
     while (p) {
         ps_pending_pull *next = p->next;
-        if ((p->min_version > s->version || !ps__staleness_allows(s, p->has_worker, p->clock)) &&
+        if ((p->min_version > s->step.version || !ps__staleness_allows(s, p->has_worker, p->clock)) &&
             !s->stopping) {
             p = next;
             continue;
@@ -406,15 +406,13 @@ static void warn_nomem(int rc) {
 /* Sync: closes the step when enough workers pushed; the apply latency counts
  * from t0 (a direct push's apply began before). */
 static int try_close_step(ps_server *s, uint64_t t0) {
-    if (s->pushes_in_step == 0 || s->pushes_in_step < ps__members_needed(s)) return 0;
+    if (!ps_step_ready(&s->step, ps__members_needed(s))) return 0;
     for (size_t i = 0; i < s->store.n; i++)
         warn_nomem(ps_var_apply_accumulated(s->store.vars[i]));
-    warn_nomem(ps_tables_close_step(&s->tables, s->version + 1));
+    warn_nomem(ps_tables_close_step(&s->tables, s->step.version + 1));
     ps__stats_apply_latency(s, (double)(ps__now_ns() - t0) / 1e9);
-    s->version++;
+    ps_step_close(&s->step);
     s->stats.updates_applied++;
-    s->pushes_in_step = 0;
-    memset(s->pushed, 0, (size_t)s->cfg.workers);
     ps__server_answer_pending(s);
     return 1;
 }
@@ -424,21 +422,14 @@ int ps__sync_try_close_step(ps_server *s) {
 }
 
 void ps__sync_count_push(ps_server *s, uint32_t w) {
-    s->pushed[w] = 1;
-    s->pushes_in_step++;
+    ps_step_count(&s->step, w);
     try_close_step(s, ps__now_ns());
 }
 
-/* Async: records worker w's clock and the staleness of its push: how many
- * clocks the newest push of any worker is ahead of this one. */
+/* Async: records worker w's clock and the staleness of its push. */
 static void note_clock(ps_server *s, uint32_t w, uint64_t clock) {
-    uint64_t newest = 0;
-    for (long i = 0; i < s->cfg.workers; i++)
-        if (s->members[i].clock > newest) newest = s->members[i].clock;
-    /* members[].clock counts pushes, so the newest pushed clock is newest - 1 */
-    if (newest > 0 && newest - 1 > clock && newest - 1 - clock > s->stats.max_staleness)
-        s->stats.max_staleness = newest - 1 - clock;
-    if (clock + 1 > s->members[w].clock) s->members[w].clock = clock + 1;
+    uint64_t staleness = ps_members_note_clock(&s->members, w, clock);
+    if (staleness > s->stats.max_staleness) s->stats.max_staleness = staleness;
 }
 
 /* A checked push, before its gradients are used. */
@@ -469,25 +460,26 @@ static int push_prepare(ps_server *s, ps_request *r, const Ps__Push *p, push_pla
         return PS_EINVAL;
     }
     ps__member_seen(s, p->worker_index);
-    if (!s->members[p->worker_index].live) {
+    if (!ps_members_live(&s->members, p->worker_index)) {
         snprintf(err, errlen, "worker %u is not in the expected set (timed out or finished)",
                  p->worker_index);
         return PS_EREJOIN;
     }
     if (s->cfg.mode == PS_MODE_SYNC) {
-        if (p->step > s->version) { /* ESTALE: as for pulls, the client must resync */
+        ps_step_verdict verdict = ps_step_admit(&s->step, p->worker_index, p->step);
+        if (verdict == PS_STEP_AHEAD) { /* ESTALE: as for pulls, the client must resync */
             snprintf(err, errlen, "push for step %llu but the shard is at %llu",
-                     (unsigned long long)p->step, (unsigned long long)s->version);
+                     (unsigned long long)p->step, (unsigned long long)s->step.version);
             return PS_ESTALE;
         }
         /* A push for a closed step (backup workers: R pushes already closed it)
          * or a second one from the same worker (a retry after a reconnect) is
          * dropped: counted, answered, not an error. */
-        if (p->step < s->version || s->pushed[p->worker_index]) {
+        if (verdict == PS_STEP_DROP) {
             s->stats.dropped_pushes++;
             s->stats.stale_pushes++;
             PS_DEBUG("push from worker %u for step %llu dropped (shard at %llu)", p->worker_index,
-                     (unsigned long long)p->step, (unsigned long long)s->version);
+                     (unsigned long long)p->step, (unsigned long long)s->step.version);
             pl->dropped = 1;
             return PS_OK;
         }
@@ -501,9 +493,9 @@ static int push_prepare(ps_server *s, ps_request *r, const Ps__Push *p, push_pla
     }
     if (s->cfg.mode == PS_MODE_SYNC) {
         uint32_t needed = ps__members_needed(s);
-        pl->applied = s->pushes_in_step + 1 >= needed;
+        pl->applied = s->step.pushes + 1 >= needed;
         /* the mean of one gradient is itself: skip the accumulator (bit-identical) */
-        pl->direct = s->pushes_in_step == 0 && needed <= 1;
+        pl->direct = s->step.pushes == 0 && needed <= 1;
     } else {
         pl->applied = 1;
     }
@@ -530,13 +522,12 @@ static void push_commit(ps_server *s, const Ps__Push *p, push_plan *pl) {
     }
     if (!p->skipped) s->stats.pushes_applied++;
     if (s->cfg.mode == PS_MODE_SYNC) {
-        s->pushed[p->worker_index] = 1;
-        s->pushes_in_step++;
+        ps_step_count(&s->step, p->worker_index);
         try_close_step(s, pl->direct ? t0 : ps__now_ns());
     } else {
         ps__stats_apply_latency(s, (double)(ps__now_ns() - t0) / 1e9);
         note_clock(s, p->worker_index, p->clock);
-        s->version++;
+        s->step.version++;
         if (!p->skipped) s->stats.updates_applied++;
         if (s->pending.head) ps__server_answer_pending(s);
     }
@@ -560,7 +551,7 @@ int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen) {
     if (rc != PS_OK) return rc;
     Ps__Header out = PS__HEADER__INIT;
     Ps__PushReply rep = PS__PUSH_REPLY__INIT;
-    rep.version = s->version + (uint64_t)(pl.applied && !pl.dropped);
+    rep.version = s->step.version + (uint64_t)(pl.applied && !pl.dropped);
     rep.applied = pl.applied;
     rep.dropped = pl.dropped;
     out.body_case = PS__HEADER__BODY_PUSH_REPLY;
@@ -607,7 +598,7 @@ int ps__handle_stats(ps_server *s, ps_request *r, char *err, size_t errlen) {
     (void)errlen;
     Ps__Header out = PS__HEADER__INIT;
     Ps__StatsReply st = PS__STATS_REPLY__INIT;
-    st.version = s->version;
+    st.version = s->step.version;
     st.mode = s->cfg.mode == PS_MODE_ASYNC ? PS__MODE__MODE_ASYNC : PS__MODE__MODE_SYNC;
     st.shard_index = (uint32_t)s->cfg.shard;
     st.num_workers = (uint32_t)s->cfg.workers;
@@ -625,8 +616,8 @@ int ps__handle_stats(ps_server *s, ps_request *r, char *err, size_t errlen) {
     st.pending_pulls_released = s->pending.released;
     st.dropped_replies = s->stats.dropped_replies;
     st.loop_turns_cut = s->stats.turns_cut;
-    st.live_workers = s->live_count;
-    st.workers_removed = s->stats.workers_removed;
+    st.live_workers = s->members.live;
+    st.workers_removed = s->members.removed;
     st.dropped_pushes = s->stats.dropped_pushes;
     st.max_staleness = s->stats.max_staleness;
     st.staleness_waits = s->stats.staleness_waits;

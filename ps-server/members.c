@@ -1,6 +1,7 @@
-/* The expected set of workers: who is live, who is silent for too long, who
- * finished; the sync step-closing rule (--replicas-to-aggregate capped by the
- * live workers) and the async bounded-staleness gate that depend on it. */
+/* psd's membership glue: the expected set (shard/members.h) on the loop's clock,
+ * with its log lines, and what a change of it unblocks: the sync step-closing
+ * rule (--replicas-to-aggregate capped by the live workers) and the async
+ * bounded-staleness gate. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,22 +11,13 @@
 #include "server.h"
 
 int ps__members_init(ps_server *s) {
-    s->members = calloc((size_t)s->cfg.workers, sizeof *s->members);
-    if (!s->members) return PS_ENOMEM;
-    /* Every worker of the job is expected from the start: a step must not
-     * close before the late starters pushed. They have one timeout to show up. */
-    uint64_t now = ps__now_ns();
-    for (long w = 0; w < s->cfg.workers; w++) {
-        s->members[w].live = 1;
-        s->members[w].last_seen_ns = now;
-    }
-    s->live_count = (uint32_t)s->cfg.workers;
-    s->expire_checked_ns = now;
-    return PS_OK;
+    uint64_t tick = ps__members_tick_ms(s) * 1000000ull;
+    return ps_members_init(&s->members, (uint32_t)s->cfg.workers,
+                           (uint64_t)s->cfg.worker_timeout_ms * 1000000ull, tick, ps__now_ns());
 }
 
 void ps__member_seen(ps_server *s, uint32_t w) {
-    if (w < (uint32_t)s->cfg.workers) s->members[w].last_seen_ns = ps__now_ns();
+    ps_members_seen(&s->members, w, ps__now_ns());
 }
 
 /* Answers what a change of the expected set may have unblocked. */
@@ -37,22 +29,13 @@ static void membership_changed(ps_server *s) {
 }
 
 void ps__member_join(ps_server *s, uint32_t w) {
-    ps_member *m = &s->members[w];
-    m->last_seen_ns = ps__now_ns();
-    m->done = 0;
-    if (m->live) return;
-    m->live = 1;
-    s->live_count++;
-    PS_INFO("worker %u rejoined (%u live)", w, s->live_count);
+    if (ps_members_join(&s->members, w, ps__now_ns()))
+        PS_INFO("worker %u rejoined (%u live)", w, s->members.live);
 }
 
 void ps__member_leave(ps_server *s, uint32_t w) {
-    ps_member *m = &s->members[w];
-    m->done = 1;
-    if (!m->live) return;
-    m->live = 0;
-    s->live_count--;
-    PS_INFO("worker %u finished (%u live)", w, s->live_count);
+    if (!ps_members_leave(&s->members, w)) return;
+    PS_INFO("worker %u finished (%u live)", w, s->members.live);
     membership_changed(s);
 }
 
@@ -62,62 +45,34 @@ uint64_t ps__members_tick_ms(const ps_server *s) {
     return tick < 10 ? 10 : tick > 1000 ? 1000 : tick;
 }
 
-/* psd's own stall is not the workers' silence: when the loop did not get here
- * for much longer than a tick (a long checkpoint, an overloaded machine), the
- * heartbeats of that time are still unread in the socket's queue. The time
- * beyond one tick is not counted against anyone. */
-static void forgive_stall(ps_server *s, uint64_t now) {
-    uint64_t tick = ps__members_tick_ms(s) * 1000000ull;
-    uint64_t gap = now - s->expire_checked_ns;
-    s->expire_checked_ns = now;
-    if (gap <= 2 * tick) return;
-    uint64_t shift = gap - tick;
-    s->stats.loop_stalls++;
-    PS_DEBUG("loop stalled for %llu ms: not counted as worker silence",
-             (unsigned long long)(gap / 1000000ull));
-    for (long w = 0; w < s->cfg.workers; w++) {
-        ps_member *m = &s->members[w];
-        m->last_seen_ns = m->last_seen_ns + shift < now ? m->last_seen_ns + shift : now;
-    }
-}
-
 void ps__members_expire(ps_server *s) {
-    uint64_t now = ps__now_ns(), limit = (uint64_t)s->cfg.worker_timeout_ms * 1000000ull;
-    int changed = 0;
-    unsigned char *gone = NULL;
-    forgive_stall(s, now);
-    for (long w = 0; w < s->cfg.workers; w++) {
-        ps_member *m = &s->members[w];
-        if (!m->live || now - m->last_seen_ns <= limit) continue;
-        m->live = 0;
-        s->live_count--;
-        s->stats.workers_removed++;
-        changed = 1;
-        if (!gone) gone = calloc((size_t)s->cfg.workers, 1);
-        if (gone) gone[w] = 1;
-        PS_WARN("worker %ld removed: silent for %llu ms (more than --worker-timeout %ld); %u live",
-                w, (unsigned long long)((now - m->last_seen_ns) / 1000000ull),
-                s->cfg.worker_timeout_ms, s->live_count);
+    uint64_t now = ps__now_ns(), stalls = s->members.stalls;
+    unsigned char *gone = calloc((size_t)s->cfg.workers, 1);
+    if (!gone) return; /* the next tick tries again */
+    uint32_t removed = ps_members_expire(&s->members, now, gone);
+    if (s->members.stalls != stalls)
+        PS_DEBUG("loop stalled for more than two membership ticks: not counted as worker silence");
+    for (uint32_t w = 0; removed && w < s->members.n; w++)
+        if (gone[w])
+            PS_WARN("worker %u removed: silent for %llu ms (more than --worker-timeout %ld); %u "
+                    "live",
+                    w, (unsigned long long)((now - s->members.m[w].last_seen_ns) / 1000000ull),
+                    s->cfg.worker_timeout_ms, s->members.live);
+    if (removed) {
+        membership_changed(s);
+        /* what the change did not answer waits for a worker that is gone */
+        for (uint32_t w = 0; w < s->members.n; w++)
+            if (gone[w] && s->pending.head) ps__pending_drop_worker(s, w);
     }
-    if (!changed) return;
-    membership_changed(s);
-    /* what the change did not answer waits for a worker that is gone */
-    for (long w = 0; gone && w < s->cfg.workers; w++)
-        if (gone[w] && s->pending.head) ps__pending_drop_worker(s, (uint32_t)w);
     free(gone);
 }
 
 uint64_t ps__members_min_clock(const ps_server *s) {
-    uint64_t min = UINT64_MAX;
-    for (long w = 0; w < s->cfg.workers; w++)
-        if (s->members[w].live && s->members[w].clock < min) min = s->members[w].clock;
-    return min;
+    return ps_members_min_clock(&s->members);
 }
 
 uint32_t ps__members_needed(const ps_server *s) {
-    uint32_t need = s->cfg.replicas ? (uint32_t)s->cfg.replicas : (uint32_t)s->cfg.workers;
-    if (need > s->live_count) need = s->live_count;
-    return need ? need : 1;
+    return ps_step_needed(&s->step, (uint32_t)s->cfg.replicas, s->members.live);
 }
 
 int ps__staleness_allows(const ps_server *s, int has_worker, uint64_t clock) {

@@ -127,7 +127,7 @@ static void render_requests(buf *b, const ps_server *s) {
     counter(b, sh, "psd_loop_stalls_total",
             "Membership checks that ran late by more than a tick (psd's own stall; the time "
             "was not held against the workers).",
-            s->stats.loop_stalls);
+            s->members.stalls);
     family(b, "psd_errors_total", "counter", "Error replies sent, by error code.");
     for (int i = 1; i < PS_ERR_CODES; i++) {
         const char *name = ps_errname(-i);
@@ -288,11 +288,11 @@ static char *render(const ps_server *s, size_t *len) {
     counter(&b, sh, "psd_updates_applied_total", "Optimizer updates applied to the variables.",
             st->updates_applied);
     gauge(&b, sh, "psd_version", "The shard's version (sync: completed steps; async: applies).",
-          s->version);
-    gauge(&b, sh, "psd_live_workers", "Workers in the expected set.", s->live_count);
+          s->step.version);
+    gauge(&b, sh, "psd_live_workers", "Workers in the expected set.", s->members.live);
     gauge(&b, sh, "psd_workers", "Workers in the job (--workers).", (uint64_t)s->cfg.workers);
     counter(&b, sh, "psd_workers_removed_total", "Workers removed after --worker-timeout.",
-            st->workers_removed);
+            s->members.removed);
     counter(
         &b, sh, "psd_auth_denied_total",
         "Connections refused by CurveZMQ authentication (unknown key, plaintext, bad handshake).",

@@ -109,7 +109,7 @@ int ps__handle_create_table(ps_server *s, ps_request *r, char *err, size_t errle
     Ps__Header out = PS__HEADER__INIT;
     Ps__CreateTableReply rep = PS__CREATE_TABLE_REPLY__INIT;
     rep.created = created;
-    rep.version = s->version;
+    rep.version = s->step.version;
     out.body_case = PS__HEADER__BODY_CREATE_TABLE_REPLY;
     out.create_table_reply = &rep;
     ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
@@ -190,7 +190,7 @@ int ps__reply_rows(ps_server *s, const void *identity, size_t identity_len, uint
     Ps__PullRowsReply rep = PS__PULL_ROWS_REPLY__INIT;
     rep.n = n;
     rep.dim = e->cfg.dim;
-    rep.version = s->version;
+    rep.version = s->step.version;
     out.body_case = PS__HEADER__BODY_PULL_ROWS_REPLY;
     out.pull_rows_reply = &rep;
     ps_payload pl = {rows, bytes, free_payload, NULL};
@@ -216,12 +216,12 @@ int ps__handle_pull_rows(ps_server *s, ps_request *r, char *err, size_t errlen) 
     if (rc != PS_OK) return rc;
     const uint64_t *ids = idv;
     rc = check_ids(s, e, ids, p->n, err, errlen);
-    if (rc == PS_OK && p->min_version <= s->version) {
+    if (rc == PS_OK && p->min_version <= s->step.version) {
         rc = ps__reply_rows(s, r->identity, r->identity_len, r->hdr->request_id, e, ids,
                             (size_t)p->n);
-    } else if (rc == PS_OK && s->cfg.mode == PS_MODE_SYNC && p->min_version > s->version + 1) {
+    } else if (rc == PS_OK && s->cfg.mode == PS_MODE_SYNC && p->min_version > s->step.version + 1) {
         snprintf(err, errlen, "pull asks for version %llu but the shard is at %llu",
-                 (unsigned long long)p->min_version, (unsigned long long)s->version);
+                 (unsigned long long)p->min_version, (unsigned long long)s->step.version);
         rc = PS_ESTALE;
     } else if (rc == PS_OK) {
         ps_pending_info info = {
@@ -262,7 +262,7 @@ int ps__handle_push_rows(ps_server *s, ps_request *r, char *err, size_t errlen) 
     rc = check_count(s, e, p->n, err, errlen);
     if (rc != PS_OK) return rc;
     ps__member_seen(s, p->worker_index);
-    if (!s->members[p->worker_index].live) {
+    if (!ps_members_live(&s->members, p->worker_index)) {
         snprintf(err, errlen, "worker %u is not in the expected set (timed out or finished)",
                  p->worker_index);
         return PS_EREJOIN;
@@ -288,11 +288,11 @@ int ps__handle_push_rows(ps_server *s, ps_request *r, char *err, size_t errlen) 
     int dropped = 0;
     uint64_t rows_dropped = 0;
     if (rc == PS_OK && s->cfg.mode == PS_MODE_SYNC) {
-        if (p->step > s->version) {
+        if (p->step > s->step.version) {
             snprintf(err, errlen, "push for step %llu but the shard is at %llu",
-                     (unsigned long long)p->step, (unsigned long long)s->version);
+                     (unsigned long long)p->step, (unsigned long long)s->step.version);
             rc = PS_ESTALE;
-        } else if (p->step < s->version || s->pushed[p->worker_index] ||
+        } else if (ps_step_admit(&s->step, p->worker_index, p->step) == PS_STEP_DROP ||
                    e->pushed[p->worker_index]) {
             s->stats.dropped_pushes++;
             dropped = 1;
@@ -312,7 +312,7 @@ int ps__handle_push_rows(ps_server *s, ps_request *r, char *err, size_t errlen) 
     rep.dropped = dropped;
     rep.rows_dropped = rows_dropped;
     int closes = s->cfg.mode == PS_MODE_SYNC && p->ends_step && !dropped;
-    rep.version = s->version;
+    rep.version = s->step.version;
     out.body_case = PS__HEADER__BODY_PUSH_ROWS_REPLY;
     out.push_rows_reply = &rep;
     ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);

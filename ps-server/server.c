@@ -147,9 +147,9 @@ int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, c
     ps_store_init(&s->store);
     ps_tables_init(&s->tables, (uint32_t)cfg->workers);
     ps_tables_set_bound(&s->tables, (uint64_t)cfg->max_table_mb << 20);
-    s->pushed = calloc((size_t)cfg->workers, 1);
     s->zctx = zmq_ctx_new();
-    if (!s->pushed || !s->zctx || ps__members_init(s) != PS_OK) {
+    if (ps_step_init(&s->step, (uint32_t)cfg->workers) != PS_OK || !s->zctx ||
+        ps__members_init(s) != PS_OK) {
         snprintf(err, errlen, "out of memory");
         return PS_ENOMEM;
     }
@@ -368,11 +368,10 @@ void ps_server_free(ps_server *s) {
     ps__ckpt_free(s);
     ps_store_free(&s->store);
     ps_tables_free(&s->tables);
-    free(s->pushed);
-    free(s->members);
+    ps_step_free(&s->step);
+    ps_members_free(&s->members);
     free(s->scratch);
     ps__epoch_metrics_free(s);
     s->router = s->zctx = NULL;
-    s->pushed = NULL;
     s->scratch = NULL;
 }

@@ -10,8 +10,10 @@
 #include <uv.h>
 
 #include "config.h"
+#include "members.h"
 #include "monitor.h"
 #include "pending.h"
+#include "step.h"
 #include "store.h"
 #include "tables.h"
 #include "wire.h"
@@ -35,11 +37,9 @@ typedef struct {
     uint64_t lat_count;
     uint64_t bytes_in, bytes_out, dropped_replies;
     uint64_t push_bytes; /* gradient payload bytes of Push/PushPull requests, as sent */
-    uint64_t workers_removed, dropped_pushes, max_staleness, staleness_waits, checkpoints;
+    uint64_t dropped_pushes, max_staleness, staleness_waits, checkpoints;
     uint64_t checkpoint_failures; /* saves that failed (timer, request or shutdown) */
     uint64_t heartbeats;
-    uint64_t
-        loop_stalls; /* membership checks late by more than a tick (not held against workers) */
     /* connections CurveZMQ refused (auth.c): unknown key, plaintext, bad handshake */
     uint64_t auth_denied;
     uint64_t turns_cut; /* loop turns that stopped at --turn-messages or the time budget */
@@ -51,14 +51,6 @@ typedef struct {
     size_t identity_len;
     uint64_t request_id;
 } ps_ckpt_waiter;
-
-/* What the shard knows of one worker of the job (members.c). */
-typedef struct {
-    uint64_t last_seen_ns; /* last request or heartbeat */
-    uint64_t clock;        /* async: pushes received from it */
-    unsigned char live;    /* in the expected set */
-    unsigned char done;    /* said Goodbye (finished its job) */
-} ps_member;
 
 typedef struct ps_server {
     ps_server_config cfg;
@@ -76,15 +68,11 @@ typedef struct ps_server {
     int ipc_lock; /* ipc: 1 + the fd of PATH.lock (ipc_lock.h), held while we live; 0: none */
     ps_store store;
     ps_tables tables; /* embedding tables (rows_handlers.c) */
-    uint64_t version;      /* sync: completed steps; async: applied pushes */
-    unsigned char *pushed; /* sync: worker w pushed for the open step */
-    uint32_t pushes_in_step;
+    ps_step step;       /* the version and the open sync step (shard/step.h) */
     ps_pending pending; /* deferred pulls (pending.c) */
     ps_server_stats stats;
-    ps_member *members; /* [cfg.workers] */
-    uint32_t live_count;
+    ps_members members; /* the expected set of workers (shard/members.h) */
     uv_timer_t member_timer;
-    uint64_t expire_checked_ns; /* last membership check (a longer gap: the loop stalled) */
     uv_timer_t ckpt_timer;
     uint64_t incarnation; /* random per process start */
     /* the job whose variables the store holds: from the first CreateVars naming one, or
