@@ -144,6 +144,11 @@ int ps__server_reply(ps_server *s, const void *identity, size_t identity_len, ui
     return rc;
 }
 
+void ps__pending_answer_error(void *server, ps_pending_pull *p, int code, const char *msg) {
+    ps__server_reply_error(server, p->peer->identity, p->peer->identity_len, p->request_id, code,
+                           msg);
+}
+
 void ps__server_reply_error(ps_server *s, const void *identity, size_t identity_len,
                             uint64_t request_id, int code, const char *msg) {
     Ps__Header h = PS__HEADER__INIT;

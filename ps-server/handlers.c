@@ -268,7 +268,9 @@ static int answer_or_defer(ps_server *s, ps_request *r, uint64_t min_version, in
         .dropped = dropped,
         .worker = push_pull ? r->hdr->push_pull->push->worker_index : r->hdr->pull->worker_index,
     };
-    int rc = ps__pending_add(s, r->identity, r->identity_len, r->fd, vars, n, &info, err, errlen);
+    ps__monitor_drain(s); /* a disconnect reported for this socket must not hit this pull */
+    int rc = ps_pending_add(&s->pending, r->identity, r->identity_len, r->fd, vars, n, &info,
+                            ps__now_ns(), err, errlen);
     free(vars);
     return rc;
 }
@@ -317,7 +319,7 @@ void ps__server_answer_pending(ps_server *s) {
                                          p->n_vars, p->applied, p->dropped) != PS_OK)
             ps__server_reply_error(s, id, id_len, p->request_id, PS_ENOMEM,
                                    "out of memory answering a pull");
-        ps__pending_remove(s, p);
+        ps_pending_remove(&s->pending, p);
         p = next;
     }
 }
@@ -582,7 +584,8 @@ int ps__handle_push_pull(ps_server *s, ps_request *r, char *err, size_t errlen) 
         }
     }
     /* its pull may have to wait: refused before the push is applied if it could not */
-    int rc = ps__pending_room(s, r->identity, r->identity_len, p->n_grads, err, errlen);
+    ps__monitor_drain(s);
+    int rc = ps_pending_room(&s->pending, r->identity, r->identity_len, p->n_grads, err, errlen);
     if (rc != PS_OK) return rc;
     push_plan pl;
     rc = push_prepare(s, r, p, &pl, err, errlen);

@@ -62,7 +62,7 @@ void ps__members_expire(ps_server *s) {
         membership_changed(s);
         /* what the change did not answer waits for a worker that is gone */
         for (uint32_t w = 0; w < s->members.n; w++)
-            if (gone[w] && s->pending.head) ps__pending_drop_worker(s, w);
+            if (gone[w]) ps_pending_drop_worker(&s->pending, w, ps__pending_answer_error, s);
     }
     free(gone);
 }

@@ -231,7 +231,9 @@ int ps__handle_pull_rows(ps_server *s, ps_request *r, char *err, size_t errlen) 
             .ids = ids,
             .n_ids = (size_t)p->n,
         };
-        rc = ps__pending_add(s, r->identity, r->identity_len, r->fd, NULL, 0, &info, err, errlen);
+        ps__monitor_drain(s);
+        rc = ps_pending_add(&s->pending, r->identity, r->identity_len, r->fd, NULL, 0, &info,
+                            ps__now_ns(), err, errlen);
     }
     free(owned);
     return rc;

@@ -137,6 +137,8 @@ void ps__server_log_drops(ps_server *s);
 /* Sends an Error reply. */
 void ps__server_reply_error(ps_server *s, const void *identity, size_t identity_len,
                             uint64_t request_id, int code, const char *msg);
+/* A deferred pull's error answer (the pending list's callback; server is a ps_server). */
+void ps__pending_answer_error(void *server, ps_pending_pull *p, int code, const char *msg);
 /* Handlers; each replies itself on success, or returns an error for the dispatcher to send. */
 int ps__handle_hello(ps_server *s, ps_request *r, char *err, size_t errlen);
 int ps__handle_create_vars(ps_server *s, ps_request *r, char *err, size_t errlen);

@@ -1,6 +1,9 @@
-/* psd's deferred pulls: Pulls and PushPulls waiting for a version or the staleness
- * gate, bounded in count (in total and per connection), in memory and in time, and
- * released when their connection closes or their worker is removed. */
+/* A shard's deferred pulls: Pulls and PushPulls waiting for a version or the
+ * staleness gate, bounded in count (in total and per connection), in memory and
+ * in time, and released when their connection closes or their worker is
+ * removed. No I/O: answering one is the owner's (a callback), and the time is
+ * given to every call that needs it. The limits are psd's flags, named in the
+ * refusals. */
 #ifndef PS_PENDING_H
 #define PS_PENDING_H
 
@@ -9,7 +12,6 @@
 
 #include "store.h"
 
-struct ps_server;
 struct ps_peer;
 
 /* One deferred pull. It keeps only what its reply needs (the request id and the
@@ -45,7 +47,14 @@ typedef struct ps_peer {
 
 #define PS_PEER_BUCKETS 1024
 
+/* --max-pending-pulls, --max-pending-per-peer, --max-pending-mb, --max-pull-wait-ms */
 typedef struct {
+    size_t max_pulls, max_per_peer, max_bytes;
+    uint64_t wait_ns;
+} ps_pending_limits;
+
+typedef struct {
+    ps_pending_limits limits;
     ps_pending_pull *head, *tail;
     size_t n, bytes, n_peers;
     ps_peer *buckets[PS_PEER_BUCKETS];
@@ -65,25 +74,31 @@ typedef struct {
     size_t n_ids;
 } ps_pending_info;
 
-/* Queues a pull from the connection (identity, fd) for vars[0..n) (copied). Returns
- * PS_OK, PS_EBUSY (a limit reached; err names the flag) or PS_ENOMEM. */
-int ps__pending_add(struct ps_server *s, const void *identity, size_t identity_len, int fd,
-                    ps_var *const *vars, size_t n, const ps_pending_info *info, char *err,
-                    size_t errlen);
+/* Answers p with an error (code, msg); the pending list removes p afterwards. */
+typedef void ps_pending_answer_fn(void *ctx, ps_pending_pull *p, int code, const char *msg);
+
+void ps_pending_init(ps_pending *q, const ps_pending_limits *limits);
+/* Queues a pull from the connection (identity, fd) for vars[0..n) (copied), with its
+ * deadline from `now`. Returns PS_OK, PS_EBUSY (a limit reached; err names the flag)
+ * or PS_ENOMEM. */
+int ps_pending_add(ps_pending *q, const void *identity, size_t identity_len, int fd,
+                   ps_var *const *vars, size_t n, const ps_pending_info *info, uint64_t now,
+                   char *err, size_t errlen);
 /* PS_OK when a pull of n variables from this connection could be deferred now, else
  * PS_EBUSY (counted, err names the flag): a PushPull asks before its push is applied,
  * so a refused one changes nothing. */
-int ps__pending_room(struct ps_server *s, const void *identity, size_t identity_len, size_t n,
-                     char *err, size_t errlen);
-/* Unlinks p and frees it (and its peer when that was its last pull); sends nothing. */
-void ps__pending_remove(struct ps_server *s, ps_pending_pull *p);
-/* The connection on socket fd closed: its deferred pulls are dropped unanswered. */
-void ps__pending_release_fd(struct ps_server *s, int fd);
-/* Worker w was removed: its deferred pulls are answered EREJOIN. */
-void ps__pending_drop_worker(struct ps_server *s, uint32_t w);
-/* Answers ETIMEDOUT every pull past its deadline. */
-void ps__pending_expire(struct ps_server *s);
-/* Frees every deferred pull without answering (after the loop ended). */
-void ps__pending_free(struct ps_server *s);
+int ps_pending_room(ps_pending *q, const void *identity, size_t identity_len, size_t n,
+                    char *err, size_t errlen);
+/* Unlinks p and frees it (and its peer when that was its last pull); answers nothing. */
+void ps_pending_remove(ps_pending *q, ps_pending_pull *p);
+/* The connection on socket fd closed: its deferred pulls are dropped unanswered.
+ * Returns how many. */
+size_t ps_pending_release_fd(ps_pending *q, int fd);
+/* Worker w was removed: each of its deferred pulls is answered EREJOIN through fn. */
+void ps_pending_drop_worker(ps_pending *q, uint32_t w, ps_pending_answer_fn *fn, void *ctx);
+/* Answers ETIMEDOUT through fn every pull whose deadline is at or before now. */
+void ps_pending_expire(ps_pending *q, uint64_t now, ps_pending_answer_fn *fn, void *ctx);
+/* Frees every deferred pull without answering. */
+void ps_pending_free(ps_pending *q);
 
 #endif

@@ -6,9 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
 #include "ps_error.h"
-#include "server.h"
 
 static size_t bucket_of(const void *id, size_t len) {
     const unsigned char *p = id;
@@ -31,55 +29,53 @@ static size_t peer_bytes(size_t identity_len) {
 
 /* PS_OK when one more pull of n variables from this connection fits every limit;
  * else PS_EBUSY (counted) with the flag named in err. */
-static int check_room(ps_server *s, const ps_peer *peer, size_t identity_len, size_t n, char *err,
-                      size_t errlen) {
-    ps_pending *q = &s->pending;
+static int check_room(ps_pending *q, const ps_peer *peer, size_t identity_len, size_t n,
+                      char *err, size_t errlen) {
     size_t need =
         sizeof(ps_pending_pull) + n * sizeof(ps_var *) + (peer ? 0 : peer_bytes(identity_len));
     const char *flag = NULL;
-    long limit = 0;
-    if (q->n >= (size_t)s->cfg.max_pending_pulls) {
+    size_t limit = 0;
+    if (q->n >= q->limits.max_pulls) {
         flag = "max-pending-pulls";
-        limit = s->cfg.max_pending_pulls;
-    } else if (peer && peer->n_pulls >= (size_t)s->cfg.max_pending_per_peer) {
+        limit = q->limits.max_pulls;
+    } else if (peer && peer->n_pulls >= q->limits.max_per_peer) {
         flag = "max-pending-per-peer";
-        limit = s->cfg.max_pending_per_peer;
-    } else if (q->bytes + need > (size_t)s->cfg.max_pending_mb << 20) {
+        limit = q->limits.max_per_peer;
+    } else if (q->bytes + need > q->limits.max_bytes) {
         flag = "max-pending-mb";
-        limit = s->cfg.max_pending_mb;
+        limit = q->limits.max_bytes >> 20;
     }
     if (!flag) return PS_OK;
     q->refused++;
-    snprintf(err, errlen, "psd holds too many waiting pulls (--%s %ld reached): retry later", flag,
+    snprintf(err, errlen, "psd holds too many waiting pulls (--%s %zu reached): retry later", flag,
              limit);
     return PS_EBUSY;
 }
 
-int ps__pending_room(ps_server *s, const void *identity, size_t identity_len, size_t n, char *err,
-                     size_t errlen) {
-    ps__monitor_drain(s);
-    return check_room(s, *peer_slot(&s->pending, identity, identity_len), identity_len, n, err,
-                      errlen);
+void ps_pending_init(ps_pending *q, const ps_pending_limits *limits) {
+    memset(q, 0, sizeof *q);
+    q->limits = *limits;
 }
 
-int ps__pending_add(ps_server *s, const void *identity, size_t identity_len, int fd,
-                    ps_var *const *vars, size_t n, const ps_pending_info *info, char *err,
-                    size_t errlen) {
-    ps_pending *q = &s->pending;
-    /* a disconnect already reported for this socket must not hit this new pull */
-    ps__monitor_drain(s);
+int ps_pending_room(ps_pending *q, const void *identity, size_t identity_len, size_t n,
+                    char *err, size_t errlen) {
+    return check_room(q, *peer_slot(q, identity, identity_len), identity_len, n, err, errlen);
+}
+
+int ps_pending_add(ps_pending *q, const void *identity, size_t identity_len, int fd,
+                   ps_var *const *vars, size_t n, const ps_pending_info *info, uint64_t now,
+                   char *err, size_t errlen) {
     ps_peer **slot = peer_slot(q, identity, identity_len);
     ps_peer *peer = *slot;
     /* a row pull holds a copy of its ids while it waits (its reply is made when
      * answered, and sent zero-copy) */
     size_t bytes = sizeof(ps_pending_pull) + n * sizeof(ps_var *) + info->n_ids * sizeof(uint64_t);
-    int rc = check_room(s, peer, identity_len, n, err, errlen);
-    if (rc == PS_OK && info->n_ids * sizeof(uint64_t) + q->bytes >
-                           (size_t)s->cfg.max_pending_mb << 20) {
+    int rc = check_room(q, peer, identity_len, n, err, errlen);
+    if (rc == PS_OK && info->n_ids * sizeof(uint64_t) + q->bytes > q->limits.max_bytes) {
         q->refused++;
         snprintf(err, errlen,
-                 "psd holds too many waiting pulls (--max-pending-mb %ld reached): retry later",
-                 s->cfg.max_pending_mb);
+                 "psd holds too many waiting pulls (--max-pending-mb %zu reached): retry later",
+                 q->limits.max_bytes >> 20);
         rc = PS_EBUSY;
     }
     if (rc != PS_OK) return rc;
@@ -107,7 +103,7 @@ int ps__pending_add(ps_server *s, const void *identity, size_t identity_len, int
     p->request_id = info->request_id;
     p->min_version = info->min_version;
     p->clock = info->clock;
-    p->deadline_ns = ps__now_ns() + (uint64_t)s->cfg.max_pull_wait_ms * 1000000ull;
+    p->deadline_ns = now + q->limits.wait_ns;
     p->worker = info->worker;
     p->has_worker = (unsigned char)!!info->has_worker;
     p->push_pull = (unsigned char)!!info->push_pull;
@@ -138,8 +134,7 @@ nomem:
     return PS_ENOMEM;
 }
 
-void ps__pending_remove(ps_server *s, ps_pending_pull *p) {
-    ps_pending *q = &s->pending;
+void ps_pending_remove(ps_pending *q, ps_pending_pull *p) {
     if (p->prev)
         p->prev->next = p->next;
     else
@@ -166,8 +161,7 @@ void ps__pending_remove(ps_server *s, ps_pending_pull *p) {
     free(peer);
 }
 
-void ps__pending_release_fd(ps_server *s, int fd) {
-    ps_pending *q = &s->pending;
+size_t ps_pending_release_fd(ps_pending *q, int fd) {
     size_t dropped = 0;
     for (size_t b = 0; b < PS_PEER_BUCKETS; b++) {
         ps_peer *peer = q->buckets[b];
@@ -176,19 +170,17 @@ void ps__pending_release_fd(ps_server *s, int fd) {
             if (peer->fd == fd) {
                 size_t k = peer->n_pulls;
                 for (size_t i = 0; i < k; i++)
-                    ps__pending_remove(s, peer->pulls);
+                    ps_pending_remove(q, peer->pulls);
                 dropped += k;
             }
             peer = next;
         }
     }
-    if (!dropped) return;
     q->released += dropped;
-    PS_DEBUG("a connection closed: %zu waiting pull(s) of it dropped", dropped);
+    return dropped;
 }
 
-void ps__pending_drop_worker(ps_server *s, uint32_t w) {
-    ps_pending *q = &s->pending;
+void ps_pending_drop_worker(ps_pending *q, uint32_t w, ps_pending_answer_fn *fn, void *ctx) {
     ps_pending_pull *p = q->head;
     char msg[160];
     snprintf(msg, sizeof msg, "worker %u was removed from the expected set while its pull waited",
@@ -196,32 +188,28 @@ void ps__pending_drop_worker(ps_server *s, uint32_t w) {
     while (p) {
         ps_pending_pull *next = p->next;
         if (p->has_worker && p->worker == w) {
-            ps__server_reply_error(s, p->peer->identity, p->peer->identity_len, p->request_id,
-                                   PS_EREJOIN, msg);
-            ps__pending_remove(s, p);
+            fn(ctx, p, PS_EREJOIN, msg);
+            ps_pending_remove(q, p);
             q->released++;
         }
         p = next;
     }
 }
 
-void ps__pending_expire(ps_server *s) {
-    ps_pending *q = &s->pending;
-    uint64_t now = ps__now_ns();
+void ps_pending_expire(ps_pending *q, uint64_t now, ps_pending_answer_fn *fn, void *ctx) {
     char msg[160];
-    snprintf(msg, sizeof msg, "the pull waited longer than --max-pull-wait-ms %ld",
-             s->cfg.max_pull_wait_ms);
+    snprintf(msg, sizeof msg, "the pull waited longer than --max-pull-wait-ms %llu",
+             (unsigned long long)(q->limits.wait_ns / 1000000ull));
     /* arrival order is deadline order: stop at the first one still in time */
     while (q->head && q->head->deadline_ns <= now) {
         ps_pending_pull *p = q->head;
-        ps__server_reply_error(s, p->peer->identity, p->peer->identity_len, p->request_id,
-                               PS_ETIMEDOUT, msg);
-        ps__pending_remove(s, p);
+        fn(ctx, p, PS_ETIMEDOUT, msg);
+        ps_pending_remove(q, p);
         q->timed_out++;
     }
 }
 
-void ps__pending_free(ps_server *s) {
-    while (s->pending.head)
-        ps__pending_remove(s, s->pending.head);
+void ps_pending_free(ps_pending *q) {
+    while (q->head)
+        ps_pending_remove(q, q->head);
 }
