@@ -47,8 +47,8 @@ int ps__ckpt_restore(ps_server *s, char *err, size_t errlen) {
     if (rc != PS_OK) return rc;
     ps_ckpt_meta m;
     char path[1200];
-    rc = ps_ckpt_restore(dir, &s->store, &s->tables, &m, path, sizeof path, err, errlen);
-    ps_tables_set_bound(&s->tables, (uint64_t)s->cfg.max_table_mb << 20); /* restored ones too */
+    rc = ps_ckpt_restore(dir, &s->shard.store, &s->shard.tables, &m, path, sizeof path, err, errlen);
+    ps_tables_set_bound(&s->shard.tables, (uint64_t)s->cfg.max_table_mb << 20); /* restored ones too */
     if (rc == PS_ENOENT) {
         PS_INFO("no valid checkpoint in %s: starting empty", dir);
         return PS_OK;
@@ -61,13 +61,13 @@ int ps__ckpt_restore(ps_server *s, char *err, size_t errlen) {
                  s->cfg.num_shards);
         return PS_EINVAL;
     }
-    s->step.version = m.version;
-    s->stats.updates_applied = m.updates_applied;
+    s->shard.step.version = m.version;
+    s->shard.stats.updates_applied = m.updates_applied;
     s->ckpt_version = m.version;
     s->ckpt_ns = ps__now_ns();
-    snprintf(s->job_id, sizeof s->job_id, "%.*s", (int)PS_WIRE_MAX_JOB_ID, m.job_id);
+    snprintf(s->shard.job_id, sizeof s->shard.job_id, "%.*s", (int)PS_WIRE_MAX_JOB_ID, m.job_id);
     PS_INFO("restored checkpoint %s: version %llu, %zu variables, %zu tables%s%s", path,
-            (unsigned long long)m.version, s->store.n, s->tables.n, m.job_id[0] ? " of job " : "",
+            (unsigned long long)m.version, s->shard.store.n, s->shard.tables.n, m.job_id[0] ? " of job " : "",
             m.job_id);
     return PS_OK;
 }
@@ -76,15 +76,15 @@ static void meta_now(const ps_server *s, ps_ckpt_meta *m) {
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     *m = (ps_ckpt_meta){
-        .version = s->step.version,
-        .updates_applied = s->stats.updates_applied,
+        .version = s->shard.step.version,
+        .updates_applied = s->shard.stats.updates_applied,
         .shard = (uint64_t)s->cfg.shard,
         .num_shards = (uint64_t)s->cfg.num_shards,
         .mode = (uint64_t)s->cfg.mode,
         .incarnation = s->incarnation,
         .unix_ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u,
     };
-    snprintf(m->job_id, sizeof m->job_id, "%s", s->job_id);
+    snprintf(m->job_id, sizeof m->job_id, "%s", s->shard.job_id);
 }
 
 /* Counts and logs a checkpoint's outcome. */
@@ -130,9 +130,9 @@ static void final_then_stop(ps_server *s) {
     ps_ckpt_meta m;
     meta_now(s, &m);
     char path[1200], err[512];
-    uint64_t bytes = 0, t0 = ps__now_ns(), pushes = s->stats.pushes_applied;
-    int rc = ps_ckpt_save(s->cfg.checkpoint_dir, (int)s->cfg.keep_checkpoints, &s->store,
-                          &s->tables, &m, path, sizeof path, &bytes, err, sizeof err);
+    uint64_t bytes = 0, t0 = ps__now_ns(), pushes = s->shard.stats.pushes_applied;
+    int rc = ps_ckpt_save(s->cfg.checkpoint_dir, (int)s->cfg.keep_checkpoints, &s->shard.store,
+                          &s->shard.tables, &m, path, sizeof path, &bytes, err, sizeof err);
     uint64_t took = ps__now_ns() - t0;
     record(s, rc, m.version, pushes, path, bytes, err, t0, took);
     if (rc != PS_OK) {
@@ -196,7 +196,7 @@ static int start(ps_server *s, ps_ckpt_waiter *w, size_t nw, char *err, size_t e
     ps_ckpt_meta m;
     meta_now(s, &m);
     j->start_ns = ps__now_ns();
-    int rc = ps_ckpt_snapshot_take(&s->store, &s->tables, &m, 1, &j->snap);
+    int rc = ps_ckpt_snapshot_take(&s->shard.store, &s->shard.tables, &m, 1, &j->snap);
     j->pause_ns = ps__now_ns() - j->start_ns;
     if (rc != PS_OK) {
         free(j);
@@ -209,7 +209,7 @@ static int start(ps_server *s, ps_ckpt_waiter *w, size_t nw, char *err, size_t e
     snprintf(j->dir, sizeof j->dir, "%s", s->cfg.checkpoint_dir);
     j->keep = (int)s->cfg.keep_checkpoints;
     j->version = m.version;
-    j->pushes = s->stats.pushes_applied;
+    j->pushes = s->shard.stats.pushes_applied;
     j->waiters = w;
     j->n_waiters = nw;
     j->work.data = j;
@@ -274,8 +274,8 @@ int ps__ckpt_request(ps_server *s, const ps_request *r, char *err, size_t errlen
 void ps__ckpt_periodic(ps_server *s) {
     /* a write in flight: the next tick. Nothing new: neither the version moved nor a
      * push was applied (async row pushes do not move the version) */
-    if (s->ckpt_job || (s->ckpt_ns && s->ckpt_version == s->step.version &&
-                        s->ckpt_pushes == s->stats.pushes_applied))
+    if (s->ckpt_job || (s->ckpt_ns && s->ckpt_version == s->shard.step.version &&
+                        s->ckpt_pushes == s->shard.stats.pushes_applied))
         return;
     char err[512];
     start(s, NULL, 0, err, sizeof err);

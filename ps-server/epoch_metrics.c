@@ -71,7 +71,7 @@ int ps__handle_report_metrics(ps_server *s, ps_request *r, char *err, size_t err
                  (unsigned long long)m->samples);
         return PS_EINVAL;
     }
-    ps__member_seen(s, m->worker_index);
+    ps_shard_seen(&s->shard, m->worker_index);
     struct ps_epoch_metrics *t;
     if (table(s, &t) != PS_OK) {
         snprintf(err, errlen, "out of memory for the metrics table");
@@ -119,7 +119,7 @@ int ps__handle_query_metrics(ps_server *s, ps_request *r, char *err, size_t errl
     rep.epoch = epoch;
     for (size_t w = 0; w < n; w++) {
         int has = row && row[w].has;
-        if (has || ps_members_live(&s->members, w)) rep.expected++;
+        if (has || ps_members_live(&s->shard.members, w)) rep.expected++;
         if (!has) continue;
         Ps__WorkerMetrics *e = &wm[rep.reported];
         ps__worker_metrics__init(e);

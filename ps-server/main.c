@@ -37,7 +37,7 @@ int main(int argc, char **argv) {
     }
     int run_rc = ps_server_run(&s);
     PS_INFO("stopped at version %llu after %llu requests (%llu errors)",
-            (unsigned long long)s.step.version, (unsigned long long)s.stats.requests,
+            (unsigned long long)s.shard.step.version, (unsigned long long)s.stats.requests,
             (unsigned long long)s.stats.errors);
     int ckpt_failed = s.final_ckpt_failed;
     ps_server_free(&s);

@@ -127,7 +127,7 @@ static void render_requests(buf *b, const ps_server *s) {
     counter(b, sh, "psd_loop_stalls_total",
             "Membership checks that ran late by more than a tick (psd's own stall; the time "
             "was not held against the workers).",
-            s->members.stalls);
+            s->shard.members.stalls);
     family(b, "psd_errors_total", "counter", "Error replies sent, by error code.");
     for (int i = 1; i < PS_ERR_CODES; i++) {
         const char *name = ps_errname(-i);
@@ -144,14 +144,14 @@ static void render_histogram(buf *b, const ps_server *s) {
     family(b, h, "histogram", "Time to apply one update to the shard's variables.");
     uint64_t cum = 0;
     for (int i = 0; i < PS_LAT_BUCKETS; i++) {
-        cum += s->stats.lat_buckets[i];
-        add(b, "%s_bucket{shard=\"%ld\",le=\"%g\"} %llu\n", h, sh, ps__lat_bounds[i],
+        cum += s->shard.stats.lat_buckets[i];
+        add(b, "%s_bucket{shard=\"%ld\",le=\"%g\"} %llu\n", h, sh, ps_shard_lat_bounds[i],
             (unsigned long long)cum);
     }
-    cum += s->stats.lat_buckets[PS_LAT_BUCKETS];
+    cum += s->shard.stats.lat_buckets[PS_LAT_BUCKETS];
     add(b, "%s_bucket{shard=\"%ld\",le=\"+Inf\"} %llu\n", h, sh, (unsigned long long)cum);
-    add(b, "%s_sum{shard=\"%ld\"} %.9g\n", h, sh, s->stats.lat_sum);
-    add(b, "%s_count{shard=\"%ld\"} %llu\n", h, sh, (unsigned long long)s->stats.lat_count);
+    add(b, "%s_sum{shard=\"%ld\"} %.9g\n", h, sh, s->shard.stats.lat_sum);
+    add(b, "%s_count{shard=\"%ld\"} %llu\n", h, sh, (unsigned long long)s->shard.stats.lat_count);
 }
 
 /* A label value as the text format wants it: backslash, quote and newline escaped. */
@@ -191,11 +191,11 @@ static void render_tables(buf *b, const ps_server *s) {
         {"psd_table_bytes", "gauge", "Memory of the table's rows, their state and index.",
          offsetof(ps_table_counts, bytes)},
     };
-    if (!s->tables.n) return;
+    if (!s->shard.tables.n) return;
     for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
         family(b, fam[f].name, fam[f].type, fam[f].help);
-        for (size_t i = 0; i < s->tables.n; i++) {
-            const ps_table_entry *e = s->tables.v[i];
+        for (size_t i = 0; i < s->shard.tables.n; i++) {
+            const ps_table_entry *e = s->shard.tables.v[i];
             ps_table_counts c;
             ps_table_stats_get(e->t, &c);
             uint64_t v;
@@ -206,11 +206,11 @@ static void render_tables(buf *b, const ps_server *s) {
         }
     }
     family(b, "psd_table_max_rows", "gauge", "Rows the table stores on the shard at most: its max_rows, or less by --max-table-mb.");
-    for (size_t i = 0; i < s->tables.n; i++) {
+    for (size_t i = 0; i < s->shard.tables.n; i++) {
         char esc[2 * PS_WIRE_MAX_NAME + 4];
         sample_u(b, s->cfg.shard, "psd_table_max_rows", "table",
-                 label_escape(s->tables.v[i]->name, esc, sizeof esc),
-                 (unsigned long long)ps_table_limit(s->tables.v[i]->t));
+                 label_escape(s->shard.tables.v[i]->name, esc, sizeof esc),
+                 (unsigned long long)ps_table_limit(s->shard.tables.v[i]->t));
     }
 }
 
@@ -243,7 +243,7 @@ static void render_limits(buf *b, const ps_server *s) {
  * psd hold, against its limits. */
 static void render_queues(buf *b, const ps_server *s) {
     long sh = s->cfg.shard;
-    const ps_pending *q = &s->pending;
+    const ps_pending *q = &s->shard.pending;
     gauge(b, sh, "psd_pending_pulls", "Pulls waiting for a version that does not exist yet.", q->n);
     gauge(b, sh, "psd_pending_pull_bytes", "Memory held by waiting pulls (--max-pending-mb).",
           q->bytes);
@@ -281,27 +281,27 @@ static char *render(const ps_server *s, size_t *len) {
     counter(&b, sh, "psd_replies_dropped_total",
             "Replies dropped because the peer was gone or not reading.", st->dropped_replies);
     counter(&b, sh, "psd_pushes_applied_total", "Pushes accepted into a step or applied.",
-            st->pushes_applied);
+            s->shard.stats.pushes_applied);
     counter(&b, sh, "psd_stale_pushes_dropped_total",
             "Pushes dropped: for a closed step or a second one from the same worker.",
-            st->dropped_pushes);
+            s->shard.stats.dropped_pushes);
     counter(&b, sh, "psd_updates_applied_total", "Optimizer updates applied to the variables.",
-            st->updates_applied);
+            s->shard.stats.updates_applied);
     gauge(&b, sh, "psd_version", "The shard's version (sync: completed steps; async: applies).",
-          s->step.version);
-    gauge(&b, sh, "psd_live_workers", "Workers in the expected set.", s->members.live);
+          s->shard.step.version);
+    gauge(&b, sh, "psd_live_workers", "Workers in the expected set.", s->shard.members.live);
     gauge(&b, sh, "psd_workers", "Workers in the job (--workers).", (uint64_t)s->cfg.workers);
     counter(&b, sh, "psd_workers_removed_total", "Workers removed after --worker-timeout.",
-            s->members.removed);
+            s->shard.members.removed);
     counter(
         &b, sh, "psd_auth_denied_total",
         "Connections refused by CurveZMQ authentication (unknown key, plaintext, bad handshake).",
         st->auth_denied);
     render_queues(&b, s);
     gauge(&b, sh, "psd_max_staleness", "Async: the largest push staleness seen (clocks).",
-          st->max_staleness);
+          s->shard.stats.max_staleness);
     counter(&b, sh, "psd_staleness_waits_total", "Async: pulls deferred by --staleness.",
-            st->staleness_waits);
+            s->shard.stats.staleness_waits);
     counter(&b, sh, "psd_checkpoints_total", "Checkpoints written.", st->checkpoints);
     counter(&b, sh, "psd_checkpoint_failures_total",
             "Checkpoints that could not be written (timer, request or shutdown).",
@@ -314,9 +314,9 @@ static char *render(const ps_server *s, size_t *len) {
     family(&b, "psd_uptime_seconds", "gauge", "Time since psd started.");
     sample_f(&b, sh, "psd_uptime_seconds", (double)(now - s->start_ns) / 1e9);
     uint64_t params = 0;
-    for (size_t i = 0; i < s->store.n; i++)
-        params += s->store.vars[i]->numel;
-    gauge(&b, sh, "psd_variables", "Variables held by the shard.", s->store.n);
+    for (size_t i = 0; i < s->shard.store.n; i++)
+        params += s->shard.store.vars[i]->numel;
+    gauge(&b, sh, "psd_variables", "Variables held by the shard.", s->shard.store.n);
     gauge(&b, sh, "psd_parameters", "Float values held by the shard (sum over its variables).",
           params);
     family(&b, "psd_mode", "gauge", "The shard's mode (sync or async); always 1.");

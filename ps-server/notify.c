@@ -38,7 +38,7 @@ void ps__notify_ready(struct ps_server *s) {
     static int warned;
     char msg[512];
     snprintf(msg, sizeof msg, "READY=1\nSTATUS=serving shard %ld/%ld on %s (version %llu)",
-             s->cfg.shard, s->cfg.num_shards, s->endpoint, (unsigned long long)s->step.version);
+             s->cfg.shard, s->cfg.num_shards, s->endpoint, (unsigned long long)s->shard.step.version);
     send_state(msg, "READY=1", &warned);
     uint64_t usec = 0;
     if (sd_watchdog_enabled(0, &usec) > 0 && usec > 0) {
@@ -54,7 +54,7 @@ void ps__notify_stopping(struct ps_server *s) {
     static int warned;
     char msg[512];
     snprintf(msg, sizeof msg, "STOPPING=1\nSTATUS=stopping shard %ld/%ld at version %llu",
-             s->cfg.shard, s->cfg.num_shards, (unsigned long long)s->step.version);
+             s->cfg.shard, s->cfg.num_shards, (unsigned long long)s->shard.step.version);
     send_state(msg, "STOPPING=1", &warned);
 }
 

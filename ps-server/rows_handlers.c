@@ -67,25 +67,18 @@ int ps__handle_create_table(ps_server *s, ps_request *r, char *err, size_t errle
         return PS_EPROTO;
     }
     const char *job = ct->job_id ? ct->job_id : "";
-    if (job[0] && !ps_job_id_valid(job)) {
-        snprintf(err, errlen, "bad job id (want 1..%u of A-Z a-z 0-9 . _ -)", PS_WIRE_MAX_JOB_ID);
-        return PS_EINVAL;
-    }
-    if (job[0] && s->job_id[0] && strcmp(job, s->job_id) != 0) {
-        snprintf(err, errlen, "shard %ld holds the variables of job '%s', not of job '%s'",
-                 s->cfg.shard, s->job_id, job);
-        return PS_EEXIST;
-    }
+    int rc = ps_shard_check_job(&s->shard, job, err, errlen);
+    if (rc != PS_OK) return rc;
     ps_table_cfg cfg;
-    int rc = table_cfg(s, ct->table, &cfg, err, errlen);
+    rc = table_cfg(s, ct->table, &cfg, err, errlen);
     if (rc != PS_OK) return rc;
     const char *name = ct->table->name;
-    if (ps_store_find(&s->store, name)) {
+    if (ps_store_find(&s->shard.store, name)) {
         snprintf(err, errlen, "'%.200s' is a dense variable on shard %ld, not a table", name,
                  s->cfg.shard);
         return PS_EEXIST;
     }
-    ps_table_entry *e = ps_tables_find(&s->tables, name);
+    ps_table_entry *e = ps_tables_find(&s->shard.tables, name);
     int created = 0;
     if (e && !ps_table_entry_same(e, ct->table->num_rows, &cfg)) {
         snprintf(err, errlen, "table '%.200s' exists on shard %ld with another spec", name,
@@ -93,23 +86,23 @@ int ps__handle_create_table(ps_server *s, ps_request *r, char *err, size_t errle
         return PS_EEXIST;
     }
     if (!e) {
-        if (s->store.n + s->tables.n >= (size_t)s->cfg.max_vars) {
+        if (s->shard.store.n + s->shard.tables.n >= (size_t)s->cfg.max_vars) {
             snprintf(err, errlen, "one more table would make more than --max-vars %ld variables",
                      s->cfg.max_vars);
             return PS_EINVAL;
         }
-        rc = ps_tables_create(&s->tables, name, ct->table->num_rows, &cfg, &e);
+        rc = ps_tables_create(&s->shard.tables, name, ct->table->num_rows, &cfg, &e);
         if (rc != PS_OK) return rc;
         created = 1;
         PS_INFO("created table %s [%s, dim %zu] with %s", name,
                 ct->table->num_rows ? "fixed" : "dynamic", cfg.dim,
                 ps_row_opt_kind_name(cfg.opt.kind));
-        if (job[0] && !s->job_id[0]) snprintf(s->job_id, sizeof s->job_id, "%s", job);
+        ps_shard_claim_job(&s->shard, job);
     }
     Ps__Header out = PS__HEADER__INIT;
     Ps__CreateTableReply rep = PS__CREATE_TABLE_REPLY__INIT;
     rep.created = created;
-    rep.version = s->step.version;
+    rep.version = s->shard.step.version;
     out.body_case = PS__HEADER__BODY_CREATE_TABLE_REPLY;
     out.create_table_reply = &rep;
     ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
@@ -119,7 +112,7 @@ int ps__handle_create_table(ps_server *s, ps_request *r, char *err, size_t errle
 /* The table a request names, or PS_ENOENT. */
 static int find_table(ps_server *s, const char *name, ps_table_entry **e, char *err,
                       size_t errlen) {
-    *e = ps_tables_find(&s->tables, name ? name : "");
+    *e = ps_tables_find(&s->shard.tables, name ? name : "");
     if (*e) return PS_OK;
     snprintf(err, errlen, "no table named '%.200s' on shard %ld", name ? name : "", s->cfg.shard);
     return PS_ENOENT;
@@ -190,7 +183,7 @@ int ps__reply_rows(ps_server *s, const void *identity, size_t identity_len, uint
     Ps__PullRowsReply rep = PS__PULL_ROWS_REPLY__INIT;
     rep.n = n;
     rep.dim = e->cfg.dim;
-    rep.version = s->step.version;
+    rep.version = s->shard.step.version;
     out.body_case = PS__HEADER__BODY_PULL_ROWS_REPLY;
     out.pull_rows_reply = &rep;
     ps_payload pl = {rows, bytes, free_payload, NULL};
@@ -216,25 +209,15 @@ int ps__handle_pull_rows(ps_server *s, ps_request *r, char *err, size_t errlen) 
     if (rc != PS_OK) return rc;
     const uint64_t *ids = idv;
     rc = check_ids(s, e, ids, p->n, err, errlen);
-    if (rc == PS_OK && p->min_version <= s->step.version) {
+    if (rc == PS_OK) {
+        ps__monitor_drain(s); /* a disconnect reported for this socket must not hit this pull */
+        rc = ps_shard_pull_rows(&s->shard, r->identity, r->identity_len, r->fd,
+                                r->hdr->request_id, p->min_version, e, ids, (size_t)p->n, err,
+                                errlen);
+    }
+    if (rc == 1)
         rc = ps__reply_rows(s, r->identity, r->identity_len, r->hdr->request_id, e, ids,
                             (size_t)p->n);
-    } else if (rc == PS_OK && s->cfg.mode == PS_MODE_SYNC && p->min_version > s->step.version + 1) {
-        snprintf(err, errlen, "pull asks for version %llu but the shard is at %llu",
-                 (unsigned long long)p->min_version, (unsigned long long)s->step.version);
-        rc = PS_ESTALE;
-    } else if (rc == PS_OK) {
-        ps_pending_info info = {
-            .request_id = r->hdr->request_id,
-            .min_version = p->min_version,
-            .table = e,
-            .ids = ids,
-            .n_ids = (size_t)p->n,
-        };
-        ps__monitor_drain(s);
-        rc = ps_pending_add(&s->pending, r->identity, r->identity_len, r->fd, NULL, 0, &info,
-                            ps__now_ns(), err, errlen);
-    }
     free(owned);
     return rc;
 }
@@ -256,19 +239,10 @@ int ps__handle_push_rows(ps_server *s, ps_request *r, char *err, size_t errlen) 
                  r->n_payloads);
         return PS_EPROTO;
     }
-    if (p->worker_index >= (uint32_t)s->cfg.workers) {
-        snprintf(err, errlen, "worker index %u out of range (job has %ld workers)", p->worker_index,
-                 s->cfg.workers);
-        return PS_EINVAL;
-    }
-    rc = check_count(s, e, p->n, err, errlen);
+    rc = ps_shard_check_worker(&s->shard, p->worker_index, err, errlen);
+    if (rc == PS_OK) rc = check_count(s, e, p->n, err, errlen);
+    if (rc == PS_OK) rc = ps_shard_admit_worker(&s->shard, p->worker_index, err, errlen);
     if (rc != PS_OK) return rc;
-    ps__member_seen(s, p->worker_index);
-    if (!ps_members_live(&s->members, p->worker_index)) {
-        snprintf(err, errlen, "worker %u is not in the expected set (timed out or finished)",
-                 p->worker_index);
-        return PS_EREJOIN;
-    }
     const void *idv = NULL, *gv = NULL;
     void *owned_ids, *owned_g = NULL;
     rc = frame_items(&r->payloads[0], sizeof(uint64_t), p->n, &idv, &owned_ids, "ids", err,
@@ -289,35 +263,20 @@ int ps__handle_push_rows(ps_server *s, ps_request *r, char *err, size_t errlen) 
     }
     int dropped = 0;
     uint64_t rows_dropped = 0;
-    if (rc == PS_OK && s->cfg.mode == PS_MODE_SYNC) {
-        if (p->step > s->step.version) {
-            snprintf(err, errlen, "push for step %llu but the shard is at %llu",
-                     (unsigned long long)p->step, (unsigned long long)s->step.version);
-            rc = PS_ESTALE;
-        } else if (ps_step_admit(&s->step, p->worker_index, p->step) == PS_STEP_DROP ||
-                   e->pushed[p->worker_index]) {
-            s->stats.dropped_pushes++;
-            dropped = 1;
-        } else {
-            rc = ps_table_entry_step_add(e, p->worker_index, ids, (size_t)p->n, g);
-            if (rc == PS_ENOMEM) snprintf(err, errlen, "out of memory adding row gradients");
-        }
-    } else if (rc == PS_OK) {
-        rc = ps_table_entry_apply(e, ids, (size_t)p->n, g, &rows_dropped);
-        if (rc == PS_ENOMEM) snprintf(err, errlen, "out of memory applying row gradients");
-        if (rc == PS_OK) s->stats.pushes_applied++;
-    }
+    if (rc == PS_OK)
+        rc = ps_shard_push_rows(&s->shard, e, p->worker_index, p->step, ids, (size_t)p->n, g,
+                                &dropped, &rows_dropped, err, errlen);
     free(owned_ids), free(owned_g);
     if (rc != PS_OK) return rc;
     Ps__Header out = PS__HEADER__INIT;
     Ps__PushRowsReply rep = PS__PUSH_ROWS_REPLY__INIT;
     rep.dropped = dropped;
     rep.rows_dropped = rows_dropped;
-    int closes = s->cfg.mode == PS_MODE_SYNC && p->ends_step && !dropped;
-    rep.version = s->step.version;
+    int closes = !s->shard.cfg.async && p->ends_step && !dropped;
+    rep.version = s->shard.step.version;
     out.body_case = PS__HEADER__BODY_PUSH_ROWS_REPLY;
     out.push_rows_reply = &rep;
     ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
-    if (closes) ps__sync_count_push(s, p->worker_index);
+    if (closes) ps_shard_end_step(&s->shard, p->worker_index);
     return PS_OK;
 }

@@ -144,16 +144,8 @@ int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, c
     s->loop = loop;
     s->start_ns = ps__now_ns();
     s->incarnation = new_incarnation();
-    ps_store_init(&s->store);
-    ps_tables_init(&s->tables, (uint32_t)cfg->workers);
-    ps_tables_set_bound(&s->tables, (uint64_t)cfg->max_table_mb << 20);
-    ps_pending_limits limits = {(size_t)cfg->max_pending_pulls, (size_t)cfg->max_pending_per_peer,
-                                (size_t)cfg->max_pending_mb << 20,
-                                (uint64_t)cfg->max_pull_wait_ms * 1000000ull};
-    ps_pending_init(&s->pending, &limits);
     s->zctx = zmq_ctx_new();
-    if (ps_step_init(&s->step, (uint32_t)cfg->workers) != PS_OK || !s->zctx ||
-        ps__members_init(s) != PS_OK) {
+    if (ps__shard_init(s) != PS_OK || !s->zctx) {
         snprintf(err, errlen, "out of memory");
         return PS_ENOMEM;
     }
@@ -260,9 +252,7 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 static void on_member_timer(uv_timer_t *t) {
     ps_server *s = t->data;
-    ps__members_expire(s);
-    /* --max-pull-wait-ms */
-    ps_pending_expire(&s->pending, ps__now_ns(), ps__pending_answer_error, s);
+    ps__members_expire(s); /* and --max-pull-wait-ms */
     ps__server_log_drops(s);
     /* Removing a worker may close a step and send replies. A send on the
      * socket can consume ZMQ_FD's edge while requests wait to be read, and
@@ -340,7 +330,7 @@ void ps_server_stop(ps_server *s) {
     s->stopping = 1;
     ps__notify_stopping(s);
     ps__metrics_stop(s);
-    ps__server_answer_pending(s);
+    ps_shard_stop(&s->shard); /* the waiting pulls are answered ESHUTDOWN */
     ps__auth_stop(s->auth);
     ps__monitor_stop(s);
     if (s->handles_open > 0) {
@@ -369,12 +359,8 @@ void ps_server_free(ps_server *s) {
     s->ipc_bound = 0;
     ps__ipc_unlock(s->cfg.ipc_path, s->ipc_lock - 1); /* after the socket is gone */
     s->ipc_lock = 0;
-    ps_pending_free(&s->pending);
     ps__ckpt_free(s);
-    ps_store_free(&s->store);
-    ps_tables_free(&s->tables);
-    ps_step_free(&s->step);
-    ps_members_free(&s->members);
+    ps_shard_free(&s->shard);
     free(s->scratch);
     ps__epoch_metrics_free(s);
     s->router = s->zctx = NULL;

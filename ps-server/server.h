@@ -10,17 +10,10 @@
 #include <uv.h>
 
 #include "config.h"
-#include "members.h"
 #include "monitor.h"
-#include "pending.h"
-#include "step.h"
-#include "store.h"
-#include "tables.h"
+#include "shard.h"
 #include "wire.h"
 
-/* Upper bounds (seconds) of the apply-latency histogram buckets (+Inf last). */
-#define PS_LAT_BUCKETS 14
-extern const double ps__lat_bounds[PS_LAT_BUCKETS];
 #define PS_BODY_CASES 64 /* > every Ps__Header__BodyCase value */
 #define PS_ERR_CODES 32  /* > -(every ps_err value) */
 /* Job-wide training metrics (epoch_metrics.c): epochs kept, and the largest
@@ -29,15 +22,12 @@ extern const double ps__lat_bounds[PS_LAT_BUCKETS];
 #define PS_EPOCH_METRICS_MAX_SAMPLES (1ull << 48)
 
 typedef struct {
-    uint64_t requests, errors, pushes_applied, stale_pushes, updates_applied;
+    uint64_t requests, errors;
     uint64_t by_type[PS_BODY_CASES];          /* requests by Header body case (0: undecodable) */
     uint64_t by_error[PS_ERR_CODES];          /* error replies by -code */
-    uint64_t lat_buckets[PS_LAT_BUCKETS + 1]; /* optimizer applies by duration; last: +Inf */
-    double lat_sum;                           /* seconds */
-    uint64_t lat_count;
     uint64_t bytes_in, bytes_out, dropped_replies;
     uint64_t push_bytes; /* gradient payload bytes of Push/PushPull requests, as sent */
-    uint64_t dropped_pushes, max_staleness, staleness_waits, checkpoints;
+    uint64_t checkpoints;
     uint64_t checkpoint_failures; /* saves that failed (timer, request or shutdown) */
     uint64_t heartbeats;
     /* connections CurveZMQ refused (auth.c): unknown key, plaintext, bad handshake */
@@ -66,18 +56,13 @@ typedef struct ps_server {
     dev_t ipc_dev;
     ino_t ipc_ino;
     int ipc_lock; /* ipc: 1 + the fd of PATH.lock (ipc_lock.h), held while we live; 0: none */
-    ps_store store;
-    ps_tables tables; /* embedding tables (rows_handlers.c) */
-    ps_step step;       /* the version and the open sync step (shard/step.h) */
-    ps_pending pending; /* deferred pulls (pending.c) */
+    /* the shard's state: variables, tables, members, version and sync step,
+     * deferred pulls (shard/shard.h) */
+    ps_shard shard;
     ps_server_stats stats;
-    ps_members members; /* the expected set of workers (shard/members.h) */
     uv_timer_t member_timer;
     uv_timer_t ckpt_timer;
     uint64_t incarnation; /* random per process start */
-    /* the job whose variables the store holds: from the first CreateVars naming one, or
-     * from the checkpoint restored; "" none */
-    char job_id[PS_WIRE_MAX_JOB_ID + 1];
     uint64_t ckpt_version; /* version of the newest checkpoint written or restored */
     uint64_t ckpt_ns;      /* when (monotonic), 0: none */
     uint64_t ckpt_pushes;  /* stats.pushes_applied when it was taken (0: restored) */
@@ -94,6 +79,7 @@ typedef struct ps_server {
     uv_idle_t resume;     /* runs the next turn of a drain cut short (bounded turns) */
     uint64_t drop_log_ns; /* dropped replies are logged at most once a second */
     uint64_t drops_unlogged;
+    uint64_t nomem_logged; /* the shard's apply_nomem when last logged */
     int stopping;
     int final_ckpt_failed; /* the checkpoint at SIGTERM/SIGINT failed: exit non-zero */
     float *scratch;        /* for misaligned payload frames */
@@ -162,34 +148,14 @@ int ps__reply_rows(ps_server *s, const void *identity, size_t identity_len, uint
                    struct ps_table_entry *e, const uint64_t *ids, size_t n);
 void ps__epoch_metrics_free(ps_server *s);
 
-/* Membership (members.c): the expected set of workers, heartbeats, timeouts. */
-int ps__members_init(ps_server *s);
-/* Worker w showed a sign of life (any request naming it, or a heartbeat). */
-void ps__member_seen(ps_server *s, uint32_t w);
-/* Hello from w: it (re)joins the expected set. */
-void ps__member_join(ps_server *s, uint32_t w);
-/* Goodbye from w: it leaves the expected set, finished. */
-void ps__member_leave(ps_server *s, uint32_t w);
-/* Removes workers silent for longer than --worker-timeout (the timer calls it
- * every ps__members_tick_ms); a stall of psd's own loop is not counted. */
+/* The shard (shard_loop.c): made from the flags, on the loop's clock. PS_OK or PS_ENOMEM. */
+int ps__shard_init(ps_server *s);
+/* The shard's tick (the timer calls it every ps__members_tick_ms): removes workers
+ * silent for longer than --worker-timeout (a stall of psd's own loop is not
+ * counted) and fails the pulls past --max-pull-wait-ms, with the log lines. */
 void ps__members_expire(ps_server *s);
-/* The membership timer's period in ms: --worker-timeout/4 (at most --max-pull-wait-ms/4,
- * which the same timer enforces) within [10, 1000]. */
+/* The tick's period in ms: --worker-timeout/4 (at most --max-pull-wait-ms/4) within [10, 1000]. */
 uint64_t ps__members_tick_ms(const ps_server *s);
-/* Async: the smallest clock among live workers (UINT64_MAX when none). */
-uint64_t ps__members_min_clock(const ps_server *s);
-/* Sync: pushes that close a step now: --replicas-to-aggregate (or all
- * workers) capped by the live count, at least 1. */
-uint32_t ps__members_needed(const ps_server *s);
-/* Sync: closes the open step if enough pushes arrived; 1 if it did. */
-int ps__sync_try_close_step(ps_server *s);
-/* Sync: worker w's push for the open step is in (a PushRows that ends its step). */
-void ps__sync_count_push(ps_server *s, uint32_t w);
-/* Async with --staleness: may a pull at this clock be answered now? */
-int ps__staleness_allows(const ps_server *s, int has_worker, uint64_t clock);
-
-/* Records one optimizer apply of `seconds` in the latency histogram. */
-void ps__stats_apply_latency(ps_server *s, double seconds);
 
 /* Checkpoints (checkpointer.c). Each is a snapshot taken on the loop (the loop's
  * only pause: the copy of the tables' rows and the variables' slots) written to
@@ -211,8 +177,8 @@ void ps__ckpt_stop_signal(ps_server *s);
 void ps__ckpt_free(ps_server *s);
 /* Reads requests now (a reply sent outside a turn may have taken ZMQ_FD's edge). */
 void ps__server_drain(ps_server *s);
-/* Answers the deferred pulls whose version now exists. */
-void ps__server_answer_pending(ps_server *s);
+/* Answers a deferred pull now (the shard's callback; server is a ps_server). */
+void ps__pending_answer(void *server, ps_pending_pull *p);
 /* Nanoseconds on a monotonic clock. */
 uint64_t ps__now_ns(void);
 

@@ -181,7 +181,7 @@ static void shard_close(ps_fuzz *fz, ps_fuzz_shard *sh) {
      * their replies go) before the server and its loop are freed */
     uv_run(&fz->loop, UV_RUN_DEFAULT);
     ps_server_stop(&sh->srv);            /* answers deferred pulls with ESHUTDOWN */
-    ps__server_answer_pending(&sh->srv); /* any deferred after a Shutdown request */
+    ps_shard_stop(&sh->srv.shard);       /* any deferred after a Shutdown request */
     drain_replies(fz, sh);               /* no reply may point into the store any more */
     zmq_close(sh->dealer);
     sh->dealer = NULL;
@@ -330,7 +330,7 @@ void ps_fuzz_input(ps_fuzz *fz, const uint8_t *data, size_t size) {
     } else {
         run_framed(fz, sh, flags, data + 1, size - 1);
     }
-    if (sh->srv.stopping || sh->srv.pending.n > PS_FUZZ_MAX_PENDING ||
+    if (sh->srv.stopping || sh->srv.shard.pending.n > PS_FUZZ_MAX_PENDING ||
         (fz->reset_every && fz->inputs[i] % fz->reset_every == 0)) {
         if (ps_fuzz_reset(fz, i, err, sizeof err) != PS_OK)
             fprintf(stderr, "fuzz harness: cannot reopen shard %u: %s\n", i, err);
