@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 #include <time.h>
 #include <zmq.h>
 
@@ -120,6 +122,10 @@ int ps_client_open(ps_client **out, const char *const *endpoints, size_t n_shard
     c->attempt_ms = 5000;
     c->next_id = 1;
     c->rng = ps__now_ms() ^ ((uint64_t)worker_index << 40) ^ 0x9E3779B97F4A7C15ull;
+    /* a retried push is recognised by (session, seq): a new client is a new session */
+    if (getrandom(&c->push_session, sizeof c->push_session, 0) != sizeof c->push_session)
+        c->push_session = c->rng ^ ((uint64_t)getpid() << 20) ^ ps__now_ms();
+    c->push_session |= 1; /* never 0 */
     for (size_t i = 0; i < n_shards; i++)
         snprintf(c->shards[i].endpoint, sizeof c->shards[i].endpoint, "%s%s",
                  strncmp(endpoints[i], "ipc://", 6) == 0 ? "" : "tcp://", endpoints[i]);

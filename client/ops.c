@@ -376,6 +376,8 @@ int ps__send_grads(ps_client *c, size_t i, uint64_t step, uint64_t clock, int wi
         push.clock = clock;
         push.worker_index = c->worker_index;
         push.skipped = c->push_skipped != 0;
+        push.session = c->push_session;
+        push.seq = c->push_gen;
         if (with_pull) {
             pp.push = &push;
             h.body_case = PS__HEADER__BODY_PUSH_PULL;

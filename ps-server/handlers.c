@@ -33,7 +33,9 @@ int ps__handle_hello(ps_server *s, ps_request *r, char *err, size_t errlen) {
         return PS_EINVAL;
     }
     PS_INFO("hello from worker %u", h->worker_index);
-    if (ps_shard_hello(&s->shard, h->worker_index))
+    /* a disconnect already reported for this socket number is an older connection's */
+    ps__monitor_drain(s);
+    if (ps_shard_hello(&s->shard, h->worker_index, r->fd))
         PS_INFO("worker %u rejoined (%u live)", h->worker_index, s->shard.members.live);
     Ps__Header out = PS__HEADER__INIT;
     Ps__Welcome w = PS__WELCOME__INIT;
@@ -367,8 +369,14 @@ static void push_plan_free(ps_request *r, const Ps__Push *p, push_plan *pl) {
 static int push_prepare(ps_server *s, ps_request *r, const Ps__Push *p, push_plan *pl, char *err,
                         size_t errlen) {
     memset(pl, 0, sizeof *pl);
-    int rc = ps_shard_push_admit(&s->shard, p->worker_index, p->step, &pl->plan, err, errlen);
+    int rc = ps_shard_push_admit(&s->shard, p->worker_index, p->step, p->session, p->seq,
+                                 &pl->plan, err, errlen);
     if (rc != PS_OK) return rc;
+    if (pl->plan.retry) {
+        PS_DEBUG("push from worker %u (seq %llu) is a retry of one applied: not applied again",
+                 p->worker_index, (unsigned long long)p->seq);
+        return PS_OK;
+    }
     if (pl->plan.dropped) {
         PS_DEBUG("push from worker %u for step %llu dropped (shard at %llu)", p->worker_index,
                  (unsigned long long)p->step, (unsigned long long)s->shard.step.version);
@@ -421,7 +429,8 @@ int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen) {
     Ps__PushReply rep = PS__PUSH_REPLY__INIT;
     rep.version = s->shard.step.version + (uint64_t)(pl.plan.applied && !pl.plan.dropped);
     rep.applied = pl.plan.applied;
-    rep.dropped = pl.plan.dropped;
+    rep.dropped = pl.plan.dropped && !pl.plan.retry;
+    rep.duplicate = pl.plan.retry;
     out.body_case = PS__HEADER__BODY_PUSH_REPLY;
     out.push_reply = &rep;
     ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
@@ -459,7 +468,9 @@ int ps__handle_push_pull(ps_server *s, ps_request *r, char *err, size_t errlen) 
     push_commit(s, p, &pl);
     push_plan_free(r, p, &pl);
     uint64_t min_version = s->cfg.mode == PS_MODE_SYNC ? p->step + 1 : 0;
-    return answer_or_defer(s, r, min_version, 1, p->clock + 1, pl.plan.applied, pl.plan.dropped,
+    /* a retry is answered as the push it repeats was */
+    return answer_or_defer(s, r, min_version, 1, p->clock + 1, pl.plan.applied,
+                           pl.plan.dropped && !pl.plan.retry,
                            err, errlen);
 }
 

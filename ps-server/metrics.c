@@ -285,6 +285,10 @@ static char *render(const ps_server *s, size_t *len) {
     counter(&b, sh, "psd_stale_pushes_dropped_total",
             "Pushes dropped: for a closed step or a second one from the same worker.",
             s->shard.stats.dropped_pushes);
+    counter(&b, sh, "psd_retried_pushes_total",
+            "Pushes that repeated one already applied (same session and seq): answered, not "
+            "applied again.",
+            s->shard.stats.retried_pushes);
     counter(&b, sh, "psd_updates_applied_total", "Optimizer updates applied to the variables.",
             s->shard.stats.updates_applied);
     gauge(&b, sh, "psd_version", "The shard's version (sync: completed steps; async: applies).",

@@ -58,10 +58,9 @@ static int read_one(ps_server *s) {
     uint32_t value;
     memcpy(&event, head, sizeof event);
     memcpy(&value, head + 2, sizeof value);
-    if (event == ZMQ_EVENT_DISCONNECTED) {
-        size_t dropped = ps_pending_release_fd(&s->shard.pending, (int)value);
-        if (dropped) PS_DEBUG("a connection closed: %zu waiting pull(s) of it dropped", dropped);
-    } else if (s->auth)
+    if (event == ZMQ_EVENT_DISCONNECTED)
+        ps__server_disconnected(s, (int)value);
+    else if (s->auth)
         ps__auth_handshake_event(s->auth, event, value);
     return 1;
 }

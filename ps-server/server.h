@@ -154,6 +154,9 @@ int ps__shard_init(ps_server *s);
  * silent for longer than --worker-timeout (a stall of psd's own loop is not
  * counted) and fails the pulls past --max-pull-wait-ms, with the log lines. */
 void ps__members_expire(ps_server *s);
+/* The connection on socket fd closed (the monitor saw it): its waiting pulls are
+ * dropped, and a worker whose Hello came on it is removed at once, logged. */
+void ps__server_disconnected(ps_server *s, int fd);
 /* The tick's period in ms: --worker-timeout/4 (at most --max-pull-wait-ms/4) within [10, 1000]. */
 uint64_t ps__members_tick_ms(const ps_server *s);
 

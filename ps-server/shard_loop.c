@@ -59,3 +59,21 @@ void ps__members_expire(ps_server *s) {
         s->nomem_logged = sh->stats.apply_nomem;
     }
 }
+
+void ps__server_disconnected(ps_server *s, int fd) {
+    ps_shard *sh = &s->shard;
+    unsigned char *gone = calloc(sh->members.n ? sh->members.n : 1, 1);
+    if (!gone) { /* the pulls at least; the workers then time out */
+        size_t dropped = ps_pending_release_fd(&sh->pending, fd);
+        if (dropped) PS_DEBUG("a connection closed: %zu waiting pull(s) of it dropped", dropped);
+        return;
+    }
+    size_t pulls;
+    uint32_t removed = ps_shard_disconnected(sh, fd, gone, &pulls);
+    if (pulls) PS_DEBUG("a connection closed: %zu waiting pull(s) of it dropped", pulls);
+    for (uint32_t w = 0; removed && w < sh->members.n; w++)
+        if (gone[w])
+            PS_WARN("worker %u removed: its connection closed without a Goodbye; %u live", w,
+                    sh->members.live);
+    free(gone);
+}

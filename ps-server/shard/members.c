@@ -18,6 +18,7 @@ int ps_members_init(ps_members *ms, uint32_t n, uint64_t timeout_ns, uint64_t ti
     for (uint32_t w = 0; w < n; w++) {
         ms->m[w].live = 1;
         ms->m[w].last_seen_ns = now;
+        ms->m[w].conn = -1;
     }
     ms->live = n;
     return PS_OK;
@@ -40,9 +41,10 @@ void ps_members_seen(ps_members *ms, uint32_t w, uint64_t now) {
     if (w < ms->n) ms->m[w].last_seen_ns = now;
 }
 
-int ps_members_join(ps_members *ms, uint32_t w, uint64_t now) {
+int ps_members_join(ps_members *ms, uint32_t w, uint64_t now, int conn) {
     ps_member *m = &ms->m[w];
     m->last_seen_ns = now;
+    m->conn = conn;
     m->done = 0;
     if (m->live) return 0;
     m->live = 1;
@@ -85,6 +87,35 @@ uint32_t ps_members_expire(ps_members *ms, uint64_t now, unsigned char *gone) {
         removed++;
     }
     return removed;
+}
+
+uint32_t ps_members_disconnect(ps_members *ms, int conn, unsigned char *gone) {
+    uint32_t removed = 0;
+    memset(gone, 0, ms->n);
+    if (conn < 0) return 0;
+    for (uint32_t w = 0; w < ms->n; w++) {
+        ps_member *m = &ms->m[w];
+        if (m->conn != conn) continue;
+        m->conn = -1; /* the number may come back for another connection */
+        if (!m->live) continue;
+        m->live = 0;
+        ms->live--;
+        ms->removed++;
+        gone[w] = 1;
+        removed++;
+    }
+    return removed;
+}
+
+int ps_members_is_retry(const ps_members *ms, uint32_t w, uint64_t session, uint64_t seq) {
+    const ps_member *m = &ms->m[w];
+    return seq && session == m->session && seq <= m->last_seq;
+}
+
+void ps_members_applied(ps_members *ms, uint32_t w, uint64_t session, uint64_t seq) {
+    if (!seq) return;
+    ms->m[w].session = session;
+    ms->m[w].last_seq = seq;
 }
 
 uint64_t ps_members_note_clock(ps_members *ms, uint32_t w, uint64_t clock) {

@@ -11,6 +11,9 @@
 typedef struct {
     uint64_t last_seen_ns; /* last request or heartbeat */
     uint64_t clock;        /* async: pushes received from it */
+    int conn;              /* the connection its last Hello came on (-1: none known) */
+    uint64_t session;      /* the client session of its last applied push with a seq */
+    uint64_t last_seq;     /* that push's seq: one at or below it is a retry */
     unsigned char live;    /* in the expected set */
     unsigned char done;    /* said Goodbye (finished its job) */
 } ps_member;
@@ -38,8 +41,9 @@ int ps_members_valid(const ps_members *ms, uint32_t w);
 int ps_members_live(const ps_members *ms, uint32_t w);
 /* w showed a sign of life (a request naming it, or a heartbeat). */
 void ps_members_seen(ps_members *ms, uint32_t w, uint64_t now);
-/* w said Hello: it (re)joins the expected set. 1 when it was not in it. */
-int ps_members_join(ps_members *ms, uint32_t w, uint64_t now);
+/* w said Hello on connection `conn` (-1: unknown): it (re)joins the expected set.
+ * 1 when it was not in it. */
+int ps_members_join(ps_members *ms, uint32_t w, uint64_t now, int conn);
 /* w said Goodbye: it leaves the expected set, finished. 1 when it was in it. */
 int ps_members_leave(ps_members *ms, uint32_t w);
 /* Removes the workers silent for longer than the timeout; gone[w] is set for
@@ -48,6 +52,15 @@ int ps_members_leave(ps_members *ms, uint32_t w);
  * than two ticks after the last one, the time beyond one tick is not counted
  * against anyone (their heartbeats of that time are still unread). */
 uint32_t ps_members_expire(ps_members *ms, uint64_t now, unsigned char *gone);
+/* Connection `conn` closed: the live workers whose Hello came on it leave the
+ * expected set at once (gone[w] set for each, gone cleared first), counted as
+ * removed. Returns how many. A worker that said Goodbye is not live, so a clean
+ * exit is not a removal. */
+uint32_t ps_members_disconnect(ps_members *ms, int conn, unsigned char *gone);
+/* 1 when w's push (session, seq) was applied already: a retry (seq 0: never). */
+int ps_members_is_retry(const ps_members *ms, uint32_t w, uint64_t session, uint64_t seq);
+/* w's push (session, seq) was applied (seq 0: nothing recorded). */
+void ps_members_applied(ps_members *ms, uint32_t w, uint64_t session, uint64_t seq);
 /* Async: records that w pushed at `clock`; returns how many clocks the newest
  * push of any worker is ahead of it (its staleness). */
 uint64_t ps_members_note_clock(ps_members *ms, uint32_t w, uint64_t clock);

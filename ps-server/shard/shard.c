@@ -99,8 +99,8 @@ static void membership_changed(ps_shard *sh) {
         ps_shard_answer_pending(sh);
 }
 
-int ps_shard_hello(ps_shard *sh, uint32_t w) {
-    return ps_members_join(&sh->members, w, ps_shard_now(sh));
+int ps_shard_hello(ps_shard *sh, uint32_t w, int conn) {
+    return ps_members_join(&sh->members, w, ps_shard_now(sh), conn);
 }
 
 int ps_shard_goodbye(ps_shard *sh, uint32_t w) {
@@ -122,6 +122,13 @@ uint32_t ps_shard_tick(ps_shard *sh, unsigned char *gone) {
     uint32_t removed = ps_members_expire(&sh->members, now, gone);
     if (removed) workers_removed(sh, gone);
     ps_pending_expire(&sh->pending, now, sh->out.fail, sh->out.ctx);
+    return removed;
+}
+
+uint32_t ps_shard_disconnected(ps_shard *sh, int conn, unsigned char *gone, size_t *pulls) {
+    *pulls = ps_pending_release_fd(&sh->pending, conn);
+    uint32_t removed = ps_members_disconnect(&sh->members, conn, gone);
+    if (removed) workers_removed(sh, gone);
     return removed;
 }
 
@@ -232,11 +239,20 @@ int ps_shard_admit_worker(ps_shard *sh, uint32_t w, char *err, size_t errlen) {
     return PS_EREJOIN;
 }
 
-int ps_shard_push_admit(ps_shard *sh, uint32_t w, uint64_t step, ps_shard_push_plan *pl,
-                        char *err, size_t errlen) {
+int ps_shard_push_admit(ps_shard *sh, uint32_t w, uint64_t step, uint64_t session, uint64_t seq,
+                        ps_shard_push_plan *pl, char *err, size_t errlen) {
     memset(pl, 0, sizeof *pl);
+    pl->session = session;
+    pl->seq = seq;
     int rc = ps_shard_admit_worker(sh, w, err, errlen);
     if (rc != PS_OK) return rc;
+    /* a re-send of a push whose reply was lost: applied once, answered again */
+    if (ps_members_is_retry(&sh->members, w, session, seq)) {
+        sh->stats.retried_pushes++;
+        pl->retry = pl->dropped = 1;
+        pl->applied = sh->cfg.async;
+        return PS_OK;
+    }
     if (sh->cfg.async) {
         pl->applied = 1;
         return PS_OK;
@@ -275,6 +291,7 @@ void ps_shard_push_commit(ps_shard *sh, uint32_t w, uint64_t clock, int skipped,
             count_nomem(sh, ps_var_accumulate(vars[i], grads[i]));
     }
     if (!skipped) sh->stats.pushes_applied++;
+    ps_members_applied(&sh->members, w, pl->session, pl->seq);
     if (!sh->cfg.async) {
         ps_step_count(&sh->step, w);
         try_close_step(sh, pl->direct ? t0 : ps_shard_now(sh));

@@ -41,6 +41,7 @@ typedef struct {
     uint64_t pushes_applied, stale_pushes, updates_applied, dropped_pushes;
     uint64_t max_staleness, staleness_waits;
     uint64_t apply_nomem; /* updates (or parts) dropped: out of memory applying them */
+    uint64_t retried_pushes; /* pushes whose (session, seq) was applied before: not again */
     uint64_t lat_buckets[PS_LAT_BUCKETS + 1]; /* optimizer applies by duration; last: +Inf */
     double lat_sum;                           /* seconds */
     uint64_t lat_count;
@@ -86,8 +87,9 @@ uint64_t ps_shard_now(const ps_shard *sh);
 int ps_shard_check_worker(const ps_shard *sh, uint32_t w, char *err, size_t errlen);
 /* Any sign of life from w (a request naming it, a heartbeat). */
 void ps_shard_seen(ps_shard *sh, uint32_t w);
-/* Hello: w (re)joins the expected set. 1 when it was not in it. */
-int ps_shard_hello(ps_shard *sh, uint32_t w);
+/* Hello on connection `conn` (-1: unknown): w (re)joins the expected set. 1 when
+ * it was not in it. */
+int ps_shard_hello(ps_shard *sh, uint32_t w, int conn);
 /* Goodbye: w leaves, finished; what that unblocks is answered. 1 when it was live. */
 int ps_shard_goodbye(ps_shard *sh, uint32_t w);
 /* The clock's tick: removes the workers silent past the timeout (gone[w] set for
@@ -95,6 +97,11 @@ int ps_shard_goodbye(ps_shard *sh, uint32_t w);
  * removed workers' pulls (EREJOIN) and the pulls past their deadline
  * (ETIMEDOUT). Returns how many workers were removed. */
 uint32_t ps_shard_tick(ps_shard *sh, unsigned char *gone);
+/* Connection `conn` closed: its deferred pulls are dropped unanswered (returned in
+ * *pulls), and the workers whose Hello came on it are removed at once, without
+ * waiting for their timeout (gone[w] set for each); what that unblocks is
+ * answered. Returns how many workers were removed. */
+uint32_t ps_shard_disconnected(ps_shard *sh, int conn, unsigned char *gone, size_t *pulls);
 
 /* --- variables ------------------------------------------------------------- */
 /* Whether `job` may create variables or tables here: PS_OK, or PS_EINVAL (a bad
@@ -130,7 +137,9 @@ void ps_shard_stop(ps_shard *sh);
 /* --- pushes ---------------------------------------------------------------- */
 /* What a push does, decided before its gradients are used. */
 typedef struct {
-    int dropped; /* sync: for a closed step, or a second one: nothing to apply */
+    uint64_t session, seq; /* the push's identity (seq 0: unchecked) */
+    int retry;   /* (session, seq) was applied before: answered, not applied again */
+    int dropped; /* sync: for a closed step, or a second one; a retry: nothing to apply */
     int applied; /* async: applied; sync: the step closes with this push */
     int direct;  /* sync: this push alone closes the step: applied without averaging */
 } ps_shard_push_plan;
@@ -139,12 +148,13 @@ typedef struct {
  * expected set (else PS_EREJOIN: it must say Hello again); counts as a sign of
  * life either way. */
 int ps_shard_admit_worker(ps_shard *sh, uint32_t w, char *err, size_t errlen);
-/* Admits a push of worker w for `step` (sync; async: any): PS_OK with the plan
- * (a dropped push is counted), or PS_EINVAL (no such worker), PS_EREJOIN (not
- * in the expected set) or PS_ESTALE (the shard is behind the worker). Changes
- * nothing but w's liveness and the dropped-push counters. */
-int ps_shard_push_admit(ps_shard *sh, uint32_t w, uint64_t step, ps_shard_push_plan *pl,
-                        char *err, size_t errlen);
+/* Admits a push of worker w for `step` (sync; async: any) with the identity
+ * (session, seq): PS_OK with the plan (a dropped push is counted; a retry of one
+ * applied before is dropped too, in either mode), or PS_EINVAL (no such worker),
+ * PS_EREJOIN (not in the expected set) or PS_ESTALE (the shard is behind the
+ * worker). Changes nothing but w's liveness and the dropped-push counters. */
+int ps_shard_push_admit(ps_shard *sh, uint32_t w, uint64_t step, uint64_t session, uint64_t seq,
+                        ps_shard_push_plan *pl, char *err, size_t errlen);
 /* Uses an admitted push's gradients grads[i] for vars[i] (checked: shapes,
  * finite): async, applies them (a new version); sync, adds them to the step,
  * closing it when this push completes it. A skipped push (the worker's

@@ -154,6 +154,11 @@ START_TEST(worker_killed_sync_job_finishes) {
     ck_assert_int_eq(kill(j.pid[2], SIGKILL), 0); /* mid-epoch 1 */
     ck_assert_int_eq(ps_test_wait(j.pid[2], 5000), 128 + SIGKILL);
     j.pid[2] = 0;
+    /* removed when its connections close, not after --worker-timeout's 20 s */
+    for (int i = 0; i < 2; i++)
+        ck_assert_msg(ps_test_wait_file_has(psd[i].log, "worker 2 removed: its connection closed",
+                                            10000, psd[i].pid),
+                      "shard %d did not remove the killed worker within 10 s", i);
     ck_assert_int_eq(finish_worker(&j, 0, 180000), 0);
     ck_assert_int_eq(finish_worker(&j, 1, 30000), 0);
     double acc = summary_accuracy(&j);

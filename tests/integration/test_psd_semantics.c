@@ -223,6 +223,55 @@ START_TEST(async_each_push_applies) {
 }
 END_TEST
 
+/* A Push of "b" (all 1.0) from worker 0 with the identity (session, seq); returns
+ * the reply (the caller frees it). */
+static Ps__Header *push_b(raw_conn *r, uint64_t request_id, uint64_t session, uint64_t seq) {
+    static const float g[NB] = {1, 1, 1, 1};
+    Ps__TensorMeta m, *mp = &m;
+    uint64_t shape_buf[1];
+    size_t shape[1] = {NB};
+    ps_tensor_meta_f32(&m, "b", shape, 1, shape_buf);
+    push_req q;
+    push_req_init(&q, request_id, &mp, 1, 0, 0);
+    q.push.session = session;
+    q.push.seq = seq;
+    const void *pl[1] = {g};
+    size_t len[1] = {sizeof g};
+    raw_send_hdr(r, &q.h, pl, len, 1);
+    Ps__Header *h = raw_recv(r, REPLY_MS, NULL);
+    ck_assert_ptr_nonnull(h);
+    ck_assert_int_eq(h->body_case, PS__HEADER__BODY_PUSH_REPLY);
+    return h;
+}
+
+/* A push re-sent after its reply was lost (the same session and seq) is answered and
+ * not applied again; the next seq is, and so is the first push of another session. */
+START_TEST(async_retried_push_applies_once) {
+    good_client c0;
+    good_open(&c0, 0, 2, 1);
+    raw_conn r;
+    raw_open(&r, psd.endpoint);
+    const uint64_t S = 0x5eed;
+    uint64_t want[][3] = {/* seq, session, version after */
+                          {5, S, 1}, {5, S, 1}, {4, S, 1}, {6, S, 2}, {1, S + 2, 3}, {0, S, 4}};
+    int retry[] = {0, 1, 1, 0, 0, 0};
+    for (int k = 0; k < 6; k++) {
+        Ps__Header *h = push_b(&r, 300 + (uint64_t)k, want[k][1], want[k][0]);
+        ck_assert_msg(h->push_reply->duplicate == retry[k], "push %d: duplicate %d", k,
+                      h->push_reply->duplicate);
+        ck_assert(h->push_reply->applied);
+        ck_assert_uint_eq(h->push_reply->version, want[k][2]);
+        ps__header__free_unpacked(h, NULL);
+    }
+    float want_b[NB];
+    for (int i = 0; i < NB; i++)
+        want_b[i] = sgd(sgd(sgd(sgd(B0[i], 1.0f), 1.0f), 1.0f), 1.0f);
+    ck_assert_uint_eq(expect_values(&c0, W0, want_b), 4);
+    raw_close(&r);
+    good_close(&c0);
+}
+END_TEST
+
 /* ---- shutdown ---- */
 
 START_TEST(shutdown_request) {
@@ -252,6 +301,7 @@ static Suite *requests_suite(void) {
     tcase_add_test(sync, shutdown_request);
     TCase *async = requests_tcase(s, "async", setup_async2);
     tcase_add_test(async, async_each_push_applies);
+    tcase_add_test(async, async_retried_push_applies_once);
     return s;
 }
 

@@ -70,7 +70,7 @@ static ps_var *setup(ps_shard *sh, world *wd, int async, uint32_t workers, long 
 static int push(ps_shard *sh, ps_var *v, uint32_t w, uint64_t step, uint64_t clock,
                 const float *g, ps_shard_push_plan *pl) {
     char err[200];
-    int rc = ps_shard_push_admit(sh, w, step, pl, err, sizeof err);
+    int rc = ps_shard_push_admit(sh, w, step, 0, 0, pl, err, sizeof err);
     if (rc == PS_OK) ps_shard_push_commit(sh, w, clock, 0, &v, &g, 1, pl);
     return rc;
 }
@@ -162,7 +162,7 @@ START_TEST(the_clock_removes_a_silent_worker_and_the_step_closes_without_it) {
     ck_assert_int_eq(wd.n_failed, 0);
     /* a push from the removed worker: EREJOIN until it says Hello */
     ck_assert_int_eq(push(&sh, v, 1, 1, 0, g, &pl), PS_EREJOIN);
-    ck_assert_int_eq(ps_shard_hello(&sh, 1), 1);
+    ck_assert_int_eq(ps_shard_hello(&sh, 1, -1), 1);
     ck_assert_int_eq(push(&sh, v, 1, 1, 0, g, &pl), PS_OK);
     ps_shard_free(&sh);
 }
@@ -194,7 +194,7 @@ START_TEST(a_removed_workers_waiting_pull_is_answered_rejoin) {
     ck_assert_uint_eq(sh.step.version, 1);
     ck_assert_int_eq(wd.n_answered, 1);
     /* now one that waits for a step that cannot close while its worker is gone */
-    ck_assert_int_eq(ps_shard_hello(&sh, 2), 1);
+    ck_assert_int_eq(ps_shard_hello(&sh, 2, -1), 1);
     ck_assert_int_eq(pull(&sh, v, 2, 6, 2, 1), 0);
     for (int i = 0; i < 6; i++) {
         wd.now += 25 * MS;
@@ -204,6 +204,57 @@ START_TEST(a_removed_workers_waiting_pull_is_answered_rejoin) {
     ck_assert_int_eq(wd.n_failed, 1);
     ck_assert_uint_eq(wd.failed[0], 6);
     ck_assert_int_eq(wd.fail_code[0], PS_EREJOIN);
+    ps_shard_free(&sh);
+}
+END_TEST
+
+START_TEST(a_killed_worker_is_removed_when_its_connection_closes) {
+    ps_shard sh;
+    world wd;
+    ps_var *v = setup(&sh, &wd, 0, 3, -1);
+    ps_shard_push_plan pl;
+    unsigned char gone[3];
+    size_t pulls;
+    const float g[4] = {2, 2, 2, 2};
+    for (uint32_t w = 0; w < 3; w++)
+        ps_shard_hello(&sh, w, 10 + (int)w); /* pull() uses connection 10 + w */
+    ck_assert_int_eq(push(&sh, v, 0, 0, 0, g, &pl), PS_OK);
+    ck_assert_int_eq(push(&sh, v, 1, 0, 0, g, &pl), PS_OK);
+    ck_assert_int_eq(pull(&sh, v, 0, 4, 1, 0), 0);
+    ck_assert_int_eq(pull(&sh, v, 2, 5, 1, 0), 0);
+    /* worker 2 is killed: the kernel closes its connection, no time passes */
+    ck_assert_uint_eq(ps_shard_disconnected(&sh, 12, gone, &pulls), 1);
+    ck_assert(gone[2]);
+    ck_assert_uint_eq(pulls, 1); /* its own pull: dropped, nobody to answer */
+    ck_assert_uint_eq(sh.step.version, 1); /* the step closed with the two others */
+    ck_assert_int_eq(wd.n_answered, 1);
+    ck_assert_uint_eq(wd.answered[0], 4);
+    ck_assert_uint_eq(sh.members.removed, 1);
+    ps_shard_free(&sh);
+}
+END_TEST
+
+START_TEST(a_retried_async_push_is_applied_once) {
+    ps_shard sh;
+    world wd;
+    ps_var *v = setup(&sh, &wd, 1, 1, -1);
+    ps_shard_push_plan pl;
+    char err[200];
+    const float g[4] = {1, 1, 1, 1};
+    const float *gp = g;
+    uint64_t seqs[] = {1, 1, 2, 2, 3};
+    for (int k = 0; k < 5; k++) {
+        ck_assert_int_eq(ps_shard_push_admit(&sh, 0, 0, 77, seqs[k], &pl, err, sizeof err), PS_OK);
+        ck_assert_int_eq(pl.retry, (k == 1 || k == 3));
+        ps_shard_push_commit(&sh, 0, (uint64_t)k, 0, &v, &gp, 1, &pl);
+    }
+    ck_assert_uint_eq(sh.step.version, 3);
+    ck_assert_uint_eq(sh.stats.retried_pushes, 2);
+    ck_assert_float_eq(v->w[0], 1.0f - 3 * 0.5f);
+    /* a push that failed its checks after admission was not applied: its re-send is */
+    ck_assert_int_eq(ps_shard_push_admit(&sh, 0, 0, 77, 4, &pl, err, sizeof err), PS_OK);
+    ck_assert_int_eq(ps_shard_push_admit(&sh, 0, 0, 77, 4, &pl, err, sizeof err), PS_OK);
+    ck_assert(!pl.retry);
     ps_shard_free(&sh);
 }
 END_TEST
@@ -272,6 +323,8 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, a_retried_push_is_applied_once);
     tcase_add_test(tc, the_clock_removes_a_silent_worker_and_the_step_closes_without_it);
     tcase_add_test(tc, a_removed_workers_waiting_pull_is_answered_rejoin);
+    tcase_add_test(tc, a_killed_worker_is_removed_when_its_connection_closes);
+    tcase_add_test(tc, a_retried_async_push_is_applied_once);
     tcase_add_test(tc, a_pull_past_its_deadline_fails);
     tcase_add_test(tc, the_staleness_gate_holds_the_fast_worker);
     tcase_add_test(tc, a_pull_beyond_the_open_step_is_estale_and_a_stop_answers_all);

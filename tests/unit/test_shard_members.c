@@ -48,8 +48,8 @@ START_TEST(silence_past_the_timeout_removes_a_worker) {
     /* a heartbeat does not bring it back; a Hello does */
     ps_members_seen(&ms, 1, t);
     ck_assert(!ps_members_live(&ms, 1));
-    ck_assert_int_eq(ps_members_join(&ms, 1, t), 1);
-    ck_assert_int_eq(ps_members_join(&ms, 1, t), 0); /* already in */
+    ck_assert_int_eq(ps_members_join(&ms, 1, t, -1), 1);
+    ck_assert_int_eq(ps_members_join(&ms, 1, t, -1), 0); /* already in */
     ck_assert_uint_eq(ms.live, 3);
     ps_members_free(&ms);
 }
@@ -83,9 +83,33 @@ START_TEST(goodbye_leaves_the_expected_set) {
     ck_assert_int_eq(ps_members_leave(&ms, 0), 0);
     ck_assert_uint_eq(ms.live, 1);
     ck_assert(ms.m[0].done);
-    ck_assert_int_eq(ps_members_join(&ms, 0, T0), 1);
+    ck_assert_int_eq(ps_members_join(&ms, 0, T0, -1), 1);
     ck_assert(!ms.m[0].done);
     ck_assert_uint_eq(ms.removed, 0); /* finished is not removed */
+    ps_members_free(&ms);
+}
+END_TEST
+
+START_TEST(a_closed_connection_removes_the_workers_that_said_hello_on_it) {
+    ps_members ms;
+    unsigned char gone[3];
+    ck_assert_int_eq(ps_members_init(&ms, 3, 100 * MS, 25 * MS, T0), PS_OK);
+    ps_members_join(&ms, 0, T0, 7);
+    ps_members_join(&ms, 1, T0, 8);
+    ps_members_join(&ms, 2, T0, 9);
+    ck_assert_int_eq(ps_members_leave(&ms, 2), 1); /* a Goodbye, then its connection closes */
+    ck_assert_uint_eq(ps_members_disconnect(&ms, 9, gone), 0);
+    ck_assert_uint_eq(ps_members_disconnect(&ms, -1, gone), 0); /* unknown: nobody */
+    ck_assert_uint_eq(ps_members_disconnect(&ms, 8, gone), 1);
+    ck_assert(gone[1] && !gone[0] && !gone[2]);
+    ck_assert_uint_eq(ms.live, 1);
+    ck_assert_uint_eq(ms.removed, 1);
+    /* the number is reused by another connection: it no longer names worker 1 */
+    ck_assert_uint_eq(ps_members_disconnect(&ms, 8, gone), 0);
+    /* worker 0 says Hello again on a new connection: the old one's close is harmless */
+    ps_members_join(&ms, 0, T0, 11);
+    ck_assert_uint_eq(ps_members_disconnect(&ms, 7, gone), 0);
+    ck_assert(ps_members_live(&ms, 0));
     ps_members_free(&ms);
 }
 END_TEST
@@ -140,6 +164,7 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, silence_past_the_timeout_removes_a_worker);
     tcase_add_test(tc, the_owners_stall_is_not_held_against_workers);
     tcase_add_test(tc, goodbye_leaves_the_expected_set);
+    tcase_add_test(tc, a_closed_connection_removes_the_workers_that_said_hello_on_it);
     tcase_add_test(tc, clocks_give_staleness_and_the_slowest_live_worker);
     tcase_add_test(tc, a_sync_step_closes_at_the_needed_count);
     suite_add_tcase(s, tc);
