@@ -593,7 +593,8 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
                                                            : -1;
     ps_train_log *tlog = NULL;
     if (rc == PS_OK && cfg->index == 0)
-        rc = ps_train_log_open(cfg->tensorboard_dir, cfg->history_path, &tlog, err, errlen);
+        rc = ps_train_log_open(cfg->tensorboard_dir, cfg->history_path, first_epoch, &tlog, err,
+                               errlen);
     unsigned tb_every = tlog && cfg->tensorboard_dir ? cfg->tensorboard_every : 0;
     ps_progress prog;
     ps_progress_init(&prog, cfg->progress, stdout, cfg->epochs, cfg->workers);
