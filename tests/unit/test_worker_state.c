@@ -2,7 +2,8 @@
  * a round trip restores every entry and counter bit for bit; a file of another
  * worker count, another job or other entries is refused whole (nothing is
  * written into the buffers); a step with no file is ENOENT; saving step N
- * removes this worker's files of later steps and keeps the newest K. */
+ * removes this worker's files of later steps (and a temp file an interrupted
+ * save left) and keeps the newest K. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +91,13 @@ START_TEST(later_steps_go_and_the_newest_stay) {
     ck_assert_int_eq(ps_wstate_save(&w.s, &at, 25, NULL, 0, why, sizeof why), PS_OK);
     ck_assert(exists(dir, 0, 25) && !exists(dir, 0, 30) && !exists(dir, 0, 40));
     ck_assert(exists(dir, 1, 40)); /* another worker's files are its own */
+    char tmp[700]; /* a save interrupted by a crash left its temp file */
+    snprintf(tmp, sizeof tmp, "%s/worker-0-step-%020d.pstf.tmp.123", dir, 30);
+    FILE *f = fopen(tmp, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    ck_assert_int_eq(ps_wstate_save(&w.s, &at, 26, NULL, 0, why, sizeof why), PS_OK);
+    ck_assert(access(tmp, F_OK) != 0 && exists(dir, 0, 25) && exists(dir, 0, 26));
     ps_wstate_free(&w.s);
     ps_test_rmdir(dir);
     free(dir);

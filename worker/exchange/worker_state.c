@@ -46,14 +46,17 @@ static void file_name(char *buf, size_t n, const ps_wstate_where *w, uint64_t st
     snprintf(buf, n, "%s/worker-%u-step-%020" PRIu64 ".pstf", w->dir, w->index, steps);
 }
 
-/* "worker-<index>-step-<20 digits>.pstf" of this worker: 1 and its steps, else 0. */
+/* "worker-<index>-step-<20 digits>.pstf" of this worker: 1 and its steps; its temp
+ * file (".pstf.tmp.<pid>", left by a crash while writing; one writer per worker): 2;
+ * else 0. */
 static int own_file(const char *name, unsigned index, uint64_t *steps) {
     char prefix[64];
     int k = snprintf(prefix, sizeof prefix, "worker-%u-step-", index);
-    size_t len = strlen(name);
-    if (strncmp(name, prefix, (size_t)k) != 0 || len != (size_t)k + 20 + 5 ||
-        strcmp(name + len - 5, ".pstf") != 0)
+    size_t len = strlen(name), base = (size_t)k + 20 + 5;
+    if (strncmp(name, prefix, (size_t)k) != 0 || len < base ||
+        strncmp(name + base - 5, ".pstf", 5) != 0)
         return 0;
+    if (len > base) return strncmp(name + base, ".tmp.", 5) == 0 ? 2 : 0;
     uint64_t v = 0;
     for (const char *p = name + k; p < name + k + 20; p++) {
         if (*p < '0' || *p > '9') return 0;
@@ -80,7 +83,13 @@ static void prune(const ps_wstate_where *w, uint64_t steps) {
     char path[4200];
     while ((de = readdir(d)) != NULL) {
         uint64_t s;
-        if (!own_file(de->d_name, w->index, &s)) continue;
+        int own = own_file(de->d_name, w->index, &s);
+        if (!own) continue;
+        if (own == 2) { /* a temp file of an earlier, interrupted save */
+            snprintf(path, sizeof path, "%s/%s", w->dir, de->d_name);
+            remove(path);
+            continue;
+        }
         if (s > steps) {
             file_name(path, sizeof path, w, s);
             remove(path);
