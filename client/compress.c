@@ -30,6 +30,15 @@ uint64_t ps_client_push_bytes(const ps_client *c) {
     return c->push_bytes;
 }
 
+float *ps_client_topk_residual(ps_client *c, size_t i, size_t *numel) {
+    if (c->compress != PS_COMPRESS_TOPK || i >= c->n_tensors || !c->enc) return NULL;
+    size_t n = ps__tensor_numel(&c->tensors[i]);
+    enc_state *e = &c->enc[i];
+    if (!e->residual && !(e->residual = calloc(n ? n : 1, sizeof(float)))) return NULL;
+    if (numel) *numel = n;
+    return e->residual;
+}
+
 static int grow(ps_client *c, enc_state *e, size_t bytes) {
     if (e->cap >= bytes) return PS_OK;
     unsigned char *b = realloc(e->buf, bytes);

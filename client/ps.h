@@ -274,6 +274,12 @@ PS_API int ps_client_set_compression(ps_client *c, ps_compression kind, float ra
 /* Gradient payload bytes this client's pushes have put on the wire (every attempt,
  * encoded as sent), since it was opened. */
 PS_API uint64_t ps_client_push_bytes(const ps_client *c);
+/* TOPK: the residual (error feedback) of the i-th tensor added (ps_client_add's order),
+ * for a caller that saves it and puts it back when it resumes a job (psworker does):
+ * numel floats owned by the client, made zeroed if the tensor has none yet; *numel gets
+ * the count (may be NULL). NULL when the compression is not TOPK, i is not a tensor's
+ * index, or memory ran out. */
+PS_API float *ps_client_topk_residual(ps_client *c, size_t i, size_t *numel);
 
 /* ---- the training step's exchange ------------------------------------------------- */
 

@@ -13,7 +13,7 @@
 #define PS_TF_MAX_RANK 8u    /* as on the wire (PS_WIRE_MAX_RANK) */
 #define PS_TF_MAX_ATTR 4096u /* bytes of a tensor's opaque attribute */
 
-typedef enum { PS_TF_CHECKPOINT = 1, PS_TF_MODEL = 2 } ps_tf_kind;
+typedef enum { PS_TF_CHECKPOINT = 1, PS_TF_MODEL = 2, PS_TF_WORKER_STATE = 3 } ps_tf_kind;
 
 typedef struct {
     uint32_t kind;    /* a ps_tf_kind; the reader accepts any value, callers check */

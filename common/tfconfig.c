@@ -150,6 +150,12 @@ static int parse_job(const cJSON *cluster, const char *job, char ***list, size_t
         return PS_EFORMAT;
     }
     size_t count = (size_t)cJSON_GetArraySize(arr);
+    if (count == 0 && strcmp(job, "ps") == 0) { /* shards forgotten, or all-reduce? */
+        set_err(err, errlen, "cluster.ps: an empty list is ambiguous: for all-reduce (mirrored, "
+                             "multi_worker_mirrored) leave \"ps\" out; for the parameter-server "
+                             "strategy list its tasks, \"ps\": [\"host:port\", ...]");
+        return PS_EINVAL;
+    }
     if (count == 0) return PS_OK;
     char **out = calloc(count, sizeof *out);
     if (!out) {

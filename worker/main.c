@@ -336,21 +336,27 @@ static const ps_option table[] = {
      .doc = "The checksum is CRC-32C"},
     {"checkpoint-dir", PS_OPTION_STR, F(checkpoint_dir), 0, 0, "", NULL, "DIR",
      "all-reduce: the chief writes checkpoints here (psd's file format), and at start "
-     "every worker resumes from the newest one of this --job-id",
+     "every worker resumes from the newest one of this --job-id; every strategy: each worker "
+     "keeps its own state here for an exact resume (worker-I-step-N.pstf: a loss scale of "
+     "its own, top-k residuals, local SGD's optimizer)",
      .doc = "A checkpoint holds the variables, the optimizer's slots, the steps done and the job "
             "id, written to a temporary file and renamed; at start the chief loads the newest one "
             "and every worker resumes from its step. A checkpoint of another job is refused (exit "
-            "status 2). Refused with --strategy parameter_server: there every psd checkpoints its "
-            "shard (psd --checkpoint-dir)"},
+            "status 2). With --strategy parameter_server every psd checkpoints its shard (psd "
+            "--checkpoint-dir) and this directory holds only the workers' own state. A worker "
+            "resuming at step N loads its file of step N; when there is none, or it was written "
+            "by another worker count or job, that state starts afresh with a warning. Not with "
+            "--no-ps"},
     {.like = &ps_flag_checkpoint_every,
      PS_OPTION_AT(worker_opts, checkpoint_every),
      .def = "0",
      .help = "all-reduce chief: a checkpoint once this many seconds passed since the last "
              "(0: not by time); always one at the end"},
     {"checkpoint-every-steps", PS_OPTION_LONG, F(checkpoint_every_steps), 0, 1L << 40, "0",
-     NULL, "N", "all-reduce chief: a checkpoint every N steps (0: not by steps)"},
+     NULL, "N", "all-reduce chief: a checkpoint every N steps (0: not by steps); every worker: "
+     "its own state too (always at each epoch's end; with --sync-every, only then)"},
     {"keep-checkpoints", PS_OPTION_LONG, F(keep_checkpoints), 1, 1000, "3", NULL, "K",
-     "all-reduce chief: newest checkpoint files kept in --checkpoint-dir"},
+     "newest checkpoint files kept in --checkpoint-dir (the chief's, and each worker's own)"},
     {"accumulate-steps", PS_OPTION_LONG, F(accumulate_steps), 1, 65536, "1", NULL, "N",
      "gradient accumulation: each step sums the gradients of N micro-batches of --batch and "
      "exchanges once (their mean: the gradient of one batch of N x --batch, the global batch "
@@ -363,10 +369,11 @@ static const ps_option table[] = {
      "the workers combine: parameter_server pushes the K-step change of the variables (psd "
      "holds them with SGD rate 1: sync averages the workers' variables, async applies each "
      "worker's change as it comes), all-reduce averages the variables; a round also ends "
-     "with each epoch. The optimizer's state stays in each worker and is not checkpointed. "
-     "1: combine every step, the strategy's own way. Not with --no-ps",
-     .doc = "psd (and the all-reduce checkpoints) count rounds. The optimizer's state starts "
-            "afresh when a worker restarts. Every worker of a job needs the same K"},
+     "with each epoch. The optimizer's state stays in each worker, saved with its own state "
+     "(--checkpoint-dir). 1: combine every step, the strategy's own way. Not with --no-ps",
+     .doc = "psd (and the all-reduce checkpoints) count rounds. A restarted worker takes its "
+            "optimizer's state from its --checkpoint-dir file of the step it resumes at, else it "
+            "starts afresh (said). Every worker of a job needs the same K"},
     {.like = &ps_flag_compression, PS_OPTION_AT(worker_opts, compression),
      .doc = "fp16 is IEEE binary16, bf16 bfloat16; top-k entries travel as (index, value) pairs. "
             "The all-reduce sums fp16/bf16 pieces in float32 at each hop (re-rounded per hop) and "
@@ -806,9 +813,9 @@ int main(int argc, char **argv) {
         ps_cluster_free(&cl);
         return 2;
     }
-    if (!allreduce && cfg.checkpoint_dir) {
-        fprintf(stderr, "psworker: --checkpoint-dir is for the all-reduce strategies (through "
-                        "psd, each psd checkpoints its shard: psd --checkpoint-dir)\n");
+    if (cfg.no_ps && cfg.checkpoint_dir) {
+        fprintf(stderr, "psworker: --checkpoint-dir: --no-ps keeps no checkpoints (a job "
+                        "through psd or all-reduce does)\n");
         ps_cluster_free(&cl);
         return 2;
     }

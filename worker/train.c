@@ -25,6 +25,7 @@
 #include "ps.h"
 #include "saved_model.h"
 #include "ps_error.h"
+#include "resume.h"
 #include "tensorfile.h"
 #include "train_log.h"
 
@@ -111,9 +112,11 @@ typedef struct {
     bool full_batches;     /* the data has ids or float targets: ps_pipeline_next_batch */
     bool rmse;             /* float targets: the root mean squared error in place of accuracy */
     ps_emb_feed *feed;     /* the embedding layers' rows per batch (NULL: none) */
+    ps_resume resume;      /* this worker's own state for an exact resume (resume.h) */
 } train_state;
 
 static void state_free(train_state *st) {
+    ps_resume_free(&st->resume);
     ps_emb_feed_free(st->feed);
     ps_input_close(&st->in);
     ps_accum_free(st->acc);
@@ -560,16 +563,24 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     if (rc == PS_OK) rc = ps_exchange_join(&st.ex, &job, err, errlen);
     res->async = job.async;
     res->n_recreated = job.n_recreated;
-    if (st.scaling) { /* the scale may come from a checkpoint (all-reduce) */
-        ps_model_set_loss_scale(st.model, st.scaler.scale);
-        if (rc == PS_OK && st.scaler.scale != PS_LOSS_SCALE_INITIAL)
-            PS_INFO("loss scale %g (%u good steps) from the chief's checkpoint",
-                    (double)st.scaler.scale, st.scaler.good_steps);
-    }
     int async = job.async;
     uint64_t clock = job.clock;
     if (rc != PS_OK) clock = 0;
     if (clock > total) clock = total;
+    /* resumed: this worker's own state, and the dropout masks go on where they were */
+    if (rc == PS_OK)
+        rc = ps_resume_open(&st.resume, cfg, &st.ex, st.scaling ? &st.scaler : NULL, err, errlen);
+    if (rc == PS_OK) {
+        ps_resume_load(&st.resume, clock);
+        ps_model_set_train_steps(st.model,
+                                 ps_resume_micro_batches(clock, steps, accum, micro_per_epoch));
+    }
+    if (st.scaling) { /* the scale may come from a checkpoint or this worker's state */
+        ps_model_set_loss_scale(st.model, st.scaler.scale);
+        if (rc == PS_OK && clock > 0)
+            PS_INFO("loss scale %g (%u good steps) after step %llu", (double)st.scaler.scale,
+                    st.scaler.good_steps, (unsigned long long)clock);
+    }
     unsigned first_epoch = steps ? (unsigned)(clock / steps) : 0;
     size_t first_step = steps ? (size_t)(clock % steps) : 0;
     if (rc == PS_OK && clock > 0)
@@ -593,7 +604,8 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
                                                            : -1;
     ps_train_log *tlog = NULL;
     if (rc == PS_OK && cfg->index == 0)
-        rc = ps_train_log_open(cfg->tensorboard_dir, cfg->history_path, &tlog, err, errlen);
+        rc = ps_train_log_open(cfg->tensorboard_dir, cfg->history_path, first_epoch, &tlog, err,
+                               errlen);
     unsigned tb_every = tlog && cfg->tensorboard_dir ? cfg->tensorboard_every : 0;
     ps_progress prog;
     ps_progress_init(&prog, cfg->progress, stdout, cfg->epochs, cfg->workers);
@@ -623,6 +635,7 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
             if (rc != PS_OK) break;
             clock++;
             res->steps++;
+            ps_resume_step_done(&st.resume, clock, s + 1 == steps);
             job_samples += nb * cfg->workers;
             tb_samples += nb * cfg->workers;
             ps_progress_step(&prog, loss, nb, correct);

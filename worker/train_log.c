@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "ps_error.h"
 #include "tb_events.h"
 
@@ -21,8 +22,45 @@ struct ps_train_log {
 
 static int write_history(ps_train_log *l, char *err, size_t errlen);
 
-int ps_train_log_open(const char *tb_dir, const char *history, ps_train_log **out, char *err,
-                      size_t errlen) {
+/* The History of a resumed job: the file's first `epochs` entries of each list;
+ * NULL (said why) when it is unreadable or any list is shorter. */
+static cJSON *history_resumed(const char *path, unsigned epochs) {
+    FILE *f = fopen(path, "rb");
+    char *text = NULL;
+    long len = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (text = malloc((size_t)len + 1)) && fread(text, 1, (size_t)len, f) == (size_t)len)
+        text[len] = '\0';
+    else
+        free(text), text = NULL;
+    if (f) fclose(f);
+    cJSON *h = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    const char *why = !f                   ? "it cannot be read"
+                      : !cJSON_IsObject(h) ? "it is not a JSON object"
+                      : !h->child          ? "it holds no epochs"
+                                           : NULL;
+    cJSON *lists = why ? NULL : h, *list;
+    cJSON_ArrayForEach(list, lists) {
+        if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) < (int)epochs) {
+            why = "it holds fewer epochs than the job has done";
+            break;
+        }
+        while (cJSON_GetArraySize(list) > (int)epochs)
+            cJSON_DeleteItemFromArray(list, (int)epochs);
+    }
+    if (why) {
+        PS_WARN("--history %s: %s; the job resumes at epoch %u, and the file starts again without "
+                "the epochs before",
+                path, why, epochs + 1);
+        cJSON_Delete(h);
+        return NULL;
+    }
+    return h;
+}
+
+int ps_train_log_open(const char *tb_dir, const char *history, unsigned first_epoch,
+                      ps_train_log **out, char *err, size_t errlen) {
     *out = NULL;
     if (!tb_dir && !history) return PS_OK;
     ps_train_log *l = calloc(1, sizeof *l);
@@ -45,10 +83,11 @@ int ps_train_log_open(const char *tb_dir, const char *history, ps_train_log **ou
     }
     if (rc == PS_OK && history) {
         l->history_path = strdup(history);
-        l->history = cJSON_CreateObject();
+        l->history = first_epoch ? history_resumed(history, first_epoch) : NULL;
+        if (!l->history) l->history = cJSON_CreateObject();
         if (!l->history_path || !l->history) rc = PS_ENOMEM;
         /* {} until the first epoch, as Keras' History (its lists are made then, named
-         * after the metrics); a bad path fails now */
+         * after the metrics), or the epochs before a resume; a bad path fails now */
         if (rc == PS_OK) rc = write_history(l, err, errlen);
     }
     if (rc != PS_OK) {

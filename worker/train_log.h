@@ -35,10 +35,15 @@ typedef struct {
 
 typedef struct ps_train_log ps_train_log;
 
-/* tb_dir (NULL: no event files), history (NULL: no file). Returns PS_OK
- * (*out NULL when both are NULL) or an error with a reason in err. */
-int ps_train_log_open(const char *tb_dir, const char *history, ps_train_log **out, char *err,
-                      size_t errlen);
+/* tb_dir (NULL: no event files), history (NULL: no file). A job resumed at
+ * epoch first_epoch (0-based; 0: a fresh job) continues the History file: the
+ * first first_epoch entries of each of its lists are kept, later ones (of the
+ * run that stopped) dropped; a file that cannot be read or holds fewer epochs
+ * is started afresh with a warning. The event files go on with the steps and
+ * epochs the loop gives (a new file beside the old ones). Returns PS_OK (*out
+ * NULL when both are NULL) or an error with a reason in err. */
+int ps_train_log_open(const char *tb_dir, const char *history, unsigned first_epoch,
+                      ps_train_log **out, char *err, size_t errlen);
 /* The batch_ tags in DIR/train. */
 int ps_train_log_batch(ps_train_log *l, const ps_batch_metrics *b, char *err, size_t errlen);
 /* The epoch_ tags in DIR/train and DIR/validation, the variables' histograms from m

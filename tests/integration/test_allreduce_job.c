@@ -357,7 +357,7 @@ START_TEST(bad_configurations) {
     char log[700];
     snprintf(log, sizeof log, "%s/bad.log", dir);
     struct {
-        const char *tf, *arg1, *arg2, *needle;
+        const char *tf, *arg1, *arg2, *needle, *arg3, *arg4;
     } cases[] = {
         {"{\"cluster\": {\"worker\": [\"localhost:1\", \"example.com:2\"]}, \"task\": "
          "{\"type\": \"worker\", \"index\": 0}}",
@@ -369,16 +369,14 @@ START_TEST(bad_configurations) {
         {"{\"cluster\": {\"worker\": [\"localhost:1\"], \"ps\": [\"localhost:3\"]}, \"task\": "
          "{\"type\": \"worker\", \"index\": 0}}",
          "--strategy", "mirrored", "trains without psd"},
-        {"{\"cluster\": {\"worker\": [\"localhost:1\"], \"ps\": [\"localhost:3\"]}, \"task\": "
-         "{\"type\": \"worker\", \"index\": 0}}",
-         "--checkpoint-dir", "/tmp", "--checkpoint-dir is for the all-reduce"},
+        {NULL, "--no-ps", "yes", "--no-ps keeps no checkpoints", "--checkpoint-dir", "/tmp"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         unlink(log);
         if (cases[i].tf) setenv("TF_CONFIG", cases[i].tf, 1);
         /* on the CPU: a GPU host's default device would make nccl valid */
         const char *argv[] = {getenv("PSWORKER"), cases[i].arg1, cases[i].arg2, "--device", "cpu",
-                              NULL};
+                              cases[i].arg3, cases[i].arg4, NULL};
         int st = ps_test_wait(ps_test_spawn(argv, log), 30000);
         unsetenv("TF_CONFIG");
         const char *out = ps_test_text(log);

@@ -216,7 +216,7 @@ START_TEST(mirrored_replicas_skip_together) {
     mirrored_job(dir, "again", ckdir, NULL);
     for (int w = 0; w < 2; w++) {
         snprintf(log, sizeof log, "%s/again-%d.log", dir, w);
-        expect_log(log, "loss scale 16384 (3 good steps) from the chief's checkpoint");
+        expect_log(log, "loss scale 16384 (3 good steps) after step 6");
     }
     snprintf(sum, sizeof sum, "%s/again.json", dir);
     j = summary(sum);

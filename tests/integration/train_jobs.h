@@ -31,6 +31,15 @@ float *job_params(const char *dir, const job_spec *j, size_t *n);
 /* The chief's log (DIR/TAG-0.log) in buf. */
 void job_log(const char *dir, const char *tag, char *buf, size_t n);
 
+/* Exact resume (docs/TRAINING.md): j's job for 2 epochs uninterrupted (tag TAG-whole),
+ * and again stopped after its first epoch (TAG-first) and every worker restarted for
+ * the second (TAG-again): through psd on shards that stay up (started here), all-reduce
+ * from the chief's checkpoint. Every worker gets --checkpoint-dir (DIR/TAG-whole-ck,
+ * DIR/TAG-first-ck for both halves), the chief --history and --summary. The chiefs'
+ * saved variables must be equal bit for bit, their History files byte for byte, and
+ * the summaries' loss_scale, skipped_steps, test_loss and test_accuracy. */
+void job_expect_exact_resume(const char *dir, const job_spec *j);
+
 double max_abs_diff(const float *x, const float *y, size_t n);
 
 #endif

@@ -3,6 +3,7 @@
  * by hand byte by byte, and a whole event file read back (names, file_version
  * first, scalar and histogram events). */
 #include <check.h>
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -186,6 +187,54 @@ START_TEST(grad_sumsq_trainable_only) {
 }
 END_TEST
 
+/* One epoch into a History file (no event files). */
+static void history_epoch(ps_train_log *l, unsigned epoch, double loss) {
+    ps_log_epoch e = {.epoch = epoch, .loss = loss, .accuracy = 0.5, .has_val = 1,
+                      .val_loss = loss + 1, .val_accuracy = 0.25, .val_auc = -1};
+    char err[256] = "";
+    ck_assert_msg(ps_train_log_epoch(l, &e, NULL, err, sizeof err) == PS_OK, "%s", err);
+}
+
+/* A job resumed at epoch E continues the History file: the first E entries of each
+ * list stay, those of the run that stopped later go; a file holding fewer epochs
+ * starts again ({} until an epoch ends, as for a fresh job). */
+START_TEST(history_continues_after_a_resume) {
+    char *dir = ps_test_mkdtemp();
+    char path[600], err[256] = "";
+    snprintf(path, sizeof path, "%s/history.json", dir);
+    ps_train_log *l = NULL;
+    ck_assert_int_eq(ps_train_log_open(NULL, path, 0, &l, err, sizeof err), PS_OK);
+    for (unsigned e = 0; e < 3; e++)
+        history_epoch(l, e, 1.0 + e); /* 3 epochs written, then a stop */
+    ck_assert_int_eq(ps_train_log_close(l), PS_OK);
+    ck_assert_int_eq(ps_train_log_open(NULL, path, 2, &l, err, sizeof err), PS_OK);
+    history_epoch(l, 2, 7.0); /* resumed at epoch 3 (0-based 2): it is done again */
+    ck_assert_int_eq(ps_train_log_close(l), PS_OK);
+    char *text = ps_test_slurp(path, NULL);
+    cJSON *h = cJSON_Parse(text);
+    ck_assert_ptr_nonnull(h);
+    const char *lists[] = {"loss", "accuracy", "val_loss", "val_accuracy"};
+    for (size_t i = 0; i < 4; i++)
+        ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(h, lists[i])), 3);
+    cJSON *loss = cJSON_GetObjectItem(h, "loss");
+    ck_assert(cJSON_GetArrayItem(loss, 0)->valuedouble == 1.0);
+    ck_assert(cJSON_GetArrayItem(loss, 1)->valuedouble == 2.0);
+    ck_assert(cJSON_GetArrayItem(loss, 2)->valuedouble == 7.0);
+    cJSON_Delete(h);
+    free(text);
+    /* resumed at epoch 5: the file holds 3, so it starts again */
+    ck_assert_int_eq(ps_train_log_open(NULL, path, 4, &l, err, sizeof err), PS_OK);
+    ck_assert_int_eq(ps_train_log_close(l), PS_OK);
+    text = ps_test_slurp(path, NULL);
+    h = cJSON_Parse(text);
+    ck_assert(cJSON_IsObject(h) && h->child == NULL);
+    cJSON_Delete(h);
+    free(text);
+    ps_test_rmdir(dir);
+    free(dir);
+}
+END_TEST
+
 static Suite *tb_suite(void) {
     Suite *s = suite_create("tb_events");
     TCase *tc = tcase_create("tb_events");
@@ -195,6 +244,7 @@ static Suite *tb_suite(void) {
     tcase_add_test(tc, event_file_reads_back);
     tcase_add_test(tc, open_fails_clearly);
     tcase_add_test(tc, grad_sumsq_trainable_only);
+    tcase_add_test(tc, history_continues_after_a_resume);
     suite_add_tcase(s, tc);
     return s;
 }

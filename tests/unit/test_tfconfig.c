@@ -308,8 +308,14 @@ static const bad_case BAD[] = {
      "task.type"},
     {"{\"cluster\":{\"worker\":[\"a:1\"]},\"task\":{\"type\":\"chief\",\"index\":0}}", PS_EINVAL,
      "task.type"},
+    /* "ps": [] is refused, naming both ways to write it (issue: a parameter-server job
+     * with its shards forgotten, or an all-reduce job?) */
     {"{\"cluster\":{\"worker\":[\"a:1\"],\"ps\":[]},\"task\":{\"type\":\"ps\",\"index\":0}}",
-     PS_EINVAL, "task.type"},
+     PS_EINVAL, "cluster.ps: an empty list is ambiguous"},
+    {"{\"cluster\":{\"worker\":[\"a:1\"],\"ps\":[]},\"task\":{\"type\":\"worker\",\"index\":0}}",
+     PS_EINVAL, "leave \"ps\" out"},
+    {"{\"cluster\":{\"chief\":[\"c:1\"],\"ps\":[]}}", PS_EINVAL,
+     "list its tasks, \"ps\": [\"host:port\""},
     {"{\"cluster\":{\"master\":[\"a:1\"]},\"task\":{\"type\":\"master\",\"index\":0}}", PS_EINVAL,
      "task.type"},
     {"{\"cluster\":{\"worker\":[\"a:1\"]},\"task\":{\"index\":0}}", PS_EINVAL, "task.type"},

@@ -15,6 +15,7 @@
 #include "model.h"
 #include "ps_error.h"
 #include "train.h"
+#include "worker_state.h"
 
 /* Joining the job: what the loop says (in) and where the job is (out). */
 typedef struct {
@@ -97,6 +98,11 @@ typedef struct {
                      size_t errlen);
     int (*rows_push)(void *self, size_t e, const uint64_t *ids, size_t n, const float *grads,
                      int last, char *err, size_t errlen);
+    /* After join: this worker's own state that a resumed job needs and that no
+     * checkpoint of the variables holds (top-k residuals, local SGD's optimizer),
+     * added to s as entries pointing into the strategy's buffers (worker_state.h:
+     * the loop saves and loads them). PS_OK or PS_ENOMEM. NULL: none. */
+    int (*state)(void *self, ps_wstate *s);
 } ps_exchange_ops;
 
 /* An exchange: the strategy's operations and its state (owned). Embedded in
@@ -192,6 +198,9 @@ static inline int ps_exchange_rows_pull(ps_exchange *ex, size_t e, const uint64_
 static inline int ps_exchange_rows_push(ps_exchange *ex, size_t e, const uint64_t *ids, size_t n,
                                         const float *grads, int last, char *err, size_t errlen) {
     return ex->ops->rows_push(ex->self, e, ids, n, grads, last, err, errlen);
+}
+static inline int ps_exchange_state(ps_exchange *ex, ps_wstate *s) {
+    return ex->ops->state ? ex->ops->state(ex->self, s) : PS_OK;
 }
 static inline void ps_exchange_finish(ps_exchange *ex) {
     if (ex->ops->finish) ex->ops->finish(ex->self);

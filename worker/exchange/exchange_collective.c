@@ -662,6 +662,14 @@ static int coll_peer_failed(void *self) {
     return ((coll_ex *)self)->failed_peer;
 }
 
+/* --compression topk: this worker's residual; local SGD keeps its own state. */
+static int coll_state(void *self, ps_wstate *s) {
+    coll_ex *x = self;
+    return x->residual ? ps_wstate_add(s, "topk_residual", x->residual,
+                                       ps_model_num_params(x->model), NULL)
+                       : PS_OK;
+}
+
 static uint64_t coll_bytes_sent(void *self) {
     coll_ex *x = self;
     return ps_ring_bytes_sent(x->ring) - x->bytes_at_join;
@@ -707,6 +715,7 @@ static const ps_exchange_ops coll_ops = {
     .peer_failed = coll_peer_failed,
     .free = coll_free,
     .bytes_sent = coll_bytes_sent,
+    .state = coll_state,
     .reduce_metrics = coll_reduce_metrics,
     .rows_pull = coll_rows_pull,
     .rows_push = coll_rows_push,

@@ -125,6 +125,14 @@ static uint64_t ls_bytes_sent(void *self) {
     return x->inner.ops->bytes_sent ? x->inner.ops->bytes_sent(x->inner.self) : 0;
 }
 
+/* This worker's optimizer (its slots and update count) and the inner strategy's
+ * own state. The anchor is not state: saves come between rounds. */
+static int ls_state(void *self, ps_wstate *s) {
+    lsgd *x = self;
+    int rc = ps_local_opt_state(x->opt, "local_sgd", s);
+    return rc == PS_OK ? ps_exchange_state(&x->inner, s) : rc;
+}
+
 static void ls_finish(void *self) {
     ps_exchange_finish(&((lsgd *)self)->inner);
 }
@@ -153,6 +161,7 @@ static const ps_exchange_ops lsgd_ops = {
     .step_end = ls_step_end,
     .step_end_checked = ls_step_end_checked,
     .bytes_sent = ls_bytes_sent,
+    .state = ls_state,
     .eval_sync = ls_eval_sync,
     .finish = ls_finish,
     .peer_failed = ls_peer_failed,

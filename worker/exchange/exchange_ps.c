@@ -34,13 +34,14 @@ typedef struct {
     ps_table **tables;
     size_t n_tables;
     ps_row_opt row_opt;
+    size_t n_tensors; /* the pieces registered with the client */
 } ps_ex;
 
 /* all: every variable's optimizer on psd (local SGD's delta rule); NULL: the model's.
  * The frozen variables stay here: psd never sees them (constants of the job, the
  * same on every worker from the same --init-from / --model file or --seed). */
 static int register_vars(ps_model *m, ps_client *c, unsigned n_shards, const ps_opt_spec *all,
-                         char *err, size_t errlen) {
+                         size_t *added, char *err, size_t errlen) {
     size_t nv = ps_model_num_vars(m), n = 0;
     ps_place_var *in = calloc(nv + 1, sizeof *in);
     size_t *var_of = calloc(nv + 1, sizeof *var_of); /* in[k] is variable var_of[k] */
@@ -76,6 +77,7 @@ static int register_vars(ps_model *m, ps_client *c, unsigned n_shards, const ps_
         t.grad = ps_model_grads(m) + v->offset + pc->row_begin * row;
         t.opt = all ? *all : *ps_model_var_optimizer(m, var); /* moving statistics: SGD 1 */
         rc = ps_client_add(c, &t);
+        if (rc == PS_OK && added) (*added)++;
         PS_DEBUG("%s -> psd %u", t.name, t.shard);
     }
     ps_placement_free(&pl);
@@ -85,7 +87,7 @@ static int register_vars(ps_model *m, ps_client *c, unsigned n_shards, const ps_
 }
 
 int ps_train_register_vars(ps_model *m, ps_client *c, unsigned n_shards, char *err, size_t errlen) {
-    return register_vars(m, c, n_shards, NULL, err, errlen);
+    return register_vars(m, c, n_shards, NULL, NULL, err, errlen);
 }
 
 /* Every worker creates the model's tables (the same spec: the shards keep the
@@ -412,10 +414,25 @@ static uint64_t ps_bytes_sent(void *self) {
     return ps_client_push_bytes(((ps_ex *)self)->client);
 }
 
+/* --compression topk: this worker's residuals, one per piece (the client's). */
+static int ps_state(void *self, ps_wstate *s) {
+    ps_ex *x = self;
+    if (x->cfg->compression != PS_COMPRESSION_TOPK) return PS_OK;
+    for (size_t i = 0; i < x->n_tensors; i++) {
+        size_t n = 0;
+        float *r = ps_client_topk_residual(x->client, i, &n);
+        char name[64];
+        snprintf(name, sizeof name, "topk_residual/%zu", i);
+        if (!r || ps_wstate_add(s, name, r, n, NULL) != PS_OK) return PS_ENOMEM;
+    }
+    return PS_OK;
+}
+
 static const ps_exchange_ops push_pull_ops = {
     .rows_pull = ps_rows_pull,
     .rows_push = ps_rows_push,
     .bytes_sent = ps_bytes_sent,
+    .state = ps_state,
     .reduce_metrics = ps_reduce_metrics,
     .name = "psd (push-pull)",
     .join = ps_join,
@@ -432,6 +449,7 @@ static const ps_exchange_ops separate_ops = {
     .rows_pull = ps_rows_pull,
     .rows_push = ps_rows_push,
     .bytes_sent = ps_bytes_sent,
+    .state = ps_state,
     .reduce_metrics = ps_reduce_metrics,
     .name = "psd (pull, push)",
     .join = ps_join,
@@ -444,8 +462,8 @@ static const ps_exchange_ops separate_ops = {
 };
 
 /* The client: CurveZMQ if asked, timeouts, the job id, the variables. */
-static int open_client(const ps_train_config *cfg, ps_model *m, ps_client **out, char *err,
-                       size_t errlen) {
+static int open_client(const ps_train_config *cfg, ps_model *m, ps_client **out,
+                       size_t *n_tensors, char *err, size_t errlen) {
     int rc = ps_client_open(out, cfg->ps, cfg->n_ps, cfg->index, cfg->workers, err, errlen);
     if (rc != PS_OK) return rc;
     ps_client *c = *out;
@@ -474,8 +492,8 @@ static int open_client(const ps_train_config *cfg, ps_model *m, ps_client **out,
     }
     /* local SGD: the workers push deltas, which psd subtracts (sync: their mean) */
     ps_opt_spec delta = ps_localsgd_delta_opt();
-    return register_vars(m, c, (unsigned)cfg->n_ps, cfg->sync_every > 1 ? &delta : NULL, err,
-                         errlen);
+    return register_vars(m, c, (unsigned)cfg->n_ps, cfg->sync_every > 1 ? &delta : NULL,
+                         n_tensors, err, errlen);
 }
 
 int ps_exchange_ps_open(const ps_train_config *cfg, ps_model *m, ps_exchange *out, char *err,
@@ -497,7 +515,7 @@ int ps_exchange_ps_open(const ps_train_config *cfg, ps_model *m, ps_exchange *ou
         }
     }
     if (rc == PS_OK) rc = clip_open(x, err, errlen);
-    if (rc == PS_OK) rc = open_client(cfg, m, &x->client, err, errlen);
+    if (rc == PS_OK) rc = open_client(cfg, m, &x->client, &x->n_tensors, err, errlen);
     if (rc != PS_OK) {
         ps_free(x);
         return rc;

@@ -1,6 +1,7 @@
 /* The in-worker optimizer (see local_opt.h). */
 #include "local_opt.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "optim.h"
@@ -96,4 +97,20 @@ uint64_t ps_local_opt_updates(const ps_local_opt *o) {
 
 void ps_local_opt_set_updates(ps_local_opt *o, uint64_t t) {
     o->t = t;
+}
+
+int ps_local_opt_state(ps_local_opt *o, const char *prefix, ps_wstate *s) {
+    char name[600];
+    snprintf(name, sizeof name, "%s/updates", prefix);
+    int rc = ps_wstate_add(s, name, NULL, 0, &o->t);
+    for (size_t i = 0; rc == PS_OK && i < ps_model_num_vars(o->m); i++) {
+        const ps_model_var *v = ps_model_var_at(o->m, i);
+        for (int k = 0; rc == PS_OK && k < PS_OPT_MAX_SLOTS; k++) {
+            float *slot = o->slots[PS_OPT_MAX_SLOTS * i + (size_t)k];
+            if (!slot) continue;
+            snprintf(name, sizeof name, "%s/%s/slot%d", prefix, v->name, k);
+            rc = ps_wstate_add(s, name, slot, v->numel, NULL);
+        }
+    }
+    return rc;
 }

@@ -9,6 +9,7 @@
 
 #include "clip.h"
 #include "model.h"
+#include "worker_state.h"
 
 typedef struct ps_local_opt ps_local_opt;
 
@@ -35,5 +36,9 @@ float *ps_local_opt_slot(ps_local_opt *o, size_t var, int k);
 /* Updates applied so far (Adam's t), and setting it when resuming. */
 uint64_t ps_local_opt_updates(const ps_local_opt *o);
 void ps_local_opt_set_updates(ps_local_opt *o, uint64_t t);
+/* Adds the optimizer's state to s (worker_state.h): "<prefix>/updates" (no values,
+ * the update count) and "<prefix>/<variable>/slot<k>" for each slot. PS_OK or
+ * PS_ENOMEM. */
+int ps_local_opt_state(ps_local_opt *o, const char *prefix, ps_wstate *s);
 
 #endif

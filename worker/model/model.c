@@ -461,6 +461,14 @@ void ps_model_set_dropout_seed(ps_model *m, uint64_t seed) {
     m->dropout_seed = seed;
 }
 
+uint64_t ps_model_train_steps(const ps_model *m) {
+    return m->step;
+}
+
+void ps_model_set_train_steps(ps_model *m, uint64_t n) {
+    m->step = n;
+}
+
 /* ---- forward, loss, backward ------------------------------------------------ */
 
 const float *ps_layer_param(const ps_model *m, size_t var) {

@@ -136,6 +136,11 @@ void ps_model_init_params(ps_model *m, uint64_t seed);
 /* Dropout masks are a function of (seed, training step, layer); workers
  * should use different seeds. */
 void ps_model_set_dropout_seed(ps_model *m, uint64_t seed);
+/* The training steps taken (one per ps_model_train_step*, i.e. per micro-batch),
+ * the count that picks the dropout masks with the seed. A job resumed after n
+ * micro-batches sets n, so its masks are those the uninterrupted job draws. */
+uint64_t ps_model_train_steps(const ps_model *m);
+void ps_model_set_train_steps(ps_model *m, uint64_t n);
 
 /* Called during ps_model_train_step as the gradients in [begin, end) (host
  * memory, inside ps_model_grads()) become final for the step: after each
