@@ -358,6 +358,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
         ref = weakref.ref(self)
         atexit.register(lambda: ref() and ref().finish())
 
+    def __del__(self) -> None:
+        # Collected (the script's function returned) before the exit handler ran: the
+        # worker leaves the job now, so the shards count it as finished, not as lost
+        # (a connection that closes without a Goodbye removes its worker as failed).
+        try:
+            self.finish()
+        except Exception:  # half-built, or the interpreter is shutting down
+            pass
+
     @staticmethod
     def _table_kwargs(optimizer: Any, table_optimizer: Any) -> dict[str, Any]:
         """create_table's keywords for the tables (see the class's docstring)."""

@@ -61,9 +61,14 @@ static const char *both_shards(void) {
 
 /* ---- fixture: 2 shards, sync, one worker; traffic; a checkpoint on shard 1 ---------- */
 
+/* The fixture's worker: connected while the tests look (a worker whose connection
+ * closes without a Goodbye leaves the expected set as removed). */
+static ps_client *worker;
+
 /* Pushes `steps` steps from step `first` with a client that holds "w" on shard 0 and, with
- * `both`, "b" on shard 1 (worker 0 of 1, so every push completes its step). */
-static void traffic(int both, int create, uint64_t first, int steps) {
+ * `both`, "b" on shard 1 (worker 0 of 1, so every push completes its step); then it says
+ * Goodbye and closes, or (`keep`) stays connected as the fixture's worker. */
+static void traffic(int both, int create, uint64_t first, int steps, int keep) {
     static float w[NW], dw[NW], b[NB], db[NB];
     const char *eps[2] = {psd[0].endpoint, psd[1].endpoint};
     char err[256];
@@ -98,6 +103,11 @@ static void traffic(int both, int create, uint64_t first, int steps) {
         ck_assert_msg(rc == PS_OK, "push %d: %s", i, ps_client_error(c));
         ck_assert_int_eq(applied, 1);
     }
+    if (keep) {
+        worker = c;
+        return;
+    }
+    ck_assert_int_eq(ps_client_goodbye(c), PS_OK); /* finished: it rejoins with its Hello */
     ps_client_close(c);
 }
 
@@ -112,17 +122,19 @@ static void setup(void) {
     ck_assert_int_eq(ps_test_psd_start(&psd[0], args0, 10000), 0);
     ck_assert_int_eq(ps_test_psd_start(&psd[1], args1, 10000), 0);
     /* shard 0 ends at version STEPS_BOTH + STEPS_W, shard 1 at STEPS_BOTH */
-    traffic(1, 1, 0, STEPS_BOTH);
+    traffic(1, 1, 0, STEPS_BOTH, 0);
     const char *ckpt[] = {"psctl", "checkpoint", "--ps", psd[1].endpoint, NULL};
     ps_test_run_result r;
     run_psctl(ckpt, NULL, &r);
     ck_assert_msg(ps_test_run_exit_code(&r) == 0, "psctl checkpoint: %s", r.err);
     ps_test_run_free(&r);
-    traffic(0, 0, STEPS_BOTH, STEPS_W);
+    traffic(0, 0, STEPS_BOTH, STEPS_W, 1);
 }
 
 /* Both shards must still be serving, and stop cleanly (exit 0) on SIGTERM. */
 static void teardown(void) {
+    ps_client_close(worker);
+    worker = NULL;
     for (int i = 0; i < 2; i++) {
         int alive = psd[i].pid > 0 && ps_test_alive(psd[i].pid);
         int st = ps_test_psd_stop(&psd[i], 5000);
