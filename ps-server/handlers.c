@@ -126,7 +126,7 @@ int ps__handle_create_vars(ps_server *s, ps_request *r, char *err, size_t errlen
         const float *init = ps_frame_floats(&r->payloads[i], &s->scratch, &s->scratch_cap);
         ps_opt_spec opt = ps_opt_spec_from_proto(cv->optimizers[i]);
         ps_var *v;
-        rc = init ? ps_store_create(&s->shard.store, m->name, m->n_shape, m->shape, init, &opt, &v)
+        rc = init ? ps_shard_create_var(&s->shard, m->name, m->n_shape, m->shape, init, &opt, &v)
                   : PS_ENOMEM;
         if (rc == PS_OK) {
             created[i] = 1;

@@ -91,7 +91,7 @@ int ps__handle_create_table(ps_server *s, ps_request *r, char *err, size_t errle
                      s->cfg.max_vars);
             return PS_EINVAL;
         }
-        rc = ps_tables_create(&s->shard.tables, name, ct->table->num_rows, &cfg, &e);
+        rc = ps_shard_create_table(&s->shard, name, ct->table->num_rows, &cfg, &e);
         if (rc != PS_OK) return rc;
         created = 1;
         PS_INFO("created table %s [%s, dim %zu] with %s", name,

@@ -61,6 +61,15 @@ int ps_members_leave(ps_members *ms, uint32_t w) {
     return 1;
 }
 
+int ps_members_remove(ps_members *ms, uint32_t w) {
+    ps_member *m = &ms->m[w];
+    if (!m->live) return 0;
+    m->live = 0;
+    ms->live--;
+    ms->removed++;
+    return 1;
+}
+
 static void forgive_stall(ps_members *ms, uint64_t now) {
     uint64_t gap = now - ms->checked_ns;
     ms->checked_ns = now;

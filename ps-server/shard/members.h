@@ -46,6 +46,9 @@ void ps_members_seen(ps_members *ms, uint32_t w, uint64_t now);
 int ps_members_join(ps_members *ms, uint32_t w, uint64_t now, int conn);
 /* w said Goodbye: it leaves the expected set, finished. 1 when it was in it. */
 int ps_members_leave(ps_members *ms, uint32_t w);
+/* Removes w from the expected set, counted as removed (a backup replaying its
+ * primary's removal). 1 when it was in it. */
+int ps_members_remove(ps_members *ms, uint32_t w);
 /* Removes the workers silent for longer than the timeout; gone[w] is set for
  * each (gone has n entries, cleared first). Returns how many were removed.
  * The owner's own stall is not the workers' silence: when this call comes more

@@ -2,6 +2,7 @@
 #include "shard.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ps_error.h"
@@ -38,6 +39,18 @@ void ps_shard_free(ps_shard *sh) {
     ps_tables_free(&sh->tables);
     ps_step_free(&sh->step);
     ps_members_free(&sh->members);
+}
+
+/* Logs e (with the version after it) when someone listens. */
+static void emit(ps_shard *sh, ps_shard_event *e) {
+    if (!sh->out.log) return;
+    e->version = sh->step.version;
+    sh->out.log(sh->out.ctx, e);
+}
+
+static void emit_worker(ps_shard *sh, ps_shard_event_kind kind, uint32_t w) {
+    ps_shard_event e = {.kind = kind, .worker = w};
+    emit(sh, &e);
 }
 
 static void count_nomem(ps_shard *sh, int rc) {
@@ -100,12 +113,15 @@ static void membership_changed(ps_shard *sh) {
 }
 
 int ps_shard_hello(ps_shard *sh, uint32_t w, int conn) {
-    return ps_members_join(&sh->members, w, ps_shard_now(sh), conn);
+    int rejoined = ps_members_join(&sh->members, w, ps_shard_now(sh), conn);
+    emit_worker(sh, PS_EV_HELLO, w);
+    return rejoined;
 }
 
 int ps_shard_goodbye(ps_shard *sh, uint32_t w) {
     if (!ps_members_leave(&sh->members, w)) return 0;
     membership_changed(sh);
+    emit_worker(sh, PS_EV_GOODBYE, w);
     return 1;
 }
 
@@ -113,6 +129,10 @@ int ps_shard_goodbye(ps_shard *sh, uint32_t w) {
  * does not answer waits for a worker that is gone (EREJOIN). */
 static void workers_removed(ps_shard *sh, const unsigned char *gone) {
     membership_changed(sh);
+    /* logged with the version after what the removal closed: a follower that
+     * replays it closes the same step */
+    for (uint32_t w = 0; w < sh->members.n; w++)
+        if (gone[w]) emit_worker(sh, PS_EV_REMOVE, w);
     for (uint32_t w = 0; w < sh->members.n; w++)
         if (gone[w]) ps_pending_drop_worker(&sh->pending, w, sh->out.fail, sh->out.ctx);
 }
@@ -149,7 +169,34 @@ int ps_shard_check_job(const ps_shard *sh, const char *job, char *err, size_t er
 }
 
 void ps_shard_claim_job(ps_shard *sh, const char *job) {
-    if (job[0] && !sh->job_id[0]) snprintf(sh->job_id, sizeof sh->job_id, "%s", job);
+    if (!job[0] || sh->job_id[0]) return;
+    snprintf(sh->job_id, sizeof sh->job_id, "%s", job);
+    ps_shard_event e = {.kind = PS_EV_CLAIM_JOB, .name = sh->job_id};
+    emit(sh, &e);
+}
+
+int ps_shard_create_var(ps_shard *sh, const char *name, size_t rank, const uint64_t *shape,
+                        const float *init, const ps_opt_spec *opt, ps_var **out) {
+    int rc = ps_store_create(&sh->store, name, rank, shape, init, opt, out);
+    if (rc != PS_OK) return rc;
+    ps_shard_event e = {.kind = PS_EV_CREATE_VAR,
+                        .name = name,
+                        .rank = rank,
+                        .shape = shape,
+                        .values = init,
+                        .opt = *opt};
+    emit(sh, &e);
+    return PS_OK;
+}
+
+int ps_shard_create_table(ps_shard *sh, const char *name, uint64_t num_rows,
+                          const ps_table_cfg *cfg, struct ps_table_entry **out) {
+    int rc = ps_tables_create(&sh->tables, name, num_rows, cfg, out);
+    if (rc != PS_OK) return rc;
+    ps_shard_event e = {.kind = PS_EV_CREATE_TABLE, .name = name, .num_rows = num_rows,
+                        .table = cfg};
+    emit(sh, &e);
+    return PS_OK;
 }
 
 /* --- pulls ----------------------------------------------------------------- */
@@ -279,10 +326,37 @@ int ps_shard_push_admit(ps_shard *sh, uint32_t w, uint64_t step, uint64_t sessio
     return PS_OK;
 }
 
+/* Logs a committed push (names and gradients as it came; the version after it). */
+static void log_push(ps_shard *sh, uint32_t w, uint64_t step, uint64_t clock, int skipped,
+                     ps_var *const *vars, const float *const *grads, size_t n,
+                     const ps_shard_push_plan *pl) {
+    if (!sh->out.log) return;
+    const char *names_buf[16], **names = n <= 16 ? names_buf : malloc(n * sizeof *names);
+    if (!names) { /* the backup finds the gap by the version and starts again */
+        sh->stats.apply_nomem++;
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        names[i] = vars[i]->name;
+    ps_shard_event e = {.kind = PS_EV_PUSH,
+                        .worker = w,
+                        .step = step,
+                        .clock = clock,
+                        .session = pl->session,
+                        .seq = pl->seq,
+                        .skipped = skipped,
+                        .n = n,
+                        .names = names,
+                        .grads = grads};
+    emit(sh, &e);
+    if (names != names_buf) free(names);
+}
+
 void ps_shard_push_commit(ps_shard *sh, uint32_t w, uint64_t clock, int skipped,
                           ps_var *const *vars, const float *const *grads, size_t n,
                           const ps_shard_push_plan *pl) {
     if (pl->dropped) return;
+    uint64_t admitted_at = sh->step.version;
     uint64_t t0 = ps_shard_now(sh);
     for (size_t i = 0; i < n && !skipped; i++) {
         if (sh->cfg.async || pl->direct)
@@ -295,6 +369,7 @@ void ps_shard_push_commit(ps_shard *sh, uint32_t w, uint64_t clock, int skipped,
     if (!sh->cfg.async) {
         ps_step_count(&sh->step, w);
         try_close_step(sh, pl->direct ? t0 : ps_shard_now(sh));
+        log_push(sh, w, admitted_at, clock, skipped, vars, grads, n, pl);
         return;
     }
     note_latency(sh, t0);
@@ -302,6 +377,7 @@ void ps_shard_push_commit(ps_shard *sh, uint32_t w, uint64_t clock, int skipped,
     if (staleness > sh->stats.max_staleness) sh->stats.max_staleness = staleness;
     sh->step.version++;
     if (!skipped) sh->stats.updates_applied++;
+    log_push(sh, w, admitted_at, clock, skipped, vars, grads, n, pl);
     if (sh->pending.head) ps_shard_answer_pending(sh);
 }
 
@@ -311,10 +387,18 @@ int ps_shard_push_rows(ps_shard *sh, struct ps_table_entry *e, uint32_t w, uint6
     *dropped = 0;
     *rows_dropped = 0;
     int rc;
+    ps_shard_event ev = {.kind = PS_EV_PUSH_ROWS,
+                         .name = e->name,
+                         .worker = w,
+                         .step = step,
+                         .n = n,
+                         .ids = ids,
+                         .values = g};
     if (sh->cfg.async) {
         rc = ps_table_entry_apply(e, ids, n, g, rows_dropped);
         if (rc == PS_ENOMEM) snprintf(err, errlen, "out of memory applying row gradients");
         if (rc == PS_OK) sh->stats.pushes_applied++;
+        if (rc == PS_OK) emit(sh, &ev);
         return rc;
     }
     ps_step_verdict verdict = ps_step_admit(&sh->step, w, step);
@@ -330,10 +414,108 @@ int ps_shard_push_rows(ps_shard *sh, struct ps_table_entry *e, uint32_t w, uint6
     }
     rc = ps_table_entry_step_add(e, w, ids, n, g);
     if (rc == PS_ENOMEM) snprintf(err, errlen, "out of memory adding row gradients");
+    if (rc == PS_OK) emit(sh, &ev);
     return rc;
 }
 
 void ps_shard_end_step(ps_shard *sh, uint32_t w) {
     ps_step_count(&sh->step, w);
     try_close_step(sh, ps_shard_now(sh));
+    emit_worker(sh, PS_EV_END_STEP, w);
+}
+
+/* --- replication ------------------------------------------------------------ */
+
+static int diverged(char *err, size_t errlen, const char *what, const ps_shard_event *e) {
+    snprintf(err, errlen, "cannot follow: %s (entry of kind %d, version %llu)", what, (int)e->kind,
+             (unsigned long long)e->version);
+    return PS_EPROTO;
+}
+
+static int replay_push(ps_shard *sh, const ps_shard_event *e, char *err, size_t errlen) {
+    ps_shard_push_plan pl;
+    int rc = ps_shard_push_admit(sh, e->worker, e->step, e->session, e->seq, &pl, err, errlen);
+    if (rc != PS_OK) return diverged(err, errlen, "the push is not admitted here", e);
+    if (pl.dropped) return diverged(err, errlen, "the push is dropped here", e);
+    ps_var *buf[16], **vars = e->n <= 16 ? buf : malloc(e->n * sizeof *vars);
+    if (!vars) return PS_ENOMEM;
+    for (size_t i = 0; rc == PS_OK && i < e->n; i++)
+        if (!(vars[i] = ps_store_find(&sh->store, e->names[i])))
+            rc = diverged(err, errlen, "a pushed variable does not exist here", e);
+    if (rc == PS_OK)
+        ps_shard_push_commit(sh, e->worker, e->clock, e->skipped, vars, e->grads, e->n, &pl);
+    if (vars != buf) free(vars);
+    return rc;
+}
+
+static int replay_rows(ps_shard *sh, const ps_shard_event *e, char *err, size_t errlen) {
+    struct ps_table_entry *t = ps_tables_find(&sh->tables, e->name);
+    if (!t) return diverged(err, errlen, "the table does not exist here", e);
+    if (!ps_members_live(&sh->members, e->worker))
+        return diverged(err, errlen, "the worker is not live here", e);
+    int dropped;
+    uint64_t rows_dropped;
+    int rc = ps_shard_push_rows(sh, t, e->worker, e->step, e->ids, e->n, e->values, &dropped,
+                                &rows_dropped, err, errlen);
+    if (rc == PS_OK && dropped) return diverged(err, errlen, "the row push is dropped here", e);
+    return rc == PS_ENOMEM ? rc : rc != PS_OK ? diverged(err, errlen, "row push refused", e) : rc;
+}
+
+int ps_shard_replay(ps_shard *sh, const ps_shard_event *e, char *err, size_t errlen) {
+    int rc = PS_OK;
+    unsigned char *gone;
+    switch (e->kind) {
+    case PS_EV_CREATE_VAR: {
+        ps_var *v;
+        if (ps_store_find(&sh->store, e->name))
+            return diverged(err, errlen, "the variable exists here", e);
+        rc = ps_shard_create_var(sh, e->name, e->rank, e->shape, e->values, &e->opt, &v);
+        break;
+    }
+    case PS_EV_CREATE_TABLE: {
+        struct ps_table_entry *t;
+        if (ps_tables_find(&sh->tables, e->name))
+            return diverged(err, errlen, "the table exists here", e);
+        rc = ps_shard_create_table(sh, e->name, e->num_rows, e->table, &t);
+        break;
+    }
+    case PS_EV_CLAIM_JOB:
+        if (sh->job_id[0] && strcmp(sh->job_id, e->name) != 0)
+            return diverged(err, errlen, "the shard holds another job", e);
+        ps_shard_claim_job(sh, e->name);
+        break;
+    case PS_EV_HELLO:
+    case PS_EV_GOODBYE:
+    case PS_EV_REMOVE:
+    case PS_EV_END_STEP:
+        if (!ps_members_valid(&sh->members, e->worker))
+            return diverged(err, errlen, "no such worker here", e);
+        if (e->kind == PS_EV_HELLO)
+            ps_shard_hello(sh, e->worker, -1);
+        else if (e->kind == PS_EV_GOODBYE)
+            ps_shard_goodbye(sh, e->worker);
+        else if (e->kind == PS_EV_END_STEP)
+            ps_shard_end_step(sh, e->worker);
+        else if ((gone = calloc(sh->members.n, 1)) == NULL)
+            return PS_ENOMEM;
+        else {
+            if (ps_members_remove(&sh->members, e->worker)) {
+                gone[e->worker] = 1;
+                workers_removed(sh, gone);
+            }
+            free(gone);
+        }
+        break;
+    case PS_EV_PUSH:
+        rc = replay_push(sh, e, err, errlen);
+        break;
+    case PS_EV_PUSH_ROWS:
+        rc = replay_rows(sh, e, err, errlen);
+        break;
+    default:
+        return diverged(err, errlen, "an entry of an unknown kind", e);
+    }
+    if (rc == PS_OK && sh->step.version != e->version)
+        return diverged(err, errlen, "the version differs after it", e);
+    return rc;
 }

@@ -47,6 +47,44 @@ typedef struct {
     uint64_t lat_count;
 } ps_shard_stats;
 
+/* A change of the shard's state, as a log entry: the shard's inputs once they
+ * were checked, in the order it applied them. A second shard that replays the
+ * same entries in the same order (ps_shard_replay) holds the same bytes: the
+ * state machine is deterministic in its inputs, and what depends on the clock
+ * (a worker removed for silence, or because its connection closed) enters the
+ * log as its outcome, not as the time. The pointers are valid during the
+ * callback only. */
+typedef enum {
+    PS_EV_CREATE_VAR,   /* name, rank, shape, values (init), opt */
+    PS_EV_CREATE_TABLE, /* name, num_rows, table */
+    PS_EV_CLAIM_JOB,    /* name (the job id) */
+    PS_EV_HELLO,        /* worker */
+    PS_EV_GOODBYE,      /* worker */
+    PS_EV_REMOVE,       /* worker (silent past the timeout, or its connection closed) */
+    PS_EV_PUSH,         /* worker, step, clock, session, seq, skipped, n, names, grads */
+    PS_EV_PUSH_ROWS,    /* name (the table), worker, step, n (ids), ids, values (grads) */
+    PS_EV_END_STEP,     /* worker */
+} ps_shard_event_kind;
+
+typedef struct {
+    ps_shard_event_kind kind;
+    uint32_t worker;
+    uint64_t step, clock, session, seq;
+    int skipped;
+    const char *name;
+    size_t rank;
+    const uint64_t *shape;
+    const float *values;
+    ps_opt_spec opt;
+    uint64_t num_rows;
+    const ps_table_cfg *table;
+    size_t n;
+    const char *const *names;  /* PS_EV_PUSH: n variable names */
+    const float *const *grads; /* PS_EV_PUSH: n gradients */
+    const uint64_t *ids;       /* PS_EV_PUSH_ROWS: n ids */
+    uint64_t version;          /* the shard's version after the entry */
+} ps_shard_event;
+
 /* Answers to deferred pulls, released by a closed step, a push, a membership
  * change, the clock or the stop (the pull is removed right after the call). */
 typedef struct {
@@ -55,6 +93,8 @@ typedef struct {
     void (*answer)(void *ctx, ps_pending_pull *p);
     /* p fails: PS_ETIMEDOUT, PS_EREJOIN, PS_ESHUTDOWN */
     ps_pending_answer_fn *fail;
+    /* every change of state, in order (NULL: not logged) */
+    void (*log)(void *ctx, const ps_shard_event *e);
 } ps_shard_out;
 
 typedef uint64_t ps_shard_clock_fn(void *ctx); /* ns on a monotonic clock */
@@ -109,6 +149,19 @@ uint32_t ps_shard_disconnected(ps_shard *sh, int conn, unsigned char *gone, size
 int ps_shard_check_job(const ps_shard *sh, const char *job, char *err, size_t errlen);
 /* The shard belongs to `job` from now on, unless it belongs to one already. */
 void ps_shard_claim_job(ps_shard *sh, const char *job);
+/* Creates a variable (checked: a new name, finite values) with its optimizer.
+ * PS_OK or PS_ENOMEM. */
+int ps_shard_create_var(ps_shard *sh, const char *name, size_t rank, const uint64_t *shape,
+                        const float *init, const ps_opt_spec *opt, ps_var **out);
+/* Creates a table (checked: a new name, a valid config). PS_OK or PS_ENOMEM. */
+int ps_shard_create_table(ps_shard *sh, const char *name, uint64_t num_rows,
+                          const ps_table_cfg *cfg, struct ps_table_entry **out);
+
+/* --- replication ------------------------------------------------------------ */
+/* Applies one entry of another shard's log (a backup following its primary).
+ * PS_OK; PS_EPROTO when it cannot apply here (err says why: the two have
+ * diverged, the backup must start again from a snapshot); PS_ENOMEM. */
+int ps_shard_replay(ps_shard *sh, const ps_shard_event *e, char *err, size_t errlen);
 
 /* --- pulls ----------------------------------------------------------------- */
 typedef struct {
