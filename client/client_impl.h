@@ -75,6 +75,7 @@ struct ps_client {
     uint64_t push_gen;   /* counts push rounds: encodings are made once per round, and a
                           * push carries it as its seq (a re-send of the round repeats it) */
     uint64_t push_session; /* random per client: the namespace of the pushes' seq */
+    uint64_t rows_seq;     /* counts row pushes: each carries it (a re-send repeats it) */
     uint64_t push_bytes; /* gradient payload bytes sent in pushes */
     uint32_t *enc_scratch; /* top-k selection scratch */
     size_t enc_scratch_cap;

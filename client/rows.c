@@ -300,6 +300,7 @@ typedef struct {
     ps_table *t;
     int ends;
     uint64_t *step; /* per shard: the step pushed for */
+    uint64_t seq;   /* this push's (c->rows_seq): a re-send repeats it */
     uint64_t rows_dropped;
     size_t dropped; /* shards that dropped the push */
 } push_ctx;
@@ -321,6 +322,8 @@ static int send_push(ps_client *c, size_t i, void *vctx) {
     p.step = ctx->step[i];
     p.worker_index = c->worker_index;
     p.ends_step = ends_here(c, ctx, i);
+    p.session = c->push_session;
+    p.seq = ctx->seq;
     h.body_case = PS__HEADER__BODY_PUSH_ROWS;
     h.push_rows = &p;
     ps_payload pl[2] = {
@@ -337,7 +340,7 @@ static int on_pushed(ps_client *c, size_t shard, Ps__Header *h, ps_frames *f, vo
     int rc = ps__expect_body(c, shard, h, PS__HEADER__BODY_PUSH_ROWS_REPLY, "push_rows");
     if (rc != PS_OK) return rc;
     ctx->rows_dropped += h->push_rows_reply->rows_dropped;
-    if (h->push_rows_reply->dropped) ctx->dropped++;
+    if (h->push_rows_reply->dropped) ctx->dropped++; /* a duplicate: its first copy counted */
     else if (ends_here(c, ctx, shard)) c->shards[shard].version = ctx->step[shard] + 1;
     return PS_OK;
 }
@@ -370,7 +373,7 @@ int ps_client_push_rows(ps_table *t, const uint64_t *ids, size_t n, const float 
     uint64_t *steps = calloc(c->n_shards, sizeof *steps);
     if (!steps) return ps__fail(c, PS_ENOMEM, "out of memory");
     for (size_t s = 0; s < c->n_shards; s++) steps[s] = c->shards[s].version;
-    push_ctx ctx = {t, (flags & PS_ROWS_END_STEP) != 0, steps, 0, 0};
+    push_ctx ctx = {t, (flags & PS_ROWS_END_STEP) != 0, steps, ++c->rows_seq, 0, 0};
     rc = ps__connect_all(c);
     /* sync: every shard, so that each counts this worker's push for the step */
     for (size_t i = 0; i < c->n_shards && rc == PS_OK; i++)

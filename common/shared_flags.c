@@ -45,6 +45,17 @@ const ps_option ps_flag_replicas = {
     .help = "sync: a step applies once R pushes for it arrived (later ones are dropped and "
             "counted); 0: all live workers"};
 
+const ps_option ps_flag_workers_min = {
+    .name = "workers-min",
+    .type = PS_OPTION_LONG,
+    .min = 0,
+    .max = PS_MAX_WORKERS,
+    .def = "0",
+    .metavar = "M",
+    .help = "sync, elastic: of the --workers slots, a worker counts from its Hello, and steps "
+            "close only while at least M are live (below M they wait; a waiting pull fails "
+            "after --max-pull-wait-ms); 0: all --workers are expected from the start"};
+
 const ps_option ps_flag_staleness = {
     .name = "staleness",
     .type = PS_OPTION_LONG,

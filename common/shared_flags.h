@@ -17,6 +17,7 @@ extern const ps_option ps_flag_transport;        /* --transport tcp|ipc (index: 
 extern const ps_option ps_flag_worker_timeout;   /* --worker-timeout MS (psd) */
 extern const ps_option ps_flag_replicas;         /* --replicas-to-aggregate R (psd, sync) */
 extern const ps_option ps_flag_staleness;        /* --staleness S (psd, async) */
+extern const ps_option ps_flag_workers_min;      /* --workers-min M (psd, sync) */
 extern const ps_option ps_flag_checkpoint_every; /* --checkpoint-every SECONDS (psd) */
 extern const ps_option ps_flag_epochs;           /* --epochs N (psworker) */
 extern const ps_option ps_flag_batch;            /* --batch N (psworker) */

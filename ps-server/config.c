@@ -42,6 +42,11 @@ static const ps_option table[] = {
      PS_OPTION_AT(ps_server_config, replicas),
      .doc = "R below --workers makes the slowest workers backup workers. At most --workers; "
             "refused with --mode async"},
+    {.like = &ps_flag_workers_min,
+     PS_OPTION_AT(ps_server_config, workers_min),
+     .doc = "At most --workers; refused with --mode async. A worker that joins later (a "
+            "Hello to a slot not live) counts from the next step; data is not re-sharded: "
+            "each worker reads the shard of its --index out of --workers"},
     {.like = &ps_flag_staleness,
      PS_OPTION_AT(ps_server_config, staleness),
      .doc = "Refused with --mode sync"},
@@ -255,6 +260,15 @@ int ps_server_config_parse(int argc, char **argv, const char *tf_config, ps_serv
     }
     if (!cfg->curve_secret[0] != !cfg->authorized_keys[0]) {
         snprintf(err, errlen, "--curve-secret and --authorized-keys go together");
+        return PS_EINVAL;
+    }
+    if (cfg->workers_min > cfg->workers) {
+        snprintf(err, errlen, "--workers-min %ld is more than the job's %ld workers",
+                 cfg->workers_min, cfg->workers);
+        return PS_EINVAL;
+    }
+    if (cfg->workers_min && cfg->mode != PS_MODE_SYNC) {
+        snprintf(err, errlen, "--workers-min applies to --mode sync only");
         return PS_EINVAL;
     }
     if (cfg->staleness >= 0 && cfg->mode != PS_MODE_ASYNC) {

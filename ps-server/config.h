@@ -22,6 +22,7 @@ typedef struct {
     long worker_timeout_ms;    /* a worker silent this long leaves the expected set */
     long replicas;             /* sync: pushes that close a step (0: all live workers) */
     long staleness;            /* async: max clock lead over the slowest live worker (-1: none) */
+    long workers_min;          /* sync: steps close only with this many live (0: all expected) */
     char checkpoint_dir[1024]; /* "" : no checkpoints */
     long checkpoint_every;     /* seconds between periodic checkpoints (0: only on request/exit) */
     long keep_checkpoints;     /* newest checkpoint files kept */

@@ -35,8 +35,11 @@ int ps__handle_hello(ps_server *s, ps_request *r, char *err, size_t errlen) {
     PS_INFO("hello from worker %u", h->worker_index);
     /* a disconnect already reported for this socket number is an older connection's */
     ps__monitor_drain(s);
-    if (ps_shard_hello(&s->shard, h->worker_index, r->fd))
-        PS_INFO("worker %u rejoined (%u live)", h->worker_index, s->shard.members.live);
+    if (ps_shard_hello(&s->shard, h->worker_index, r->fd)) {
+        PS_INFO("worker %u %s (%u live)", h->worker_index,
+                s->cfg.workers_min ? "joined" : "rejoined", s->shard.members.live);
+        ps__log_quorum(s);
+    }
     Ps__Header out = PS__HEADER__INIT;
     Ps__Welcome w = PS__WELCOME__INIT;
     w.shard_index = (uint32_t)s->cfg.shard;
@@ -594,8 +597,10 @@ int ps__handle_goodbye(ps_server *s, ps_request *r, char *err, size_t errlen) {
     out.body_case = PS__HEADER__BODY_GOODBYE_REPLY;
     out.goodbye_reply = &rep;
     ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
-    if (ps_shard_goodbye(&s->shard, w))
+    if (ps_shard_goodbye(&s->shard, w)) {
         PS_INFO("worker %u finished (%u live)", w, s->shard.members.live);
+        ps__log_quorum(s);
+    }
     return PS_OK;
 }
 

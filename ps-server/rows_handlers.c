@@ -264,13 +264,15 @@ int ps__handle_push_rows(ps_server *s, ps_request *r, char *err, size_t errlen) 
     int dropped = 0;
     uint64_t rows_dropped = 0;
     if (rc == PS_OK)
-        rc = ps_shard_push_rows(&s->shard, e, p->worker_index, p->step, ids, (size_t)p->n, g,
-                                &dropped, &rows_dropped, err, errlen);
+        rc = ps_shard_push_rows(&s->shard, e, p->worker_index, p->step, p->session, p->seq, ids,
+                                (size_t)p->n, g, &dropped, &rows_dropped, err, errlen);
     free(owned_ids), free(owned_g);
     if (rc != PS_OK) return rc;
     Ps__Header out = PS__HEADER__INIT;
     Ps__PushRowsReply rep = PS__PUSH_ROWS_REPLY__INIT;
-    rep.dropped = dropped;
+    /* a retry is answered as the push it repeats was (its step end counted then) */
+    rep.duplicate = dropped == PS_SHARD_ROWS_RETRY;
+    rep.dropped = dropped == 1;
     rep.rows_dropped = rows_dropped;
     int closes = !s->shard.cfg.async && p->ends_step && !dropped;
     rep.version = s->shard.step.version;

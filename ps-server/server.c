@@ -319,6 +319,7 @@ int ps_server_run(ps_server *s) {
         uv_run(s->loop, UV_RUN_DEFAULT);
         return PS_EIO;
     }
+    ps__log_quorum(s);   /* --workers-min: the steps wait for the first workers */
     ps__notify_ready(s); /* bound, checkpoint restored, about to serve */
     drain(s);            /* messages may have arrived before the poll started */
     uv_run(s->loop, UV_RUN_DEFAULT);

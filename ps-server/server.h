@@ -80,6 +80,7 @@ typedef struct ps_server {
     uint64_t drop_log_ns; /* dropped replies are logged at most once a second */
     uint64_t drops_unlogged;
     uint64_t nomem_logged; /* the shard's apply_nomem when last logged */
+    int below_min;         /* fewer live workers than --workers-min, as last logged */
     int stopping;
     int final_ckpt_failed; /* the checkpoint at SIGTERM/SIGINT failed: exit non-zero */
     float *scratch;        /* for misaligned payload frames */
@@ -157,6 +158,8 @@ void ps__members_expire(ps_server *s);
 /* The connection on socket fd closed (the monitor saw it): its waiting pulls are
  * dropped, and a worker whose Hello came on it is removed at once, logged. */
 void ps__server_disconnected(ps_server *s, int fd);
+/* Logs when the live workers go below --workers-min (steps wait) or back to it. */
+void ps__log_quorum(ps_server *s);
 /* The tick's period in ms: --worker-timeout/4 (at most --max-pull-wait-ms/4) within [10, 1000]. */
 uint64_t ps__members_tick_ms(const ps_server *s);
 

@@ -19,6 +19,7 @@ int ps__shard_init(ps_server *s) {
         .async = c->mode == PS_MODE_ASYNC,
         .workers = (uint32_t)c->workers,
         .to_aggregate = (uint32_t)c->replicas,
+        .workers_min = (uint32_t)c->workers_min,
         .staleness = c->staleness,
         .shard = c->shard,
         .worker_timeout_ns = (uint64_t)c->worker_timeout_ms * 1000000ull,
@@ -29,6 +30,19 @@ int ps__shard_init(ps_server *s) {
     };
     ps_shard_out out = {s, ps__pending_answer, ps__pending_answer_error};
     return ps_shard_init(&s->shard, &sc, loop_clock, NULL, &out);
+}
+
+void ps__log_quorum(ps_server *s) {
+    int below = ps_shard_below_min(&s->shard);
+    if (below == s->below_min) return;
+    s->below_min = below;
+    if (below)
+        PS_WARN("%u live worker(s), fewer than --workers-min %ld: steps wait for workers to "
+                "join (a pull waits at most --max-pull-wait-ms %ld)",
+                s->shard.members.live, s->cfg.workers_min, s->cfg.max_pull_wait_ms);
+    else
+        PS_INFO("%u live workers, at least --workers-min %ld: steps close again",
+                s->shard.members.live, s->cfg.workers_min);
 }
 
 uint64_t ps__members_tick_ms(const ps_server *s) {
@@ -53,6 +67,7 @@ void ps__members_expire(ps_server *s) {
                     w, (unsigned long long)((now - sh->members.m[w].last_seen_ns) / 1000000ull),
                     s->cfg.worker_timeout_ms, sh->members.live);
     free(gone);
+    ps__log_quorum(s);
     if (sh->stats.apply_nomem != s->nomem_logged) { /* at most one line a tick */
         PS_ERROR("out of memory applying updates: %llu gradient(s) dropped so far",
                  (unsigned long long)sh->stats.apply_nomem);
@@ -76,4 +91,5 @@ void ps__server_disconnected(ps_server *s, int fd) {
             PS_WARN("worker %u removed: its connection closed without a Goodbye; %u live", w,
                     sh->members.live);
     free(gone);
+    ps__log_quorum(s);
 }

@@ -51,6 +51,7 @@ typedef struct {
     long worker_timeout_ms;     /* are these three */
     long replicas;
     long staleness;
+    long workers_min;      /* --workers-min M passed to every psd when >= 0 (-1: not given) */
     long checkpoint_steps; /* all-reduce: the chief's checkpoint period in steps (-1: not given) */
     char compression[64];  /* --compression passed to every psworker; "" when not given */
     const char *job_id;    /* --job-id ID passed to every worker (--worker-cmd: as PS_JOB_ID in

@@ -25,8 +25,8 @@ static const ps_option table[] = {
              "no psd, the workers all-reduce their gradients in a ring (see below)",
      .doc = "With mirrored and multi_worker_mirrored every worker gets --strategy, "
             "--checkpoint-dir and --checkpoint-every and its TF_CONFIG (see ALL-REDUCE); --ps, "
-            "--transport, --replicas-to-aggregate, --staleness, --recreate-lost-variables, "
-            "--worker-cmd and --mode async are refused"},
+            "--transport, --replicas-to-aggregate, --staleness, --workers-min, "
+            "--recreate-lost-variables, --worker-cmd and --mode async are refused"},
     {.like = &ps_flag_communication,
      AT(communication_index),
      .flags = PS_OPTION_NO_DEFAULT,
@@ -116,6 +116,9 @@ static const ps_option table[] = {
      .doc = "Passed to every psd only when given; at most --workers, and only with --mode sync"},
     {.like = &ps_flag_staleness, AT(staleness), .flags = PS_OPTION_NO_DEFAULT,
      .doc = "Passed to every psd only when given; only with --mode async"},
+    {.like = &ps_flag_workers_min, AT(workers_min), .flags = PS_OPTION_NO_DEFAULT,
+     .doc = "Passed to every psd only when given; at most --workers, and only with --mode "
+            "sync. psctl still starts --workers workers and restarts those that die"},
     {.name = "gpus",
      .type = PS_OPTION_CUSTOM,
      .max = PSCTL_MAX_GPUS - 1,
@@ -191,8 +194,9 @@ void psctl_local_usage(FILE *f) {
                "SIGTERM) stops the job. A worker exiting 0 is done; when all are, the psd\n"
                "shards get SIGTERM and the job ends.\n"
                "\nThe psd flags (--checkpoint-*, --worker-timeout, --replicas-to-aggregate,\n"
-               "--staleness) are passed to every shard only when given; psctl makes the\n"
-               "DIR/ps-<i> directories. --checkpoint-every needs --checkpoint-dir there.\n"
+               "--staleness, --workers-min) are passed to every shard only when given; psctl\n"
+               "makes the DIR/ps-<i> directories. --checkpoint-every needs --checkpoint-dir\n"
+               "there.\n"
                "\nTransport: with ipc (the default) psctl makes a private directory\n"
                "($XDG_RUNTIME_DIR/psctl-ipc.XXXXXX, else under /tmp), shard i listens on\n"
                "DIR/psd-<i>.sock (psd --transport ipc --ipc-path) and the workers get\n"
@@ -210,8 +214,8 @@ void psctl_local_usage(FILE *f) {
                "...]}, \"task\": {\"type\": \"worker\", \"index\": j}} with ports free at the\n"
                "start, --strategy, --checkpoint-dir (psctl's own run dir unless given),\n"
                "--checkpoint-every (60 s unless given) and the training flags; --ps,\n"
-               "--transport, --replicas-to-aggregate, --staleness, --recreate-lost-variables\n"
-               "and --mode async are refused.\n"
+               "--transport, --replicas-to-aggregate, --staleness, --workers-min,\n"
+               "--recreate-lost-variables and --mode async are refused.\n"
                "The ring is all or nothing: when a worker fails, psctl stops the others\n"
                "(SIGTERM, SIGKILL after 5 s) and restarts all of them on fresh ports, resuming\n"
                "from the chief's last checkpoint; each such restart counts against\n"
@@ -281,8 +285,9 @@ static int parse_gpus(const ps_option *d, void *cfg, const char *arg, char *err,
 /* With an all-reduce strategy: the flags that only make sense with psd. Returns 0, or -1
  * after a message naming the flag. */
 static int allreduce_conflict(const psctl_local_opts *o, const unsigned char *given) {
-    static const char *const psd_only[] = {"ps", "transport", "replicas-to-aggregate", "staleness",
-                                           "recreate-lost-variables"};
+    static const char *const psd_only[] = {"ps",        "transport",
+                                           "replicas-to-aggregate", "staleness",
+                                           "workers-min", "recreate-lost-variables"};
     for (size_t i = 0; i < sizeof psd_only / sizeof psd_only[0]; i++) {
         if (!given[ps_options_find(table, N_OPTIONS, psd_only[i]) - table]) continue;
         fprintf(stderr,
@@ -342,6 +347,7 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
     memset(o, 0, sizeof *o);
     o->seed = o->epochs = -1;
     o->checkpoint_every = o->worker_timeout_ms = o->replicas = o->staleness = -1;
+    o->workers_min = -1;
     o->checkpoint_steps = o->tensorboard_every = -1;
     unsigned char given[N_OPTIONS] = {0};
     char err[512];
@@ -421,6 +427,8 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
         conflict = "--replicas-to-aggregate applies to --mode sync only";
     else if (o->staleness >= 0 && strcmp(o->mode, "async") != 0)
         conflict = "--staleness applies to --mode async only";
+    else if (o->workers_min > 0 && strcmp(o->mode, "sync") != 0)
+        conflict = "--workers-min applies to --mode sync only";
     else if (o->job_id && !ps_job_id_valid(o->job_id))
         conflict = "--job-id needs 1 to 64 of A-Z a-z 0-9 . _ -";
     if (conflict) {
@@ -435,6 +443,11 @@ usage_hint:
 }
 
 int psctl_local_check(const psctl_local_opts *o) {
+    if (o->workers_min > o->num_workers) {
+        fprintf(stderr, "psctl local: --workers-min %ld is more than the %ld workers\n",
+                o->workers_min, o->num_workers);
+        return 2;
+    }
     if (o->replicas > o->num_workers) {
         fprintf(stderr, "psctl local: --replicas-to-aggregate %ld is more than the %ld workers\n",
                 o->replicas, o->num_workers);

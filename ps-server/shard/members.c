@@ -6,8 +6,8 @@
 
 #include "ps_error.h"
 
-int ps_members_init(ps_members *ms, uint32_t n, uint64_t timeout_ns, uint64_t tick_ns,
-                    uint64_t now) {
+int ps_members_init(ps_members *ms, uint32_t n, int expect_all, uint64_t timeout_ns,
+                    uint64_t tick_ns, uint64_t now) {
     memset(ms, 0, sizeof *ms);
     ms->m = calloc(n ? n : 1, sizeof *ms->m);
     if (!ms->m) return PS_ENOMEM;
@@ -16,11 +16,11 @@ int ps_members_init(ps_members *ms, uint32_t n, uint64_t timeout_ns, uint64_t ti
     ms->tick_ns = tick_ns;
     ms->checked_ns = now;
     for (uint32_t w = 0; w < n; w++) {
-        ms->m[w].live = 1;
+        ms->m[w].live = (unsigned char)!!expect_all;
         ms->m[w].last_seen_ns = now;
         ms->m[w].conn = -1;
     }
-    ms->live = n;
+    ms->live = expect_all ? n : 0;
     return PS_OK;
 }
 
@@ -116,15 +116,18 @@ uint32_t ps_members_disconnect(ps_members *ms, int conn, unsigned char *gone) {
     return removed;
 }
 
-int ps_members_is_retry(const ps_members *ms, uint32_t w, uint64_t session, uint64_t seq) {
+int ps_members_is_retry(const ps_members *ms, uint32_t w, int rows, uint64_t session,
+                        uint64_t seq) {
     const ps_member *m = &ms->m[w];
+    if (rows) return seq && session == m->rows_session && seq <= m->rows_last_seq;
     return seq && session == m->session && seq <= m->last_seq;
 }
 
-void ps_members_applied(ps_members *ms, uint32_t w, uint64_t session, uint64_t seq) {
+void ps_members_applied(ps_members *ms, uint32_t w, int rows, uint64_t session, uint64_t seq) {
     if (!seq) return;
-    ms->m[w].session = session;
-    ms->m[w].last_seq = seq;
+    ps_member *m = &ms->m[w];
+    *(rows ? &m->rows_session : &m->session) = session;
+    *(rows ? &m->rows_last_seq : &m->last_seq) = seq;
 }
 
 uint64_t ps_members_note_clock(ps_members *ms, uint32_t w, uint64_t clock) {

@@ -14,6 +14,7 @@ typedef struct {
     int conn;              /* the connection its last Hello came on (-1: none known) */
     uint64_t session;      /* the client session of its last applied push with a seq */
     uint64_t last_seq;     /* that push's seq: one at or below it is a retry */
+    uint64_t rows_session, rows_last_seq; /* the same for its row pushes */
     unsigned char live;    /* in the expected set */
     unsigned char done;    /* said Goodbye (finished its job) */
 } ps_member;
@@ -29,11 +30,12 @@ typedef struct {
     uint64_t stalls;     /* expire calls late by more than a tick (not held against workers) */
 } ps_members;
 
-/* Every worker of the job is expected from the start (a sync step must not close
- * before the late starters pushed): each has one timeout from `now` to show up.
- * PS_OK or PS_ENOMEM. */
-int ps_members_init(ps_members *ms, uint32_t n, uint64_t timeout_ns, uint64_t tick_ns,
-                    uint64_t now);
+/* With expect_all, every worker of the job is expected from the start (a sync step
+ * must not close before the late starters pushed): each has one timeout from
+ * `now` to show up. Without, none is: each slot becomes live with its worker's
+ * Hello (an elastic job). PS_OK or PS_ENOMEM. */
+int ps_members_init(ps_members *ms, uint32_t n, int expect_all, uint64_t timeout_ns,
+                    uint64_t tick_ns, uint64_t now);
 void ps_members_free(ps_members *ms);
 /* 1 when w is a worker index of the job. */
 int ps_members_valid(const ps_members *ms, uint32_t w);
@@ -60,10 +62,12 @@ uint32_t ps_members_expire(ps_members *ms, uint64_t now, unsigned char *gone);
  * removed. Returns how many. A worker that said Goodbye is not live, so a clean
  * exit is not a removal. */
 uint32_t ps_members_disconnect(ps_members *ms, int conn, unsigned char *gone);
-/* 1 when w's push (session, seq) was applied already: a retry (seq 0: never). */
-int ps_members_is_retry(const ps_members *ms, uint32_t w, uint64_t session, uint64_t seq);
+/* 1 when w's push (session, seq) was applied already: a retry (seq 0: never); `rows`
+ * picks its row pushes' sequence, which is separate. */
+int ps_members_is_retry(const ps_members *ms, uint32_t w, int rows, uint64_t session,
+                        uint64_t seq);
 /* w's push (session, seq) was applied (seq 0: nothing recorded). */
-void ps_members_applied(ps_members *ms, uint32_t w, uint64_t session, uint64_t seq);
+void ps_members_applied(ps_members *ms, uint32_t w, int rows, uint64_t session, uint64_t seq);
 /* Async: records that w pushed at `clock`; returns how many clocks the newest
  * push of any worker is ahead of it (its staleness). */
 uint64_t ps_members_note_clock(ps_members *ms, uint32_t w, uint64_t clock);

@@ -27,8 +27,8 @@ int ps_shard_init(ps_shard *sh, const ps_shard_config *cfg, ps_shard_clock_fn *c
     ps_pending_init(&sh->pending, &cfg->pending);
     int rc = ps_step_init(&sh->step, cfg->workers);
     if (rc == PS_OK)
-        rc = ps_members_init(&sh->members, cfg->workers, cfg->worker_timeout_ns, cfg->tick_ns,
-                             ps_shard_now(sh));
+        rc = ps_members_init(&sh->members, cfg->workers, cfg->workers_min == 0,
+                             cfg->worker_timeout_ns, cfg->tick_ns, ps_shard_now(sh));
     if (rc != PS_OK) ps_shard_free(sh);
     return rc;
 }
@@ -86,7 +86,12 @@ static int staleness_allows(const ps_shard *sh, int has_worker, uint64_t clock) 
     return min == UINT64_MAX || clock <= min + (uint64_t)sh->cfg.staleness;
 }
 
+int ps_shard_below_min(const ps_shard *sh) {
+    return sh->cfg.workers_min && sh->members.live < sh->cfg.workers_min;
+}
+
 static uint32_t needed(const ps_shard *sh) {
+    if (ps_shard_below_min(sh)) return UINT32_MAX; /* no step closes: they wait */
     return ps_step_needed(&sh->step, sh->cfg.to_aggregate, sh->members.live);
 }
 
@@ -114,6 +119,7 @@ static void membership_changed(ps_shard *sh) {
 
 int ps_shard_hello(ps_shard *sh, uint32_t w, int conn) {
     int rejoined = ps_members_join(&sh->members, w, ps_shard_now(sh), conn);
+    if (rejoined && sh->cfg.workers_min) membership_changed(sh); /* the minimum reached */
     emit_worker(sh, PS_EV_HELLO, w);
     return rejoined;
 }
@@ -294,7 +300,7 @@ int ps_shard_push_admit(ps_shard *sh, uint32_t w, uint64_t step, uint64_t sessio
     int rc = ps_shard_admit_worker(sh, w, err, errlen);
     if (rc != PS_OK) return rc;
     /* a re-send of a push whose reply was lost: applied once, answered again */
-    if (ps_members_is_retry(&sh->members, w, session, seq)) {
+    if (ps_members_is_retry(&sh->members, w, 0, session, seq)) {
         sh->stats.retried_pushes++;
         pl->retry = pl->dropped = 1;
         pl->applied = sh->cfg.async;
@@ -365,7 +371,7 @@ void ps_shard_push_commit(ps_shard *sh, uint32_t w, uint64_t clock, int skipped,
             count_nomem(sh, ps_var_accumulate(vars[i], grads[i]));
     }
     if (!skipped) sh->stats.pushes_applied++;
-    ps_members_applied(&sh->members, w, pl->session, pl->seq);
+    ps_members_applied(&sh->members, w, 0, pl->session, pl->seq);
     if (!sh->cfg.async) {
         ps_step_count(&sh->step, w);
         try_close_step(sh, pl->direct ? t0 : ps_shard_now(sh));
@@ -382,23 +388,34 @@ void ps_shard_push_commit(ps_shard *sh, uint32_t w, uint64_t clock, int skipped,
 }
 
 int ps_shard_push_rows(ps_shard *sh, struct ps_table_entry *e, uint32_t w, uint64_t step,
-                       const uint64_t *ids, size_t n, const float *g, int *dropped,
-                       uint64_t *rows_dropped, char *err, size_t errlen) {
+                       uint64_t session, uint64_t seq, const uint64_t *ids, size_t n,
+                       const float *g, int *dropped, uint64_t *rows_dropped, char *err,
+                       size_t errlen) {
     *dropped = 0;
     *rows_dropped = 0;
     int rc;
+    if (ps_members_is_retry(&sh->members, w, 1, session, seq)) {
+        sh->stats.retried_pushes++;
+        *dropped = PS_SHARD_ROWS_RETRY;
+        return PS_OK;
+    }
     ps_shard_event ev = {.kind = PS_EV_PUSH_ROWS,
                          .name = e->name,
                          .worker = w,
                          .step = step,
+                         .session = session,
+                         .seq = seq,
                          .n = n,
                          .ids = ids,
                          .values = g};
     if (sh->cfg.async) {
         rc = ps_table_entry_apply(e, ids, n, g, rows_dropped);
         if (rc == PS_ENOMEM) snprintf(err, errlen, "out of memory applying row gradients");
-        if (rc == PS_OK) sh->stats.pushes_applied++;
-        if (rc == PS_OK) emit(sh, &ev);
+        if (rc == PS_OK) {
+            sh->stats.pushes_applied++;
+            ps_members_applied(&sh->members, w, 1, session, seq);
+            emit(sh, &ev);
+        }
         return rc;
     }
     ps_step_verdict verdict = ps_step_admit(&sh->step, w, step);
@@ -414,7 +431,10 @@ int ps_shard_push_rows(ps_shard *sh, struct ps_table_entry *e, uint32_t w, uint6
     }
     rc = ps_table_entry_step_add(e, w, ids, n, g);
     if (rc == PS_ENOMEM) snprintf(err, errlen, "out of memory adding row gradients");
-    if (rc == PS_OK) emit(sh, &ev);
+    if (rc == PS_OK) {
+        ps_members_applied(&sh->members, w, 1, session, seq);
+        emit(sh, &ev);
+    }
     return rc;
 }
 
@@ -455,8 +475,8 @@ static int replay_rows(ps_shard *sh, const ps_shard_event *e, char *err, size_t 
         return diverged(err, errlen, "the worker is not live here", e);
     int dropped;
     uint64_t rows_dropped;
-    int rc = ps_shard_push_rows(sh, t, e->worker, e->step, e->ids, e->n, e->values, &dropped,
-                                &rows_dropped, err, errlen);
+    int rc = ps_shard_push_rows(sh, t, e->worker, e->step, e->session, e->seq, e->ids, e->n,
+                                e->values, &dropped, &rows_dropped, err, errlen);
     if (rc == PS_OK && dropped) return diverged(err, errlen, "the row push is dropped here", e);
     return rc == PS_ENOMEM ? rc : rc != PS_OK ? diverged(err, errlen, "row push refused", e) : rc;
 }

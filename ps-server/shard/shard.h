@@ -30,6 +30,8 @@ typedef struct {
     int async;             /* 0: sync steps; 1: each push applied on arrival */
     uint32_t workers;      /* workers in the job */
     uint32_t to_aggregate; /* sync: pushes that close a step (0: every live worker) */
+    uint32_t workers_min;  /* sync: steps close only with this many live; a slot is live
+                            * from its Hello (0: all expected from the start) */
     long staleness;        /* async: max clock lead over the slowest live worker (-1: none) */
     long shard;            /* this shard's index (in messages) */
     uint64_t worker_timeout_ns, tick_ns; /* membership (members.h) */
@@ -132,6 +134,8 @@ void ps_shard_seen(ps_shard *sh, uint32_t w);
 int ps_shard_hello(ps_shard *sh, uint32_t w, int conn);
 /* Goodbye: w leaves, finished; what that unblocks is answered. 1 when it was live. */
 int ps_shard_goodbye(ps_shard *sh, uint32_t w);
+/* Sync with cfg.workers_min: 1 while fewer workers than that are live (steps wait). */
+int ps_shard_below_min(const ps_shard *sh);
 /* The clock's tick: removes the workers silent past the timeout (gone[w] set for
  * each, gone has cfg.workers entries), answers what that unblocks, fails the
  * removed workers' pulls (EREJOIN) and the pulls past their deadline
@@ -217,12 +221,16 @@ void ps_shard_push_commit(ps_shard *sh, uint32_t w, uint64_t clock, int skipped,
                           ps_var *const *vars, const float *const *grads, size_t n,
                           const ps_shard_push_plan *pl);
 /* Row gradients g (n x e's dim) for ids[0..n) of table e from worker w (checked:
- * ids in range, finite): sync, added to the open step (dropped, counted, for a
- * closed step or a second push); async, applied now (*rows_dropped: rows a full
- * table refused). PS_OK, PS_ESTALE or PS_ENOMEM. */
+ * ids in range, finite), with the identity (session, seq): sync, added to the
+ * open step (dropped, counted, for a closed step or a second push); async,
+ * applied now (*rows_dropped: rows a full table refused). A retry of one
+ * applied before sets *dropped to PS_SHARD_ROWS_RETRY and changes nothing.
+ * PS_OK, PS_ESTALE or PS_ENOMEM. */
+#define PS_SHARD_ROWS_RETRY 2
 int ps_shard_push_rows(ps_shard *sh, struct ps_table_entry *e, uint32_t w, uint64_t step,
-                       const uint64_t *ids, size_t n, const float *g, int *dropped,
-                       uint64_t *rows_dropped, char *err, size_t errlen);
+                       uint64_t session, uint64_t seq, const uint64_t *ids, size_t n,
+                       const float *g, int *dropped, uint64_t *rows_dropped, char *err,
+                       size_t errlen);
 /* Sync: worker w's pushes for the open step are in (a PushRows that ends its
  * step); the step closes when enough are. */
 void ps_shard_end_step(ps_shard *sh, uint32_t w);

@@ -193,11 +193,15 @@ static void cleanup_at_exit(void) {
     ps_test_psd_stop(&psd, 2000);
 }
 
-void start_psd(const char *workers, const char *mode) {
+void start_psd_with(const char **args) {
     atexit(cleanup_at_exit);
     ps_test_children_die_with_me();
-    const char *args[] = {"--workers", workers, "--mode", mode, NULL};
     ck_assert_msg(ps_test_psd_start(&psd, args, 10000) == 0, "psd did not start");
+}
+
+static void start_psd(const char *workers, const char *mode) {
+    const char *args[] = {"--workers", workers, "--mode", mode, NULL};
+    start_psd_with(args);
 }
 
 void setup_sync1(void) {

@@ -115,6 +115,8 @@ void raw_pull(raw_conn *r, uint64_t request_id, char **names, size_t n, uint64_t
  * it exits 0. */
 void setup_sync1(void);
 void setup_sync2(void);
+/* psd with these flags (NULL-terminated), for a fixture of a test file's own. */
+void start_psd_with(const char **args);
 void setup_async2(void);
 void teardown_psd(void);
 /* A TCase of s named name, 30 s per test, with the fixture setup (one of the above) and

@@ -41,6 +41,8 @@ START_TEST(test_psd_flags_passed_through) {
                           "5000",
                           "--replicas-to-aggregate",
                           "1",
+                          "--workers-min",
+                          "1",
                           NULL};
     ps_test_run_result r;
     run_psctl(args, NULL, NULL, NULL, &r);
@@ -54,7 +56,7 @@ START_TEST(test_psd_flags_passed_through) {
         ck_assert_int_eq(n, 1);
         snprintf(want, sizeof want,
                  "--checkpoint-dir %s/ps-%d --checkpoint-every 30 --worker-timeout 5000 "
-                 "--replicas-to-aggregate 1",
+                 "--replicas-to-aggregate 1 --workers-min 1",
                  ckpt, i);
         ck_assert_contains(lines[0], want);
         ck_assert_lacks(lines[0], "--staleness");
@@ -110,6 +112,9 @@ static const bad_case bad_cases[] = {
     {{LOCAL, "--mode", "sync", "--replicas-to-aggregate", "3", NULL},
      "--replicas-to-aggregate 3 is more than the 2 workers"},
     {{LOCAL, "--mode", "async", "--replicas-to-aggregate", "1", NULL}, "--mode sync only"},
+    {{LOCAL, "--mode", "sync", "--workers-min", "3", NULL},
+     "--workers-min 3 is more than the 2 workers"},
+    {{LOCAL, "--mode", "async", "--workers-min", "1", NULL}, "--mode sync only"},
     {{LOCAL, "--mode", "async", "--staleness", "-2", NULL}, "--staleness needs an integer"},
     {{LOCAL, "--mode", "sync", "--staleness", "2", NULL}, "--mode async only"},
     {{LOCAL, "--mode", "sync", "--job-id", "a b", NULL}, "--job-id needs 1 to 64 of"},
@@ -178,6 +183,7 @@ START_TEST(test_help_lists_new_flags_and_commands) {
                            "--worker-timeout MS",
                            "--replicas-to-aggregate R",
                            "--staleness S",
+                           "--workers-min M",
                            "Restarts:",
                            "--port P",
                            NULL};

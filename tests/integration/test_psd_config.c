@@ -160,6 +160,10 @@ END_TEST
 START_TEST(bad_counts) {
     expect_refused((const char *[]){"--port", "0", "--workers", "0", NULL}, "--workers");
     expect_refused((const char *[]){"--port", "0", "--num-shards", "0", NULL}, "--num-shards");
+    expect_refused((const char *[]){"--port", "0", "--workers", "2", "--workers-min", "3", NULL},
+                   "--workers-min 3 is more than the job's 2 workers");
+    expect_refused((const char *[]){"--port", "0", "--mode", "async", "--workers-min", "1", NULL},
+                   "--workers-min applies to --mode sync only");
 }
 END_TEST
 

@@ -531,6 +531,50 @@ START_TEST(hostile_requests) {
 }
 END_TEST
 
+/* A row push re-sent after its reply was lost (the same session and seq) is
+ * answered 'duplicate' and not applied again; the next seq is. */
+START_TEST(retried_row_push_applies_once) {
+    start(1, "1", "async");
+    ps_client *c = client(0, 1);
+    ps_table *t = table(c, "fixed", 10, "sgd");
+    uint64_t id = 3;
+    float before[DIM], after[DIM];
+    ck_assert_int_eq(ps_client_pull_rows(t, &id, 1, before), PS_OK);
+    raw_conn r;
+    raw_open(&r, psd[0].endpoint);
+    float g[DIM] = {1, 1, 1, 1};
+    const uint64_t seqs[3] = {9, 9, 10};
+    for (int k = 0; k < 3; k++) {
+        Ps__Header h = PS__HEADER__INIT;
+        Ps__PushRows p = PS__PUSH_ROWS__INIT;
+        p.table = "fixed";
+        p.n = 1;
+        p.worker_index = 0;
+        p.session = 0xabc;
+        p.seq = seqs[k];
+        h.protocol_version = PS_PROTOCOL_VERSION;
+        h.request_id = ++next_req;
+        h.body_case = PS__HEADER__BODY_PUSH_ROWS;
+        h.push_rows = &p;
+        const void *pl[2] = {&id, g};
+        size_t lens[2] = {sizeof id, sizeof g};
+        raw_send_hdr(&r, &h, pl, lens, 2);
+        Ps__Header *rep = raw_recv(&r, REPLY_MS, NULL);
+        ck_assert_ptr_nonnull(rep);
+        ck_assert_int_eq(rep->body_case, PS__HEADER__BODY_PUSH_ROWS_REPLY);
+        ck_assert_int_eq(rep->push_rows_reply->duplicate, (k == 1));
+        ck_assert(!rep->push_rows_reply->dropped);
+        ps__header__free_unpacked(rep, NULL);
+    }
+    raw_close(&r);
+    ck_assert_int_eq(ps_client_pull_rows(t, &id, 1, after), PS_OK);
+    for (int d = 0; d < DIM; d++) /* two SGD steps of lr * 1, not three */
+        ck_assert_float_eq_tol(after[d], before[d] - 2 * LR, 1e-6);
+    ps_client_close(c);
+    stop_all();
+}
+END_TEST
+
 /* 10 million ids through libps on a dim-1 table: split into rounds, every row
  * the initializer's. */
 START_TEST(ten_million_ids) {
@@ -568,6 +612,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, dense_on_one_shard_rows_on_both);
     tcase_add_test(tc, memory_bound_evicts);
     tcase_add_test(tc, hostile_requests);
+    tcase_add_test(tc, retried_row_push_applies_once);
     tcase_add_test(tc, ten_million_ids);
     suite_add_tcase(s, tc);
     return s;

@@ -272,6 +272,49 @@ START_TEST(async_retried_push_applies_once) {
 }
 END_TEST
 
+/* ---- elastic: --workers 3 --workers-min 2 ---- */
+
+static void setup_elastic(void) {
+    const char *args[] = {"--workers", "3", "--mode", "sync", "--workers-min", "2", NULL};
+    start_psd_with(args);
+}
+
+static uint64_t version_now(void) {
+    ps_stats h;
+    uint64_t v = ps_test_shard_stats(psd.endpoint, &h)->version;
+    ps_stats_free(&h);
+    return v;
+}
+
+/* Two of three slots start the job; the third worker joins it running and the
+ * next step waits for its push; psd logs the wait for the minimum and the join. */
+START_TEST(elastic_job_starts_at_the_minimum_and_takes_a_joiner) {
+    good_client c[3];
+    good_open(&c[0], 0, 3, 1);
+    int applied = -1;
+    ck_assert_int_eq(ps_client_push(c[0].c, 0, &applied), PS_OK);
+    ck_assert_int_eq(applied, 0); /* one live of at least two */
+    good_open(&c[1], 1, 3, 0);
+    ck_assert_int_eq(ps_client_push(c[1].c, 0, &applied), PS_OK);
+    ck_assert_int_eq(applied, 1); /* two of two live: step 0 closed */
+    ck_assert_uint_eq(version_now(), 1);
+    good_open(&c[2], 2, 3, 0); /* joins the running job */
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(ps_client_push(c[k].c, 1, &applied), PS_OK);
+        ck_assert_int_eq(applied, 0);
+    }
+    ck_assert_uint_eq(version_now(), 1); /* step 1 waits for the joiner */
+    ck_assert_int_eq(ps_client_push(c[2].c, 1, &applied), PS_OK);
+    ck_assert_int_eq(applied, 1);
+    ck_assert_uint_eq(version_now(), 2);
+    ck_assert(ps_test_file_has(psd.log, "fewer than --workers-min 2: steps wait"));
+    ck_assert(ps_test_file_has(psd.log, "at least --workers-min 2: steps close again"));
+    ck_assert(ps_test_file_has(psd.log, "worker 2 joined (3 live)"));
+    for (int k = 0; k < 3; k++)
+        good_close(&c[k]);
+}
+END_TEST
+
 /* ---- shutdown ---- */
 
 START_TEST(shutdown_request) {
@@ -302,6 +345,8 @@ static Suite *requests_suite(void) {
     TCase *async = requests_tcase(s, "async", setup_async2);
     tcase_add_test(async, async_each_push_applies);
     tcase_add_test(async, async_retried_push_applies_once);
+    TCase *elastic = requests_tcase(s, "elastic", setup_elastic);
+    tcase_add_test(elastic, elastic_job_starts_at_the_minimum_and_takes_a_joiner);
     return s;
 }
 

@@ -43,6 +43,8 @@ static void on_fail(void *ctx, ps_pending_pull *p, int code, const char *msg) {
 
 /* A shard of `workers` workers (timeout 100 ms, tick 25 ms, pulls wait 1 s at
  * most) holding one SGD variable "w" of 4 floats, all 1. */
+static uint32_t setup_workers_min; /* 0, or the next setup's --workers-min */
+
 static ps_var *setup(ps_shard *sh, world *wd, int async, uint32_t workers, long staleness) {
     memset(wd, 0, sizeof *wd);
     wd->now = 1000 * MS;
@@ -50,6 +52,7 @@ static ps_var *setup(ps_shard *sh, world *wd, int async, uint32_t workers, long 
         .async = async,
         .workers = workers,
         .staleness = staleness,
+        .workers_min = setup_workers_min,
         .worker_timeout_ns = 100 * MS,
         .tick_ns = 25 * MS,
         .pending = {100, 10, 1 << 20, 1000 * MS},
@@ -259,6 +262,48 @@ START_TEST(a_retried_async_push_is_applied_once) {
 }
 END_TEST
 
+START_TEST(an_elastic_job_waits_for_its_minimum_and_takes_a_late_joiner) {
+    ps_shard sh;
+    world wd;
+    setup_workers_min = 2;
+    ps_var *v = setup(&sh, &wd, 0, 3, -1); /* 3 slots, at least 2 live */
+    setup_workers_min = 0;
+    ps_shard_push_plan pl;
+    unsigned char gone[3];
+    size_t pulls;
+    const float g[4] = {2, 2, 2, 2};
+    ck_assert_uint_eq(sh.members.live, 0); /* nobody until their Hello */
+    ck_assert(ps_shard_below_min(&sh));
+    ps_shard_hello(&sh, 0, 10);
+    ck_assert_int_eq(push(&sh, v, 0, 0, 0, g, &pl), PS_OK);
+    ck_assert_uint_eq(sh.step.version, 0); /* one live of at least two: it waits */
+    ck_assert_int_eq(push(&sh, v, 2, 0, 0, g, &pl), PS_EREJOIN); /* slot 2 has not joined */
+    ps_shard_hello(&sh, 1, 11);
+    ck_assert(!ps_shard_below_min(&sh));
+    ck_assert_uint_eq(sh.step.version, 0);
+    ck_assert_int_eq(push(&sh, v, 1, 0, 0, g, &pl), PS_OK);
+    ck_assert_uint_eq(sh.step.version, 1); /* two of two live */
+    /* a third worker joins the running job: from the next step on, steps need it */
+    ps_shard_hello(&sh, 2, 12);
+    ck_assert_int_eq(push(&sh, v, 0, 1, 0, g, &pl), PS_OK);
+    ck_assert_int_eq(push(&sh, v, 1, 1, 0, g, &pl), PS_OK);
+    ck_assert_uint_eq(sh.step.version, 1);
+    ck_assert_int_eq(push(&sh, v, 2, 1, 0, g, &pl), PS_OK);
+    ck_assert_uint_eq(sh.step.version, 2);
+    /* two leave: below the minimum, the step waits for a worker to come back */
+    ck_assert_uint_eq(ps_shard_disconnected(&sh, 12, gone, &pulls), 1);
+    ck_assert_int_eq(ps_shard_goodbye(&sh, 1), 1);
+    ck_assert(ps_shard_below_min(&sh));
+    ck_assert_int_eq(push(&sh, v, 0, 2, 0, g, &pl), PS_OK);
+    ck_assert_uint_eq(sh.step.version, 2);
+    ps_shard_hello(&sh, 1, 13);
+    ck_assert_uint_eq(sh.step.version, 2); /* worker 1 has not pushed for it yet */
+    ck_assert_int_eq(push(&sh, v, 1, 2, 0, g, &pl), PS_OK);
+    ck_assert_uint_eq(sh.step.version, 3);
+    ps_shard_free(&sh);
+}
+END_TEST
+
 START_TEST(a_pull_past_its_deadline_fails) {
     ps_shard sh;
     world wd;
@@ -325,6 +370,7 @@ static Suite *make_suite(void) {
     tcase_add_test(tc, a_removed_workers_waiting_pull_is_answered_rejoin);
     tcase_add_test(tc, a_killed_worker_is_removed_when_its_connection_closes);
     tcase_add_test(tc, a_retried_async_push_is_applied_once);
+    tcase_add_test(tc, an_elastic_job_waits_for_its_minimum_and_takes_a_late_joiner);
     tcase_add_test(tc, a_pull_past_its_deadline_fails);
     tcase_add_test(tc, the_staleness_gate_holds_the_fast_worker);
     tcase_add_test(tc, a_pull_beyond_the_open_step_is_estale_and_a_stop_answers_all);

@@ -16,7 +16,7 @@
 
 START_TEST(every_worker_is_expected_from_the_start) {
     ps_members ms;
-    ck_assert_int_eq(ps_members_init(&ms, 3, 100 * MS, 25 * MS, T0), PS_OK);
+    ck_assert_int_eq(ps_members_init(&ms, 3, 1, 100 * MS, 25 * MS, T0), PS_OK);
     ck_assert_uint_eq(ms.live, 3);
     for (uint32_t w = 0; w < 3; w++)
         ck_assert(ps_members_live(&ms, w));
@@ -29,7 +29,7 @@ END_TEST
 START_TEST(silence_past_the_timeout_removes_a_worker) {
     ps_members ms;
     unsigned char gone[3];
-    ck_assert_int_eq(ps_members_init(&ms, 3, 100 * MS, 25 * MS, T0), PS_OK);
+    ck_assert_int_eq(ps_members_init(&ms, 3, 1, 100 * MS, 25 * MS, T0), PS_OK);
     /* ticks every 25 ms; workers 0 and 2 keep talking, worker 1 never does */
     uint64_t t = T0;
     for (int i = 0; i < 4; i++) {
@@ -58,7 +58,7 @@ END_TEST
 START_TEST(the_owners_stall_is_not_held_against_workers) {
     ps_members ms;
     unsigned char gone[2];
-    ck_assert_int_eq(ps_members_init(&ms, 2, 100 * MS, 25 * MS, T0), PS_OK);
+    ck_assert_int_eq(ps_members_init(&ms, 2, 1, 100 * MS, 25 * MS, T0), PS_OK);
     /* the owner's next check comes 400 ms late: its heartbeats are unread, not missing */
     uint64_t t = T0 + 400 * MS;
     ck_assert_uint_eq(ps_members_expire(&ms, t, gone), 0);
@@ -78,7 +78,7 @@ END_TEST
 
 START_TEST(goodbye_leaves_the_expected_set) {
     ps_members ms;
-    ck_assert_int_eq(ps_members_init(&ms, 2, 100 * MS, 25 * MS, T0), PS_OK);
+    ck_assert_int_eq(ps_members_init(&ms, 2, 1, 100 * MS, 25 * MS, T0), PS_OK);
     ck_assert_int_eq(ps_members_leave(&ms, 0), 1);
     ck_assert_int_eq(ps_members_leave(&ms, 0), 0);
     ck_assert_uint_eq(ms.live, 1);
@@ -93,7 +93,7 @@ END_TEST
 START_TEST(a_closed_connection_removes_the_workers_that_said_hello_on_it) {
     ps_members ms;
     unsigned char gone[3];
-    ck_assert_int_eq(ps_members_init(&ms, 3, 100 * MS, 25 * MS, T0), PS_OK);
+    ck_assert_int_eq(ps_members_init(&ms, 3, 1, 100 * MS, 25 * MS, T0), PS_OK);
     ps_members_join(&ms, 0, T0, 7);
     ps_members_join(&ms, 1, T0, 8);
     ps_members_join(&ms, 2, T0, 9);
@@ -116,7 +116,7 @@ END_TEST
 
 START_TEST(clocks_give_staleness_and_the_slowest_live_worker) {
     ps_members ms;
-    ck_assert_int_eq(ps_members_init(&ms, 3, 100 * MS, 25 * MS, T0), PS_OK);
+    ck_assert_int_eq(ps_members_init(&ms, 3, 1, 100 * MS, 25 * MS, T0), PS_OK);
     ck_assert_uint_eq(ps_members_min_clock(&ms), 0);
     ck_assert_uint_eq(ps_members_note_clock(&ms, 0, 0), 0);
     ck_assert_uint_eq(ps_members_note_clock(&ms, 0, 1), 0);

@@ -165,8 +165,8 @@ static void run_leader(ps_shard *sh, world *w, uint64_t seed) {
             const float *g[2] = {g1, g2};
             int dropped;
             uint64_t rows_dropped;
-            ck_assert_int_eq(ps_shard_push_rows(sh, t, k, sh->step.version, ids, 8, rows, &dropped,
-                                                &rows_dropped, err, sizeof err),
+            ck_assert_int_eq(ps_shard_push_rows(sh, t, k, sh->step.version, 2000 + k, seq + 1, ids,
+                                                8, rows, &dropped, &rows_dropped, err, sizeof err),
                              PS_OK);
             if (!sh->cfg.async && uniform(&rng) < 0.3) { /* rows only: they end its step */
                 if (!dropped) ps_shard_end_step(sh, k);
