@@ -88,12 +88,10 @@ uint32_t ps_members_expire(ps_members *ms, uint64_t now, unsigned char *gone) {
     forgive_stall(ms, now);
     for (uint32_t w = 0; w < ms->n; w++) {
         ps_member *m = &ms->m[w];
-        if (!m->live || now - m->last_seen_ns <= ms->timeout_ns) continue;
-        m->live = 0;
-        ms->live--;
-        ms->removed++;
-        gone[w] = 1;
-        removed++;
+        if (m->live && now - m->last_seen_ns > ms->timeout_ns && ps_members_remove(ms, w)) {
+            gone[w] = 1;
+            removed++;
+        }
     }
     return removed;
 }
@@ -106,12 +104,10 @@ uint32_t ps_members_disconnect(ps_members *ms, int conn, unsigned char *gone) {
         ps_member *m = &ms->m[w];
         if (m->conn != conn) continue;
         m->conn = -1; /* the number may come back for another connection */
-        if (!m->live) continue;
-        m->live = 0;
-        ms->live--;
-        ms->removed++;
-        gone[w] = 1;
-        removed++;
+        if (ps_members_remove(ms, w)) {
+            gone[w] = 1;
+            removed++;
+        }
     }
     return removed;
 }

@@ -70,6 +70,16 @@ static size_t tag_steps(const char *dir, const char *tag, long long *steps, size
     return n;
 }
 
+/* One case: the job (kind, workers, psworker flags) interrupted after its first
+ * epoch and resumed, against the same job uninterrupted (job_expect_exact_resume). */
+static void expect_case(job_kind kind, int workers, const char **args, const char *tag) {
+    char *dir = ps_test_mkdtemp();
+    job_spec j = {.kind = kind, .workers = workers, .args = args, .tag = tag};
+    job_expect_exact_resume(dir, &j);
+    ps_test_rmdir(dir);
+    free(dir);
+}
+
 START_TEST(dropout_through_psd) {
     char *dir = ps_test_mkdtemp();
     char model[700], tb[800];
@@ -128,55 +138,35 @@ START_TEST(dropout_accumulated_mirrored) {
 END_TEST
 
 START_TEST(loss_scale_through_psd) {
-    char *dir = ps_test_mkdtemp();
     const char *args[] = {"--model", mlp, SHORT, "--dtype-policy", "mixed_float16",
                           "--inject-overflow-at-step", "2", NULL};
-    job_spec j = {.kind = JOB_PSD, .workers = 1, .args = args, .tag = "scale-psd"};
-    job_expect_exact_resume(dir, &j);
-    ps_test_rmdir(dir);
-    free(dir);
+    expect_case(JOB_PSD, 1, args, "scale-psd");
 }
 END_TEST
 
 START_TEST(topk_residuals_through_psd) {
-    char *dir = ps_test_mkdtemp();
     const char *args[] = {"--model", mlp, SHORT, "--compression", "topk:0.05",
                           NULL};
-    job_spec j = {.kind = JOB_PSD, .workers = 1, .args = args, .tag = "topk-psd"};
-    job_expect_exact_resume(dir, &j);
-    ps_test_rmdir(dir);
-    free(dir);
+    expect_case(JOB_PSD, 1, args, "topk-psd");
 }
 END_TEST
 
 START_TEST(topk_residuals_mirrored) {
-    char *dir = ps_test_mkdtemp();
     const char *args[] = {"--model", mlp, SHORT, "--compression", "topk:0.05",
                           NULL};
-    job_spec j = {.kind = JOB_MIRRORED, .workers = 2, .args = args, .tag = "topk-mirrored"};
-    job_expect_exact_resume(dir, &j);
-    ps_test_rmdir(dir);
-    free(dir);
+    expect_case(JOB_MIRRORED, 2, args, "topk-mirrored");
 }
 END_TEST
 
 START_TEST(local_sgd_through_psd) {
-    char *dir = ps_test_mkdtemp();
     const char *args[] = {"--model", momentum, SHORT, "--sync-every", "2", NULL};
-    job_spec j = {.kind = JOB_PSD, .workers = 1, .args = args, .tag = "lsgd-psd"};
-    job_expect_exact_resume(dir, &j);
-    ps_test_rmdir(dir);
-    free(dir);
+    expect_case(JOB_PSD, 1, args, "lsgd-psd");
 }
 END_TEST
 
 START_TEST(local_sgd_mirrored) {
-    char *dir = ps_test_mkdtemp();
     const char *args[] = {"--model", momentum, SHORT, "--sync-every", "2", NULL};
-    job_spec j = {.kind = JOB_MIRRORED, .workers = 2, .args = args, .tag = "lsgd-mirrored"};
-    job_expect_exact_resume(dir, &j);
-    ps_test_rmdir(dir);
-    free(dir);
+    expect_case(JOB_MIRRORED, 2, args, "lsgd-mirrored");
 }
 END_TEST
 
