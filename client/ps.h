@@ -226,8 +226,8 @@ typedef struct ps_table ps_table;
 
 /* Creates the table on every shard (an existing one with the same spec is
  * kept; another spec is PS_EEXIST) and returns its handle (pulls and pushes
- * need ps_client_hello or ps_client_join first). PS_OK, PS_EINVAL (a bad spec, reason set), PS_EEXIST,
- * PS_ENOMEM or a transport error. */
+ * need ps_client_hello or ps_client_join first). PS_OK, PS_EINVAL (a bad spec, reason
+ * set), PS_EEXIST, PS_ENOMEM or a transport error. */
 PS_API int ps_client_create_table(ps_client *c, const ps_table_spec *spec, ps_table **out);
 
 /* Rows ids[0..n) into out[n * dim], in the order asked: ids deduplicated,

@@ -47,8 +47,10 @@ int ps__ckpt_restore(ps_server *s, char *err, size_t errlen) {
     if (rc != PS_OK) return rc;
     ps_ckpt_meta m;
     char path[1200];
-    rc = ps_ckpt_restore(dir, &s->shard.store, &s->shard.tables, &m, path, sizeof path, err, errlen);
-    ps_tables_set_bound(&s->shard.tables, (uint64_t)s->cfg.max_table_mb << 20); /* restored ones too */
+    rc = ps_ckpt_restore(dir, &s->shard.store, &s->shard.tables, &m, path, sizeof path, err,
+                         errlen);
+    /* the restored tables too */
+    ps_tables_set_bound(&s->shard.tables, (uint64_t)s->cfg.max_table_mb << 20);
     if (rc == PS_ENOENT) {
         PS_INFO("no valid checkpoint in %s: starting empty", dir);
         return PS_OK;
@@ -67,8 +69,8 @@ int ps__ckpt_restore(ps_server *s, char *err, size_t errlen) {
     s->ckpt_ns = ps__now_ns();
     snprintf(s->shard.job_id, sizeof s->shard.job_id, "%.*s", (int)PS_WIRE_MAX_JOB_ID, m.job_id);
     PS_INFO("restored checkpoint %s: version %llu, %zu variables, %zu tables%s%s", path,
-            (unsigned long long)m.version, s->shard.store.n, s->shard.tables.n, m.job_id[0] ? " of job " : "",
-            m.job_id);
+            (unsigned long long)m.version, s->shard.store.n, s->shard.tables.n,
+            m.job_id[0] ? " of job " : "", m.job_id);
     return PS_OK;
 }
 

@@ -463,7 +463,8 @@ int ps__handle_push_pull(ps_server *s, ps_request *r, char *err, size_t errlen) 
     }
     /* its pull may have to wait: refused before the push is applied if it could not */
     ps__monitor_drain(s);
-    int rc = ps_pending_room(&s->shard.pending, r->identity, r->identity_len, p->n_grads, err, errlen);
+    int rc =
+        ps_pending_room(&s->shard.pending, r->identity, r->identity_len, p->n_grads, err, errlen);
     if (rc != PS_OK) return rc;
     push_plan pl;
     rc = push_prepare(s, r, p, &pl, err, errlen);

@@ -71,8 +71,8 @@ static int label_spec(const ps_train_config *cfg, const ps_model *m, ps_label_sp
         rc = ps_labels_parse_map(cfg->label_map, flag, err, errlen);
         *spec = flag, *what = "--label-map";
     }
-    if (rc == PS_OK && (*spec)->kind != PS_LABELS_NONE && (cfg->positive_classes || cfg->label_map) &&
-        ps_model_labels(m)->kind != PS_LABELS_NONE)
+    if (rc == PS_OK && (*spec)->kind != PS_LABELS_NONE &&
+        (cfg->positive_classes || cfg->label_map) && ps_model_labels(m)->kind != PS_LABELS_NONE)
         PS_INFO("labels: %s replaces the model spec's \"labels\"", *what);
     return rc;
 }
@@ -367,9 +367,9 @@ int ps_input_open(ps_input *in, const ps_train_config *cfg, const ps_model *m, s
             rc = ps_data_spec_open(&in->test_spec, &in->test_src, err, errlen);
             if (rc != PS_OK) return rc;
             PS_INFO("test: %s %s", in->test_src->format, in->test_src->desc);
-            if (!in->eval_prep &&
-                (rc = prep_new(cfg, m, &in->test_spec, false, &in->eval_prep, err, errlen)) != PS_OK)
-                return rc;
+            if (!in->eval_prep)
+                rc = prep_new(cfg, m, &in->test_spec, false, &in->eval_prep, err, errlen);
+            if (rc != PS_OK) return rc;
             size_t *tr = NULL, nt = 0, *none = NULL, nn = 0;
             rc = split_records(in->test_src->n, cfg->max_test, 0, 0, &tr, &nt, &none, &nn);
             free(none);
@@ -448,7 +448,8 @@ int ps_input_evaluate(ps_input *in, ps_model *m, ps_input_set set, ps_input_rows
         ps_pipeline *pl = set == PS_INPUT_TEST ? in->test_pl : in->val_pl;
         bool full = in->train_src && (in->train_src->n_ids || in->train_src->float_target);
         rc = ps_pipeline_start_epoch(pl, 0, 0);
-        if (rc != PS_OK) snprintf(err, errlen, "evaluation: the input pipeline: %s", ps_strerror(rc));
+        if (rc != PS_OK)
+            snprintf(err, errlen, "evaluation: the input pipeline: %s", ps_strerror(rc));
         while (rc == PS_OK) {
             ps_pipeline_batch b;
             rc = ps_pipeline_next_batch(pl, &b, err, errlen);
