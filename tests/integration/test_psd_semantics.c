@@ -315,6 +315,73 @@ START_TEST(elastic_job_starts_at_the_minimum_and_takes_a_joiner) {
 }
 END_TEST
 
+static int version_is(void *want) {
+    return version_now() == *(uint64_t *)want;
+}
+
+/* Worker k's gradient at step t (one value for every element). */
+static float grad_of(int k, int t) {
+    return 0.25f * (float)(k + 1) - 0.125f * (float)(t % 5);
+}
+
+/* A worker joins and leaves in a loop (Goodbye, or its connection closing) for 60
+ * steps while two stay: every step closes with the workers live at it, none waits
+ * for the one that left, and the values are the mean of exactly their gradients,
+ * bit for bit, as psd sums them (in arrival order, then times 1/n). */
+START_TEST(elastic_worker_joins_and_leaves_in_a_loop) {
+    good_client c[3];
+    good_open(&c[0], 0, 3, 1);
+    good_open(&c[1], 1, 3, 0);
+    int in = 0; /* worker 2 is live */
+    float want_w[NW], want_b[NB];
+    memcpy(want_w, W0, sizeof want_w);
+    memcpy(want_b, B0, sizeof want_b);
+    for (int t = 0; t < 60; t++) {
+        if (t == 10 || t == 30 || t == 50) {
+            good_open(&c[2], 2, 3, 0);
+            in = 1;
+        } else if (t == 20 || t == 58) {
+            ck_assert_int_eq(ps_client_goodbye(c[2].c), PS_OK);
+            good_close(&c[2]);
+            in = 0;
+        } else if (t == 40) {
+            good_close(&c[2]); /* no Goodbye: the shard sees the connection close */
+            in = 0;
+        }
+        int n = 2 + in;
+        float sum = 0.0f;
+        for (int k = 0; k < n; k++) {
+            float g = grad_of(k, t);
+            for (int i = 0; i < NW; i++)
+                c[k].dw[i] = g;
+            for (int i = 0; i < NB; i++)
+                c[k].db[i] = g;
+            int applied = -1;
+            ck_assert_msg(ps_client_push(c[k].c, (uint64_t)t, &applied) == PS_OK,
+                          "step %d, worker %d: %s", t, k, ps_client_error(c[k].c));
+            sum += g;
+        }
+        uint64_t want_v = (uint64_t)t + 1;
+        ck_assert_msg(ps_test_wait_until(version_is, &want_v, 5000, 2),
+                      "step %d did not close with %d workers (version %llu)", t, n,
+                      (unsigned long long)version_now());
+        float mean = n > 1 ? sum * (1.0f / (float)n) : sum;
+        for (int i = 0; i < NW; i++)
+            want_w[i] = sgd(want_w[i], mean);
+        for (int i = 0; i < NB; i++)
+            want_b[i] = sgd(want_b[i], mean);
+    }
+    ck_assert_uint_eq(expect_values(&c[0], want_w, want_b), 60);
+    ps_stats h;
+    ps_stats *st = ps_test_shard_stats(psd.endpoint, &h);
+    ck_assert_uint_eq(st->workers_removed, 1); /* the close at step 40; Goodbyes are not */
+    ps_stats_free(&h);
+    ck_assert(ps_test_file_has(psd.log, "worker 2 removed: its connection closed"));
+    for (int k = 0; k < 2; k++)
+        good_close(&c[k]);
+}
+END_TEST
+
 /* ---- shutdown ---- */
 
 START_TEST(shutdown_request) {
@@ -347,6 +414,7 @@ static Suite *requests_suite(void) {
     tcase_add_test(async, async_retried_push_applies_once);
     TCase *elastic = requests_tcase(s, "elastic", setup_elastic);
     tcase_add_test(elastic, elastic_job_starts_at_the_minimum_and_takes_a_joiner);
+    tcase_add_test(elastic, elastic_worker_joins_and_leaves_in_a_loop);
     return s;
 }
 
