@@ -49,9 +49,13 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ -x build-test/worker/psworker ]; then
         echo "run-all: OpenBLAS chose $core kernels on this CPU: the suite runs with OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE"
 fi
 
+# Tests at a time (PS_TEST_JOBS, default 3 on 2 cores): many of them wait (on processes,
+# sockets, timeouts) more than they compute, so a third slot fills the CPU they leave.
+jobs=${PS_TEST_JOBS:-3}
+
 # (the benchmarks, which no test runs, are built in build-test only)
 bg_bootstrap BUILD=build-asan MESON_ARGS="-Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled -Dbuildtype=debug -Dbench=false"
-meson test -C build-test --print-errorlogs --num-processes 2 || status=1
+meson test -C build-test --print-errorlogs --num-processes "$jobs" || status=1
 bg_wait
 
 # 4. fuzzing: psd's request path under libFuzzer (clang, ASan + UBSan) for 60 s
@@ -61,7 +65,7 @@ bg_wait
 bg_bootstrap CC=clang BUILD=build-fuzz MESON_ARGS="-Dwerror=true -Dfuzz=true -Dtests=false -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled" \
     TARGETS="tests/fuzz/fuzz_request tests/fuzz/fuzz_data"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    meson test -C build-asan --print-errorlogs --num-processes 2 || status=1
+    meson test -C build-asan --print-errorlogs --num-processes "$jobs" || status=1
 bg_wait
 meson test -C build-fuzz --no-rebuild --print-errorlogs || status=1
 
