@@ -30,6 +30,7 @@ static const struct {
     {PS_ERESTARTED, "ERESTARTED", "a shard restarted during the request"},
     {PS_EBUSY, "EBUSY", "a server limit was reached: retry later"},
     {PS_ELOST, "ELOST", "a shard lost the job's variables"},
+    {PS_ENOTPRIMARY, "ENOTPRIMARY", "this replica of the shard is not its primary"},
 };
 
 const char *ps_strerror(int err) {

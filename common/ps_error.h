@@ -23,7 +23,8 @@ typedef enum {
     PS_EREJOIN = -16,    /* the worker left the expected set (timed out): say Hello again */
     PS_ERESTARTED = -17, /* a shard restarted (from a checkpoint) during the request */
     PS_EBUSY = -18,      /* a limit of the server was reached (queue full): retry later */
-    PS_ELOST = -19       /* a shard lost the job's variables (restarted without them) */
+    PS_ELOST = -19,      /* a shard lost the job's variables (restarted without them) */
+    PS_ENOTPRIMARY = -20 /* a replica that is not its group's primary: ask another */
 } ps_err;
 
 /* Human-readable description of an error code; static storage. */

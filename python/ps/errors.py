@@ -51,6 +51,9 @@ BusyError = _cls("BusyError", -18, "PS_EBUSY: a limit of the shard was reached: 
 VariablesLostError = _cls(
     "VariablesLostError", -19,
     "PS_ELOST: a shard lost the job's variables (restarted without a checkpoint).")
+NotPrimaryError = _cls(
+    "NotPrimaryError", -20,
+    "PS_ENOTPRIMARY: a replica of a shard that is not its primary (libps asks the others).")
 
 _BY_CODE = {c.code: c for c in PsError.__subclasses__()}
 
