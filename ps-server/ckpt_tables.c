@@ -49,8 +49,8 @@ static float getf(const uint8_t *p) {
 
 /* docs/FORMATS.md: the table attribute, version 1 (92 bytes). The key is not
  * saved: it is the name's (ps_rows_table_key). */
-static void attr_encode(uint8_t a[PS_CKPT_TABLE_ATTR_BYTES], uint64_t num_rows,
-                        const ps_table_cfg *c) {
+void ps_ckpt_table_attr_encode(uint8_t a[PS_CKPT_TABLE_ATTR_BYTES], uint64_t num_rows,
+                               const ps_table_cfg *c) {
     put32(a, PS_CKPT_TABLE_ATTR_VERSION);
     put32(a + 4, (uint32_t)c->dim);
     put64(a + 8, num_rows);
@@ -72,7 +72,8 @@ static void attr_encode(uint8_t a[PS_CKPT_TABLE_ATTR_BYTES], uint64_t num_rows,
     putf(a + 88, c->opt.lr_power);
 }
 
-static void attr_decode(const uint8_t *a, const char *name, uint64_t *num_rows, ps_table_cfg *c) {
+void ps_ckpt_table_attr_decode(const uint8_t *a, const char *name, uint64_t *num_rows,
+                               ps_table_cfg *c) {
     memset(c, 0, sizeof *c);
     c->dim = get32(a + 4);
     *num_rows = get64(a + 8);
@@ -123,7 +124,7 @@ int ps_ckpt_table_copy_take(const ps_table_entry *e, ps_ckpt_table_copy *c) {
     c->slot_floats = ps_row_opt_slot_floats(e->cfg.opt.kind, e->cfg.dim);
     for (unsigned k = 0; k < PS_CKPT_TABLE_TENSORS; k++)
         snprintf(c->names[k], sizeof c->names[k], "%s%s", e->name, suffix[k]);
-    attr_encode(c->attr, e->num_rows, &e->cfg);
+    ps_ckpt_table_attr_encode(c->attr, e->num_rows, &e->cfg);
     const uint64_t numbers[PS_CKPT_TABLE_NUMBERS] = {
         st.rows, e->updates, st.admitted, st.evicted, st.expired, st.refused, st.dropped};
     memcpy(c->numbers, numbers, sizeof numbers);
@@ -225,7 +226,7 @@ int ps_ckpt_table_load(ps_tf_owned *t, uint64_t version, ps_tables *ts, char *wh
                        head->name, 2 * PS_CKPT_TABLE_NUMBERS);
     uint64_t num_rows;
     ps_table_cfg cfg;
-    attr_decode(head->attr, name, &num_rows, &cfg);
+    ps_ckpt_table_attr_decode(head->attr, name, &num_rows, &cfg);
     char bad[160];
     if (ps_table_entry_cfg_check(num_rows, &cfg, bad, sizeof bad) != PS_OK)
         return ps_errf(PS_EFORMAT, why, whylen, "table '%s': %s", name, bad);

@@ -23,6 +23,13 @@
 #define PS_CKPT_TABLE_ATTR_BYTES 92u
 #define PS_CKPT_TABLE_NUMBERS 7u /* u64s in <name>@table: rows, updates, then the counts */
 
+/* A table's spec as the checkpoint's attribute (docs/FORMATS.md; the replication
+ * log carries it too), and back (the key is the name's: ps_rows_table_key). */
+void ps_ckpt_table_attr_encode(uint8_t a[PS_CKPT_TABLE_ATTR_BYTES], uint64_t num_rows,
+                               const ps_table_cfg *c);
+void ps_ckpt_table_attr_decode(const uint8_t *a, const char *name, uint64_t *num_rows,
+                               ps_table_cfg *c);
+
 /* One table's rows as they were when taken, ready to be written. */
 typedef struct {
     char names[PS_CKPT_TABLE_TENSORS][PS_WIRE_MAX_NAME + 8];

@@ -97,6 +97,22 @@ static const ps_option table[] = {
     {"turn-messages", PS_OPTION_LONG, F(turn_messages), 1, 1000000, "256", NULL, "N",
      "requests handled per loop turn (and at most 10 ms of them) before timers, signals and "
      "HTTP get their turn"},
+    {"replicas", PS_OPTION_LONG, F(group_replicas), 1, PS_MAX_REPLICAS, "1", NULL, "R",
+     "psd processes serving this shard: a primary and R-1 backups that apply every update "
+     "before it is acknowledged (needs --replica and --peers)",
+     .doc = "Replica 0 starts as the primary. A backup that hears nothing from its primary for "
+            "1.5 x --lease-ms takes over with the next term; workers list a shard's replicas "
+            "in one ps entry separated by '|'. At most 2 for now: the rule for electing one of "
+            "several backups is not built. docs/ARCHITECTURE.md, \"Replicated shards\", states "
+            "the rule and its limits"},
+    {"replica", PS_OPTION_LONG, F(replica), 0, PS_MAX_REPLICAS - 1, "0", NULL, "I",
+     "this psd's index among its shard's --replicas (0 starts as the primary)"},
+    {"peers", PS_OPTION_STR, F(peers), 0, 0, "", NULL, "ADDR,...",
+     "with --replicas R > 1: the R addresses of this shard's replicas in replica order, this "
+     "psd's own at --replica (host:port, or ipc://PATH)"},
+    {"lease-ms", PS_OPTION_LONG, F(lease_ms), 50, 600000, "500", NULL, "MS",
+     "with --replicas > 1: the primary acknowledges updates only while every backup has "
+     "answered within this long; a backup takes over after 1.5 x this without a word"},
 };
 #define N_ENTRIES (sizeof table / sizeof table[0])
 
@@ -209,6 +225,47 @@ static int check_transport(ps_server_config *cfg, const unsigned char *given, ch
     return PS_OK;
 }
 
+/* --replicas, --replica, --peers and --lease-ms together. PS_OK or PS_EINVAL. */
+static int check_replicas(const ps_server_config *cfg, const unsigned char *given, char *err,
+                          size_t errlen) {
+    if (cfg->group_replicas == 1) {
+        const char *stray = was_given(given, "replica")    ? "--replica"
+                            : was_given(given, "peers")    ? "--peers"
+                            : was_given(given, "lease-ms") ? "--lease-ms"
+                                                           : NULL;
+        if (stray) {
+            snprintf(err, errlen, "%s applies with --replicas 2 only (this shard has one psd)",
+                     stray);
+            return PS_EINVAL;
+        }
+        return PS_OK;
+    }
+    if (cfg->replica >= cfg->group_replicas) {
+        snprintf(err, errlen, "--replica %ld is out of range for --replicas %ld", cfg->replica,
+                 cfg->group_replicas);
+        return PS_EINVAL;
+    }
+    size_t n = 0;
+    for (const char *p = cfg->peers; *p; n++) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == 0) break;
+        p += len + (e ? 1 : 0);
+        if (e && !*p) {
+            n = 0;
+            break;
+        }
+    }
+    if (n != (size_t)cfg->group_replicas) {
+        snprintf(err, errlen,
+                 "--replicas %ld needs --peers with exactly %ld comma-separated addresses (the "
+                 "shard's replicas in order, this psd's own at --replica %ld); got '%s'",
+                 cfg->group_replicas, cfg->group_replicas, cfg->replica, cfg->peers);
+        return PS_EINVAL;
+    }
+    return PS_OK;
+}
+
 int ps_server_config_parse(int argc, char **argv, const char *tf_config, ps_server_config *cfg,
                            char *err, size_t errlen) {
     memset(cfg, 0, sizeof *cfg);
@@ -275,5 +332,5 @@ int ps_server_config_parse(int argc, char **argv, const char *tf_config, ps_serv
         snprintf(err, errlen, "--staleness applies to --mode async only");
         return PS_EINVAL;
     }
-    return PS_OK;
+    return check_replicas(cfg, given, err, errlen);
 }

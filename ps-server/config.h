@@ -40,7 +40,15 @@ typedef struct {
     long max_pull_wait_ms;       /* a deferred pull waiting longer is answered ETIMEDOUT */
     long zmq_rcvhwm, zmq_sndhwm; /* ZeroMQ's per-connection queues (messages) */
     long turn_messages;          /* requests handled per loop turn */
+    /* A replicated shard (docs/ARCHITECTURE.md, "Replicated shards") */
+    long group_replicas; /* --replicas: psd serving this shard, a primary and backups */
+    long replica;        /* this psd's index among them (0 starts as the primary) */
+    char peers[2048];    /* the group's addresses, comma-separated, in replica order */
+    long lease_ms;       /* the primary's lease; a backup takes over after 1.5 of it */
 } ps_server_config;
+
+/* The most replicas a group may have (psd --replicas). */
+#define PS_MAX_REPLICAS 2
 
 /* Fills cfg from TF_CONFIG (when tf_config is non-NULL and non-empty, task type
  * must be "ps") and then from the flags, which win. Returns PS_OK; 1 when --help

@@ -6,6 +6,7 @@
 
 #include "log.h"
 #include "ps_error.h"
+#include "replica.h"
 #include "server.h"
 #include "utf8.h"
 
@@ -34,7 +35,17 @@ static const dispatch_entry table[] = {
     {PS__HEADER__BODY_CREATE_TABLE, "CreateTable", ps__handle_create_table, 0},
     {PS__HEADER__BODY_PULL_ROWS, "PullRows", ps__handle_pull_rows, 1},
     {PS__HEADER__BODY_PUSH_ROWS, "PushRows", ps__handle_push_rows, 1},
+    {PS__HEADER__BODY_FOLLOW, "Follow", ps__handle_follow, 0},
+    {PS__HEADER__BODY_REPLICATE_ACK, "ReplicateAck", ps__handle_replicate_ack, 0},
 };
+
+/* What a replica that is not the primary still answers itself. */
+static int served_by_any_replica(Ps__Header__BodyCase body) {
+    return body == PS__HEADER__BODY_HELLO || body == PS__HEADER__BODY_STATS ||
+           body == PS__HEADER__BODY_SHUTDOWN || body == PS__HEADER__BODY_FOLLOW ||
+           body == PS__HEADER__BODY_REPLICATE_ACK || body == PS__HEADER__BODY_CHECKPOINT ||
+           body == PS__HEADER__BODY_QUERY_METRICS;
+}
 
 static const dispatch_entry *lookup(Ps__Header__BodyCase body) {
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
@@ -86,6 +97,11 @@ void ps__server_dispatch(ps_server *s, ps_frames *f) {
             rc = PS_EPROTO;
             snprintf(err, sizeof err, "%s takes no payload frames but %zu followed", e->name,
                      f->n - 2);
+        } else if (!ps__repl_serving(s) && !served_by_any_replica(e->body)) {
+            what = e->name;
+            if (e->body == PS__HEADER__BODY_HEARTBEAT) goto done; /* one-way: nothing to say */
+            rc = PS_ENOTPRIMARY;
+            ps__repl_not_primary(s, err, sizeof err);
         } else {
             what = e->name;
             /* the socket from the header frame: the ROUTER makes the identity frame
@@ -101,6 +117,7 @@ void ps__server_dispatch(ps_server *s, ps_frames *f) {
         PS_DEBUG("%s %llu: %s: %s", what, (unsigned long long)req_id, ps_errname(rc), err);
         ps__server_reply_error(s, id, id_len, req_id, rc, err);
     }
+done:
     if (hdr) ps__header__free_unpacked(hdr, NULL);
 }
 
@@ -137,6 +154,8 @@ int ps__server_reply(ps_server *s, const void *identity, size_t identity_len, ui
     hdr->request_id = request_id;
     for (size_t i = 0; i < n_payloads; i++)
         s->stats.bytes_out += payloads[i].len;
+    /* a replicated primary sends it once the backup has what it shows */
+    if (ps__repl_hold(s, identity, identity_len, hdr, payloads, n_payloads)) return PS_OK;
     /* Never block the loop: a peer that is gone or not reading loses its reply. */
     int rc =
         ps_wire_send(s->router, identity, identity_len, hdr, payloads, n_payloads, ZMQ_DONTWAIT);

@@ -10,6 +10,7 @@
 #include "log.h"
 #include "optim_spec_proto.h"
 #include "ps_error.h"
+#include "replica.h"
 #include "server.h"
 
 /* Index of the first NaN or Inf of x[0..n), or n. */
@@ -32,10 +33,11 @@ int ps__handle_hello(ps_server *s, ps_request *r, char *err, size_t errlen) {
                  s->cfg.workers);
         return PS_EINVAL;
     }
-    PS_INFO("hello from worker %u", h->worker_index);
+    int serving = ps__repl_serving(s); /* a backup only says who it is */
+    if (serving) PS_INFO("hello from worker %u", h->worker_index);
     /* a disconnect already reported for this socket number is an older connection's */
-    ps__monitor_drain(s);
-    if (ps_shard_hello(&s->shard, h->worker_index, r->fd)) {
+    if (serving) ps__monitor_drain(s);
+    if (serving && ps_shard_hello(&s->shard, h->worker_index, r->fd)) {
         PS_INFO("worker %u %s (%u live)", h->worker_index,
                 s->cfg.workers_min ? "joined" : "rejoined", s->shard.members.live);
         ps__log_quorum(s);
@@ -53,6 +55,7 @@ int ps__handle_hello(ps_server *s, ps_request *r, char *err, size_t errlen) {
     w.incarnation = s->incarnation;
     w.worker_clock = s->shard.members.m[h->worker_index].clock;
     w.job_id = s->shard.job_id;
+    ps__repl_welcome(s, &w);
     out.body_case = PS__HEADER__BODY_WELCOME;
     out.welcome = &w;
     ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
@@ -278,8 +281,8 @@ void ps__pending_answer(void *server, ps_pending_pull *p) {
     const void *id = p->peer->identity;
     size_t id_len = p->peer->identity_len;
     int rc = p->table ? ps__reply_rows(s, id, id_len, p->request_id, p->table, p->ids, p->n_ids)
-                      : reply_values(s, id, id_len, p->request_id, p->push_pull, p->vars,
-                                     p->n_vars, p->applied, p->dropped);
+                      : reply_values(s, id, id_len, p->request_id, p->push_pull, p->vars, p->n_vars,
+                                     p->applied, p->dropped);
     if (rc != PS_OK)
         ps__server_reply_error(s, id, id_len, p->request_id, PS_ENOMEM,
                                "out of memory answering a pull");
@@ -372,8 +375,8 @@ static void push_plan_free(ps_request *r, const Ps__Push *p, push_plan *pl) {
 static int push_prepare(ps_server *s, ps_request *r, const Ps__Push *p, push_plan *pl, char *err,
                         size_t errlen) {
     memset(pl, 0, sizeof *pl);
-    int rc = ps_shard_push_admit(&s->shard, p->worker_index, p->step, p->session, p->seq,
-                                 &pl->plan, err, errlen);
+    int rc = ps_shard_push_admit(&s->shard, p->worker_index, p->step, p->session, p->seq, &pl->plan,
+                                 err, errlen);
     if (rc != PS_OK) return rc;
     if (pl->plan.retry) {
         PS_DEBUG("push from worker %u (seq %llu) is a retry of one applied: not applied again",
@@ -415,7 +418,8 @@ static void push_commit(ps_server *s, const Ps__Push *p, push_plan *pl) {
 /* A Push is answered before its gradients are applied: the outcome is known
  * once they are checked, and the worker's next request is handled only after
  * the apply anyway (one loop thread), so the apply overlaps the reply's trip
- * and the worker's next send. */
+ * and the worker's next send. (Not on a replicated shard: there the reply is
+ * held until the backup applied the push, so the push is logged first.) */
 /* The gradient payload bytes of a Push or PushPull, as they came (StatsReply.push_bytes). */
 static void count_push_bytes(ps_server *s, const ps_request *r) {
     for (size_t i = 0; i < r->n_payloads; i++)
@@ -436,8 +440,10 @@ int ps__handle_push(ps_server *s, ps_request *r, char *err, size_t errlen) {
     rep.duplicate = pl.plan.retry;
     out.body_case = PS__HEADER__BODY_PUSH_REPLY;
     out.push_reply = &rep;
+    /* a replicated shard's reply waits for the backup: it goes after the entry */
+    if (s->repl) push_commit(s, p, &pl);
     ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
-    push_commit(s, p, &pl);
+    if (!s->repl) push_commit(s, p, &pl);
     push_plan_free(r, p, &pl);
     return PS_OK;
 }
@@ -474,8 +480,7 @@ int ps__handle_push_pull(ps_server *s, ps_request *r, char *err, size_t errlen) 
     uint64_t min_version = s->cfg.mode == PS_MODE_SYNC ? p->step + 1 : 0;
     /* a retry is answered as the push it repeats was */
     return answer_or_defer(s, r, min_version, 1, p->clock + 1, pl.plan.applied,
-                           pl.plan.dropped && !pl.plan.retry,
-                           err, errlen);
+                           pl.plan.dropped && !pl.plan.retry, err, errlen);
 }
 
 int ps__handle_stats(ps_server *s, ps_request *r, char *err, size_t errlen) {

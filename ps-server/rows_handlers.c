@@ -211,9 +211,8 @@ int ps__handle_pull_rows(ps_server *s, ps_request *r, char *err, size_t errlen) 
     rc = check_ids(s, e, ids, p->n, err, errlen);
     if (rc == PS_OK) {
         ps__monitor_drain(s); /* a disconnect reported for this socket must not hit this pull */
-        rc = ps_shard_pull_rows(&s->shard, r->identity, r->identity_len, r->fd,
-                                r->hdr->request_id, p->min_version, e, ids, (size_t)p->n, err,
-                                errlen);
+        rc = ps_shard_pull_rows(&s->shard, r->identity, r->identity_len, r->fd, r->hdr->request_id,
+                                p->min_version, e, ids, (size_t)p->n, err, errlen);
     }
     if (rc == 1)
         rc = ps__reply_rows(s, r->identity, r->identity_len, r->hdr->request_id, e, ids,
@@ -245,8 +244,7 @@ int ps__handle_push_rows(ps_server *s, ps_request *r, char *err, size_t errlen) 
     if (rc != PS_OK) return rc;
     const void *idv = NULL, *gv = NULL;
     void *owned_ids, *owned_g = NULL;
-    rc = frame_items(&r->payloads[0], sizeof(uint64_t), p->n, &idv, &owned_ids, "ids", err,
-                     errlen);
+    rc = frame_items(&r->payloads[0], sizeof(uint64_t), p->n, &idv, &owned_ids, "ids", err, errlen);
     if (rc == PS_OK)
         rc = frame_items(&r->payloads[1], sizeof(float), p->n * e->cfg.dim, &gv, &owned_g,
                          "gradients", err, errlen);
@@ -278,7 +276,9 @@ int ps__handle_push_rows(ps_server *s, ps_request *r, char *err, size_t errlen) 
     rep.version = s->shard.step.version;
     out.body_case = PS__HEADER__BODY_PUSH_ROWS_REPLY;
     out.push_rows_reply = &rep;
+    /* a replicated shard's reply waits for the backup: it goes after the step's end */
+    if (closes && s->repl) ps_shard_end_step(&s->shard, p->worker_index);
     ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
-    if (closes) ps_shard_end_step(&s->shard, p->worker_index);
+    if (closes && !s->repl) ps_shard_end_step(&s->shard, p->worker_index);
     return PS_OK;
 }

@@ -20,6 +20,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "ps_error.h"
+#include "replica.h"
 
 uint64_t ps__now_ns(void) {
     struct timespec ts;
@@ -36,7 +37,7 @@ static uint64_t new_incarnation(void) {
     return v ? v : 1;
 }
 
-static int write_ready_file(const char *path, const char *endpoint, char *err, size_t errlen) {
+int ps__write_ready_file(const char *path, const char *endpoint, char *err, size_t errlen) {
     char tmp[1100];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
@@ -152,6 +153,8 @@ int ps_server_init(ps_server *s, uv_loop_t *loop, const ps_server_config *cfg, c
     int rc = make_router(s, err, errlen); /* key files are checked before a long restore */
     if (rc != PS_OK) return rc;
     if (cfg->checkpoint_dir[0] && ps__ckpt_restore(s, err, errlen) != PS_OK) return PS_EIO;
+    rc = ps__repl_init(s, err, errlen); /* --replicas 2: after the restore it must know of */
+    if (rc != PS_OK) return rc;
     char addr[1100];
     if (cfg->transport == PS_TRANSPORT_IPC) {
         /* the probe and the bind are one step only under the lock: of two psd started
@@ -313,7 +316,15 @@ int ps_server_run(ps_server *s) {
     /* The ready file is written only now: a SIGTERM sent as soon as it
      * appears must find the handlers above installed (a clean stop, not the
      * default action's status 143). */
-    if (s->cfg.ready_file[0] && write_ready_file(s->cfg.ready_file, s->endpoint, err, sizeof err) != PS_OK) {
+    if (ps__repl_start(s) != PS_OK) {
+        PS_ERROR("cannot watch the socket to the primary");
+        ps_server_stop(s);
+        uv_run(s->loop, UV_RUN_DEFAULT);
+        return PS_EIO;
+    }
+    /* a backup writes it once it follows its primary (replica.c) */
+    if (s->cfg.ready_file[0] && ps__repl_serving(s) &&
+        ps__write_ready_file(s->cfg.ready_file, s->endpoint, err, sizeof err) != PS_OK) {
         PS_ERROR("%s", err);
         ps_server_stop(s);
         uv_run(s->loop, UV_RUN_DEFAULT);
@@ -334,6 +345,7 @@ void ps_server_stop(ps_server *s) {
     ps_shard_stop(&s->shard); /* the waiting pulls are answered ESHUTDOWN */
     ps__auth_stop(s->auth);
     ps__monitor_stop(s);
+    ps__repl_stop(s);
     if (s->handles_open > 0) {
         uv_close((uv_handle_t *)&s->poll, on_close);
         uv_close((uv_handle_t *)&s->sigterm, on_close);
@@ -347,6 +359,7 @@ void ps_server_stop(ps_server *s) {
 
 void ps_server_free(ps_server *s) {
     ps__monitor_free(s);
+    ps__repl_free(s); /* its socket, before the context ends */
     if (s->router) zmq_close(s->router);
     ps__auth_free(s->auth); /* after the ROUTER: without a ZAP handler CURVE admits anyone */
     s->auth = NULL;

@@ -86,10 +86,12 @@ typedef struct ps_server {
     float *scratch;        /* for misaligned payload frames */
     size_t scratch_cap;
     struct ps_epoch_metrics *epoch_metrics; /* ReportMetrics (epoch_metrics.c); NULL: none */
+    struct ps_repl *repl; /* --replicas 2 (replica.h); NULL: an unreplicated shard */
+    int failed;           /* stopped by an error (a backup that cannot follow): exit 2 */
 } ps_server;
 
 /* A decoded request as the handlers see it. Payload frames are read in place. */
-typedef struct {
+typedef struct ps_request {
     const void *identity;
     size_t identity_len;
     int fd; /* the connection's socket (ZMQ_SRCFD), -1 if unknown */
@@ -185,6 +187,8 @@ void ps__ckpt_free(ps_server *s);
 void ps__server_drain(ps_server *s);
 /* Answers a deferred pull now (the shard's callback; server is a ps_server). */
 void ps__pending_answer(void *server, ps_pending_pull *p);
+/* Writes --ready-file (a backup: once it follows its primary). */
+int ps__write_ready_file(const char *path, const char *endpoint, char *err, size_t errlen);
 /* Nanoseconds on a monotonic clock. */
 uint64_t ps__now_ns(void);
 

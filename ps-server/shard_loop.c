@@ -6,6 +6,7 @@
 
 #include "log.h"
 #include "ps_error.h"
+#include "replica.h"
 #include "server.h"
 
 static uint64_t loop_clock(void *ctx) {
@@ -28,7 +29,8 @@ int ps__shard_init(ps_server *s) {
                     (size_t)c->max_pending_mb << 20, (uint64_t)c->max_pull_wait_ms * 1000000ull},
         .max_table_bytes = (uint64_t)c->max_table_mb << 20,
     };
-    ps_shard_out out = {s, ps__pending_answer, ps__pending_answer_error};
+    ps_shard_out out = {s, ps__pending_answer, ps__pending_answer_error,
+                        c->group_replicas > 1 ? ps__repl_log : NULL};
     return ps_shard_init(&s->shard, &sc, loop_clock, NULL, &out);
 }
 
@@ -92,4 +94,5 @@ void ps__server_disconnected(ps_server *s, int fd) {
                     sh->members.live);
     free(gone);
     ps__log_quorum(s);
+    ps__repl_disconnected(s, fd);
 }

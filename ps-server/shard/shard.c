@@ -446,6 +446,12 @@ void ps_shard_end_step(ps_shard *sh, uint32_t w) {
 
 /* --- replication ------------------------------------------------------------ */
 
+void ps_shard_took_over(ps_shard *sh) {
+    uint64_t now = ps_shard_now(sh);
+    for (uint32_t w = 0; w < sh->members.n; w++)
+        if (ps_members_live(&sh->members, w)) ps_members_seen(&sh->members, w, now);
+}
+
 static int diverged(char *err, size_t errlen, const char *what, const ps_shard_event *e) {
     snprintf(err, errlen, "cannot follow: %s (entry of kind %d, version %llu)", what, (int)e->kind,
              (unsigned long long)e->version);

@@ -167,6 +167,10 @@ int ps_shard_create_table(ps_shard *sh, const char *name, uint64_t num_rows,
  * diverged, the backup must start again from a snapshot); PS_ENOMEM. */
 int ps_shard_replay(ps_shard *sh, const ps_shard_event *e, char *err, size_t errlen);
 
+/* A backup takes over: the workers it knows from the log count as seen now (their
+ * silence is measured from here, not from the entries that named them). */
+void ps_shard_took_over(ps_shard *sh);
+
 /* --- pulls ----------------------------------------------------------------- */
 typedef struct {
     uint64_t request_id, min_version, clock;
