@@ -90,7 +90,7 @@ int psctl_psd_argv(psctl_argv *a, const psctl_local_opts *o, const char *psd_pat
     }
     add_if_given(a, "--checkpoint-every", o->checkpoint_every);
     add_if_given(a, "--worker-timeout", o->worker_timeout_ms);
-    add_if_given(a, "--replicas-to-aggregate", o->replicas);
+    add_if_given(a, "--replicas-to-aggregate", o->replicas_to_aggregate);
     add_if_given(a, "--staleness", o->staleness);
     add_if_given(a, "--workers-min", o->workers_min);
     return a->oom ? -1 : 0;

@@ -49,7 +49,7 @@ typedef struct {
                                    every worker gets DIR), or NULL */
     long checkpoint_every;      /* passed to every psd when >= 0 (-1: not given), and so */
     long worker_timeout_ms;     /* are these three */
-    long replicas;
+    long replicas_to_aggregate; /* --replicas-to-aggregate (sync backup workers) */
     long staleness;
     long workers_min;      /* --workers-min M passed to every psd when >= 0 (-1: not given) */
     long checkpoint_steps; /* all-reduce: the chief's checkpoint period in steps (-1: not given) */

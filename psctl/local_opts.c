@@ -112,7 +112,7 @@ static const ps_option table[] = {
     {.like = &ps_flag_worker_timeout, AT(worker_timeout_ms), .flags = PS_OPTION_NO_DEFAULT,
      .doc = "Passed to every psd only when given (else psd's default, 30000); with an all-reduce "
             "strategy to every worker instead, where a ring neighbour silent this long is dead"},
-    {.like = &ps_flag_replicas, AT(replicas), .flags = PS_OPTION_NO_DEFAULT,
+    {.like = &ps_flag_replicas, AT(replicas_to_aggregate), .flags = PS_OPTION_NO_DEFAULT,
      .doc = "Passed to every psd only when given; at most --workers, and only with --mode sync"},
     {.like = &ps_flag_staleness, AT(staleness), .flags = PS_OPTION_NO_DEFAULT,
      .doc = "Passed to every psd only when given; only with --mode async"},
@@ -346,7 +346,7 @@ static int worker_cmd_conflict(const psctl_local_opts *o, const unsigned char *g
 int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
     memset(o, 0, sizeof *o);
     o->seed = o->epochs = -1;
-    o->checkpoint_every = o->worker_timeout_ms = o->replicas = o->staleness = -1;
+    o->checkpoint_every = o->worker_timeout_ms = o->replicas_to_aggregate = o->staleness = -1;
     o->workers_min = -1;
     o->checkpoint_steps = o->tensorboard_every = -1;
     unsigned char given[N_OPTIONS] = {0};
@@ -423,7 +423,7 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
     const char *conflict = NULL;
     if (o->checkpoint_every >= 0 && !o->checkpoint_dir && !o->allreduce)
         conflict = "--checkpoint-every needs --checkpoint-dir";
-    else if (o->replicas >= 0 && strcmp(o->mode, "sync") != 0)
+    else if (o->replicas_to_aggregate >= 0 && strcmp(o->mode, "sync") != 0)
         conflict = "--replicas-to-aggregate applies to --mode sync only";
     else if (o->staleness >= 0 && strcmp(o->mode, "async") != 0)
         conflict = "--staleness applies to --mode async only";
@@ -448,9 +448,9 @@ int psctl_local_check(const psctl_local_opts *o) {
                 o->workers_min, o->num_workers);
         return 2;
     }
-    if (o->replicas > o->num_workers) {
+    if (o->replicas_to_aggregate > o->num_workers) {
         fprintf(stderr, "psctl local: --replicas-to-aggregate %ld is more than the %ld workers\n",
-                o->replicas, o->num_workers);
+                o->replicas_to_aggregate, o->num_workers);
         return 2;
     }
     return 0;
