@@ -56,7 +56,8 @@ static void add_if_given(psctl_argv *a, const char *flag, long value) {
 }
 
 int psctl_psd_argv(psctl_argv *a, const psctl_local_opts *o, const char *psd_path, int shard,
-                   int port, const char *ipc_path, const char *ready_path) {
+                   int replica, const char *peers, int port, const char *ipc_path,
+                   const char *ready_path) {
     psctl_argv_add(a, "%s", psd_path);
     if (ipc_path) {
         psctl_argv_add(a, "--transport");
@@ -73,6 +74,15 @@ int psctl_psd_argv(psctl_argv *a, const psctl_local_opts *o, const char *psd_pat
     psctl_argv_add(a, "%d", shard);
     psctl_argv_add(a, "--num-shards");
     psctl_argv_add(a, "%ld", o->num_ps);
+    if (o->psd_replicas > 1) {
+        psctl_argv_add(a, "--replicas");
+        psctl_argv_add(a, "%ld", o->psd_replicas);
+        psctl_argv_add(a, "--replica");
+        psctl_argv_add(a, "%d", replica);
+        psctl_argv_add(a, "--peers");
+        psctl_argv_add(a, "%s", peers ? peers : "");
+        add_if_given(a, "--lease-ms", o->lease_ms);
+    }
     psctl_argv_add(a, "--workers");
     psctl_argv_add(a, "%ld", o->num_workers);
     psctl_argv_add(a, "--mode");
@@ -90,7 +100,7 @@ int psctl_psd_argv(psctl_argv *a, const psctl_local_opts *o, const char *psd_pat
     }
     add_if_given(a, "--checkpoint-every", o->checkpoint_every);
     add_if_given(a, "--worker-timeout", o->worker_timeout_ms);
-    add_if_given(a, "--replicas-to-aggregate", o->replicas);
+    add_if_given(a, "--replicas-to-aggregate", o->replicas_to_aggregate);
     add_if_given(a, "--staleness", o->staleness);
     add_if_given(a, "--workers-min", o->workers_min);
     return a->oom ? -1 : 0;

@@ -22,10 +22,14 @@ char *psctl_checkpoint_subdir(const char *dir, int shard);
 
 /* Fills a (zeroed) with the command line of psd shard `shard`: listening on the Unix
  * socket ipc_path (--transport ipc) when it is non-NULL, else on 127.0.0.1:port (0: any
- * free port); writing ready_path once it listens; plus the psd flags given to psctl.
- * Returns 0, or -1 when out of memory (a->oom). */
+ * free port); writing ready_path once it listens; plus the psd flags given to psctl. With
+ * --replicas R > 1 it is replica `replica` of the shard's group: --replicas R --replica
+ * replica --peers peers (the group's R addresses, comma-separated, in replica order) and
+ * --lease-ms when given; otherwise replica and peers are unused. Returns 0, or -1 when out
+ * of memory (a->oom). */
 int psctl_psd_argv(psctl_argv *a, const psctl_local_opts *o, const char *psd_path, int shard,
-                   int port, const char *ipc_path, const char *ready_path);
+                   int replica, const char *peers, int port, const char *ipc_path,
+                   const char *ready_path);
 
 /* Fills a (zeroed) with the command line of worker j. parameter_server: the shards'
  * endpoints ("host:port,..." or "ipc://PATH,..."), its index and worker count; all-reduce

@@ -98,12 +98,14 @@ static char *make_run_dir(void) {
 }
 
 /* --transport ipc: makes the private (0700) directory for the shards' sockets under
- * $XDG_RUNTIME_DIR, else /tmp (also when DIR/psd-<i>.sock would not fit in a Unix
- * socket address under $XDG_RUNTIME_DIR). Returns a malloc'd path, or NULL after
- * printing why. */
-static char *make_sock_dir(long num_ps) {
-    char longest[32];
-    int tail = snprintf(longest, sizeof longest, "/psd-%ld.sock", num_ps - 1);
+ * $XDG_RUNTIME_DIR, else /tmp (also when DIR/psd-<i>.sock, with --replicas
+ * DIR/psd-<i>-r<r>.sock, would not fit in a Unix socket address under $XDG_RUNTIME_DIR).
+ * Returns a malloc'd path, or NULL after printing why. */
+static char *make_sock_dir(long num_ps, long replicas) {
+    char longest[48];
+    int tail = replicas > 1 ? snprintf(longest, sizeof longest, "/psd-%ld-r%ld.sock", num_ps - 1,
+                                       replicas - 1)
+                            : snprintf(longest, sizeof longest, "/psd-%ld.sock", num_ps - 1);
     const char *xdg = getenv("XDG_RUNTIME_DIR");
     const char *bases[] = {xdg && *xdg ? xdg : "/tmp", "/tmp"};
     for (int i = 0; i < 2; i++) {
@@ -323,7 +325,7 @@ int psctl_local_main(int argc, char **argv) {
                                      : psctl_find_binary("psworker", "PSWORKER", worker_rel);
     char *run_dir = worker ? make_run_dir() : NULL;
     int want_socks = opts.transport_ipc && !opts.allreduce;
-    char *sock_dir = run_dir && want_socks ? make_sock_dir(opts.num_ps) : NULL;
+    char *sock_dir = run_dir && want_socks ? make_sock_dir(opts.num_ps, opts.psd_replicas) : NULL;
     /* all-reduce: the chief's checkpoints, in --checkpoint-dir or in the run dir */
     char *ckpt_dir = NULL;
     if (run_dir && opts.allreduce) {

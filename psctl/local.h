@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #define PSCTL_MAX_GPUS 256 /* GPU ids 0..255 in a --gpus list */
+#define PSCTL_MAX_REPLICAS 8 /* --replicas: psd processes per shard */
 
 /* psctl local's and psworker's flag for the chief's checkpoint period in steps (all-reduce). */
 #define PSCTL_CKPT_STEPS_FLAG "checkpoint-every-steps"
@@ -49,9 +50,13 @@ typedef struct {
                                    every worker gets DIR), or NULL */
     long checkpoint_every;      /* passed to every psd when >= 0 (-1: not given), and so */
     long worker_timeout_ms;     /* are these three */
-    long replicas;
+    long replicas_to_aggregate; /* --replicas-to-aggregate (sync backup workers) */
     long staleness;
     long workers_min;      /* --workers-min M passed to every psd when >= 0 (-1: not given) */
+    long psd_replicas;     /* --replicas R: psd processes per shard, a primary and R-1 backups
+                              (1: unreplicated; not --replicas-to-aggregate) */
+    long lease_ms;         /* --lease-ms L passed to every psd when >= 0 (-1: not given; only
+                              with psd_replicas > 1) */
     long checkpoint_steps; /* all-reduce: the chief's checkpoint period in steps (-1: not given) */
     char compression[64];  /* --compression passed to every psworker; "" when not given */
     const char *job_id;    /* --job-id ID passed to every worker (--worker-cmd: as PS_JOB_ID in

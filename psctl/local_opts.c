@@ -25,8 +25,8 @@ static const ps_option table[] = {
              "no psd, the workers all-reduce their gradients in a ring (see below)",
      .doc = "With mirrored and multi_worker_mirrored every worker gets --strategy, "
             "--checkpoint-dir and --checkpoint-every and its TF_CONFIG (see ALL-REDUCE); --ps, "
-            "--transport, --replicas-to-aggregate, --staleness, --workers-min, "
-            "--recreate-lost-variables, --worker-cmd and --mode async are refused"},
+            "--transport, --replicas-to-aggregate, --staleness, --workers-min, --replicas, "
+            "--lease-ms, --recreate-lost-variables, --worker-cmd and --mode async are refused"},
     {.like = &ps_flag_communication,
      AT(communication_index),
      .flags = PS_OPTION_NO_DEFAULT,
@@ -112,13 +112,26 @@ static const ps_option table[] = {
     {.like = &ps_flag_worker_timeout, AT(worker_timeout_ms), .flags = PS_OPTION_NO_DEFAULT,
      .doc = "Passed to every psd only when given (else psd's default, 30000); with an all-reduce "
             "strategy to every worker instead, where a ring neighbour silent this long is dead"},
-    {.like = &ps_flag_replicas, AT(replicas), .flags = PS_OPTION_NO_DEFAULT,
+    {.like = &ps_flag_replicas, AT(replicas_to_aggregate), .flags = PS_OPTION_NO_DEFAULT,
      .doc = "Passed to every psd only when given; at most --workers, and only with --mode sync"},
     {.like = &ps_flag_staleness, AT(staleness), .flags = PS_OPTION_NO_DEFAULT,
      .doc = "Passed to every psd only when given; only with --mode async"},
     {.like = &ps_flag_workers_min, AT(workers_min), .flags = PS_OPTION_NO_DEFAULT,
      .doc = "Passed to every psd only when given; at most --workers, and only with --mode "
             "sync. psctl still starts --workers workers and restarts those that die"},
+    {"replicas", PS_OPTION_LONG, F(psd_replicas), 1, PSCTL_MAX_REPLICAS, "1", NULL, "R",
+     "psd processes per shard: a primary and R-1 backups (see REPLICAS below; not "
+     "--replicas-to-aggregate)",
+     .doc = "With R > 1 psctl starts R psd per shard with --replicas R, --replica r and --peers "
+            "(the group's R addresses, chosen before they start), waits for all their ready "
+            "files, and gives the workers each shard as \"A|B|...\" (primary first). A replica "
+            "that dies once its group is up is not restarted (no catch-up yet): the group goes "
+            "on with the others; when all of a shard's replicas are gone the job fails. "
+            "Parameter_server only"},
+    {"lease-ms", PS_OPTION_LONG, F(lease_ms), 1, 3600000, NULL, NULL, "L",
+     "with --replicas 2 or more: passed to every psd, the primary's lease (a backup that "
+     "hears nothing from its primary for 1.5 L takes over)",
+     .default_text = "psd's 500", .doc = "Refused without --replicas 2 or more"},
     {.name = "gpus",
      .type = PS_OPTION_CUSTOM,
      .max = PSCTL_MAX_GPUS - 1,
@@ -194,9 +207,19 @@ void psctl_local_usage(FILE *f) {
                "SIGTERM) stops the job. A worker exiting 0 is done; when all are, the psd\n"
                "shards get SIGTERM and the job ends.\n"
                "\nThe psd flags (--checkpoint-*, --worker-timeout, --replicas-to-aggregate,\n"
-               "--staleness, --workers-min) are passed to every shard only when given; psctl\n"
-               "makes the DIR/ps-<i> directories. --checkpoint-every needs --checkpoint-dir\n"
-               "there.\n"
+               "--staleness, --workers-min, --lease-ms) are passed to every shard only when\n"
+               "given; psctl makes the DIR/ps-<i> directories. --checkpoint-every needs\n"
+               "--checkpoint-dir there.\n"
+               "\nReplicas (--replicas R, 2..8): each shard is R psd processes, a primary and\n"
+               "R-1 backups. psctl chooses their addresses before starting them (free\n"
+               "127.0.0.1 ports, or with ipc DIR/psd-<i>-r<r>.sock), starts replica r of\n"
+               "shard i with --replicas R --replica r --peers ADDR0,ADDR1,... (and --lease-ms\n"
+               "when given), waits for every replica's ready file (a backup writes it once it\n"
+               "follows its primary), then gives the workers each shard as one entry\n"
+               "\"ADDR0|ADDR1|...\", primary first. A replica that dies before its ready file\n"
+               "is restarted as above; once up it is not restarted (a replica rejoining needs\n"
+               "a catch-up that does not exist yet): psctl logs that its group goes on with K\n"
+               "of R replicas. When every replica of a shard is gone the job fails.\n"
                "\nTransport: with ipc (the default) psctl makes a private directory\n"
                "($XDG_RUNTIME_DIR/psctl-ipc.XXXXXX, else under /tmp), shard i listens on\n"
                "DIR/psd-<i>.sock (psd --transport ipc --ipc-path) and the workers get\n"
@@ -214,8 +237,8 @@ void psctl_local_usage(FILE *f) {
                "...]}, \"task\": {\"type\": \"worker\", \"index\": j}} with ports free at the\n"
                "start, --strategy, --checkpoint-dir (psctl's own run dir unless given),\n"
                "--checkpoint-every (60 s unless given) and the training flags; --ps,\n"
-               "--transport, --replicas-to-aggregate, --staleness, --workers-min,\n"
-               "--recreate-lost-variables and --mode async are refused.\n"
+               "--transport, --replicas-to-aggregate, --staleness, --workers-min, --replicas,\n"
+               "--lease-ms, --recreate-lost-variables and --mode async are refused.\n"
                "The ring is all or nothing: when a worker fails, psctl stops the others\n"
                "(SIGTERM, SIGKILL after 5 s) and restarts all of them on fresh ports, resuming\n"
                "from the chief's last checkpoint; each such restart counts against\n"
@@ -285,9 +308,10 @@ static int parse_gpus(const ps_option *d, void *cfg, const char *arg, char *err,
 /* With an all-reduce strategy: the flags that only make sense with psd. Returns 0, or -1
  * after a message naming the flag. */
 static int allreduce_conflict(const psctl_local_opts *o, const unsigned char *given) {
-    static const char *const psd_only[] = {"ps",        "transport",
+    static const char *const psd_only[] = {"ps",          "transport",
                                            "replicas-to-aggregate", "staleness",
-                                           "workers-min", "recreate-lost-variables"};
+                                           "workers-min", "replicas",
+                                           "lease-ms",    "recreate-lost-variables"};
     for (size_t i = 0; i < sizeof psd_only / sizeof psd_only[0]; i++) {
         if (!given[ps_options_find(table, N_OPTIONS, psd_only[i]) - table]) continue;
         fprintf(stderr,
@@ -346,8 +370,8 @@ static int worker_cmd_conflict(const psctl_local_opts *o, const unsigned char *g
 int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
     memset(o, 0, sizeof *o);
     o->seed = o->epochs = -1;
-    o->checkpoint_every = o->worker_timeout_ms = o->replicas = o->staleness = -1;
-    o->workers_min = -1;
+    o->checkpoint_every = o->worker_timeout_ms = o->replicas_to_aggregate = o->staleness = -1;
+    o->workers_min = o->lease_ms = -1;
     o->checkpoint_steps = o->tensorboard_every = -1;
     unsigned char given[N_OPTIONS] = {0};
     char err[512];
@@ -423,12 +447,15 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
     const char *conflict = NULL;
     if (o->checkpoint_every >= 0 && !o->checkpoint_dir && !o->allreduce)
         conflict = "--checkpoint-every needs --checkpoint-dir";
-    else if (o->replicas >= 0 && strcmp(o->mode, "sync") != 0)
+    else if (o->replicas_to_aggregate >= 0 && strcmp(o->mode, "sync") != 0)
         conflict = "--replicas-to-aggregate applies to --mode sync only";
     else if (o->staleness >= 0 && strcmp(o->mode, "async") != 0)
         conflict = "--staleness applies to --mode async only";
     else if (o->workers_min > 0 && strcmp(o->mode, "sync") != 0)
         conflict = "--workers-min applies to --mode sync only";
+    else if (o->lease_ms >= 0 && o->psd_replicas < 2)
+        conflict = "--lease-ms is the primary's lease over its backups: it needs --replicas 2 or "
+                   "more (psd processes per shard)";
     else if (o->job_id && !ps_job_id_valid(o->job_id))
         conflict = "--job-id needs 1 to 64 of A-Z a-z 0-9 . _ -";
     if (conflict) {
@@ -448,9 +475,9 @@ int psctl_local_check(const psctl_local_opts *o) {
                 o->workers_min, o->num_workers);
         return 2;
     }
-    if (o->replicas > o->num_workers) {
+    if (o->replicas_to_aggregate > o->num_workers) {
         fprintf(stderr, "psctl local: --replicas-to-aggregate %ld is more than the %ld workers\n",
-                o->replicas, o->num_workers);
+                o->replicas_to_aggregate, o->num_workers);
         return 2;
     }
     return 0;

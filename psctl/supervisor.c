@@ -288,14 +288,16 @@ static int spawn_child(sup *sv, child *c, char **args, char **env) {
     return 0;
 }
 
-/* Starts (or restarts) psd shard c: on its first start with --port 0, afterwards on
- * the port it got then; its old ready file is removed first and the ready poll waits
- * for the new one. Returns 0 or a negative libuv error (printed). */
+/* Starts (or restarts) psd c: on its first start with --port 0, afterwards on the port
+ * it got then (--replicas > 1: always on the port chosen for it); its old ready file is
+ * removed first and the ready poll waits for the new one. Returns 0 or a negative libuv
+ * error (printed). */
 static int start_psd(sup *sv, child *c) {
     if (unlink(c->ready_path) != 0 && errno != ENOENT)
         PS_WARN("cannot remove %s: %s", c->ready_path, strerror(errno));
     psctl_argv a = {0};
-    int r = psctl_psd_argv(&a, sv->job->opts, sv->job->psd_path, c->index, c->port, c->ipc_path,
+    int r = psctl_psd_argv(&a, sv->job->opts, sv->job->psd_path, c->index, c->replica,
+                           sv->peers ? sv->peers[c->index] : NULL, c->port, c->ipc_path,
                            c->ready_path);
     r = r < 0 ? UV_ENOMEM : spawn_child(sv, c, a.v, sv->psd_env);
     psctl_argv_free(&a);
@@ -350,9 +352,9 @@ static int start_child(sup *sv, child *c) {
 }
 
 static void start_psds(sup *sv) {
-    for (int i = 0; i < sv->job->opts->num_ps; i++) {
+    for (int i = 0; i < sv->npsd; i++) {
         if (start_psd(sv, &sv->children[i]) < 0) {
-            psctl__abort_job(sv, 1, "psd %d could not be started; stopping", i);
+            psctl__abort_job(sv, 1, "%s could not be started; stopping", sv->children[i].label);
             return;
         }
     }
@@ -392,8 +394,8 @@ void psctl__start_workers(sup *sv) {
                    used >= sizeof list - 16 ? ",..." : "", sv->job->ckpt_dir);
     }
     for (int j = 0; j < o->num_workers; j++) {
-        sv->children[o->num_ps + j].stop_sent = 0;
-        if (start_worker(sv, &sv->children[o->num_ps + j]) < 0) {
+        sv->children[sv->npsd + j].stop_sent = 0;
+        if (start_worker(sv, &sv->children[sv->npsd + j]) < 0) {
             psctl__abort_job(sv, 1, "worker %d could not be started; stopping", j);
             return;
         }
@@ -480,6 +482,33 @@ static void child_failed(sup *sv, child *c, int64_t status, int sig) {
     psctl__abort_job(sv, 1, "%s", msg);
 }
 
+/* --replicas > 1: psd replica c, up once, exited while the job runs. It is not restarted
+ * (a replica rejoining its group needs a catch-up that does not exist yet): the group goes
+ * on with the replicas left, and the job fails once none is. */
+static void replica_lost(sup *sv, child *c, int64_t status, int sig) {
+    c->gone = 1;
+    int live = 0;
+    for (int r = 0; r < sv->replicas; r++) {
+        const child *o = &sv->children[c->index * sv->replicas + r];
+        live += o->running || o->restart_pending;
+    }
+    char how[64];
+    if (sig)
+        snprintf(how, sizeof how, "signal %d", sig);
+    else
+        snprintf(how, sizeof how, "exit status %lld", (long long)status);
+    if (live > 0) {
+        psctl__say(sv, "psd shard %d replica %d exited (%s): its group goes on with %d of %d "
+                   "replicas", c->index, c->replica, how, live, sv->replicas);
+        return;
+    }
+    psctl__abort_job(sv, 1,
+                     "psd shard %d replica %d exited (%s): every replica of shard %d is gone, and "
+                     "that part of the model with them (a replicated shard is not restarted); "
+                     "stopping",
+                     c->index, c->replica, how, c->index);
+}
+
 /* ---- events ------------------------------------------------------------------- */
 
 static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
@@ -497,7 +526,9 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
     switch (sv->phase) {
     case PHASE_STARTING:
     case PHASE_RUNNING:
-        if (!ok && sv->job->opts->allreduce) {
+        if (c->kind == CHILD_PSD && sv->replicas > 1 && c->endpoint[0]) {
+            replica_lost(sv, c, status, sig);
+        } else if (!ok && sv->job->opts->allreduce) {
             psctl__ring_worker_failed(sv, c, status, sig);
         } else if (!ok) {
             child_failed(sv, c, status, sig);
@@ -564,6 +595,11 @@ static int read_ready(const child *c, char ep[PSCTL_ENDPOINT_MAX]) {
  * after stopping the job. */
 static int psd_ready(sup *sv, child *c, const char *ep) {
     c->awaiting_ready = 0;
+    if (c->addr[0] && strcmp(ep, c->addr) != 0) {
+        psctl__abort_job(sv, 1, "%s is ready at %s, not at %s where its group (--peers) expects "
+                         "it; stopping", c->label, ep, c->addr);
+        return -1;
+    }
     if (!c->endpoint[0]) {
         snprintf(c->endpoint, sizeof c->endpoint, "%s", ep);
         if (strncmp(ep, "ipc://", 6) != 0) c->port = atoi(strrchr(ep, ':') + 1);
@@ -580,14 +616,14 @@ static int psd_ready(sup *sv, child *c, const char *ep) {
 }
 
 /* The workers' --ps list, "host:port,..." or "ipc://PATH,..." in shard order, into
- * sv->endpoints. */
+ * sv->endpoints; with --replicas > 1 each shard's entry is its replicas' endpoints in
+ * replica order (the primary first), separated by '|'. */
 static int join_endpoints(sup *sv) {
-    int nps = (int)sv->job->opts->num_ps;
-    size_t cap = (size_t)nps * sizeof sv->children[0].endpoint + 1;
+    size_t cap = (size_t)sv->npsd * sizeof sv->children[0].endpoint + 1;
     sv->endpoints = calloc(1, cap);
     if (!sv->endpoints) return -1;
-    for (int i = 0; i < nps; i++) {
-        if (i) strcat(sv->endpoints, ",");
+    for (int i = 0; i < sv->npsd; i++) {
+        if (i) strcat(sv->endpoints, i % sv->replicas ? "|" : ",");
         strcat(sv->endpoints, sv->children[i].endpoint);
     }
     return 0;
@@ -602,11 +638,11 @@ static void on_ready_timer(uv_timer_t *t) {
         uv_timer_stop(t);
         return;
     }
-    int nps = (int)sv->job->opts->num_ps, waiting = 0, all_up = 1;
+    int waiting = 0, all_up = 1;
     uint64_t now = uv_now(&sv->loop);
     char late[512] = "";
     size_t used = 0;
-    for (int i = 0; i < nps; i++) {
+    for (int i = 0; i < sv->npsd; i++) {
         child *c = &sv->children[i];
         if (c->awaiting_ready) {
             char ep[PSCTL_ENDPOINT_MAX];
@@ -627,7 +663,7 @@ static void on_ready_timer(uv_timer_t *t) {
                                              used ? ", " : "", c->label);
             }
         }
-        if (!c->running || c->awaiting_ready) all_up = 0;
+        if ((!c->running && !c->gone) || c->awaiting_ready) all_up = 0;
     }
     if (late[0]) {
         psctl__abort_job(sv, 1, "%s not ready within %.1f s (no ready file); stopping", late,
@@ -640,8 +676,13 @@ static void on_ready_timer(uv_timer_t *t) {
             psctl__abort_job(sv, 1, "out of memory");
             return;
         }
-        psctl__say(sv, "psd shards ready at %s; starting %ld worker%s", sv->endpoints,
-                   sv->job->opts->num_workers, sv->job->opts->num_workers == 1 ? "" : "s");
+        if (sv->replicas > 1)
+            psctl__say(sv, "psd shards ready (%d replicas each) at %s; starting %ld worker%s",
+                       sv->replicas, sv->endpoints, sv->job->opts->num_workers,
+                       sv->job->opts->num_workers == 1 ? "" : "s");
+        else
+            psctl__say(sv, "psd shards ready at %s; starting %ld worker%s", sv->endpoints,
+                       sv->job->opts->num_workers, sv->job->opts->num_workers == 1 ? "" : "s");
         psctl__start_workers(sv);
     }
 }
@@ -681,11 +722,51 @@ static char **build_env(void) {
     return psctl_env_set(environ, PS_PARENT_PID_ENV, pid);
 }
 
+/* --replicas > 1: the address of every psd, chosen before any starts (a replica must know
+ * its group's): a free 127.0.0.1 port each, or with ipc its socket path; and each shard's
+ * --peers list. Returns 0, or a negative libuv error (printed when it is not ENOMEM). */
+static int choose_addresses(sup *sv) {
+    int *ports = calloc((size_t)sv->npsd, sizeof *ports);
+    sv->peers = calloc((size_t)(sv->npsd / sv->replicas), sizeof *sv->peers);
+    if (!ports || !sv->peers) {
+        free(ports);
+        return UV_ENOMEM;
+    }
+    char err[256];
+    if (!sv->job->sock_dir && psctl_free_ports(ports, sv->npsd, err, sizeof err) != 0) {
+        psctl__say(sv, "cannot find free ports for the psd replicas: %s", err);
+        free(ports);
+        return UV_EADDRNOTAVAIL;
+    }
+    for (int i = 0; i < sv->npsd; i++) {
+        child *c = &sv->children[i];
+        if (c->ipc_path) {
+            snprintf(c->addr, sizeof c->addr, "ipc://%s", c->ipc_path);
+        } else {
+            c->port = ports[i];
+            snprintf(c->addr, sizeof c->addr, "127.0.0.1:%d", c->port);
+        }
+    }
+    free(ports);
+    for (int s = 0; s < sv->npsd / sv->replicas; s++) {
+        size_t cap = (size_t)sv->replicas * PSCTL_ENDPOINT_MAX + 1;
+        sv->peers[s] = calloc(1, cap);
+        if (!sv->peers[s]) return UV_ENOMEM;
+        for (int r = 0; r < sv->replicas; r++) {
+            if (r) strcat(sv->peers[s], ",");
+            strcat(sv->peers[s], sv->children[s * sv->replicas + r].addr);
+        }
+    }
+    return 0;
+}
+
 static int setup(sup *sv, const psctl_job *job) {
     const psctl_local_opts *o = job->opts;
     sv->job = job;
     sv->stdout_tty = isatty(STDOUT_FILENO);
-    int n = (int)(o->num_ps + o->num_workers);
+    sv->replicas = o->allreduce ? 1 : (int)o->psd_replicas;
+    sv->npsd = (int)o->num_ps * sv->replicas;
+    int n = sv->npsd + (int)o->num_workers;
     sv->children = calloc((size_t)n, sizeof *sv->children);
     sv->env = build_env();
     sv->psd_env = sv->env ? psctl_env_unset(sv->env, "TF_CONFIG") : NULL;
@@ -695,25 +776,36 @@ static int setup(sup *sv, const psctl_job *job) {
     for (int i = 0; i < sv->nchildren; i++) {
         child *c = &sv->children[i];
         c->sv = sv;
-        c->kind = i < o->num_ps ? CHILD_PSD : CHILD_WORKER;
-        c->index = c->kind == CHILD_PSD ? i : i - (int)o->num_ps;
-        snprintf(c->label, sizeof c->label, "%s %d", c->kind == CHILD_PSD ? "psd" : "worker",
-                 c->index);
+        c->kind = i < sv->npsd ? CHILD_PSD : CHILD_WORKER;
+        c->index = c->kind == CHILD_PSD ? i / sv->replicas : i - sv->npsd;
+        c->replica = c->kind == CHILD_PSD ? i % sv->replicas : 0;
+        /* names of a replica's label, ready file and socket: psd 0 replica 1, psd-0-r1 */
+        char rlabel[24] = "", rfile[24] = "";
+        if (c->kind == CHILD_PSD && sv->replicas > 1) {
+            snprintf(rlabel, sizeof rlabel, " replica %d", c->replica);
+            snprintf(rfile, sizeof rfile, "-r%d", c->replica);
+        }
+        snprintf(c->label, sizeof c->label, "%s %d%s", c->kind == CHILD_PSD ? "psd" : "worker",
+                 c->index, rlabel);
         psctl_relay_init(&c->relays[0], &sv->screen, c->label, STDOUT_FILENO, sv->stdout_tty);
         psctl_relay_init(&c->relays[1], &sv->screen, c->label, STDERR_FILENO, 0);
         if (c->kind == CHILD_PSD &&
-            asprintf(&c->ready_path, "%s/psd-%d.ready", job->run_dir, c->index) < 0) {
+            asprintf(&c->ready_path, "%s/psd-%d%s.ready", job->run_dir, c->index, rfile) < 0) {
             c->ready_path = NULL;
             return UV_ENOMEM;
         }
         if (c->kind == CHILD_PSD && job->sock_dir &&
-            asprintf(&c->ipc_path, "%s/psd-%d.sock", job->sock_dir, c->index) < 0) {
+            asprintf(&c->ipc_path, "%s/psd-%d%s.sock", job->sock_dir, c->index, rfile) < 0) {
             c->ipc_path = NULL;
             return UV_ENOMEM;
         }
         uv_timer_init(&sv->loop, &c->restart_timer);
         c->restart_timer.data = c;
         sv->open_handles++;
+    }
+    if (sv->replicas > 1) {
+        int r = choose_addresses(sv);
+        if (r < 0) return r;
     }
     uv_timer_t *timers[] = {&sv->ready_timer, &sv->stop_timer, &sv->timeout_timer, &sv->drain_timer,
                             &sv->regroup_timer};
@@ -765,6 +857,9 @@ static void free_all(sup *sv) {
         free(sv->children[i].ready_path);
         free(sv->children[i].ipc_path);
     }
+    for (int s = 0; sv->peers && s < sv->npsd / sv->replicas; s++)
+        free(sv->peers[s]);
+    free(sv->peers);
     free(sv->children);
     free(sv->endpoints);
     free(sv->ports);
@@ -819,8 +914,12 @@ int psctl_supervise(const psctl_job *job) {
                        o->strategy_name, sv->regroups ? " (after restarting the workers)" : "");
             code = 0;
         } else {
-            psctl__say(sv, "job finished: %ld ps, %ld workers, mode %s", o->num_ps, o->num_workers,
-                       o->mode);
+            if (sv->replicas > 1)
+                psctl__say(sv, "job finished: %ld ps (%d replicas each), %ld workers, mode %s",
+                           o->num_ps, sv->replicas, o->num_workers, o->mode);
+            else
+                psctl__say(sv, "job finished: %ld ps, %ld workers, mode %s", o->num_ps,
+                           o->num_workers, o->mode);
             code = 0;
         }
     }

@@ -43,8 +43,9 @@ struct sup;
 typedef struct {
     struct sup *sv;
     child_kind kind;
-    int index;
-    char label[32];        /* "psd 0", "worker 1" */
+    int index;             /* psd: its shard; worker: its index */
+    int replica;           /* psd: its index in its shard's group (0 unless --replicas > 1) */
+    char label[48];        /* "psd 0", "psd 0 replica 1", "worker 1" */
     uv_process_t proc;     /* initialised by uv_spawn, even when it fails */
     uv_pipe_t pipes[2];    /* read side of the child's stdout and stderr */
     psctl_relay relays[2]; /* to psctl's stdout and stderr */
@@ -64,13 +65,21 @@ typedef struct {
     int port; /* tcp: from the first ready file; restarts ask for it again */
     /* "host:port" or "ipc://PATH" from the first ready file: what the workers use */
     char endpoint[PSCTL_ENDPOINT_MAX];
+    /* --replicas > 1: the address chosen before the start, in its group's --peers, that
+     * its ready file must report; "" otherwise */
+    char addr[PSCTL_ENDPOINT_MAX];
+    int gone; /* a replica that exited once up: not restarted, its group goes on without it */
 } child;
 
 typedef struct sup {
     uv_loop_t loop; /* first member: a handle's loop pointer leads back here */
     const psctl_job *job;
-    child *children; /* the num_ps shards, then the num_workers workers */
+    child *children; /* the npsd psd processes (shard by shard, replica by replica), then
+                        the num_workers workers */
     int nchildren;
+    int npsd;     /* num_ps * replicas */
+    int replicas; /* psd processes per shard (--replicas) */
+    char **peers; /* replicas > 1: each shard's addresses, "A,B,..." (owned); else NULL */
     int workers_ok; /* workers that exited 0 */
     phase phase;
     phase end_phase; /* the phase the job was in when the last child exited */

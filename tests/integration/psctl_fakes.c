@@ -22,19 +22,21 @@
 
 /* ---- fake binaries ------------------------------------------------------------- */
 
-/* Fake psd: appends its arguments to psd-<shard>.argv, writes 127.0.0.1:<port> to its
- * ready file (22000+shard for --port 0, else the port it was given, plus 100 when
- * $FAKE_PSD_WRONG_PORT names it), or ipc://PATH when given --ipc-path PATH. When $FAKE_PSD_DIE
- * names it, it waits until worker 0 started, then dies ($FAKE_PSD_DIE_HOW: "kill" = SIGKILL, else
- * that exit status) on its first $FAKE_PSD_DIE_RUNS runs (all when unset). Otherwise waits for
+/* Fake psd: appends its arguments to psd-<shard>.argv (every replica of the shard), writes
+ * 127.0.0.1:<port> to its ready file (22000+shard for --port 0, else the port it was given,
+ * plus 100 when $FAKE_PSD_WRONG_PORT names it), or ipc://PATH when given --ipc-path PATH. When
+ * $FAKE_PSD_DIE names its shard (and $FAKE_PSD_DIE_REPLICA, when set, its --replica), it waits
+ * until worker 0 started, then dies ($FAKE_PSD_DIE_HOW: "kill" = SIGKILL, else that exit
+ * status) on its first $FAKE_PSD_DIE_RUNS runs (all when unset). Otherwise waits for
  * SIGTERM. */
 static const char fake_psd[] =
     "#!/bin/sh\n"
     "echo $$ > \"$FAKE_DIR/pid.psd.$$\"\n"
-    "all=\"$*\"; ready=''; shard=''; port=''; ipc=''\n"
+    "all=\"$*\"; ready=''; shard=''; port=''; ipc=''; replica=0\n"
     "while [ $# -gt 0 ]; do\n"
     "  case \"$1\" in --ready-file) ready=\"$2\"; shift;; --shard) shard=\"$2\"; shift;;\n"
-    "    --port) port=\"$2\"; shift;; --ipc-path) ipc=\"$2\"; shift;; esac\n"
+    "    --port) port=\"$2\"; shift;; --ipc-path) ipc=\"$2\"; shift;;\n"
+    "    --replica) replica=\"$2\"; shift;; esac\n"
     "  shift\n"
     "done\n"
     "echo \"$all\" >> \"$FAKE_DIR/psd-$shard.argv\"\n"
@@ -44,7 +46,8 @@ static const char fake_psd[] =
     "ep=\"127.0.0.1:$port\"; if [ -n \"$ipc\" ]; then ep=\"ipc://$ipc\"; fi\n"
     "echo \"$ep\" > \"$ready.tmp\" && mv \"$ready.tmp\" \"$ready\"\n"
     "echo \"psd $shard up on $port\"\n"
-    "if [ \"$FAKE_PSD_DIE\" = \"$shard\" ]; then\n"
+    "if [ \"$FAKE_PSD_DIE\" = \"$shard\" ] &&\n"
+    "   [ \"${FAKE_PSD_DIE_REPLICA-$replica}\" = \"$replica\" ]; then\n"
     "  n=$(wc -l < \"$FAKE_DIR/psd-$shard.argv\")\n"
     "  if [ -z \"$FAKE_PSD_DIE_RUNS\" ] || [ \"$n\" -le \"$FAKE_PSD_DIE_RUNS\" ]; then\n"
     "    i=0\n"
@@ -65,16 +68,18 @@ static const char fake_psd[] =
  * TF_CONFIG's task index, as in the all-reduce strategies). If --die-index names it, dies
  * (--die-how kill: SIGKILL, else that exit status) on its first --die-runs runs (all when
  * not given), with --die-wait only once the workers below it recorded as many starts as it
- * did (at most 20 s); then hangs with --hang (only on its first --hang-runs runs when given), else
- * exits 0. */
+ * did (at most 20 s); with --wait-for NAME waits until tdir/NAME exists (at most 20 s); then
+ * hangs with --hang (only on its first --hang-runs runs when given), else exits 0. */
 static const char fake_worker[] =
     "#!/bin/sh\n"
     "echo $$ > \"$FAKE_DIR/pid.worker.$$\"\n"
     "all=\"$*\"; idx=''; die=''; how=''; runs=''; hang=''; hang_runs=''; die_wait=''\n"
+    "wait_for=''\n"
     "while [ $# -gt 0 ]; do\n"
     "  case \"$1\" in --index) idx=\"$2\"; shift;; --die-index) die=\"$2\"; shift;;\n"
     "    --die-how) how=\"$2\"; shift;; --die-runs) runs=\"$2\"; shift;; --hang) hang=1;;\n"
-    "    --hang-runs) hang_runs=\"$2\"; shift;; --die-wait) die_wait=1;; esac\n"
+    "    --hang-runs) hang_runs=\"$2\"; shift;; --die-wait) die_wait=1;;\n"
+    "    --wait-for) wait_for=\"$2\"; shift;; esac\n"
     "  shift\n"
     "done\n"
     "if [ -z \"$idx\" ]; then\n"
@@ -100,6 +105,10 @@ static const char fake_worker[] =
     "    exit \"$how\"\n"
     "  fi\n"
     "fi\n"
+    "i=0\n"
+    "while [ -n \"$wait_for\" ] && [ ! -e \"$FAKE_DIR/$wait_for\" ] && [ $i -lt 400 ]; do\n"
+    "  sleep 0.05; i=$((i + 1))\n"
+    "done\n"
     "if [ -n \"$hang_runs\" ] && [ \"$n\" -gt \"$hang_runs\" ]; then hang=''; fi\n"
     "if [ -n \"$hang\" ]; then\n"
     "  sleep 1000 &\n"
