@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 #define PSCTL_MAX_GPUS 256 /* GPU ids 0..255 in a --gpus list */
-#define PSCTL_MAX_REPLICAS 8 /* --replicas: psd processes per shard */
+#define PSCTL_MAX_REPLICAS 2 /* --replicas: psd processes per shard (psd's own limit) */
 
 /* psctl local's and psworker's flag for the chief's checkpoint period in steps (all-reduce). */
 #define PSCTL_CKPT_STEPS_FLAG "checkpoint-every-steps"

@@ -210,7 +210,7 @@ void psctl_local_usage(FILE *f) {
                "--staleness, --workers-min, --lease-ms) are passed to every shard only when\n"
                "given; psctl makes the DIR/ps-<i> directories. --checkpoint-every needs\n"
                "--checkpoint-dir there.\n"
-               "\nReplicas (--replicas R, 2..8): each shard is R psd processes, a primary and\n"
+               "\nReplicas (--replicas 2): each shard is 2 psd processes, a primary and\n"
                "R-1 backups. psctl chooses their addresses before starting them (free\n"
                "127.0.0.1 ports, or with ipc DIR/psd-<i>-r<r>.sock), starts replica r of\n"
                "shard i with --replicas R --replica r --peers ADDR0,ADDR1,... (and --lease-ms\n"

@@ -116,11 +116,11 @@ static const bad_case bad_cases[] = {
      "--workers-min 3 is more than the 2 workers"},
     {{LOCAL, "--mode", "async", "--workers-min", "1", NULL}, "--mode sync only"},
     {{LOCAL, "--mode", "sync", "--replicas", "0", NULL},
-     "psctl local: --replicas needs an integer from 1 to 8, got '0'"},
+     "psctl local: --replicas needs an integer from 1 to 2, got '0'"},
     {{LOCAL, "--mode", "sync", "--replicas", "9", NULL},
-     "psctl local: --replicas needs an integer from 1 to 8, got '9'"},
+     "psctl local: --replicas needs an integer from 1 to 2, got '9'"},
     {{LOCAL, "--mode", "sync", "--replicas", "two", NULL},
-     "psctl local: --replicas needs an integer from 1 to 8, got 'two'"},
+     "psctl local: --replicas needs an integer from 1 to 2, got 'two'"},
     {{"psctl", "local", "--strategy", "mirrored", "--workers", "2", "--replicas", "2", NULL},
      "psctl local: --replicas applies to --strategy parameter_server only; --strategy mirrored "
      "runs no psd"},
@@ -205,7 +205,7 @@ START_TEST(test_help_lists_new_flags_and_commands) {
                            "--workers-min M",
                            "--replicas R",
                            "--lease-ms L",
-                           "Replicas (--replicas R, 2..8)",
+                           "Replicas (--replicas 2)",
                            "Restarts:",
                            "--port P",
                            NULL};
