@@ -21,6 +21,7 @@
 #include "log.h"
 #include "options.h"
 #include "ps_error.h"
+#include "replicas.h"
 #include "shared_flags.h"
 #include "tfconfig.h"
 #include "train.h"
@@ -791,16 +792,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     for (size_t i = 0; i < n_ps; i++) {
-        char host[256];
-        int port;
-        const char *ipc = ps_ipc_path(ps_list[i]);
-        if (ipc ? ps_check_ipc_path(ipc, err, sizeof err) != PS_OK
-                : ps_parse_hostport(ps_list[i], host, sizeof host, &port) != PS_OK || port == 0) {
-            if (ipc)
-                fprintf(stderr, "psworker: parameter server '%s': %s\n", ps_list[i], err);
-            else
-                fprintf(stderr, "psworker: parameter server '%s' is not host:port or ipc://PATH\n",
-                        ps_list[i]);
+        if (ps_check_shard_entry(ps_list[i], err, sizeof err) != PS_OK) {
+            fprintf(stderr, "psworker: parameter server %zu: %s\n", i, err);
             ps_cluster_free(&cl);
             return 2;
         }
