@@ -84,7 +84,8 @@ static const char *const dataset_names[] = {"auto", "idx", "idx", "cifar10"};
 static const ps_option table[] = {
     {"ps", PS_OPTION_STR, F(ps), 0, 0, NULL, NULL, "HOST:PORT,...",
      "parameter servers, in shard order (TF_CONFIG: cluster.ps); a shard on this machine "
-     "started with --transport ipc is given as ipc://PATH"},
+     "started with --transport ipc is given as ipc://PATH, a replicated shard as its "
+     "replicas ADDR|ADDR|... (the initial primary first)"},
     {"index", PS_OPTION_LONG, F(index), 0, PS_MAX_WORKERS - 1, NULL, NULL, "N",
      "this worker's index, 0 = chief (TF_CONFIG: task)", .default_text = "0"},
     {.like = &ps_flag_workers,
