@@ -216,6 +216,8 @@ END_TEST
 typedef struct {
     fake_replica *victim;
     long long killed_at_ms;
+    fake_replica *heir; /* NULL, or made primary in term 2 promote_ms after the kill */
+    int promote_ms;
 } killer;
 
 static int push_swallowed(void *ctx) {
@@ -228,6 +230,11 @@ static void *kill_mid_request(void *arg) {
     if (ps_test_wait_until(push_swallowed, k->victim, 10000, 2)) {
         k->killed_at_ms = ps_test_now_ms();
         raw_router_stop(&k->victim->router);
+        if (k->heir) {
+            ps_test_nap_ms(k->promote_ms); /* the scenario: a backup waiting out its lease */
+            atomic_store(&k->heir->term, 2);
+            atomic_store(&k->heir->primary, 1);
+        }
     }
     return NULL;
 }
@@ -249,7 +256,7 @@ START_TEST(killed_primary_fails_over_fast) {
     push_ok(&k, 0);
     ck_assert_int_eq(atomic_load(&r0.pushes), 1);
     atomic_store(&r0.swallow, 1);
-    killer kl = {&r0, 0};
+    killer kl = {&r0, 0, NULL, 0};
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, kill_mid_request, &kl), 0);
     push_ok(&k, 1);
@@ -264,6 +271,39 @@ START_TEST(killed_primary_fails_over_fast) {
     int before = atomic_load(&r1.beats);
     ck_assert_msg(ps_test_wait_until(beats_arrive, &r1, 5000, 10),
                   "no heartbeats at the new primary (%d before the wait)", before);
+    client_close(&k);
+    raw_router_stop(&r1.router);
+}
+END_TEST
+
+/* (b) The primary dies and its backup takes over only after a lease (600 ms): meanwhile
+ * the client cycles between the dead replica (refused at once) and the backup with a short
+ * backoff, and ends at the new primary soon after the promotion, with one log line. */
+START_TEST(no_primary_during_the_lease_keeps_cycling) {
+    fake_replica r0, r1;
+    replica_start(&r0, 0, 2, 1, 1);
+    replica_start(&r1, 1, 2, 0, 1);
+    fake_replica *reps[] = {&r0, &r1};
+    client_fix k;
+    client_open(&k, reps, 2);
+    push_ok(&k, 0);
+    atomic_store(&r0.swallow, 1);
+    killer kl = {&r0, 0, &r1, 600};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, kill_mid_request, &kl), 0);
+    push_ok(&k, 1);
+    long long done = ps_test_now_ms();
+    pthread_join(th, NULL);
+    ck_assert_msg(kl.killed_at_ms > 0, "the push never reached replica 0");
+    long long took = done - kl.killed_at_ms;
+    fprintf(stderr, "fail-over through a 600 ms lease: %lld ms, %d Hellos to the backup\n", took,
+            atomic_load(&r1.hellos));
+    ck_assert_msg(took >= 600 && took < 3000, "fail-over took %lld ms", took);
+    ck_assert_int_ge(atomic_load(&r1.hellos), 3);   /* asked again and again, not given up on */
+    ck_assert_int_le(atomic_load(&r1.hellos), 100); /* with a backoff, not a busy loop */
+    ck_assert_int_eq(atomic_load(&r1.pushes), 1);
+    ck_assert_int_eq(count_of(k.log.lines, primary_line(&r1, 2)), 1);
+    ck_assert_int_eq(count_of(k.log.lines, "is the primary now"), 1);
     client_close(&k);
     raw_router_stop(&r1.router);
 }
@@ -363,6 +403,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, hello_to_a_backup_moves_to_the_primary);
     tcase_add_test(tc, enotprimary_moves_the_request_to_the_primary);
     tcase_add_test(tc, killed_primary_fails_over_fast);
+    tcase_add_test(tc, no_primary_during_the_lease_keeps_cycling);
     tcase_add_test(tc, stale_primary_of_an_older_term_is_not_used);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
