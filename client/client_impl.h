@@ -168,8 +168,9 @@ void ps__monitor_drain(shard_conn *s);
 /* 1 when a Welcome from a replicated shard's current replica says it is not the primary
  * to use: primary false, or a term below the highest seen. 0 for a plain shard. */
 int ps__not_primary(const shard_conn *s, const Ps__Welcome *w);
-/* A replica answered Welcome as the primary: records its term, ends a fail-over (one INFO
- * line when the primary changed), points the heartbeat at it. */
+/* A replica answered Welcome as the primary (or as a psd without replication): records its
+ * term, ends a fail-over (one INFO line when the primary changed), points the heartbeat at
+ * it. No-op for a plain shard. */
 void ps__primary_found(ps_client *c, size_t i, const Ps__Welcome *w, const char *what);
 /* Moves shard i to its next replica (round robin): reopens the socket there and schedules
  * a Hello probe after a short jittered backoff, the outstanding request to be re-sent when

@@ -102,12 +102,12 @@ int ps__not_primary(const shard_conn *s, const Ps__Welcome *w) {
 
 void ps__primary_found(ps_client *c, size_t i, const Ps__Welcome *w, const char *what) {
     shard_conn *s = &c->shards[i];
-    if (!ps__replicated(s) || w->replicas <= 1) return;
+    if (!ps__replicated(s)) return; /* (a psd without replication ends a fail-over too) */
     int changed = s->replica != s->primary || w->term != s->term;
     if (s->failover && changed)
         CL_INFO("%s: psd %zu: replica %zu at %s is the primary now (term %llu)", what, i,
                 s->replica, ps__shard_addr(s), (unsigned long long)w->term);
-    s->term = w->term;
+    if (w->term > s->term) s->term = w->term;
     s->primary = s->replica;
     s->failover = 0;
     s->failover_steps = 0;
