@@ -398,7 +398,7 @@ START_TEST(replica_lists_accepted_and_refused) {
 END_TEST
 
 static Suite *suite(void) {
-    Suite *s = suite_create("replicas");
+    Suite *s = suite_create("client_failover");
     TCase *tc = tcase_create("failover");
     tcase_add_test(tc, hello_to_a_backup_moves_to_the_primary);
     tcase_add_test(tc, enotprimary_moves_the_request_to_the_primary);
