@@ -10,11 +10,24 @@
 #include "heartbeat.h"
 #include "ps.pb-c.h"
 #include "ps.h"
+#include "replicas.h"
 #include "wire.h"
+
+/* Room for an endpoint with its "tcp://" prefix and NUL. */
+#define PS_ENDPOINT_SIZE 280
 
 typedef struct {
     void *sock;
-    char endpoint[280];
+    const char *endpoint; /* replicas[replica]: the ZeroMQ endpoint the socket talks to */
+    /* the shard's replica group (replica.c): one endpoint for a plain shard */
+    char replicas[PS_MAX_REPLICAS][PS_ENDPOINT_SIZE];
+    size_t n_replicas, replica;
+    void *monitor;     /* replicated: PAIR receiving sock's connection events, else NULL */
+    int link_down;     /* replicated: the monitor says sock's connection is down */
+    uint64_t term;     /* highest replica-group term any of its replicas claimed */
+    size_t primary;    /* the replica last confirmed primary */
+    int failover;      /* looking for the primary: probing replica after replica */
+    unsigned failover_steps; /* replicas tried in this fail-over (backoff, probe wait) */
     uint64_t want_id;  /* request id of the outstanding request, 0 = none */
     uint64_t probe_id; /* outstanding Hello probe (is the shard alive? restarted?), 0 = none */
     uint64_t attempt_deadline, probe_deadline, next_probe_at; /* ms, monotonic */
@@ -56,6 +69,7 @@ struct ps_client {
     size_t n_tensors, cap_tensors;
     unsigned worker_index, num_workers;
     uint64_t next_id;
+    uint64_t monitor_seq; /* names each socket monitor's inproc endpoint */
     int timeout_ms, attempt_ms;
     uint64_t rng;
     ps_heartbeat *heartbeat;
@@ -130,6 +144,42 @@ int ps__grad_payload(ps_client *c, size_t ti, Ps__TensorMeta *m, ps_payload *pl)
 void ps__tables_free(ps_client *c);
 /* Frees the encoding state (ps_client_close). */
 void ps__compress_free(ps_client *c);
+
+/* (Re)opens shard s's socket to s->endpoint (and its monitor when replicated). PS_OK, or
+ * PS_ENOMEM / PS_EINVAL with zmq_errno() saying why. */
+int ps__open_socket(ps_client *c, shard_conn *s);
+/* Closes shard s's socket and monitor (NULL ones are skipped). */
+void ps__close_socket(shard_conn *s);
+
+/* ---- replica groups (replica.c) ---- */
+
+/* Fills s's replica group from a ps list entry ("ADDR" or "ADDR|ADDR|...", each
+ * "host:port" or "ipc://PATH") and points s->endpoint at the first. PS_OK or PS_EINVAL
+ * with a reason (naming entry i) in err. */
+int ps__replicas_parse(shard_conn *s, size_t i, const char *entry, char *err, size_t errlen);
+/* 1 when s has more than one replica (fail-over applies), else 0. */
+static inline int ps__replicated(const shard_conn *s) {
+    return s->n_replicas > 1;
+}
+/* Starts watching s->sock's connection (replicated shards only). PS_OK or PS_ENOMEM. */
+int ps__monitor_open(ps_client *c, shard_conn *s);
+/* Reads every queued connection event of s's monitor into s->link_down. */
+void ps__monitor_drain(shard_conn *s);
+/* 1 when a Welcome from a replicated shard's current replica says it is not the primary
+ * to use: primary false, or a term below the highest seen. 0 for a plain shard. */
+int ps__not_primary(const shard_conn *s, const Ps__Welcome *w);
+/* A replica answered Welcome as the primary (or as a psd without replication): records its
+ * term, ends a fail-over (one INFO line when the primary changed), points the heartbeat at
+ * it. No-op for a plain shard. */
+void ps__primary_found(ps_client *c, size_t i, const Ps__Welcome *w, const char *what);
+/* Moves shard i to its next replica (round robin): reopens the socket there and schedules
+ * a Hello probe after a short jittered backoff, the outstanding request to be re-sent when
+ * a primary answers. why says what happened to the replica left (logged at DEBUG once per
+ * fail-over). */
+void ps__failover_next(ps_client *c, size_t i, const char *why, const char *what, uint64_t now);
+/* How long a probe may go unanswered: attempt_ms capped at 2 s; during a fail-over
+ * shorter (0.5 s, growing each round of the group), so a silent replica is left soon. */
+uint64_t ps__probe_wait_ms(const ps_client *c, const shard_conn *s);
 
 /* PS_EINVAL (message set) unless ps_client_hello succeeded. */
 int ps__need_hello(ps_client *c, const char *what);

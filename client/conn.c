@@ -48,7 +48,7 @@ uint64_t ps__now_ms(void) {
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static int open_socket(ps_client *c, shard_conn *s) {
+int ps__open_socket(ps_client *c, shard_conn *s) {
     s->sock = zmq_socket(c->zctx, ZMQ_DEALER);
     if (!s->sock) return PS_ENOMEM;
     int linger = 0, ivl = 100, ivl_max = 2000;
@@ -58,7 +58,16 @@ static int open_socket(ps_client *c, shard_conn *s) {
     zmq_setsockopt(s->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
     if (c->ipv6) zmq_setsockopt(s->sock, ZMQ_IPV6, &c->ipv6, sizeof c->ipv6);
     if (c->have_curve && ps_curve_client_apply(s->sock, &c->curve) != PS_OK) return PS_EINVAL;
+    if (ps__monitor_open(c, s) != PS_OK) return PS_ENOMEM; /* before connecting: no event lost */
     return zmq_connect(s->sock, s->endpoint) == 0 ? PS_OK : PS_EINVAL;
+}
+
+void ps__close_socket(shard_conn *s) {
+    if (s->sock && s->monitor) zmq_socket_monitor(s->sock, NULL, 0);
+    if (s->monitor) zmq_close(s->monitor);
+    if (s->sock) zmq_close(s->sock);
+    s->sock = s->monitor = NULL;
+    s->link_down = 0;
 }
 
 /* Opens every shard's socket at the first request, so that the options set after
@@ -68,18 +77,14 @@ int ps__connect_all(ps_client *c) {
     if (c->connected) return PS_OK;
     for (size_t i = 0; i < c->n_shards; i++) {
         shard_conn *s = &c->shards[i];
-        if (s->sock) zmq_close(s->sock);
-        s->sock = NULL;
-        if (open_socket(c, s) != PS_OK)
-            return ps__fail(c, PS_EINVAL, "cannot connect to %s: %s", s->endpoint + 6,
+        ps__close_socket(s);
+        if (ps__open_socket(c, s) != PS_OK)
+            return ps__fail(c, PS_EINVAL, "cannot connect to %s: %s", ps__shard_addr(s),
                             zmq_strerror(zmq_errno()));
     }
     c->connected = 1;
     return PS_OK;
 }
-
-/* Room for an endpoint with its "tcp://" prefix and NUL (shard_conn.endpoint). */
-#define ENDPOINT_SIZE sizeof(((shard_conn *)0)->endpoint)
 
 int ps_client_open(ps_client **out, const char *const *endpoints, size_t n_shards,
                    unsigned worker_index, unsigned num_workers, char *err, size_t errlen) {
@@ -88,33 +93,25 @@ int ps_client_open(ps_client **out, const char *const *endpoints, size_t n_shard
         snprintf(err, errlen, "no parameter servers given");
         return PS_EINVAL;
     }
+    shard_conn *shards = calloc(n_shards, sizeof *shards);
+    if (!shards) {
+        snprintf(err, errlen, "out of memory");
+        return PS_ENOMEM;
+    }
     for (size_t i = 0; i < n_shards; i++) {
-        const char *ep = endpoints[i];
-        const char *ipc = ep ? ps_ipc_path(ep) : NULL;
-        char why[256];
-        int port = 0;
-        if (ep && strlen(ep) + sizeof "tcp://" > ENDPOINT_SIZE) {
-            snprintf(err, errlen, "endpoint %zu '%.40s...': longer than %zu bytes", i, ep,
-                     ENDPOINT_SIZE - sizeof "tcp://");
-            return PS_EINVAL;
-        }
-        if (ipc && ps_check_ipc_path(ipc, why, sizeof why) != PS_OK) {
-            snprintf(err, errlen, "endpoint %zu '%s': %s", i, ep, why);
-            return PS_EINVAL;
-        }
-        if (!ipc && (!ep || ps_parse_hostport(ep, NULL, 0, &port) != PS_OK || port == 0)) {
-            snprintf(err, errlen,
-                     "endpoint %zu '%.200s' is not HOST:PORT (port 1..65535) or ipc://PATH", i,
-                     ep ? ep : "(null)");
+        if (ps__replicas_parse(&shards[i], i, endpoints[i], err, errlen) != PS_OK) {
+            free(shards);
             return PS_EINVAL;
         }
     }
     ps_client *c = calloc(1, sizeof *c);
-    if (!c || !(c->shards = calloc(n_shards, sizeof *c->shards)) || !(c->zctx = zmq_ctx_new())) {
+    if (!c || !(c->zctx = zmq_ctx_new())) {
+        free(shards);
         ps_client_close(c);
         snprintf(err, errlen, "out of memory");
         return PS_ENOMEM;
     }
+    c->shards = shards;
     c->n_shards = n_shards;
     c->worker_index = worker_index;
     c->num_workers = num_workers;
@@ -126,9 +123,6 @@ int ps_client_open(ps_client **out, const char *const *endpoints, size_t n_shard
     if (getrandom(&c->push_session, sizeof c->push_session, 0) != sizeof c->push_session)
         c->push_session = c->rng ^ ((uint64_t)getpid() << 20) ^ ps__now_ms();
     c->push_session |= 1; /* never 0 */
-    for (size_t i = 0; i < n_shards; i++)
-        snprintf(c->shards[i].endpoint, sizeof c->shards[i].endpoint, "%s%s",
-                 strncmp(endpoints[i], "ipc://", 6) == 0 ? "" : "tcp://", endpoints[i]);
     *out = c;
     return PS_OK;
 }
@@ -154,7 +148,7 @@ void ps_client_close(ps_client *c) {
     ps_heartbeat_stop(c->heartbeat);
     ps__tables_free(c);
     for (size_t i = 0; c->shards && i < c->n_shards; i++) {
-        if (c->shards[i].sock) zmq_close(c->shards[i].sock);
+        ps__close_socket(&c->shards[i]);
         free(c->shards[i].tensors);
     }
     if (c->zctx) zmq_ctx_term(c->zctx);
@@ -260,20 +254,24 @@ static void send_probe(ps_client *c, size_t i, uint64_t now) {
     h.body_case = PS__HEADER__BODY_HELLO;
     h.hello = &hello;
     s->probe_id = h.request_id;
-    uint64_t wait = (uint64_t)c->attempt_ms < 2000 ? (uint64_t)c->attempt_ms : 2000;
-    s->probe_deadline = now + wait;
+    s->probe_deadline = now + ps__probe_wait_ms(c, s);
     ps_wire_send(s->sock, NULL, 0, &h, NULL, 0, ZMQ_DONTWAIT);
 }
 
-/* A probe went unanswered: reopen the socket (drops whatever was queued for
- * a dead peer) and wait 100 ms doubling to 4 s, +-25% jitter, before the next. */
+/* A probe went unanswered: a replicated shard moves on to its next replica; a plain
+ * one reopens the socket (drops whatever was queued for a dead peer) and waits 100 ms
+ * doubling to 4 s, +-25% jitter, before the next probe. */
 static void probe_timed_out(ps_client *c, size_t i, const char *what, uint64_t now) {
     shard_conn *s = &c->shards[i];
     s->probe_id = 0;
+    if (ps__replicated(s)) {
+        ps__failover_next(c, i, "does not answer", what, now);
+        return;
+    }
     if (s->probes++ == 0)
         CL_WARN("%s: psd %zu (%s) does not answer; reconnecting", what, i, s->endpoint + 6);
-    zmq_close(s->sock);
-    open_socket(c, s);
+    ps__close_socket(s);
+    ps__open_socket(c, s);
     s->reopened = 1;
     unsigned shift = s->probes < 6 ? s->probes : 6;
     uint64_t base = 100u << shift; /* 200 ms .. 6.4 s */
@@ -342,31 +340,45 @@ static int probe_answered(ps_client *c, size_t i, const Ps__Welcome *w, op_spec 
     return PS_OK;
 }
 
+/* 1 when h, from a replicated shard's replica in use, says to ask another: ENOTPRIMARY,
+ * or a Welcome from a backup or from a primary of an older term. */
+static int not_primary(const shard_conn *s, const Ps__Header *h) {
+    if (!ps__replicated(s)) return 0;
+    if (h->body_case == PS__HEADER__BODY_ERROR) return h->error->code == PS_ENOTPRIMARY;
+    return h->body_case == PS__HEADER__BODY_WELCOME && ps__not_primary(s, h->welcome);
+}
+
 /* Waits until every shard with an outstanding request answered (or the
  * overall deadline). A shard silent past the attempt time is probed with a
  * Hello; one that does not answer is reconnected with backoff and jitter,
- * and the request re-sent once it is back. Returns the first error seen. */
+ * and the request re-sent once it is back. A replicated shard whose replica in
+ * use is not the primary, does not answer or drops its connection fails over
+ * to the next replica (replica.c). Returns the first error seen. */
 int ps__collect(ps_client *c, op_spec *op) {
     size_t n = c->n_shards;
-    zmq_pollitem_t *items = calloc(n, sizeof *items);
+    zmq_pollitem_t *items = calloc(2 * n, sizeof *items); /* the sockets, then monitors */
     if (!items) return ps__fail(c, PS_ENOMEM, "out of memory");
     int rc = PS_OK;
     char first_error[sizeof c->error] = "";
     uint64_t start = ps__now_ms(), deadline = start + (uint64_t)c->timeout_ms,
              next_note = start + 10000;
     for (;;) {
-        size_t waiting = 0;
+        size_t waiting = 0, n_mon = 0;
         uint64_t now = ps__now_ms(), wake = deadline < next_note ? deadline : next_note;
         for (size_t i = 0; i < n; i++) {
             shard_conn *s = &c->shards[i];
             items[i] = (zmq_pollitem_t){s->sock, 0, s->want_id ? ZMQ_POLLIN : 0, 0};
             if (!s->want_id) continue;
             waiting++;
-            if (op->no_probe) continue;
+            if (op->no_probe && !s->failover) continue;
+            ps__monitor_drain(s);
+            if (s->link_down && !op->no_probe) /* killed, or down when we came to it */
+                ps__failover_next(c, i, "dropped the connection", op->what, now);
             if (s->probe_id && now >= s->probe_deadline) probe_timed_out(c, i, op->what, now);
             if (!s->probe_id && now >= s->attempt_deadline && now >= s->next_probe_at)
                 send_probe(c, i, now);
             items[i].socket = s->sock; /* may have been reopened */
+            if (s->monitor) items[n + n_mon++] = (zmq_pollitem_t){s->monitor, 0, ZMQ_POLLIN, 0};
             uint64_t t = s->probe_id ? s->probe_deadline
                                      : (s->attempt_deadline > s->next_probe_at ? s->attempt_deadline
                                                                                : s->next_probe_at);
@@ -398,7 +410,7 @@ int ps__collect(ps_client *c, op_spec *op) {
             next_note = now + 10000;
             continue;
         }
-        int ready = zmq_poll(items, (int)n, (long)(wake > now ? wake - now : 0));
+        int ready = zmq_poll(items, (int)(n + n_mon), (long)(wake > now ? wake - now : 0));
         if (ready < 0) {
             if (zmq_errno() == EINTR) continue;
             rc = ps__fail(c, PS_EIO, "poll failed: %s", zmq_strerror(zmq_errno()));
@@ -421,7 +433,10 @@ int ps__collect(ps_client *c, op_spec *op) {
                 done = 1;
                 r2 = ps__fail(c, drc, "%s: bad reply from psd %zu: %s", op->what, i, err);
             } else if (h && s->probe_id && h->request_id == s->probe_id) {
-                if (h->body_case == PS__HEADER__BODY_WELCOME) {
+                if (not_primary(s, h)) {
+                    ps__failover_next(c, i, "is not the primary", op->what, ps__now_ms());
+                } else if (h->body_case == PS__HEADER__BODY_WELCOME) {
+                    ps__primary_found(c, i, h->welcome, op->what);
                     r2 = probe_answered(c, i, h->welcome, op, &done);
                     if (r2 != PS_OK) done = 1;
                 } else { /* the shard refused our Hello: report that */
@@ -438,6 +453,8 @@ int ps__collect(ps_client *c, op_spec *op) {
                 s->want_id = 0;
                 done = 1;
                 r2 = ps__fail(c, drc, "%s: bad reply from psd %zu: %s", op->what, i, err);
+            } else if (not_primary(s, h)) { /* ask the next replica; re-sent to the primary */
+                ps__failover_next(c, i, "is not the primary", op->what, ps__now_ms());
             } else if (!op->no_probe && h->body_case == PS__HEADER__BODY_ERROR &&
                        (h->error->code == PS_EREJOIN || h->error->code == PS_ESTALE)) {
                 /* not in the expected set any more, or a version the shard does
@@ -461,6 +478,8 @@ int ps__collect(ps_client *c, op_spec *op) {
                                  h->error->message ? h->error->message : "");
                     }
                 } else {
+                    if (h->body_case == PS__HEADER__BODY_WELCOME)
+                        ps__primary_found(c, i, h->welcome, op->what);
                     r2 = op->on_reply(c, i, h, &f, op->ctx);
                 }
             }

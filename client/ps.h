@@ -84,11 +84,11 @@ PS_API int ps_opt_spec_from_json_text(const char *json, ps_opt_spec *out, char *
 /* ---- the cluster from TensorFlow's TF_CONFIG (thread-safe: no state) ------------- */
 
 /* A worker's view of TF_CONFIG, by psworker's rules: ps_list gets cluster.ps joined by
- * commas ("host:port" or "ipc://PATH", each checked), *index the task's worker index
- * (a "chief" is worker 0 and "worker" i is i + 1 when a chief is listed), *num_workers
- * chief + workers. PS_OK; PS_EFORMAT (not JSON, wrong types) or PS_EINVAL (no task, a
- * task that is not a worker or chief, no cluster.ps, a bad address, ps_len too small),
- * with a reason in err (ps_list is then ""). */
+ * commas ("host:port", "ipc://PATH" or a replica group "ADDR|ADDR", each checked), *index
+ * the task's worker index (a "chief" is worker 0 and "worker" i is i + 1 when a chief is
+ * listed), *num_workers chief + workers. PS_OK; PS_EFORMAT (not JSON, wrong types) or
+ * PS_EINVAL (no task, a task that is not a worker or chief, no cluster.ps, a bad address,
+ * ps_len too small), with a reason in err (ps_list is then ""). */
 PS_API int ps_tf_config_worker(const char *json, char *ps_list, size_t ps_len, unsigned *index,
                                unsigned *num_workers, char *err, size_t errlen);
 
@@ -110,8 +110,15 @@ typedef struct {
 
 /* Makes a client for one connection per endpoint ("host:port" for tcp, or
  * "ipc://PATH"); the sockets connect at the first request (after ps_client_set_curve, if
- * called). Returns PS_OK with *out owned by the caller (ps_client_close); PS_EINVAL for
- * no endpoints or a malformed one, PS_ENOMEM, with a reason in err (*out NULL). */
+ * called). An endpoint may instead list a shard's replica group, its addresses separated
+ * by '|' ("10.0.0.1:5000|10.0.0.2:5000", at most 8, the initial primary first): the shard
+ * is still one entry of endpoints, and the client talks to the replica that is its
+ * group's primary, failing over to the next one (round robin) when the one in use says it
+ * is not the primary, drops its connection or goes silent, and re-sending the request in
+ * flight there (within the request's timeout; one INFO log line per fail-over). Returns
+ * PS_OK with *out owned by the caller (ps_client_close); PS_EINVAL for no endpoints or a
+ * malformed one (an empty replica, more than 8), PS_ENOMEM, with a reason in err (*out
+ * NULL). */
 PS_API int ps_client_open(ps_client **out, const char *const *endpoints, size_t n_shards,
                           unsigned worker_index, unsigned num_workers, char *err, size_t errlen);
 /* CurveZMQ: every socket of the client (request sockets, the ones reopened on

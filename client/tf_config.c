@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ps.h"
+#include "replicas.h"
 #include "tfconfig.h"
 
 int ps_tf_config_worker(const char *json, char *ps_list, size_t ps_len, unsigned *index,
@@ -32,11 +33,9 @@ int ps_tf_config_worker(const char *json, char *ps_list, size_t ps_len, unsigned
     }
     size_t used = 0;
     for (size_t i = 0; i < cl.n_ps && rc == PS_OK; i++) {
-        const char *ipc = ps_ipc_path(cl.ps[i]);
-        if (ipc ? ps_check_ipc_path(ipc, err, errlen) != PS_OK
-                : ps_parse_hostport(cl.ps[i], NULL, 0, NULL) != PS_OK) {
-            if (!ipc) snprintf(err, errlen, "TF_CONFIG: cluster.ps[%zu] '%s' is not host:port", i,
-                               cl.ps[i]);
+        char why[320];
+        if (ps_check_shard_entry(cl.ps[i], why, sizeof why) != PS_OK) {
+            snprintf(err, errlen, "TF_CONFIG: cluster.ps[%zu]: %s", i, why);
             rc = PS_EINVAL;
             break;
         }

@@ -3,6 +3,7 @@
 #include "tfconfig.h"
 
 #include "ps_error.h"
+#include "replicas.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -123,8 +124,9 @@ int ps_check_ipc_path(const char *path, char *err, size_t errlen) {
     }
     for (size_t i = 0; i < len; i++) {
         unsigned char ch = (unsigned char)path[i];
-        if (ch <= 0x20 || ch >= 0x7f || ch == ',') {
-            set_err(err, errlen, "Unix socket path \"%s\" has a blank, comma or control character",
+        if (ch <= 0x20 || ch >= 0x7f || ch == ',' || ch == '|') {
+            set_err(err, errlen,
+                    "Unix socket path \"%s\" has a blank, comma, '|' or control character",
                     preview(path, pv, sizeof pv));
             return PS_EINVAL;
         }
@@ -136,6 +138,24 @@ int ps_check_ipc_path(const char *path, char *err, size_t errlen) {
 static int ipc_entry_ok(const char *s) {
     const char *path = ps_ipc_path(s);
     return path && ps_check_ipc_path(path, NULL, 0) == PS_OK;
+}
+
+/* A ps entry of TF_CONFIG: one address or a replica group "ADDR|ADDR|..." (replicas.h),
+ * each a host:port shape or a usable ipc://PATH. 1 when it is; else 0 with why the group
+ * is malformed in why ("" when an address is). */
+static int ps_entry_ok(const char *s, char *why, size_t whylen) {
+    ps_replica_part parts[PS_MAX_REPLICAS];
+    size_t n;
+    why[0] = '\0';
+    if (ps_replicas_split(s, parts, &n, why, whylen) != PS_OK) return 0;
+    for (size_t k = 0; k < n; k++) {
+        char addr[MAX_ADDR_LEN + 1];
+        if (parts[k].len > MAX_ADDR_LEN) return 0;
+        memcpy(addr, parts[k].at, parts[k].len);
+        addr[parts[k].len] = '\0';
+        if (!entry_looks_like_hostport(addr) && !ipc_entry_ok(addr)) return 0;
+    }
+    return 1;
 }
 
 /* Reads cluster.<job> into a newly allocated list of strings (NULL, 0 when absent). */
@@ -172,10 +192,16 @@ static int parse_job(const cJSON *cluster, const char *job, char ***list, size_t
             break;
         }
         int is_ps = strcmp(job, "ps") == 0;
-        if (!entry_looks_like_hostport(e->valuestring) &&
-            !(is_ps && ipc_entry_ok(e->valuestring))) {
-            set_err(err, errlen, "cluster.%s[%zu]: \"%s\" is not host:port%s", job, i,
-                    preview(e->valuestring, pv, sizeof pv), is_ps ? " or ipc://PATH" : "");
+        char why[96] = "";
+        if (is_ps ? !ps_entry_ok(e->valuestring, why, sizeof why)
+                  : !entry_looks_like_hostport(e->valuestring)) {
+            if (why[0])
+                set_err(err, errlen, "cluster.%s[%zu]: \"%s\": %s", job, i,
+                        preview(e->valuestring, pv, sizeof pv), why);
+            else
+                set_err(err, errlen, "cluster.%s[%zu]: \"%s\" is not host:port%s", job, i,
+                        preview(e->valuestring, pv, sizeof pv),
+                        is_ps ? " or ipc://PATH (replicas: ADDR|ADDR)" : "");
             rc = PS_EINVAL;
             break;
         }
@@ -347,7 +373,8 @@ done:
 }
 
 /* Splits one comma-separated flag value into out[*n]; each item must be a usable address
- * (host:port, or with allow_ipc also ipc://PATH). */
+ * (host:port, or with allow_ipc, a ps list, also ipc://PATH or a replica group
+ * "ADDR|ADDR|..."). */
 static int parse_csv(const char *csv, const char *what, int allow_ipc, char ***list, size_t *n,
                      char *err, size_t errlen) {
     if (!csv) return PS_OK;
@@ -387,6 +414,12 @@ static int parse_csv(const char *csv, const char *what, int allow_ipc, char ***l
         if (len == 0) {
             set_err(err, errlen, "%s: item %zu is empty", what, count);
             rc = PS_EINVAL;
+        } else if (allow_ipc && strchr(item, '|')) { /* a shard's replica group */
+            char why[320];
+            if (ps_check_shard_entry(item, why, sizeof why) != PS_OK) {
+                set_err(err, errlen, "%s: item %zu: %s", what, count, why);
+                rc = PS_EINVAL;
+            }
         } else if (allow_ipc && ps_ipc_path(item)) {
             if (!ipc_entry_ok(item)) {
                 char why[160];

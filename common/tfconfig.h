@@ -30,7 +30,8 @@ typedef struct {
  * checked only for shape ("host:port", non-empty host and port, no blanks): like TensorFlow, the
  * port is not validated here, so documentation placeholders such as "host1:port" are accepted; use
  * ps_parse_hostport when an address is used. A cluster.ps entry may also be "ipc://PATH" (checked
- * with ps_check_ipc_path). Returns PS_OK; PS_EFORMAT (not JSON, trailing garbage, duplicate key,
+ * with ps_check_ipc_path), or a shard's replica group "ADDR|ADDR|..." of such addresses
+ * (replicas.h). Returns PS_OK; PS_EFORMAT (not JSON, trailing garbage, duplicate key,
  * wrong JSON types); PS_EINVAL (NULL argument, missing cluster (the reason names a TFJob's
  * "sparseCluster", which is not supported), task type missing or not in the
  * cluster, task index negative, out of range for its job or missing in a job of several entries,
@@ -43,7 +44,7 @@ int ps_cluster_from_tfconfig(const char *json, ps_cluster *out, char *err, size_
 /* Builds a cluster from flag values: comma-separated "host:port" lists (NULL or "" = none;
  * blanks around commas are ignored). Unlike TF_CONFIG, flag addresses are used as given, so
  * each one must pass ps_parse_hostport (a ps item may instead be "ipc://PATH", checked with
- * ps_check_ipc_path). The result has no task ("" and -1).
+ * ps_check_ipc_path, or a replica group "ADDR|ADDR|...", checked with ps_check_shard_entry). The result has no task ("" and -1).
  * Returns PS_OK, PS_EINVAL (empty item or bad address, reason in err) or PS_ENOMEM.
  * *out is always initialised; on success the caller frees it with ps_cluster_free. */
 int ps_cluster_from_lists(const char *ps_csv, const char *worker_csv, ps_cluster *out, char *err,
@@ -76,8 +77,8 @@ int ps_parse_hostport(const char *s, char *host, size_t hostlen, int *port);
 const char *ps_ipc_path(const char *s);
 
 /* Checks the PATH of an ipc:// address (or of psd --ipc-path): non-empty, at most
- * PS_IPC_PATH_MAX bytes, printable ASCII without blanks or commas (shard lists are
- * comma-separated). Returns PS_OK, or PS_EINVAL with a one-line reason in err. */
+ * PS_IPC_PATH_MAX bytes, printable ASCII without blanks, commas or '|' (shard lists are
+ * comma-separated, a shard's replicas '|'-separated). Returns PS_OK, or PS_EINVAL with a one-line reason in err. */
 int ps_check_ipc_path(const char *path, char *err, size_t errlen);
 
 #endif

@@ -21,6 +21,7 @@
 #include "log.h"
 #include "options.h"
 #include "ps_error.h"
+#include "replicas.h"
 #include "shared_flags.h"
 #include "tfconfig.h"
 #include "train.h"
@@ -83,7 +84,8 @@ static const char *const dataset_names[] = {"auto", "idx", "idx", "cifar10"};
 static const ps_option table[] = {
     {"ps", PS_OPTION_STR, F(ps), 0, 0, NULL, NULL, "HOST:PORT,...",
      "parameter servers, in shard order (TF_CONFIG: cluster.ps); a shard on this machine "
-     "started with --transport ipc is given as ipc://PATH"},
+     "started with --transport ipc is given as ipc://PATH, a replicated shard as its "
+     "replicas ADDR|ADDR|... (the initial primary first)"},
     {"index", PS_OPTION_LONG, F(index), 0, PS_MAX_WORKERS - 1, NULL, NULL, "N",
      "this worker's index, 0 = chief (TF_CONFIG: task)", .default_text = "0"},
     {.like = &ps_flag_workers,
@@ -791,16 +793,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     for (size_t i = 0; i < n_ps; i++) {
-        char host[256];
-        int port;
-        const char *ipc = ps_ipc_path(ps_list[i]);
-        if (ipc ? ps_check_ipc_path(ipc, err, sizeof err) != PS_OK
-                : ps_parse_hostport(ps_list[i], host, sizeof host, &port) != PS_OK || port == 0) {
-            if (ipc)
-                fprintf(stderr, "psworker: parameter server '%s': %s\n", ps_list[i], err);
-            else
-                fprintf(stderr, "psworker: parameter server '%s' is not host:port or ipc://PATH\n",
-                        ps_list[i]);
+        if (ps_check_shard_entry(ps_list[i], err, sizeof err) != PS_OK) {
+            fprintf(stderr, "psworker: parameter server %zu: %s\n", i, err);
             ps_cluster_free(&cl);
             return 2;
         }

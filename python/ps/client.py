@@ -249,8 +249,10 @@ class Client:
     """A worker's (or an administrator's) connection to every psd shard of a job.
 
     endpoints: "host:port" or "ipc://PATH" per shard, in shard order (a list, or one
-    comma-separated string). Use as a context manager, or call close(). One thread at a
-    time per client; the calls release the GIL while they wait on the network.
+    comma-separated string); a replicated shard is one entry listing its replicas,
+    "host:port|host:port" (the client fails over to the primary). Use as a context
+    manager, or call close(). One thread at a time per client; the calls release the GIL
+    while they wait on the network.
     """
 
     def __init__(self, endpoints: Sequence[str] | str, worker_index: int = 0,
