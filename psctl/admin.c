@@ -6,6 +6,7 @@
 #include "options.h"
 #include "ps.h"
 #include "ps_error.h"
+#include "replicas.h"
 #include "tfconfig.h"
 #include "utf8.h"
 
@@ -225,15 +226,9 @@ static int load_shards(const admin_cmd *cmd, const admin_opts *o, ps_cluster *cl
         return 2;
     }
     for (size_t i = 0; i < cl->n_ps; i++) {
-        int port;
-        const char *ipc = ps_ipc_path(cl->ps[i]);
-        if (ipc && ps_check_ipc_path(ipc, err, sizeof err) != PS_OK) {
+        /* "host:port" with a port 1..65535, "ipc://PATH", or a replica group "A|B" of those */
+        if (ps_check_shard_entry(cl->ps[i], err, sizeof err) != PS_OK) {
             fprintf(stderr, "psctl %s: %s: ps %zu: %s\n", cmd->name, src, i, err);
-            return 2;
-        }
-        if (!ipc && (ps_parse_hostport(cl->ps[i], NULL, 0, &port) != PS_OK || port == 0)) {
-            fprintf(stderr, "psctl %s: %s: ps %zu '%s' is not HOST:PORT with a port 1..65535\n",
-                    cmd->name, src, i, cl->ps[i]);
             return 2;
         }
     }

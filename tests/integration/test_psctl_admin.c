@@ -143,7 +143,7 @@ START_TEST(test_shutdown_fake_shards_from_tfconfig) {
     const char *bad_env[] = {"TF_CONFIG={\"cluster\": {\"ps\": [\"host1:port\"]}}", NULL};
     run_psctl(args, bad_env, NULL, NULL, &r);
     ck_assert_int_eq(ps_test_run_exit_code(&r), 2);
-    ck_assert_contains(r.err, "psctl shutdown: TF_CONFIG: ps 0 'host1:port' is not HOST:PORT");
+    ck_assert_contains(r.err, "psctl shutdown: TF_CONFIG: ps 0: 'host1:port' is not host:port (port 1..65535)");
     ps_test_run_free(&r);
 }
 END_TEST
