@@ -4,6 +4,7 @@
  * (SIGKILL) the backup takes over with every acknowledged update, and training
  * goes on to the same values bit for bit. */
 #include <check.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,7 @@
 #include "testutil.h"
 
 static ps_test_psd rep[2]; /* replica 0 starts as the primary */
-static char peers[128], group[160];
+static char peers[100], group[100];
 
 /* A failed assertion ends the test process without the teardown. */
 static void cleanup_at_exit(void) {
@@ -62,6 +63,11 @@ typedef struct {
 static int at_version(void *ctx) {
     version_wait *w = ctx;
     return stats_version(w->endpoint) == w->version;
+}
+
+static int at_version_or_more(void *ctx) {
+    version_wait *w = ctx;
+    return stats_version(w->endpoint) >= w->version;
 }
 
 /* Worker k's gradient at step t (one value for every element). */
@@ -244,6 +250,49 @@ START_TEST(stopped_primary_steps_down_when_it_wakes) {
 }
 END_TEST
 
+typedef struct {
+    good_client *c;
+    int pushes, acked;
+} pusher;
+
+static void *push_loop(void *arg) {
+    pusher *p = arg;
+    for (int i = 0; i < p->pushes; i++) {
+        for (int k = 0; k < NB; k++)
+            p->c->db[k] = 1.0f;
+        int applied = -1;
+        if (ps_client_push(p->c->c, 0, &applied) == PS_OK && applied) p->acked++;
+    }
+    return NULL;
+}
+
+/* Async, two workers pushing through the group ("primary|backup") while the
+ * primary is killed: the new primary applied exactly the pushes acknowledged
+ * to the workers (a push whose reply died with the primary is re-sent, and
+ * applied once), and every push was acknowledged. */
+START_TEST(async_applied_equals_acknowledged_across_a_kill) {
+    start_group("async", "2", "400");
+    good_client c[2];
+    open_on(&c[0], group, 0, 1);
+    open_on(&c[1], group, 1, 0);
+    pusher p[2] = {{&c[0], 300, 0}, {&c[1], 300, 0}};
+    pthread_t t[2];
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(pthread_create(&t[k], NULL, push_loop, &p[k]), 0);
+    version_wait vw = {rep[0].endpoint, 150};
+    ck_assert(ps_test_wait_until(at_version_or_more, &vw, 20000, 1));
+    ps_test_psd_kill(&rep[0]);
+    for (int k = 0; k < 2; k++)
+        pthread_join(t[k], NULL);
+    ck_assert_int_eq(p[0].acked + p[1].acked, 600);
+    ck_assert(ps_test_file_has(rep[1].log, "took over as the primary"));
+    ck_assert_uint_eq(stats_version(rep[1].endpoint), 600);
+    for (int k = 0; k < 2; k++)
+        good_close(&c[k]);
+    stop_group();
+}
+END_TEST
+
 static Suite *replicas_suite(void) {
     Suite *s = suite_create("replicas");
     TCase *tc = tcase_create("group");
@@ -253,6 +302,7 @@ static Suite *replicas_suite(void) {
     tcase_add_test(tc, primary_goes_on_when_the_backup_dies);
     tcase_add_test(tc, no_acknowledgement_before_the_backup_applies);
     tcase_add_test(tc, stopped_primary_steps_down_when_it_wakes);
+    tcase_add_test(tc, async_applied_equals_acknowledged_across_a_kill);
     suite_add_tcase(s, tc);
     return s;
 }
