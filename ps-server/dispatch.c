@@ -119,6 +119,7 @@ void ps__server_dispatch(ps_server *s, ps_frames *f) {
     }
 done:
     if (hdr) ps__header__free_unpacked(hdr, NULL);
+    ps__repl_after_request(s);
 }
 
 /* Counts a dropped reply; logs at most one line a second (a peer flooding requests

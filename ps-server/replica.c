@@ -6,7 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "checkpoint.h"
 #include "log.h"
 #include "log_codec.h"
 #include "ps_error.h"
@@ -37,7 +40,16 @@ struct ps_repl {
     int lapse_logged;
     int restored; /* the state came from a checkpoint, not from the log */
     uint64_t wait_logged_ns;
-    /* backup */
+    /* a follower that needs the shard's state (a snapshot) before the stream */
+    int snap_wanted;
+    void *snap_id;
+    size_t snap_id_len;
+    int snap_fd;
+    uint32_t snap_replica;
+    /* every replica: the socket to its peer, to find or follow the primary */
+    int peer;
+    uint64_t found_deadline_ns; /* replica 0: found a fresh group if no primary by then */
+    int peer_not_primary;       /* replica 0: the peer answered our Follow ENOTPRIMARY */
     void *dealer;
     uv_poll_t poll;
     uv_timer_t timer;
@@ -92,23 +104,25 @@ int ps__repl_init(ps_server *s, char *err, size_t errlen) {
     r->replicas = (int)s->cfg.group_replicas;
     r->backup_fd = -1;
     r->restored = s->ckpt_version != 0;
-    ps_lease_init(&r->lease, (uint64_t)s->cfg.lease_ms * 1000000ull, r->replica, r->replicas);
+    /* every replica starts looking for its group's primary (replica 0 founds the
+     * group when it finds none: ps__repl_start, on_timer) */
+    ps_lease_init(&r->lease, (uint64_t)s->cfg.lease_ms * 1000000ull, 1, r->replicas);
     int rc = parse_peers(r, s->cfg.peers, err, errlen);
     if (rc != PS_OK) return rc;
-    if (r->lease.role == PS_ROLE_BACKUP) {
-        r->dealer = zmq_socket(s->zctx, ZMQ_DEALER);
-        int linger = 0, ivl = 50;
-        if (!r->dealer) {
-            snprintf(err, errlen, "cannot make the socket to the primary");
-            return PS_EIO;
-        }
-        zmq_setsockopt(r->dealer, ZMQ_LINGER, &linger, sizeof linger);
-        zmq_setsockopt(r->dealer, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
-        if (zmq_connect(r->dealer, r->peers[0]) != 0) {
-            snprintf(err, errlen, "--peers: cannot connect to %s: %s", r->peers[0],
-                     zmq_strerror(zmq_errno()));
-            return PS_EINVAL;
-        }
+    r->peer = r->replica == 0 ? 1 : 0;
+    r->snap_fd = -1;
+    r->dealer = zmq_socket(s->zctx, ZMQ_DEALER);
+    int linger = 0, ivl = 50;
+    if (!r->dealer) {
+        snprintf(err, errlen, "cannot make the socket to the other replica");
+        return PS_EIO;
+    }
+    zmq_setsockopt(r->dealer, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(r->dealer, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
+    if (zmq_connect(r->dealer, r->peers[r->peer]) != 0) {
+        snprintf(err, errlen, "--peers: cannot connect to %s: %s", r->peers[r->peer],
+                 zmq_strerror(zmq_errno()));
+        return PS_EINVAL;
     }
     return PS_OK;
 }
@@ -302,6 +316,159 @@ void ps__repl_log(void *server, const ps_shard_event *e) {
     if (r->lease.role == PS_ROLE_PRIMARY && r->lease.has_backup) send_replicate(r, e);
 }
 
+/* Takes the follower waiting for a snapshot into the view (its stream starts
+ * after entry r->index). */
+static void join_view(ps_repl *r, void *id, size_t id_len, int fd, uint32_t replica) {
+    forget_backup(r);
+    r->backup_id = id;
+    r->backup_id_len = id_len;
+    r->backup_fd = fd;
+    r->acked = r->index;
+    ps_lease_backup_joined(&r->lease, ps__now_ns());
+    PS_INFO("replica %u follows (log at %llu entries, term %llu): updates are acknowledged once "
+            "it has applied them",
+            replica, (unsigned long long)r->index, (unsigned long long)r->lease.term);
+    release(r);
+}
+
+static void forget_snap(ps_repl *r) {
+    free(r->snap_id);
+    r->snap_id = NULL;
+    r->snap_id_len = 0;
+    r->snap_fd = -1;
+    r->snap_wanted = 0;
+}
+
+/* The shard's state as a checkpoint file's bytes (*buf malloc'd), written to a
+ * private temporary directory and read back. PS_OK or an error with the reason. */
+static int snapshot_bytes(ps_server *s, char *name, size_t name_len, unsigned char **buf,
+                          size_t *len, char *err, size_t errlen) {
+    const char *tmp = getenv("TMPDIR");
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s/psd-snapshot-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        snprintf(err, errlen, "cannot make a directory for the snapshot: %s", strerror(errno));
+        return PS_EIO;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    ps_ckpt_meta m = {
+        .version = s->shard.step.version,
+        .updates_applied = s->shard.stats.updates_applied,
+        .shard = (uint64_t)s->cfg.shard,
+        .num_shards = (uint64_t)s->cfg.num_shards,
+        .mode = (uint64_t)s->cfg.mode,
+        .incarnation = s->incarnation,
+        .unix_ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u,
+    };
+    snprintf(m.job_id, sizeof m.job_id, "%s", s->shard.job_id);
+    ps_ckpt_snapshot *snap = NULL;
+    uint64_t bytes = 0;
+    int rc = ps_ckpt_snapshot_take(&s->shard.store, &s->shard.tables, &m, 0, &snap);
+    if (rc == PS_OK)
+        rc = ps_ckpt_snapshot_write(snap, dir, 1, path, sizeof path, &bytes, err, errlen);
+    else
+        snprintf(err, errlen, "out of memory taking the snapshot");
+    ps_ckpt_snapshot_free(snap);
+    *buf = NULL;
+    if (rc == PS_OK) {
+        FILE *f = fopen(path, "rb");
+        *buf = malloc(bytes ? bytes : 1);
+        if (!f || !*buf || fread(*buf, 1, bytes, f) != bytes) {
+            snprintf(err, errlen, "cannot read the snapshot back: %s", strerror(errno));
+            rc = PS_EIO;
+        }
+        if (f) fclose(f);
+        const char *base = strrchr(path, '/');
+        snprintf(name, name_len, "%.200s", base ? base + 1 : path);
+        unlink(path);
+    }
+    rmdir(dir);
+    if (rc != PS_OK) {
+        free(*buf);
+        *buf = NULL;
+    }
+    *len = (size_t)bytes;
+    return rc;
+}
+
+/* Sends the waiting follower the shard's state, once no sync step is open (a
+ * snapshot holds no step's partial sums), and takes it into the view. */
+static void try_snapshot(ps_repl *r) {
+    ps_server *s = r->s;
+    if (!r->snap_wanted || r->lease.role != PS_ROLE_PRIMARY || !ps_shard_between_steps(&s->shard))
+        return;
+    char name[256], err[512];
+    unsigned char *buf;
+    size_t len;
+    uint64_t t0 = ps__now_ns();
+    int rc = snapshot_bytes(s, name, sizeof name, &buf, &len, err, sizeof err);
+    if (rc != PS_OK) {
+        PS_ERROR("cannot send replica %u a snapshot: %s", r->snap_replica, err);
+        forget_snap(r);
+        return;
+    }
+    Ps__Header h = PS__HEADER__INIT;
+    Ps__Snapshot m = PS__SNAPSHOT__INIT;
+    uint32_t n = s->shard.members.n;
+    Ps__SnapshotMember *mem = calloc(n ? n : 1, sizeof *mem);
+    Ps__SnapshotMember **mp = calloc(n ? n : 1, sizeof *mp);
+    if (!mem || !mp) {
+        free(mem), free(mp), free(buf);
+        PS_ERROR("cannot send replica %u a snapshot: out of memory", r->snap_replica);
+        forget_snap(r);
+        return;
+    }
+    for (uint32_t w = 0; w < n; w++) {
+        const ps_member *x = &s->shard.members.m[w];
+        ps__snapshot_member__init(&mem[w]);
+        mem[w].live = x->live;
+        mem[w].done = x->done;
+        mem[w].clock = x->clock;
+        mem[w].session = x->session;
+        mem[w].last_seq = x->last_seq;
+        mem[w].rows_session = x->rows_session;
+        mem[w].rows_last_seq = x->rows_last_seq;
+        mp[w] = &mem[w];
+    }
+    m.term = r->lease.term;
+    m.incarnation = s->incarnation;
+    m.index = r->index;
+    m.version = s->shard.step.version;
+    m.updates_applied = s->shard.stats.updates_applied;
+    m.job_id = s->shard.job_id;
+    m.n_members = n;
+    m.members = mp;
+    m.file_name = name;
+    h.protocol_version = PS_PROTOCOL_VERSION;
+    h.body_case = PS__HEADER__BODY_SNAPSHOT;
+    h.snapshot = &m;
+    ps_payload pl = {buf, len, free_copy, NULL};
+    rc = ps_wire_send(s->router, r->snap_id, r->snap_id_len, &h, &pl, 1, ZMQ_DONTWAIT);
+    free(mem);
+    free(mp);
+    if (rc != PS_OK) {
+        PS_WARN("cannot send replica %u its snapshot: %s", r->snap_replica,
+                zmq_strerror(zmq_errno()));
+        forget_snap(r);
+        return;
+    }
+    PS_INFO("sent replica %u a snapshot at entry %llu, version %llu (%zu bytes, %.1f ms)",
+            r->snap_replica, (unsigned long long)r->index,
+            (unsigned long long)s->shard.step.version, len, (double)(ps__now_ns() - t0) / 1e6);
+    void *id = r->snap_id;
+    size_t id_len = r->snap_id_len;
+    int fd = r->snap_fd;
+    uint32_t replica = r->snap_replica;
+    r->snap_id = NULL;
+    forget_snap(r);
+    join_view(r, id, id_len, fd, replica);
+}
+
+void ps__repl_after_request(ps_server *s) {
+    if (s->repl && s->repl->snap_wanted) try_snapshot(s->repl);
+}
+
 int ps__handle_follow(ps_server *s, ps_request *req, char *err, size_t errlen) {
     ps_repl *r = s->repl;
     const Ps__Follow *f = req->hdr->follow;
@@ -320,40 +487,37 @@ int ps__handle_follow(ps_server *s, ps_request *req, char *err, size_t errlen) {
         ps__repl_not_primary(s, err, errlen);
         return PS_ENOTPRIMARY;
     }
-    if (f->applied != r->index || r->restored) {
-        snprintf(err, errlen,
-                 "replica %u cannot follow: it has applied %llu entries, the primary's log is at "
-                 "%llu%s; catching up by snapshot is not built yet, so a backup must start with "
-                 "its primary",
-                 f->replica, (unsigned long long)f->applied, (unsigned long long)r->index,
-                 r->restored ? " (and it restored a checkpoint)" : "");
-        return PS_EINVAL;
-    }
-    forget_backup(r);
-    if (!(r->backup_id = malloc(req->identity_len ? req->identity_len : 1))) {
+    if (r->lease.has_backup && req->fd == r->backup_fd) return PS_OK; /* a repeat: it has it */
+    void *id = malloc(req->identity_len ? req->identity_len : 1);
+    if (!id) {
         snprintf(err, errlen, "out of memory");
         return PS_ENOMEM;
     }
-    memcpy(r->backup_id, req->identity, req->identity_len);
-    r->backup_id_len = req->identity_len;
-    r->backup_fd = req->fd;
-    r->acked = f->applied;
-    Ps__Header h = PS__HEADER__INIT;
-    Ps__FollowReply fr = PS__FOLLOW_REPLY__INIT;
-    fr.term = r->lease.term;
-    fr.incarnation = s->incarnation;
-    fr.index = r->index;
-    h.body_case = PS__HEADER__BODY_FOLLOW_REPLY;
-    h.follow_reply = &fr;
-    /* straight to the backup: not a reply the lease holds back */
-    h.protocol_version = PS_PROTOCOL_VERSION;
-    h.request_id = req->hdr->request_id;
-    ps_wire_send(s->router, req->identity, req->identity_len, &h, NULL, 0, ZMQ_DONTWAIT);
-    ps_lease_backup_joined(&r->lease, ps__now_ns());
-    PS_INFO("replica %u follows (log at %llu entries, term %llu): updates are acknowledged once "
-            "it has applied them",
-            f->replica, (unsigned long long)r->index, (unsigned long long)r->lease.term);
-    release(r);
+    memcpy(id, req->identity, req->identity_len);
+    if (f->applied == 0 && r->index == 0 && !r->restored) {
+        /* a fresh group: nothing to send but the stream */
+        Ps__Header h = PS__HEADER__INIT;
+        Ps__FollowReply fr = PS__FOLLOW_REPLY__INIT;
+        fr.term = r->lease.term;
+        fr.incarnation = s->incarnation;
+        fr.index = r->index;
+        h.body_case = PS__HEADER__BODY_FOLLOW_REPLY;
+        h.follow_reply = &fr;
+        /* straight to the backup: not a reply the lease holds back */
+        h.protocol_version = PS_PROTOCOL_VERSION;
+        h.request_id = req->hdr->request_id;
+        ps_wire_send(s->router, req->identity, req->identity_len, &h, NULL, 0, ZMQ_DONTWAIT);
+        join_view(r, id, req->identity_len, req->fd, f->replica);
+        return PS_OK;
+    }
+    /* it lacks the history: the state itself, between two steps */
+    forget_snap(r);
+    r->snap_id = id;
+    r->snap_id_len = req->identity_len;
+    r->snap_fd = req->fd;
+    r->snap_replica = f->replica;
+    r->snap_wanted = 1;
+    try_snapshot(r);
     return PS_OK;
 }
 
@@ -414,7 +578,7 @@ static void send_follow(ps_repl *r) {
     Ps__Follow f = PS__FOLLOW__INIT;
     f.shard = (uint32_t)r->s->cfg.shard;
     f.replica = (uint32_t)r->replica;
-    f.term = r->lease.term;
+    f.term = 0; /* a replica looking for its primary deposes nobody */
     f.applied = r->index;
     h.body_case = PS__HEADER__BODY_FOLLOW;
     h.follow = &f;
@@ -443,24 +607,128 @@ static void give_up(ps_repl *r, uint64_t sent_ns, const char *why) {
     ps_server_stop(r->s);
 }
 
+/* 1 while this replica looks for a primary to follow: a backup not following,
+ * or replica 0 that founded a group no backup follows yet. */
+static int looking(const ps_repl *r) {
+    return (r->lease.role == PS_ROLE_BACKUP && !r->lease.following) ||
+           (r->lease.role == PS_ROLE_PRIMARY && r->lease.awaiting);
+}
+
+static void write_ready(ps_repl *r) {
+    if (r->ready_written || !r->s->cfg.ready_file[0]) return;
+    char err[1400];
+    if (ps__write_ready_file(r->s->cfg.ready_file, r->s->endpoint, err, sizeof err) != PS_OK) {
+        give_up(r, 0, err);
+        return;
+    }
+    r->ready_written = 1;
+}
+
+/* Empties the shard (a replica that restored a checkpoint, then found a live
+ * group: the group's state wins). PS_OK or PS_ENOMEM. */
+static int clear_shard(ps_repl *r) {
+    ps_server *s = r->s;
+    if (r->index == 0 && !r->restored && s->shard.store.n == 0 && s->shard.tables.n == 0)
+        return PS_OK;
+    ps_shard_free(&s->shard);
+    r->restored = 0;
+    r->index = 0;
+    return ps__shard_init(s);
+}
+
+static void now_following(ps_repl *r, uint64_t term, uint64_t incarnation, const char *how) {
+    ps_lease_following(&r->lease, term, ps__now_ns());
+    r->primary_replica = r->peer;
+    r->s->incarnation = incarnation; /* the group's state: workers see one shard */
+    r->wait_logged_ns = 0;
+    PS_INFO("following the primary, replica %d at %s (term %llu)%s", r->peer, r->peers[r->peer],
+            (unsigned long long)term, how);
+    write_ready(r);
+}
+
 static void on_follow_reply(ps_repl *r, const Ps__FollowReply *fr) {
-    if (r->lease.role != PS_ROLE_BACKUP || r->lease.following) return;
-    if (fr->index != r->index) {
+    if (!looking(r)) return;
+    if (fr->index != 0) {
         give_up(r, 0, "the primary's log does not start where this replica is");
         return;
     }
-    ps_lease_following(&r->lease, fr->term, ps__now_ns());
-    r->s->incarnation = fr->incarnation; /* the group's state: workers see one shard */
-    PS_INFO("following the primary, replica 0 at %s (term %llu)", r->peers[0],
-            (unsigned long long)fr->term);
-    if (!r->ready_written && r->s->cfg.ready_file[0]) {
-        char err[1400];
-        if (ps__write_ready_file(r->s->cfg.ready_file, r->s->endpoint, err, sizeof err) != PS_OK) {
-            give_up(r, 0, err);
-            return;
-        }
+    if (clear_shard(r) != PS_OK) {
+        give_up(r, 0, "out of memory");
+        return;
     }
-    r->ready_written = 1;
+    now_following(r, fr->term, fr->incarnation, "");
+}
+
+/* The primary's state as a checkpoint file: loaded into an emptied shard, with
+ * its members; the stream follows from m->index + 1. */
+static void on_snapshot(ps_repl *r, const Ps__Snapshot *m, ps_frames *f) {
+    ps_server *s = r->s;
+    if (!looking(r)) return;
+    if (f->n < 2 || !m->file_name || strchr(m->file_name, '/') || !m->file_name[0] ||
+        m->n_members != s->shard.members.n) {
+        give_up(r, 0, "a malformed snapshot from the primary");
+        return;
+    }
+    ps_shard_free(&s->shard);
+    r->restored = 0;
+    if (ps__shard_init(s) != PS_OK) {
+        give_up(r, 0, "out of memory");
+        return;
+    }
+    const char *tmp = getenv("TMPDIR");
+    char dir[1024], path[1400], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/psd-snapshot-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    int rc = PS_EIO;
+    if (mkdtemp(dir)) {
+        snprintf(path, sizeof path, "%s/%s", dir, m->file_name);
+        FILE *out = fopen(path, "wb");
+        size_t len = zmq_msg_size(&f->frames[1]);
+        if (out && fwrite(zmq_msg_data(&f->frames[1]), 1, len, out) == len && fclose(out) == 0) {
+            out = NULL;
+            ps_ckpt_meta cm;
+            rc = ps_ckpt_restore(dir, &s->shard.store, &s->shard.tables, &cm, NULL, 0, err,
+                                 sizeof err);
+        } else {
+            snprintf(err, sizeof err, "cannot write the snapshot to %.300s: %s", path,
+                     strerror(errno));
+        }
+        if (out) fclose(out);
+        unlink(path);
+        rmdir(dir);
+    } else {
+        snprintf(err, sizeof err, "cannot make a directory for the snapshot: %s", strerror(errno));
+    }
+    if (rc != PS_OK) {
+        give_up(r, 0, err);
+        return;
+    }
+    ps_tables_set_bound(&s->shard.tables, (uint64_t)s->cfg.max_table_mb << 20);
+    s->shard.step.version = m->version;
+    s->shard.stats.updates_applied = m->updates_applied;
+    snprintf(s->shard.job_id, sizeof s->shard.job_id, "%s", m->job_id ? m->job_id : "");
+    ps_member *mem = calloc(m->n_members ? m->n_members : 1, sizeof *mem);
+    if (!mem) {
+        give_up(r, 0, "out of memory");
+        return;
+    }
+    for (size_t w = 0; w < m->n_members; w++) {
+        const Ps__SnapshotMember *x = m->members[w];
+        mem[w] = (ps_member){.clock = x->clock,
+                             .session = x->session,
+                             .last_seq = x->last_seq,
+                             .rows_session = x->rows_session,
+                             .rows_last_seq = x->rows_last_seq,
+                             .live = x->live,
+                             .done = x->done};
+    }
+    ps_shard_adopt_members(&s->shard, mem, (uint32_t)m->n_members);
+    free(mem);
+    r->index = m->index;
+    char how[160];
+    snprintf(how, sizeof how, ", from its snapshot at entry %llu, version %llu",
+             (unsigned long long)m->index, (unsigned long long)m->version);
+    now_following(r, m->term, m->incarnation, how);
+    send_ack(r, 0, NULL);
 }
 
 static void on_replicate(ps_repl *r, const Ps__Replicate *m, ps_frames *f) {
@@ -516,9 +784,13 @@ static void drain_dealer(ps_repl *r) {
                                          err, sizeof err) == PS_OK) {
             if (h->body_case == PS__HEADER__BODY_FOLLOW_REPLY)
                 on_follow_reply(r, h->follow_reply);
+            else if (h->body_case == PS__HEADER__BODY_SNAPSHOT)
+                on_snapshot(r, h->snapshot, &f);
             else if (h->body_case == PS__HEADER__BODY_REPLICATE)
                 on_replicate(r, h->replicate, &f);
-            else if (h->body_case == PS__HEADER__BODY_ERROR && !r->lease.following)
+            else if (h->body_case == PS__HEADER__BODY_ERROR && h->error->code == PS_ENOTPRIMARY)
+                r->peer_not_primary = 1; /* the peer looks for a primary too */
+            else if (h->body_case == PS__HEADER__BODY_ERROR && looking(r))
                 give_up(r, 0, h->error->message);
         } else {
             PS_WARN("a malformed message from the primary: %s", err);
@@ -540,6 +812,25 @@ static void promote(ps_repl *r) {
             (unsigned long long)r->s->shard.step.version);
 }
 
+/* Replica 0 that found no primary: the peer answered that it is none, or said
+ * nothing for a lease. A fresh group's term is the wall clock's
+ * milliseconds: above any term an older group of this shard reached, so
+ * workers that knew that one take the new one. */
+static void found(ps_repl *r, uint64_t now) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t term = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    ps_lease_found(&r->lease, term);
+    r->primary_replica = r->replica;
+    r->wait_logged_ns = now;
+    PS_INFO("replica %d of shard %ld: no primary found (%s): the primary of a fresh group, "
+            "term %llu; waiting for replica %d (%s) to follow",
+            r->replica, r->s->cfg.shard,
+            r->peer_not_primary ? "the other replica looks for one too" : "no answer",
+            (unsigned long long)term, r->peer, r->peers[r->peer]);
+    write_ready(r);
+}
+
 static void on_timer(uv_timer_t *t) {
     ps_repl *r = t->data;
     ps_server *s = r->s;
@@ -548,20 +839,31 @@ static void on_timer(uv_timer_t *t) {
         ps_lease_tick(&r->lease, now); /* a stall of our own is not the primary's silence */
         drain_dealer(r); /* what arrived while we slept counts before the silence does */
         now = ps__now_ns();
-        if (!r->lease.following && now - r->follow_sent_ns > r->lease.lease_ns) send_follow(r);
-        if (!r->lease.following && now - r->wait_logged_ns > 5000000000ull) {
-            if (r->wait_logged_ns)
-                PS_WARN("still waiting to follow the primary at %s", r->peers[0]);
-            r->wait_logged_ns = now;
+        if (r->lease.role == PS_ROLE_BACKUP && !r->lease.following) {
+            if (r->replica == 0 && (r->peer_not_primary || now > r->found_deadline_ns)) {
+                found(r, now);
+            } else {
+                if (now - r->follow_sent_ns > r->lease.lease_ns) send_follow(r);
+                if (now - r->wait_logged_ns > 5000000000ull) {
+                    if (r->wait_logged_ns)
+                        PS_WARN("still looking for the primary (asking replica %d at %s)", r->peer,
+                                r->peers[r->peer]);
+                    r->wait_logged_ns = now;
+                }
+            }
         }
         if (ps_lease_should_promote(&r->lease, now)) promote(r);
     } else if (r->lease.role == PS_ROLE_PRIMARY) {
         if (r->lease.has_backup) send_replicate(r, NULL);
-        if (r->lease.awaiting && now - r->wait_logged_ns > 5000000000ull) {
-            PS_WARN("waiting for replica 1 (%s) to follow: no update is acknowledged until it "
-                    "does",
-                    r->peers[1]);
-            r->wait_logged_ns = now;
+        if (r->lease.awaiting) {
+            drain_dealer(r); /* a live group's primary may answer our Follow */
+            if (r->lease.awaiting && now - r->follow_sent_ns > r->lease.lease_ns) send_follow(r);
+            if (r->lease.awaiting && now - r->wait_logged_ns > 5000000000ull) {
+                PS_WARN("waiting for replica %d (%s) to follow: no update is acknowledged until "
+                        "it does",
+                        r->peer, r->peers[r->peer]);
+                r->wait_logged_ns = now;
+            }
         }
         if (r->lease.has_backup && !ps_lease_may_ack(&r->lease, now) && !r->lapse_logged) {
             PS_WARN("the backup has not answered for %llu ms (--lease-ms %ld): nothing is "
@@ -570,6 +872,7 @@ static void on_timer(uv_timer_t *t) {
                     s->cfg.lease_ms);
             r->lapse_logged = 1;
         }
+        try_snapshot(r);
         release(r);
     }
     ps__server_drain(s); /* a send may have taken ZMQ_FD's edge */
@@ -594,23 +897,17 @@ int ps__repl_start(ps_server *s) {
     r->handles = 1;
     uint64_t tick = lease_tick_ms(r);
     uv_timer_start(&r->timer, on_timer, tick, tick);
-    if (r->dealer) {
-        int fd;
-        size_t len = sizeof fd;
-        if (zmq_getsockopt(r->dealer, ZMQ_FD, &fd, &len) != 0) return PS_EIO;
-        uv_poll_init(s->loop, &r->poll, fd);
-        r->poll.data = r;
-        r->handles++;
-        uv_poll_start(&r->poll, UV_READABLE, on_dealer);
-        PS_INFO("replica %d of shard %ld: a backup, following %s", r->replica, s->cfg.shard,
-                r->peers[0]);
-        send_follow(r);
-    } else {
-        PS_INFO("replica %d of shard %ld: the primary of term %llu; waiting for replica 1 (%s) "
-                "to follow",
-                r->replica, s->cfg.shard, (unsigned long long)r->lease.term, r->peers[1]);
-        r->wait_logged_ns = ps__now_ns();
-    }
+    int fd;
+    size_t len = sizeof fd;
+    if (zmq_getsockopt(r->dealer, ZMQ_FD, &fd, &len) != 0) return PS_EIO;
+    uv_poll_init(s->loop, &r->poll, fd);
+    r->poll.data = r;
+    r->handles++;
+    uv_poll_start(&r->poll, UV_READABLE, on_dealer);
+    r->found_deadline_ns = ps__now_ns() + r->lease.lease_ns;
+    PS_INFO("replica %d of %d of shard %ld: looking for the primary (asking replica %d at %s)",
+            r->replica, r->replicas, s->cfg.shard, r->peer, r->peers[r->peer]);
+    send_follow(r);
     return PS_OK;
 }
 
@@ -618,7 +915,7 @@ void ps__repl_stop(ps_server *s) {
     ps_repl *r = s->repl;
     if (!r || !r->handles) return;
     uv_close((uv_handle_t *)&r->timer, on_close);
-    if (r->dealer) uv_close((uv_handle_t *)&r->poll, on_close);
+    uv_close((uv_handle_t *)&r->poll, on_close);
 }
 
 void ps__repl_free(ps_server *s) {
@@ -626,6 +923,7 @@ void ps__repl_free(ps_server *s) {
     if (!r) return;
     drop_held(r);
     forget_backup(r);
+    forget_snap(r);
     if (r->dealer) zmq_close(r->dealer);
     free(r);
     s->repl = NULL;

@@ -40,6 +40,9 @@ void ps__repl_log(void *server, const ps_shard_event *e);
  * it now. Payloads with a free_fn are taken either way when it returns 1. */
 int ps__repl_hold(struct ps_server *s, const void *identity, size_t identity_len,
                   const Ps__Header *hdr, const ps_payload *payloads, size_t n_payloads);
+/* After each request: a follower waiting for a snapshot gets it once no sync
+ * step is open. */
+void ps__repl_after_request(struct ps_server *s);
 /* The connection on fd closed (the monitor). */
 void ps__repl_disconnected(struct ps_server *s, int fd);
 /* Requests from a backup's socket to this primary. */

@@ -7,6 +7,14 @@ void ps_lease_init(ps_lease *l, uint64_t lease_ns, int replica, int replicas) {
     l->term = replica == 0 ? 1 : 0;
 }
 
+void ps_lease_found(ps_lease *l, uint64_t term) {
+    l->role = PS_ROLE_PRIMARY;
+    l->term = term;
+    l->awaiting = 1;
+    l->has_backup = 0;
+    l->following = 0;
+}
+
 int ps_lease_may_ack(const ps_lease *l, uint64_t now) {
     if (l->role != PS_ROLE_PRIMARY || l->awaiting) return 0;
     return !l->has_backup || now - l->acked_sent_ns < l->lease_ns;
@@ -33,6 +41,9 @@ int ps_lease_backup_gone(ps_lease *l, uint64_t now) {
 }
 
 void ps_lease_following(ps_lease *l, uint64_t term, uint64_t now) {
+    l->role = PS_ROLE_BACKUP;
+    l->awaiting = 0;
+    l->has_backup = 0;
     l->term = term;
     l->following = 1;
     l->heard_ns = now;

@@ -45,6 +45,9 @@ typedef struct {
  * (acknowledging nothing until its backup follows), the others backups waiting to
  * follow it. */
 void ps_lease_init(ps_lease *l, uint64_t lease_ns, int replica, int replicas);
+/* Founds a fresh group: the primary of `term`, acknowledging nothing until a backup
+ * follows (a replica that found no primary among its peers). */
+void ps_lease_found(ps_lease *l, uint64_t term);
 /* Primary: 1 when it may acknowledge (its lease holds, or no backup is in its view
  * once the group was complete). */
 int ps_lease_may_ack(const ps_lease *l, uint64_t now);
@@ -55,7 +58,8 @@ void ps_lease_acked(ps_lease *l, uint64_t sent_ns);
 /* Primary: the backup's connection closed. 1: dropped from the view, go on alone;
  * 0: the lease had lapsed (the backup may have taken over): stepped down. */
 int ps_lease_backup_gone(ps_lease *l, uint64_t now);
-/* Backup: the primary of `term` accepted it, at `now`. */
+/* Backup (or a founder still awaiting its backup): the primary of `term`
+ * accepted it, at `now`; it follows that primary from now on. */
 void ps_lease_following(ps_lease *l, uint64_t term, uint64_t now);
 /* Backup: a message of its primary arrived at `now`. */
 void ps_lease_heard(ps_lease *l, uint64_t now);

@@ -71,8 +71,7 @@ static void note_latency(ps_shard *sh, uint64_t t0) {
 
 int ps_shard_check_worker(const ps_shard *sh, uint32_t w, char *err, size_t errlen) {
     if (ps_members_valid(&sh->members, w)) return PS_OK;
-    snprintf(err, errlen, "worker index %u out of range (job has %u workers)", w,
-             sh->cfg.workers);
+    snprintf(err, errlen, "worker index %u out of range (job has %u workers)", w, sh->cfg.workers);
     return PS_EINVAL;
 }
 
@@ -199,8 +198,8 @@ int ps_shard_create_table(ps_shard *sh, const char *name, uint64_t num_rows,
                           const ps_table_cfg *cfg, struct ps_table_entry **out) {
     int rc = ps_tables_create(&sh->tables, name, num_rows, cfg, out);
     if (rc != PS_OK) return rc;
-    ps_shard_event e = {.kind = PS_EV_CREATE_TABLE, .name = name, .num_rows = num_rows,
-                        .table = cfg};
+    ps_shard_event e = {
+        .kind = PS_EV_CREATE_TABLE, .name = name, .num_rows = num_rows, .table = cfg};
     emit(sh, &e);
     return PS_OK;
 }
@@ -450,6 +449,26 @@ void ps_shard_took_over(ps_shard *sh) {
     uint64_t now = ps_shard_now(sh);
     for (uint32_t w = 0; w < sh->members.n; w++)
         if (ps_members_live(&sh->members, w)) ps_members_seen(&sh->members, w, now);
+}
+
+int ps_shard_between_steps(const ps_shard *sh) {
+    if (sh->cfg.async) return 1;
+    if (sh->step.pushes) return 0;
+    for (size_t i = 0; i < sh->tables.n; i++)
+        if (sh->tables.v[i]->step_pushes) return 0;
+    return 1;
+}
+
+void ps_shard_adopt_members(ps_shard *sh, const ps_member *m, uint32_t n) {
+    uint64_t now = ps_shard_now(sh);
+    sh->members.live = 0;
+    for (uint32_t w = 0; w < n && w < sh->members.n; w++) {
+        ps_member *d = &sh->members.m[w];
+        *d = m[w];
+        d->conn = -1;
+        d->last_seen_ns = now;
+        sh->members.live += d->live;
+    }
 }
 
 static int diverged(char *err, size_t errlen, const char *what, const ps_shard_event *e) {

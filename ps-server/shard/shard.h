@@ -42,7 +42,7 @@ typedef struct {
 typedef struct {
     uint64_t pushes_applied, stale_pushes, updates_applied, dropped_pushes;
     uint64_t max_staleness, staleness_waits;
-    uint64_t apply_nomem; /* updates (or parts) dropped: out of memory applying them */
+    uint64_t apply_nomem;    /* updates (or parts) dropped: out of memory applying them */
     uint64_t retried_pushes; /* pushes whose (session, seq) was applied before: not again */
     uint64_t lat_buckets[PS_LAT_BUCKETS + 1]; /* optimizer applies by duration; last: +Inf */
     double lat_sum;                           /* seconds */
@@ -170,6 +170,12 @@ int ps_shard_replay(ps_shard *sh, const ps_shard_event *e, char *err, size_t err
 /* A backup takes over: the workers it knows from the log count as seen now (their
  * silence is measured from here, not from the entries that named them). */
 void ps_shard_took_over(ps_shard *sh);
+/* 1 when no sync step is open (async: always): the state a checkpoint or a
+ * backup's snapshot can hold whole (they do not carry a step's partial sums). */
+int ps_shard_between_steps(const ps_shard *sh);
+/* A backup given its primary's snapshot: the members as the primary had them
+ * (the expected set, Goodbyes, clocks, the last applied push of each), seen now. */
+void ps_shard_adopt_members(ps_shard *sh, const ps_member *m, uint32_t n);
 
 /* --- pulls ----------------------------------------------------------------- */
 typedef struct {
@@ -199,10 +205,10 @@ void ps_shard_stop(ps_shard *sh);
 /* What a push does, decided before its gradients are used. */
 typedef struct {
     uint64_t session, seq; /* the push's identity (seq 0: unchecked) */
-    int retry;   /* (session, seq) was applied before: answered, not applied again */
-    int dropped; /* sync: for a closed step, or a second one; a retry: nothing to apply */
-    int applied; /* async: applied; sync: the step closes with this push */
-    int direct;  /* sync: this push alone closes the step: applied without averaging */
+    int retry;             /* (session, seq) was applied before: answered, not applied again */
+    int dropped;           /* sync: for a closed step, or a second one; a retry: nothing to apply */
+    int applied;           /* async: applied; sync: the step closes with this push */
+    int direct;            /* sync: this push alone closes the step: applied without averaging */
 } ps_shard_push_plan;
 
 /* Checks that w may push: a worker index of the job (else PS_EINVAL) in the

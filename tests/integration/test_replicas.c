@@ -142,6 +142,43 @@ START_TEST(backup_takes_over_with_every_update) {
 }
 END_TEST
 
+/* Both in turn: the primary is killed and its backup takes over; the killed
+ * one, restarted, finds the new primary and rejoins as its backup from a
+ * snapshot of the shard's state; then the new primary is killed and the
+ * rejoined replica takes over with every update: 40 steps, each 10 on a
+ * different arrangement, end with exactly the values of 40 steps on one psd. */
+START_TEST(killed_replica_rejoins_from_a_snapshot) {
+    start_group("sync", "2", "1000");
+    good_client c[2];
+    open_on(&c[0], group, 0, 1);
+    open_on(&c[1], group, 1, 0);
+    float want_w[NW], want_b[NB];
+    memcpy(want_w, W0, sizeof want_w);
+    memcpy(want_b, B0, sizeof want_b);
+    sync_steps(c, 0, 10, want_w, want_b);
+    ps_test_psd_kill(&rep[0]);
+    sync_steps(c, 10, 20, want_w, want_b); /* the clients find replica 1 */
+    ck_assert(ps_test_file_has(rep[1].log, "took over as the primary"));
+    const char *args[] = {"--workers",        "2",     "--mode",  "sync", "--replicas", "2",
+                          "--replica",        "0",     "--peers", peers,  "--lease-ms", "1000",
+                          "--worker-timeout", "20000", NULL};
+    ck_assert_int_eq(ps_test_psd_restart(&rep[0], args, 20000), 0); /* ready: it follows */
+    ck_assert(ps_test_file_has(rep[0].log, "from its snapshot at entry"));
+    ck_assert(ps_test_file_has(rep[1].log, "sent replica 0 a snapshot"));
+    sync_steps(c, 20, 30, want_w, want_b);
+    version_wait vw = {rep[0].endpoint, 30};
+    ck_assert_msg(ps_test_wait_until(at_version, &vw, 5000, 2), "the rejoined backup is at %llu",
+                  (unsigned long long)stats_version(rep[0].endpoint));
+    ps_test_psd_kill(&rep[1]);
+    sync_steps(c, 30, 40, want_w, want_b);
+    ck_assert(ps_test_wait_file_has(rep[0].log, "took over as the primary", 10000, rep[0].pid));
+    ck_assert_uint_eq(expect_values(&c[0], want_w, want_b), 40);
+    for (int k = 0; k < 2; k++)
+        good_close(&c[k]);
+    stop_group();
+}
+END_TEST
+
 /* A backup answers requests ENOTPRIMARY and says in its Welcome who it is. */
 START_TEST(backup_refuses_requests) {
     start_group("sync", "2", "1000");
@@ -303,6 +340,7 @@ static Suite *replicas_suite(void) {
     tcase_add_test(tc, no_acknowledgement_before_the_backup_applies);
     tcase_add_test(tc, stopped_primary_steps_down_when_it_wakes);
     tcase_add_test(tc, async_applied_equals_acknowledged_across_a_kill);
+    tcase_add_test(tc, killed_replica_rejoins_from_a_snapshot);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -43,16 +43,15 @@ static void start_groups(const char *mode, const char *workers, char *ps, size_t
             char p[16], idx[8];
             snprintf(p, sizeof p, "%d", port[r]);
             snprintf(idx, sizeof idx, "%d", r);
-            const char *args[] = {"--port",     p,      "--shard",    sh,      "--num-shards",
-                                  "2",          "--workers", workers, "--mode",  mode,
-                                  "--replicas", "2",    "--replica",  idx,     "--peers",
-                                  peers,        "--lease-ms", "400",  NULL};
+            const char *args[] = {"--port",    p,       "--shard", sh,    "--num-shards", "2",
+                                  "--workers", workers, "--mode",  mode,  "--replicas",   "2",
+                                  "--replica", idx,     "--peers", peers, "--lease-ms",   "400",
+                                  NULL};
             ck_assert_msg(ps_test_psd_start(&rep[s][r], args, 20000) == 0,
                           "shard %d replica %d did not start", s, r);
         }
         size_t len = strlen(ps);
-        snprintf(ps + len, n - len, "%s127.0.0.1:%d|127.0.0.1:%d", s ? "," : "", port[0],
-                 port[1]);
+        snprintf(ps + len, n - len, "%s127.0.0.1:%d|127.0.0.1:%d", s ? "," : "", port[0], port[1]);
     }
 }
 
@@ -97,12 +96,11 @@ static void *kill_when_there(void *arg) {
     return NULL;
 }
 
-static float *run(const char *dir, const char *mode, const char *tag, int kill_primary,
-                  size_t *n) {
+static float *run(const char *dir, const char *mode, const char *tag, int kill_primary, size_t *n) {
     char ps[256];
     start_groups(mode, "2", ps, sizeof ps);
-    const char *args[] = {"--model", mlp, "--max-train", "3000", "--batch", "16", "--seed", "7",
-                          NULL};
+    const char *args[] = {"--model", mlp,      "--max-train", "3000", "--batch",
+                          "16",      "--seed", "7",           NULL};
     job_spec j = {.kind = JOB_PSD, .workers = 2, .mode = mode, .ps = ps, .args = args, .tag = tag};
     killer k = {rep[0][0].endpoint, rep[0][0].pid, 30, 0};
     pthread_t t;

@@ -137,6 +137,24 @@ START_TEST(higher_term_deposes_for_good) {
 }
 END_TEST
 
+/* A replica that finds no primary founds a group: primary, acknowledging
+ * nothing until a backup follows; found by a live group's primary before that,
+ * it follows it instead (it never acknowledged anything of its own term). */
+START_TEST(founder_follows_a_live_group_instead) {
+    ps_lease f;
+    ps_lease_init(&f, L, 1, 2); /* every replica starts looking for a primary */
+    ps_lease_found(&f, 1234567);
+    ck_assert_int_eq(f.role, PS_ROLE_PRIMARY);
+    ck_assert(!ps_lease_may_ack(&f, T0));
+    ps_lease_following(&f, 3, T0);
+    ck_assert_int_eq(f.role, PS_ROLE_BACKUP);
+    ck_assert_uint_eq(f.term, 3);
+    ck_assert(!ps_lease_may_ack(&f, T0));
+    ck_assert(!ps_lease_should_promote(&f, T0 + L));
+    ck_assert(ps_lease_should_promote(&f, T0 + 2 * L));
+}
+END_TEST
+
 static Suite *lease_suite(void) {
     Suite *s = suite_create("lease");
     TCase *tc = tcase_create("rules");
@@ -147,6 +165,7 @@ static Suite *lease_suite(void) {
     tcase_add_test(tc, own_stall_restarts_the_silence_clock);
     tcase_add_test(tc, backup_gone_is_dropped_only_while_the_lease_holds);
     tcase_add_test(tc, higher_term_deposes_for_good);
+    tcase_add_test(tc, founder_follows_a_live_group_instead);
     suite_add_tcase(s, tc);
     return s;
 }
