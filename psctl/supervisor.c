@@ -482,9 +482,10 @@ static void child_failed(sup *sv, child *c, int64_t status, int sig) {
     psctl__abort_job(sv, 1, "%s", msg);
 }
 
-/* --replicas > 1: psd replica c, up once, exited while the job runs. It is not restarted
- * (a replica rejoining its group needs a catch-up that does not exist yet): the group goes
- * on with the replicas left, and the job fails once none is. */
+/* --replicas > 1: psd replica c, up once, exited while the job runs. The group goes
+ * on with the replicas left; c is restarted (up to --max-restarts) and rejoins as a
+ * backup, from a snapshot of the new primary's state. The job fails once no replica
+ * of the shard is left (that part of the model is gone with them). */
 static void replica_lost(sup *sv, child *c, int64_t status, int sig) {
     c->gone = 1;
     int live = 0;
@@ -497,16 +498,27 @@ static void replica_lost(sup *sv, child *c, int64_t status, int sig) {
         snprintf(how, sizeof how, "signal %d", sig);
     else
         snprintf(how, sizeof how, "exit status %lld", (long long)status);
-    if (live > 0) {
-        psctl__say(sv, "psd shard %d replica %d exited (%s): its group goes on with %d of %d "
-                   "replicas", c->index, c->replica, how, live, sv->replicas);
+    if (live == 0) {
+        psctl__abort_job(sv, 1,
+                         "psd shard %d replica %d exited (%s): every replica of shard %d is gone, "
+                         "and that part of the model with them; stopping",
+                         c->index, c->replica, how, c->index);
         return;
     }
-    psctl__abort_job(sv, 1,
-                     "psd shard %d replica %d exited (%s): every replica of shard %d is gone, and "
-                     "that part of the model with them (a replicated shard is not restarted); "
-                     "stopping",
-                     c->index, c->replica, how, c->index);
+    long max = sv->job->opts->max_restarts;
+    if (c->restarts >= max || (sig == 0 && status == EXIT_BAD_CONFIG)) {
+        psctl__say(sv, "psd shard %d replica %d exited (%s): its group goes on with %d of %d "
+                   "replicas; not restarted (%s)", c->index, c->replica, how, live, sv->replicas,
+                   sig == 0 && status == EXIT_BAD_CONFIG ? "bad configuration" : "--max-restarts");
+        return;
+    }
+    c->restarts++;
+    psctl__say(sv, "psd shard %d replica %d exited (%s): its group goes on with %d of %d "
+               "replicas; restarting it (%d/%ld): it rejoins as a backup", c->index, c->replica,
+               how, live, sv->replicas, c->restarts, max);
+    c->gone = 0;
+    c->restart_pending = 1;
+    uv_timer_start(&c->restart_timer, on_restart_timer, RESTART_DELAY_MS, 0);
 }
 
 /* ---- events ------------------------------------------------------------------- */

@@ -68,7 +68,7 @@ typedef struct {
     /* --replicas > 1: the address chosen before the start, in its group's --peers, that
      * its ready file must report; "" otherwise */
     char addr[PSCTL_ENDPOINT_MAX];
-    int gone; /* a replica that exited once up: not restarted, its group goes on without it */
+    int gone; /* a replica that exited once up and is not restarted: its group goes on */
 } child;
 
 typedef struct sup {
