@@ -49,7 +49,8 @@ struct ps_repl {
     /* every replica: the socket to its peer, to find or follow the primary */
     int peer;
     uint64_t found_deadline_ns; /* replica 0: found a fresh group if no primary by then */
-    int peer_not_primary;       /* replica 0: the peer answered our Follow ENOTPRIMARY */
+    int peer_looking;  /* replica 0: the peer answered our Follow that it looks for one too */
+    int peer_in_group; /* the peer answered as the backup of a live group (ENOTPRIMARY) */
     void *dealer;
     uv_poll_t poll;
     uv_timer_t timer;
@@ -483,6 +484,12 @@ int ps__handle_follow(ps_server *s, ps_request *req, char *err, size_t errlen) {
         return PS_EINVAL;
     }
     if (ps_lease_observe_term(&r->lease, f->term)) step_down(r, "a replica knows a higher term");
+    if (r->lease.role == PS_ROLE_BACKUP && !r->lease.following) {
+        /* not a backup of a live group: replica 0 may found one (on_timer) */
+        snprintf(err, errlen, "replica %d of shard %ld looks for its primary too", r->replica,
+                 s->cfg.shard);
+        return PS_EBUSY;
+    }
     if (r->lease.role != PS_ROLE_PRIMARY) {
         ps__repl_not_primary(s, err, errlen);
         return PS_ENOTPRIMARY;
@@ -788,8 +795,10 @@ static void drain_dealer(ps_repl *r) {
                 on_snapshot(r, h->snapshot, &f);
             else if (h->body_case == PS__HEADER__BODY_REPLICATE)
                 on_replicate(r, h->replicate, &f);
+            else if (h->body_case == PS__HEADER__BODY_ERROR && h->error->code == PS_EBUSY)
+                r->peer_looking = 1; /* the peer looks for a primary too */
             else if (h->body_case == PS__HEADER__BODY_ERROR && h->error->code == PS_ENOTPRIMARY)
-                r->peer_not_primary = 1; /* the peer looks for a primary too */
+                r->peer_in_group = 1; /* a backup of a live group: its primary will answer */
             else if (h->body_case == PS__HEADER__BODY_ERROR && looking(r))
                 give_up(r, 0, h->error->message);
         } else {
@@ -812,8 +821,8 @@ static void promote(ps_repl *r) {
             (unsigned long long)r->s->shard.step.version);
 }
 
-/* Replica 0 that found no primary: the peer answered that it is none, or said
- * nothing for a lease. A fresh group's term is the wall clock's
+/* Replica 0 that found no primary: the peer answered that it looks for one too,
+ * or said nothing for a lease. A fresh group's term is the wall clock's
  * milliseconds: above any term an older group of this shard reached, so
  * workers that knew that one take the new one. */
 static void found(ps_repl *r, uint64_t now) {
@@ -826,7 +835,7 @@ static void found(ps_repl *r, uint64_t now) {
     PS_INFO("replica %d of shard %ld: no primary found (%s): the primary of a fresh group, "
             "term %llu; waiting for replica %d (%s) to follow",
             r->replica, r->s->cfg.shard,
-            r->peer_not_primary ? "the other replica looks for one too" : "no answer",
+            r->peer_looking ? "the other replica looks for one too" : "no answer",
             (unsigned long long)term, r->peer, r->peers[r->peer]);
     write_ready(r);
 }
@@ -840,7 +849,10 @@ static void on_timer(uv_timer_t *t) {
         drain_dealer(r); /* what arrived while we slept counts before the silence does */
         now = ps__now_ns();
         if (r->lease.role == PS_ROLE_BACKUP && !r->lease.following) {
-            if (r->replica == 0 && (r->peer_not_primary || now > r->found_deadline_ns)) {
+            /* a backup of a live group answered: its primary (or itself, taking over) will
+             * answer; founding a group beside it would only wait for nothing */
+            if (r->replica == 0 && !r->peer_in_group &&
+                (r->peer_looking || now > r->found_deadline_ns)) {
                 found(r, now);
             } else {
                 if (now - r->follow_sent_ns > r->lease.lease_ns) send_follow(r);
