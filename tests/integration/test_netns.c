@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "proc.h"
+#include "saved.h"
 #include "testutil.h"
 
 #define NETNS_DIR "/var/run/netns" /* where `ip netns` keeps its names */
@@ -581,6 +582,178 @@ done:;
 }
 END_TEST
 
+/* ---- a replicated shard split by a network partition ---- */
+
+/* Starts replica r of the one shard in host A (r = 0) or B (r = 1), its group
+ * A|B; waits for its ready file (replica 0: it founded the group; replica 1:
+ * it follows). Returns 0 or -1 (j->fail). */
+static int start_replica(netjob *j, int r, const char *tag) {
+    char bind[32], idx[4], peers[64], port[8];
+    snprintf(bind, sizeof bind, SUBNET "%d", HOST_A + r);
+    snprintf(idx, sizeof idx, "%d", r);
+    snprintf(peers, sizeof peers, SUBNET "1:%d," SUBNET "2:%d", PORT, PORT);
+    snprintf(port, sizeof port, "%d", PORT);
+    snprintf(j->psd_log[r], sizeof j->psd_log[r], "%s/%s-psd%d.log", j->dir, tag, r);
+    snprintf(j->ready[r], sizeof j->ready[r], "%s/%s-ready%d", j->dir, tag, r);
+    unsetenv("TF_CONFIG");
+    const char *argv[] = {ip_exe, "netns",      "exec", j->ns[HOST_A + r], getenv("PSD"), "--bind",
+                          bind,   "--port",     port,   "--workers",       "2",           "--mode",
+                          "sync", "--replicas", "2",    "--replica",       idx,           "--peers",
+                          peers,  "--lease-ms", "400",  "--ready-file",    j->ready[r],   NULL};
+    j->psd[r] = ps_test_spawn(argv, j->psd_log[r]);
+    char got[64];
+    if (j->psd[r] > 0 && ps_test_wait_first_line(j->ready[r], j->psd[r], got, sizeof got, 15000))
+        return 0;
+    snprintf(j->fail, sizeof j->fail, "replica %d did not become ready", r);
+    return -1;
+}
+
+/* Two workers in C train the MLP on the group A|B for PART_EPOCHS epochs; the
+ * chief saves the model to DIR/TAG.pstf. With `split`, once the job runs, A and
+ * B stop reaching each other (a blackhole route each way: packets dropped,
+ * nothing reset) while C reaches both, and the link heals after PART_MS. */
+#define PART_EPOCHS "3" /* 1,407 steps: the job outlasts the cut and the heal by seconds */
+#define PART_MS 2000
+static int partition_job(netjob *j, const char *tag, int split, float **params, size_t *n) {
+    for (int r = 0; r < 2; r++)
+        if (start_replica(j, r, tag) != 0) return -1;
+    char ps[64], save[700];
+    snprintf(ps, sizeof ps, SUBNET "1:%d|" SUBNET "2:%d", PORT, PORT);
+    snprintf(save, sizeof save, "%s/%s.pstf", j->dir, tag);
+    for (int i = 0; i < 2; i++) {
+        char idx[4];
+        snprintf(idx, sizeof idx, "%d", i);
+        snprintf(j->worker_log[i], sizeof j->worker_log[i], "%s/%s-worker%d.log", j->dir, tag, i);
+        const char *argv[32] = {ip_exe,
+                                "netns",
+                                "exec",
+                                j->ns[HOST_C],
+                                getenv("PSWORKER"),
+                                "--ps",
+                                ps,
+                                "--index",
+                                idx,
+                                "--workers",
+                                "2",
+                                "--epochs",
+                                PART_EPOCHS,
+                                "--max-test",
+                                "500",
+                                "--data",
+                                ps_test_data_dir(),
+                                "--progress",
+                                "none",
+                                "--retry-ms",
+                                "500",
+                                "--timeout",
+                                "60",
+                                NULL};
+        if (i == 0) {
+            int k = 0;
+            while (argv[k])
+                k++;
+            argv[k++] = "--save";
+            argv[k++] = save;
+            argv[k] = NULL;
+        }
+        j->worker[i] = ps_test_spawn(argv, j->worker_log[i]);
+    }
+    if (split) {
+        usleep(1500 * 1000); /* the job is training by then, for seconds more */
+        char a[32], b[32];
+        snprintf(a, sizeof a, SUBNET "1/32");
+        snprintf(b, sizeof b, SUBNET "2/32");
+        if (run_ip(j->iplog, j->fail, sizeof j->fail, "-n", j->ns[HOST_A], "route", "add",
+                   "blackhole", b, NULL) ||
+            run_ip(j->iplog, j->fail, sizeof j->fail, "-n", j->ns[HOST_B], "route", "add",
+                   "blackhole", a, NULL))
+            return -1;
+        usleep(PART_MS * 1000);
+        if (run_ip(j->iplog, j->fail, sizeof j->fail, "-n", j->ns[HOST_A], "route", "del",
+                   "blackhole", b, NULL) ||
+            run_ip(j->iplog, j->fail, sizeof j->fail, "-n", j->ns[HOST_B], "route", "del",
+                   "blackhole", a, NULL))
+            return -1;
+    }
+    for (int i = 0; i < 2; i++) {
+        int st = ps_test_wait(j->worker[i], 90000);
+        j->worker[i] = 0;
+        if (st != 0) {
+            snprintf(j->fail, sizeof j->fail, "%s: worker %d exited %d", tag, i, st);
+            return -1;
+        }
+    }
+    if (split && !ps_test_wait_file_has(j->psd_log[1], "took over as the primary", 5000, 0)) {
+        snprintf(j->fail, sizeof j->fail, "%s: B did not take over", tag);
+        return -1;
+    }
+    /* healed, the old primary hears of the new term from B and steps down */
+    if (split && !ps_test_wait_file_has(j->psd_log[0], "no longer the primary", 10000, 0)) {
+        snprintf(j->fail, sizeof j->fail, "%s: A did not step down after the heal", tag);
+        return -1;
+    }
+    for (int r = 0; r < 2; r++) {
+        kill(j->psd[r], SIGTERM);
+        ps_test_wait(j->psd[r], 10000);
+        j->psd[r] = 0;
+    }
+    *params = ps_test_read_saved(save, n);
+    return 0;
+}
+
+/* The primary and its backup cut from each other while the workers reach both:
+ * the primary acknowledges nothing once its lease lapses, the backup takes over
+ * after 1.5 leases, the workers move to it, and after the heal the old primary
+ * steps down. The job ends with the model of the same job without the cut, bit
+ * for bit: nothing acknowledged was lost, nothing applied twice. */
+START_TEST(replica_partition_between_primary_and_backup) {
+    static netjob job;
+    netjob *j = &job;
+    memset(j, 0, sizeof *j);
+    for (int k = 0; k < N_NS; k++)
+        snprintf(j->ns[k], sizeof j->ns[k], PREFIX "%d%c", (int)main_pid, ns_suffix[k]);
+    char *d = ps_test_mkdtemp();
+    ck_assert_ptr_nonnull(d);
+    snprintf(j->dir, sizeof j->dir, "%.400s", d);
+    free(d);
+    snprintf(j->iplog, sizeof j->iplog, "%.400s/ip.log", j->dir);
+    float *whole = NULL, *cut = NULL;
+    size_t n1 = 0, n2 = 0;
+    if (build_topology(j) != 0) goto done;
+    if (partition_job(j, "whole", 0, &whole, &n1) != 0) goto done;
+    if (partition_job(j, "cut", 1, &cut, &n2) != 0) goto done;
+    CHECK(j, n1 == n2 && n1 > 0, "the saved models differ in size (%zu, %zu)", n1, n2);
+    size_t differ = 0;
+    for (size_t i = 0; i < n1; i++)
+        differ += memcmp(&whole[i], &cut[i], sizeof(float)) != 0;
+    CHECK(j, differ == 0, "%zu of %zu values differ after the partition", differ, n1);
+    printf("netns: partition: B took over, A stepped down after the heal, %zu values equal\n", n1);
+done:
+    for (int r = 0; r < 2; r++) {
+        pid_t pids[2] = {j->worker[r], j->psd[r]};
+        for (int k = 0; k < 2; k++)
+            if (pids[k] > 0) {
+                kill(pids[k], SIGKILL);
+                ps_test_wait(pids[k], 5000);
+            }
+    }
+    if (j->fail[0])
+        for (int r = 0; r < 2; r++) {
+            ps_test_dump(j->psd_log[r]);
+            ps_test_dump(j->worker_log[r]);
+        }
+    free(whole);
+    free(cut);
+    int left = 0;
+    for (int k = 0; k < N_NS; k++)
+        left += delete_ns(j->ns[k], j->iplog) != 0;
+    ps_test_rmdir(j->dir);
+    fflush(stdout);
+    ck_assert_msg(j->fail[0] == 0, "%s", j->fail);
+    ck_assert_msg(left == 0, "%d namespaces could not be deleted", left);
+}
+END_TEST
+
 /* Can namespaces, veth pairs and a bridge be made here? Returns 0, or -1
  * with the reason in why. */
 static int probe(char *why, size_t n) {
@@ -633,6 +806,7 @@ int main(void) {
     tcase_add_unchecked_fixture(tc, NULL, remove_our_namespaces);
     tcase_add_test(tc, train_across_three_hosts);
     tcase_add_test(tc, multi_worker_mirrored_across_three_hosts);
+    tcase_add_test(tc, replica_partition_between_primary_and_backup);
     suite_add_tcase(s, tc);
     return ps_test_run_suite(s);
 }
