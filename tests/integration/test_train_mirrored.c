@@ -2,10 +2,12 @@
  * - psctl local --strategy mirrored --workers 2 --epochs 2: the default MLP reaches
  *   test accuracy >= 0.85 (under the sanitizers, whose build is unoptimised: on the
  *   first 6000 samples, 47 steps an epoch, accuracy > 0.5);
- * - examples/fashion_cnn.json the same way, as test_train_cnn runs it: 2 epochs and
- *   >= 0.89 in the optimised build (0.8972 in 54 s here; 199 s with four test runs
- *   sharing the 2 cores), under the sanitizers its short run (20 steps per epoch,
- *   accuracy > 0.5);
+ * - examples/fashion_cnn.json the same way for 1 epoch (469 steps): >= 0.86 in the
+ *   optimised build (it reaches 0.8748, deterministic for the seed; 0.8972 after the
+ *   2 epochs test_train_cnn runs through psd, which checks the documented job's 0.89:
+ *   the sync parameter server and mirrored apply the same averaged gradients, so the
+ *   second epoch here would repeat that check at twice the cost: 53 CPU s, not 105),
+ *   under the sanitizers its short run (20 steps per epoch, 2 epochs, accuracy > 0.5);
  * - kill -9 of worker 1 mid-epoch: psctl stops the chief, restarts both from the
  *   chief's checkpoint (step named in its log) and the job ends with >= 0.84. */
 #include <check.h>
@@ -122,16 +124,19 @@ START_TEST(cnn_mirrored) {
         ck_assert(num(j, "test_accuracy") > 0.5);
         cJSON_Delete(j);
     } else {
+        /* one epoch: 0.8748 here (0.8418 on the training batches), chance 0.1; 0.86 leaves
+         * room for other OpenBLAS kernels' rounding */
         const char *args[] = {"psctl",     "local",   "--strategy", "mirrored", "--workers",
-                              "2",         "--model", model,        "--epochs", "2",
+                              "2",         "--model", model,        "--epochs", "1",
                               "--summary", summary,   "--timeout",  "400",      NULL};
         run_ok(args, 420, NULL, NULL, &r);
         cJSON *j = read_summary(summary);
         double acc = num(j, "test_accuracy");
-        printf("mirrored fashion_cnn: test accuracy %.4f, %.0f samples/s, %.1f s\n", acc,
+        printf("mirrored fashion_cnn, 1 epoch: test accuracy %.4f, %.0f samples/s, %.1f s\n", acc,
                num(j, "samples_per_sec"), r.secs);
-        ck_assert_int_eq((int)num(j, "steps"), 938);
-        ck_assert_msg(acc >= 0.89, "mirrored fashion_cnn: test accuracy %.4f < 0.89", acc);
+        ck_assert_int_eq((int)num(j, "epochs"), 1);
+        ck_assert_int_eq((int)num(j, "steps"), 469); /* ceil(30000 / 64) */
+        ck_assert_msg(acc >= 0.86, "mirrored fashion_cnn: test accuracy %.4f < 0.86", acc);
         cJSON_Delete(j);
     }
     ps_test_run_free(&r);
