@@ -131,6 +131,8 @@ int main(int argc, char **argv) {
     F(ps_stats, push_bytes);
     F(ps_stats, tables);
     F(ps_stats, n_tables);
+    F(ps_stats, live_set);
+    F(ps_stats, n_live_set);
     end();
 
     BEGIN(ps_table_stats);
