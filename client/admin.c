@@ -99,6 +99,7 @@ static int stats_from_reply(const Ps__StatsReply *r, ps_stats *out) {
             o->max_rows = t->max_rows;
         }
     }
+    out->workers_min = r->workers_min;
     if (r->n_live_set) {
         out->live_set = calloc(r->n_live_set, sizeof *out->live_set);
         if (!out->live_set) goto nomem;

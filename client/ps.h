@@ -395,6 +395,7 @@ typedef struct {
     size_t n_tables;
     unsigned *live_set; /* the live workers' indices, ascending (live_workers of them) */
     size_t n_live_set;
+    unsigned workers_min; /* sync: steps close only with this many live (0: all expected) */
 } ps_stats;
 
 /* Frees what s owns and zeroes it (the struct itself is the caller's); NULL is ignored.

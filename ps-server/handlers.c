@@ -525,6 +525,7 @@ int ps__handle_stats(ps_server *s, ps_request *r, char *err, size_t errlen) {
     for (uint32_t w = 0; w < s->shard.members.n; w++)
         if (ps_members_live(&s->shard.members, w)) live[st.n_live_set++] = w;
     st.live_set = live;
+    st.workers_min = (uint32_t)s->cfg.workers_min;
     size_t n = s->shard.store.n;
     Ps__VarStats *vs = calloc(n ? n : 1, sizeof *vs);
     Ps__VarStats **vp = calloc(n ? n : 1, sizeof *vp);

@@ -5,7 +5,9 @@
  *   - at the start of every epoch it trains on (and at its first, mid-epoch when it
  *     joins a running job), a worker asks shard 0 for the live set (StatsReply.live_set)
  *     and adds itself when missing; its rank there among the count picks its share
- *     (order.h: records rank, rank + count, ... or files so);
+ *     (order.h: records rank, rank + count, ... or files so); while fewer than psd's
+ *     --workers-min are live (a job starting) it asks again, since no step closes
+ *     before then;
  *   - the epoch keeps the full job's steps (the slots' share, psworker --workers): a
  *     share of a smaller live set is spread over them, in batches up to workers/live
  *     times larger, so the global batch, the step count, checkpoints and resuming stay

@@ -7,8 +7,12 @@
  *   epoch keeps the 3-slot job's steps;
  * - psctl local --workers-max and psctl scale on a running job: up to 3, refusals at 4
  *   and 1, down to 2 (the worker leaves with a Goodbye), the job ends well; and
- *   psctl local's refusals of inconsistent --workers/--workers-min/--workers-max. */
+ *   psctl local's refusals of inconsistent --workers/--workers-min/--workers-max;
+ * - accuracy: an elastic job (a worker joining and leaving) ends within 0.01 test accuracy
+ *   of the fixed 3-worker job on the same data, steps and global batch. */
 #include <check.h>
+#include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,10 +106,10 @@ START_TEST(joiner_counts_within_two_steps_of_its_hello) {
     char log[3][700];
     pid_t pid[3];
     for (unsigned w = 0; w < 2; w++)
-        pid[w] = start_worker(w, "4", "30", log[w], sizeof log[w]);
+        pid[w] = start_worker(w, "4", "60", log[w], sizeof log[w]);
     uint64_t five = 5;
     ck_assert_msg(ps_test_wait_until(version_at_least, &five, 60000, 5), "the job did not start");
-    pid[2] = start_worker(2, "4", "30", log[2], sizeof log[2]);
+    pid[2] = start_worker(2, "4", "60", log[2], sizeof log[2]);
     for (unsigned w = 0; w < 3; w++)
         expect_exit(pid[w], log[w], 0);
     uint64_t hello = join_clock(log[2]), total = 4 * STEPS_PER_EPOCH;
@@ -187,6 +191,68 @@ START_TEST(epoch_reads_each_sample_once_among_the_live) {
     ps_stats h;
     ck_assert_uint_eq(stats_now(&h)->version, 2 * STEPS_PER_EPOCH);
     ps_stats_free(&h);
+}
+END_TEST
+
+/* ---- accuracy ---- */
+
+/* The chief's "test accuracy: A" line. */
+static double test_accuracy(const char *log) {
+    const char *at = strstr(ps_test_text(log), "test accuracy: ");
+    ck_assert_msg(at != NULL, "no test accuracy in %s", log);
+    return atof(at + strlen("test accuracy: "));
+}
+
+/* psworker `index` of 3 slots for the accuracy runs (MLP, 30000 samples, 3 epochs of 313
+ * steps, global batch 96), on the endpoint ep; --elastic yes when elastic. */
+static pid_t accuracy_worker(const char *ep, unsigned index, int elastic, const char *tag,
+                             char *log, size_t n) {
+    char idx[16];
+    snprintf(idx, sizeof idx, "%u", index);
+    snprintf(log, n, "%s/%s-%u.log", dir, tag, index);
+    const char *argv[] = {getenv("PSWORKER"), "--ps",      ep,     "--index",    idx,
+                          "--workers",        "3",         "--elastic", elastic ? "yes" : "no",
+                          "--data",           ps_test_data_dir(), "--max-train", "30000",
+                          "--batch",          "32",        "--epochs",  "3",      "--seed",
+                          "7",                "--progress", "none",     "--timeout", "60",
+                          NULL};
+    pid_t pid = ps_test_spawn(argv, log);
+    ck_assert_int_gt(pid, 0);
+    return pid;
+}
+
+/* An elastic job (2 workers of 3 slots; the third joins after step 200 and leaves with
+ * SIGTERM after step 600) ends within 0.01 test accuracy of the fixed 3-worker job: every
+ * epoch reads the data once among the live workers at the same global batch and steps. */
+START_TEST(elastic_job_accuracy_matches_fixed) {
+    char log[3][700];
+    pid_t pid[3];
+    ps_test_psd fixed;
+    const char *fargs[] = {"--workers", "3", "--mode", "sync", NULL};
+    ck_assert_int_eq(ps_test_psd_start(&fixed, fargs, 10000), 0);
+    for (unsigned w = 0; w < 3; w++)
+        pid[w] = accuracy_worker(fixed.endpoint, w, 0, "fixed", log[w], sizeof log[w]);
+    for (unsigned w = 0; w < 3; w++)
+        expect_exit(pid[w], log[w], 0);
+    ck_assert_int_eq(ps_test_psd_stop(&fixed, 5000), 0);
+    double want = test_accuracy(log[0]);
+
+    for (unsigned w = 0; w < 2; w++)
+        pid[w] = accuracy_worker(psd.endpoint, w, 1, "elastic", log[w], sizeof log[w]);
+    uint64_t join_at = 200, leave_at = 600;
+    ck_assert(ps_test_wait_until(version_at_least, &join_at, 60000, 5));
+    pid[2] = accuracy_worker(psd.endpoint, 2, 1, "elastic", log[2], sizeof log[2]);
+    ck_assert(ps_test_wait_until(version_at_least, &leave_at, 60000, 5));
+    ck_assert_int_eq(kill(pid[2], SIGTERM), 0);
+    expect_exit(pid[2], log[2], 128 + SIGTERM);
+    for (unsigned w = 0; w < 2; w++)
+        expect_exit(pid[w], log[w], 0);
+    ck_assert(ps_test_file_has(log[2], "joining a running job"));
+    ck_assert(ps_test_file_has(log[2], "stopped by SIGTERM at step"));
+    ck_assert(ps_test_file_has(psd.log, "worker 2 finished"));
+    double got = test_accuracy(log[0]);
+    printf("test accuracy: fixed 3 workers %.4f, elastic 2-3-2 workers %.4f\n", want, got);
+    ck_assert_msg(fabs(got - want) <= 0.01, "elastic %.4f, fixed %.4f", got, want);
 }
 END_TEST
 
@@ -304,6 +370,7 @@ static Suite *make_suite(void) {
     tcase_add_checked_fixture(tc, setup_psd, teardown);
     tcase_add_test(tc, joiner_counts_within_two_steps_of_its_hello);
     tcase_add_test(tc, epoch_reads_each_sample_once_among_the_live);
+    tcase_add_test(tc, elastic_job_accuracy_matches_fixed);
     suite_add_tcase(s, tc);
     tc = tcase_create("psctl");
     tcase_set_timeout(tc, 120);

@@ -373,8 +373,8 @@ static int ps_reduce_metrics(void *self, ps_job_epoch *e, char *err, size_t errl
     return PS_OK;
 }
 
-static int ps_live_workers(void *self, unsigned *ids, size_t cap, size_t *n, char *err,
-                           size_t errlen) {
+static int ps_live_workers(void *self, unsigned *ids, size_t cap, size_t *n, unsigned *min,
+                           char *err, size_t errlen) {
     ps_ex *x = self;
     ps_stats st;
     int rc = ps_client_stats(x->client, 0, &st);
@@ -383,6 +383,7 @@ static int ps_live_workers(void *self, unsigned *ids, size_t cap, size_t *n, cha
         return rc;
     }
     *n = st.n_live_set;
+    *min = st.workers_min;
     for (size_t i = 0; i < st.n_live_set && i < cap; i++)
         ids[i] = st.live_set[i];
     ps_stats_free(&st);
