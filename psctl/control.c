@@ -11,7 +11,7 @@
 
 typedef struct psctl_control {
     uv_pipe_t server;
-    int open; /* the server handle is initialised and not closed */
+    int open;           /* the server handle is initialised and not closed */
     struct conn *conns; /* open connections */
 } psctl_control;
 
@@ -36,8 +36,9 @@ int psctl__scale(sup *sv, long k, char *msg, size_t n) {
     const psctl_local_opts *o = sv->job->opts;
     long slots = psctl_local_slots(o), now = sv->workers_active;
     if (!psctl_local_elastic(o)) {
-        snprintf(msg, n, "the job is not elastic (psctl local without --workers-min): its "
-                         "workers cannot be scaled");
+        snprintf(msg, n,
+                 "the job is not elastic (psctl local without --workers-min): its "
+                 "workers cannot be scaled");
         return -1;
     }
     if (sv->phase != PHASE_RUNNING || sv->workers_ok > 0) {
@@ -99,8 +100,9 @@ int psctl__scale(sup *sv, long k, char *msg, size_t n) {
     sv->workers_active = (int)k;
     psctl__say(sv, "scaling down from %ld to %ld workers (psctl scale): SIGTERM to worker%s %ld%s",
                now, k, now - k > 1 ? "s" : "", k, now - k > 1 ? " and up" : "");
-    snprintf(msg, n, "stopping worker%s %ld%s (SIGTERM: each leaves after its step): %ld "
-                     "workers",
+    snprintf(msg, n,
+             "stopping worker%s %ld%s (SIGTERM: each leaves after its step): %ld "
+             "workers",
              now - k > 1 ? "s" : "", k, now - k > 1 ? " and up" : "", k);
     psctl__check_done(sv);
     return 0;

@@ -26,8 +26,8 @@ typedef struct {
 } scale_opts;
 
 static const ps_option table[] = {
-    {"workers", PS_OPTION_LONG, PS_OPTION_FIELD(scale_opts, workers), 0, PS_MAX_WORKERS, NULL,
-     NULL, "K", "the number of workers the job should have (required)",
+    {"workers", PS_OPTION_LONG, PS_OPTION_FIELD(scale_opts, workers), 0, PS_MAX_WORKERS, NULL, NULL,
+     "K", "the number of workers the job should have (required)",
      .doc = "Between the job's --workers-min and its slots (psctl local --workers-max, else "
             "--workers). Up: workers start at the free slots, in index order, and join at the "
             "job's current step. Down: the highest-index workers get SIGTERM and leave after "
@@ -76,8 +76,9 @@ static int find_socket(const char *job, char *path, size_t n) {
             globfree(&g);
             if (r == 0) return 0;
         }
-        fprintf(stderr, "psctl scale: no elastic psctl local job of pid %ld (no %s%ld.*/%s "
-                        "under $TMPDIR or /tmp)\n",
+        fprintf(stderr,
+                "psctl scale: no elastic psctl local job of pid %ld (no %s%ld.*/%s "
+                "under $TMPDIR or /tmp)\n",
                 pid, PSCTL_RUN_DIR_PREFIX, pid, PSCTL_CONTROL_SOCKET);
         return -1;
     }
@@ -86,8 +87,9 @@ static int find_socket(const char *job, char *path, size_t n) {
     else
         snprintf(path, n, "%s", job);
     if (stat(path, &st) != 0 || !S_ISSOCK(st.st_mode)) {
-        fprintf(stderr, "psctl scale: %s is not a job's control socket (%s): is the job elastic "
-                        "(--workers-min) and running?\n",
+        fprintf(stderr,
+                "psctl scale: %s is not a job's control socket (%s): is the job elastic "
+                "(--workers-min) and running?\n",
                 path, stat(path, &st) != 0 ? strerror(errno) : "not a socket");
         return -1;
     }
@@ -178,8 +180,7 @@ int psctl_scale_main(int argc, char **argv) {
         printf("psctl scale: %s\n", answer + 3);
         return 0;
     }
-    fprintf(stderr, "psctl scale: %s\n",
-            strncmp(answer, "error ", 6) == 0 ? answer + 6 : answer);
+    fprintf(stderr, "psctl scale: %s\n", strncmp(answer, "error ", 6) == 0 ? answer + 6 : answer);
     return 1;
 usage_hint:
     fprintf(stderr, "Try 'psctl scale --help'.\n");

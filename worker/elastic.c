@@ -11,8 +11,7 @@
 
 /* This worker's rank and the count in the live set ids[n] (ascending), itself added
  * when missing (its Hello may not have reached shard 0's answer yet). */
-static void rank_in(const unsigned *ids, size_t n, unsigned self, unsigned *rank,
-                    unsigned *count) {
+static void rank_in(const unsigned *ids, size_t n, unsigned self, unsigned *rank, unsigned *count) {
     unsigned below = 0;
     int found = 0;
     for (size_t i = 0; i < n; i++) {
@@ -76,8 +75,8 @@ int ps_elastic_start_epoch(ps_elastic *el, const ps_train_config *cfg, ps_input 
     if (rank != el->rank || count != el->count) {
         /* every slot live: the fixed-size job's own share and batches */
         int full = count == cfg->workers;
-        rc = ps_input_reshard(in, cfg, m, full ? cfg->index : rank, count,
-                              full ? el->batch : 0, full ? 0 : el->steps, err, errlen);
+        rc = ps_input_reshard(in, cfg, m, full ? cfg->index : rank, count, full ? el->batch : 0,
+                              full ? 0 : el->steps, err, errlen);
         if (rc != PS_OK) return rc;
         el->rank = rank, el->count = count;
     }

@@ -28,7 +28,7 @@
 #define BATCH "50"
 #define STEPS_PER_EPOCH 20
 
-#define ck_assert_contains(hay, needle)                                                        \
+#define ck_assert_contains(hay, needle)                                                            \
     ck_assert_msg(strstr((hay), (needle)) != NULL, "wanted \"%s\" in:\n%s", (needle), (hay))
 
 static ps_test_psd psd;
@@ -59,13 +59,32 @@ static pid_t start_worker(unsigned index, const char *epochs, const char *slow_m
     char idx[16];
     snprintf(idx, sizeof idx, "%u", index);
     snprintf(log, n, "%s/worker-%u.log", dir, index);
-    const char *argv[] = {getenv("PSWORKER"), "--ps",        psd.endpoint, "--index",
-                          idx,                "--workers",   "3",          "--elastic",
-                          "yes",              "--data",      ps_test_data_dir(),
-                          "--max-train",      "3000",        "--max-test", "200",
-                          "--batch",          BATCH,         "--epochs",   epochs,
-                          "--slow-ms",        slow_ms,       "--progress", "none",
-                          "--timeout",        "60",          NULL};
+    const char *argv[] = {getenv("PSWORKER"),
+                          "--ps",
+                          psd.endpoint,
+                          "--index",
+                          idx,
+                          "--workers",
+                          "3",
+                          "--elastic",
+                          "yes",
+                          "--data",
+                          ps_test_data_dir(),
+                          "--max-train",
+                          "3000",
+                          "--max-test",
+                          "200",
+                          "--batch",
+                          BATCH,
+                          "--epochs",
+                          epochs,
+                          "--slow-ms",
+                          slow_ms,
+                          "--progress",
+                          "none",
+                          "--timeout",
+                          "60",
+                          NULL};
     pid_t pid = ps_test_spawn(argv, log);
     ck_assert_int_gt(pid, 0);
     return pid;
@@ -147,8 +166,8 @@ static uint64_t set_digest(size_t n) {
 }
 
 /* This epoch's "share R of C: N records from batch B (digest D)" line of a worker's log. */
-static void share_line(const char *log, unsigned epoch, unsigned *rank, unsigned *count,
-                       size_t *n, uint64_t *digest) {
+static void share_line(const char *log, unsigned epoch, unsigned *rank, unsigned *count, size_t *n,
+                       uint64_t *digest) {
     char key[64];
     snprintf(key, sizeof key, "epoch %u: share ", epoch);
     const char *at = strstr(ps_test_text(log), key);
@@ -210,11 +229,29 @@ static pid_t accuracy_worker(const char *ep, unsigned index, int elastic, const 
     char idx[16];
     snprintf(idx, sizeof idx, "%u", index);
     snprintf(log, n, "%s/%s-%u.log", dir, tag, index);
-    const char *argv[] = {getenv("PSWORKER"), "--ps",      ep,     "--index",    idx,
-                          "--workers",        "3",         "--elastic", elastic ? "yes" : "no",
-                          "--data",           ps_test_data_dir(), "--max-train", "30000",
-                          "--batch",          "32",        "--epochs",  "3",      "--seed",
-                          "7",                "--progress", "none",     "--timeout", "60",
+    const char *argv[] = {getenv("PSWORKER"),
+                          "--ps",
+                          ep,
+                          "--index",
+                          idx,
+                          "--workers",
+                          "3",
+                          "--elastic",
+                          elastic ? "yes" : "no",
+                          "--data",
+                          ps_test_data_dir(),
+                          "--max-train",
+                          "30000",
+                          "--batch",
+                          "32",
+                          "--epochs",
+                          "3",
+                          "--seed",
+                          "7",
+                          "--progress",
+                          "none",
+                          "--timeout",
+                          "60",
                           NULL};
     pid_t pid = ps_test_spawn(argv, log);
     ck_assert_int_gt(pid, 0);
@@ -290,12 +327,34 @@ START_TEST(psctl_scale_up_and_down) {
     char out[700], local_log[700], pid_s[32];
     snprintf(local_log, sizeof local_log, "%s/local.log", dir);
     snprintf(out, sizeof out, "%s/scale.log", dir);
-    const char *argv[] = {getenv("PSCTL"), "local",     "--ps",   "1",    "--workers",
-                          "2",             "--workers-min", "2",  "--workers-max", "3",
-                          "--mode",        "sync",      "--epochs", "4",  "--batch",
-                          BATCH,           "--transport", "tcp",  "--",   "--data",
-                          ps_test_data_dir(), "--max-train", "3000", "--max-test", "200",
-                          "--slow-ms",     "40",        NULL};
+    const char *argv[] = {getenv("PSCTL"),
+                          "local",
+                          "--ps",
+                          "1",
+                          "--workers",
+                          "2",
+                          "--workers-min",
+                          "2",
+                          "--workers-max",
+                          "3",
+                          "--mode",
+                          "sync",
+                          "--epochs",
+                          "4",
+                          "--batch",
+                          BATCH,
+                          "--transport",
+                          "tcp",
+                          "--",
+                          "--data",
+                          ps_test_data_dir(),
+                          "--max-train",
+                          "3000",
+                          "--max-test",
+                          "200",
+                          "--slow-ms",
+                          "40",
+                          NULL};
     pid_t pid = ps_test_spawn(argv, local_log);
     ck_assert_int_gt(pid, 0);
     snprintf(pid_s, sizeof pid_s, "%d", (int)pid);
