@@ -31,6 +31,7 @@ void ps_stats_free(ps_stats *s) {
         free(s->tables[k].optimizer);
     }
     free(s->tables);
+    free(s->live_set);
     free(s->job_id);
     memset(s, 0, sizeof *s);
 }
@@ -97,6 +98,14 @@ static int stats_from_reply(const Ps__StatsReply *r, ps_stats *out) {
             o->refused = t->refused, o->dropped = t->dropped, o->bytes = t->bytes;
             o->max_rows = t->max_rows;
         }
+    }
+    out->workers_min = r->workers_min;
+    if (r->n_live_set) {
+        out->live_set = calloc(r->n_live_set, sizeof *out->live_set);
+        if (!out->live_set) goto nomem;
+        out->n_live_set = r->n_live_set;
+        for (size_t k = 0; k < r->n_live_set; k++)
+            out->live_set[k] = r->live_set[k];
     }
     return PS_OK;
 nomem:

@@ -393,6 +393,9 @@ typedef struct {
     uint64_t push_bytes; /* gradient payload bytes of pushes received, as sent (encoded) */
     struct ps_table_stats *tables; /* the shard's embedding tables */
     size_t n_tables;
+    unsigned *live_set; /* the live workers' indices, ascending (live_workers of them) */
+    size_t n_live_set;
+    unsigned workers_min; /* sync: steps close only with this many live (0: all expected) */
 } ps_stats;
 
 /* Frees what s owns and zeroes it (the struct itself is the caller's); NULL is ignored.

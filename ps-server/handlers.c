@@ -520,12 +520,19 @@ int ps__handle_stats(ps_server *s, ps_request *r, char *err, size_t errlen) {
     st.job_id = s->shard.job_id;
     st.push_bytes = s->stats.push_bytes;
     st.uptime_seconds = (double)(ps__now_ns() - s->start_ns) / 1e9;
+    uint32_t *live = calloc(s->shard.members.n ? s->shard.members.n : 1, sizeof *live);
+    if (!live) return PS_ENOMEM;
+    for (uint32_t w = 0; w < s->shard.members.n; w++)
+        if (ps_members_live(&s->shard.members, w)) live[st.n_live_set++] = w;
+    st.live_set = live;
+    st.workers_min = (uint32_t)s->cfg.workers_min;
     size_t n = s->shard.store.n;
     Ps__VarStats *vs = calloc(n ? n : 1, sizeof *vs);
     Ps__VarStats **vp = calloc(n ? n : 1, sizeof *vp);
     if (!vs || !vp) {
         free(vs);
         free(vp);
+        free(live);
         return PS_ENOMEM;
     }
     for (size_t i = 0; i < n; i++) {
@@ -541,7 +548,7 @@ int ps__handle_stats(ps_server *s, ps_request *r, char *err, size_t errlen) {
     Ps__TableStats *ts = calloc(nt ? nt : 1, sizeof *ts);
     Ps__TableStats **tp = calloc(nt ? nt : 1, sizeof *tp);
     if (!ts || !tp) {
-        free(vs), free(vp), free(ts), free(tp);
+        free(vs), free(vp), free(ts), free(tp), free(live);
         return PS_ENOMEM;
     }
     for (size_t i = 0; i < nt; i++) {
@@ -568,7 +575,7 @@ int ps__handle_stats(ps_server *s, ps_request *r, char *err, size_t errlen) {
     out.body_case = PS__HEADER__BODY_STATS_REPLY;
     out.stats_reply = &st;
     ps__server_reply(s, r->identity, r->identity_len, r->hdr->request_id, &out, NULL, 0);
-    free(vs), free(vp), free(ts), free(tp);
+    free(vs), free(vp), free(ts), free(tp), free(live);
     return PS_OK;
 }
 

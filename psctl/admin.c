@@ -523,6 +523,10 @@ static cJSON *shard_json(size_t i, const char *addr, const shard_req *s, double 
     add_u64(o, "shard_index", r->shard_index);
     add_u64(o, "num_workers", r->num_workers);
     add_u64(o, "live_workers", r->live_workers);
+    cJSON *live = cJSON_AddArrayToObject(o, "live_set");
+    for (size_t k = 0; live && k < r->n_live_set; k++)
+        cJSON_AddItemToArray(live, cJSON_CreateNumber(r->live_set[k]));
+    add_u64(o, "workers_min", r->workers_min);
     cJSON_AddNumberToObject(o, "uptime_seconds", r->uptime_seconds);
     add_u64(o, "requests", r->requests);
     add_u64(o, "errors", r->errors);

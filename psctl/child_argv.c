@@ -84,7 +84,7 @@ int psctl_psd_argv(psctl_argv *a, const psctl_local_opts *o, const char *psd_pat
         add_if_given(a, "--lease-ms", o->lease_ms);
     }
     psctl_argv_add(a, "--workers");
-    psctl_argv_add(a, "%ld", o->num_workers);
+    psctl_argv_add(a, "%ld", psctl_local_slots(o));
     psctl_argv_add(a, "--mode");
     psctl_argv_add(a, "%s", o->mode);
     psctl_argv_add(a, "--ready-file");
@@ -134,7 +134,8 @@ int psctl_worker_argv(psctl_argv *a, const psctl_local_opts *o, const char *work
         psctl_argv_add(a, "--index");
         psctl_argv_add(a, "%d", j);
         psctl_argv_add(a, "--workers");
-        psctl_argv_add(a, "%ld", o->num_workers);
+        psctl_argv_add(a, "%ld", psctl_local_slots(o));
+        if (psctl_local_elastic(o)) psctl_argv_add(a, "--elastic"), psctl_argv_add(a, "yes");
     }
     add_if_given(a, "--epochs", o->epochs);
     if (o->model) psctl_argv_add(a, "--model"), psctl_argv_add(a, "%s", o->model);

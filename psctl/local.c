@@ -83,12 +83,14 @@ char *psctl_find_binary(const char *name, const char *env_name, const char *cons
     return p;
 }
 
-/* Makes $TMPDIR/psctl-local.XXXXXX (or under /tmp); returns a malloc'd path or NULL. */
+/* Makes $TMPDIR/psctl-local.<pid>.XXXXXX (or under /tmp: psctl scale finds a job's by
+ * its pid); returns a malloc'd path or NULL. */
 static char *make_run_dir(void) {
     const char *tmp = getenv("TMPDIR");
     if (!tmp || !*tmp) tmp = "/tmp";
     char *dir;
-    if (asprintf(&dir, "%s/psctl-local.XXXXXX", tmp) < 0) return NULL;
+    if (asprintf(&dir, "%s/" PSCTL_RUN_DIR_PREFIX "%ld.XXXXXX", tmp, (long)getpid()) < 0)
+        return NULL;
     if (!mkdtemp(dir)) {
         fprintf(stderr, "psctl local: cannot make a run directory %s: %s\n", dir, strerror(errno));
         free(dir);

@@ -53,6 +53,9 @@ typedef struct {
     long replicas_to_aggregate; /* --replicas-to-aggregate (sync backup workers) */
     long staleness;
     long workers_min;      /* --workers-min M passed to every psd when >= 0 (-1: not given) */
+    long workers_max;      /* --workers-max X: the job's slots (psd and psworker --workers X),
+                              num_workers of them started at first (-1: not given: slots =
+                              num_workers) */
     long psd_replicas;     /* --replicas R: psd processes per shard, a primary and R-1 backups
                               (1: unreplicated; not --replicas-to-aggregate) */
     long lease_ms;         /* --lease-ms L passed to every psd when >= 0 (-1: not given; only
@@ -72,6 +75,20 @@ typedef struct {
     const char *worker_device;  /* --device for every worker: "cpu" or "cuda:0" */
     char **worker_cuda_visible; /* CUDA_VISIBLE_DEVICES of worker j (owned), or NULL: CPU */
 } psctl_local_opts;
+
+/* psctl local's run directory is $TMPDIR/psctl-local.<pid>.XXXXXX (else under /tmp). */
+#define PSCTL_RUN_DIR_PREFIX "psctl-local."
+
+/* The job's worker slots: --workers-max when given, else --workers. */
+static inline long psctl_local_slots(const psctl_local_opts *o) {
+    return o->workers_max > 0 ? o->workers_max : o->num_workers;
+}
+
+/* An elastic job (--workers-min M): psworker gets --elastic yes, psctl scale may change
+ * the number of workers between M and the slots. */
+static inline int psctl_local_elastic(const psctl_local_opts *o) {
+    return o->workers_min > 0 && !o->allreduce;
+}
 
 /* --worker-cmd: the environment variable that carries --job-id. */
 #define PSCTL_JOB_ID_ENV "PS_JOB_ID"

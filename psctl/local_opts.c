@@ -118,7 +118,16 @@ static const ps_option table[] = {
      .doc = "Passed to every psd only when given; only with --mode async"},
     {.like = &ps_flag_workers_min, AT(workers_min), .flags = PS_OPTION_NO_DEFAULT,
      .doc = "Passed to every psd only when given; at most --workers, and only with --mode "
-            "sync. psctl still starts --workers workers and restarts those that die"},
+            "sync. The job is elastic: every psworker gets --elastic yes (the data re-sharded "
+            "among the live workers at each epoch) and `psctl scale` may change the number of "
+            "workers between M and the slots (--workers-max, else --workers). psctl restarts "
+            "the workers that die"},
+    {"workers-max", PS_OPTION_LONG, F(workers_max), 1, PS_MAX_WORKERS, NULL, NULL, "X",
+     "elastic jobs: the job's worker slots (psd and psworker --workers X), of which --workers "
+     "N start (M <= N <= X); needs --workers-min M",
+     .default_text = "--workers",
+     .doc = "`psctl scale --workers K` starts workers at the free slots (K up to X) or stops "
+            "the highest ones (K down to M). Not with --gpus or --worker-cmd"},
     {"replicas", PS_OPTION_LONG, F(psd_replicas), 1, PSCTL_MAX_REPLICAS, "1", NULL, "R",
      "psd processes per shard: a primary and R-1 backups (see REPLICAS below; not "
      "--replicas-to-aggregate)",
@@ -211,6 +220,15 @@ void psctl_local_usage(FILE *f) {
                "--staleness, --workers-min, --lease-ms) are passed to every shard only when\n"
                "given; psctl makes the DIR/ps-<i> directories. --checkpoint-every needs\n"
                "--checkpoint-dir there.\n"
+               "\nElastic jobs (--workers-min M, sync): psd gets --workers X, the slots\n"
+               "(--workers-max X, else --workers), and --workers N workers start\n"
+               "(M <= N <= X). Every psworker gets --elastic yes: at each epoch's start it\n"
+               "reads the share of its rank among the live workers. psctl listens on\n"
+               "RUNDIR/control.sock (RUNDIR: $TMPDIR/psctl-local.<pid>.XXXXXX, said at the\n"
+               "start), where 'psctl scale --workers K PID|RUNDIR' changes the number of\n"
+               "workers: up starts the free slots in index order, down sends SIGTERM to the\n"
+               "highest (they leave after their step with a Goodbye, not restarted); K\n"
+               "outside [M, X] is refused.\n"
                "\nReplicas (--replicas 2): each shard is 2 psd processes, a primary and\n"
                "R-1 backups. psctl chooses their addresses before starting them (free\n"
                "127.0.0.1 ports, or with ipc DIR/psd-<i>-r<r>.sock), starts replica r of\n"
@@ -313,7 +331,8 @@ static int allreduce_conflict(const psctl_local_opts *o, const unsigned char *gi
     static const char *const psd_only[] = {"ps",          "transport",
                                            "replicas-to-aggregate", "staleness",
                                            "workers-min", "replicas",
-                                           "lease-ms",    "recreate-lost-variables"};
+                                           "lease-ms",    "recreate-lost-variables",
+                                           "workers-max"};
     for (size_t i = 0; i < sizeof psd_only / sizeof psd_only[0]; i++) {
         if (!given[ps_options_find(table, N_OPTIONS, psd_only[i]) - table]) continue;
         fprintf(stderr,
@@ -373,7 +392,7 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
     memset(o, 0, sizeof *o);
     o->seed = o->epochs = -1;
     o->checkpoint_every = o->worker_timeout_ms = o->replicas_to_aggregate = o->staleness = -1;
-    o->workers_min = o->lease_ms = -1;
+    o->workers_min = o->workers_max = o->lease_ms = -1;
     o->checkpoint_steps = o->tensorboard_every = -1;
     unsigned char given[N_OPTIONS] = {0};
     char err[512];
@@ -455,6 +474,13 @@ int psctl_local_parse(int argc, char **argv, psctl_local_opts *o) {
         conflict = "--staleness applies to --mode async only";
     else if (o->workers_min > 0 && strcmp(o->mode, "sync") != 0)
         conflict = "--workers-min applies to --mode sync only";
+    else if (o->workers_max > 0 && o->workers_min <= 0)
+        conflict = "--workers-max makes the job elastic: it needs --workers-min M too "
+                   "(M <= --workers <= --workers-max)";
+    else if (o->workers_max > 0 && o->gpus)
+        conflict = "--workers-max: not with --gpus (one worker per listed GPU)";
+    else if (o->workers_max > 0 && o->worker_cmd)
+        conflict = "--workers-max: not with --worker-cmd (psctl scale starts psworker)";
     else if (o->lease_ms >= 0 && o->psd_replicas < 2)
         conflict = "--lease-ms is the primary's lease over its backups: it needs --replicas 2 or "
                    "more (psd processes per shard)";
@@ -472,8 +498,15 @@ usage_hint:
 }
 
 int psctl_local_check(const psctl_local_opts *o) {
+    if (o->workers_max > 0 && o->num_workers > o->workers_max) {
+        fprintf(stderr, "psctl local: --workers %ld is more than --workers-max %ld (the job's "
+                        "slots)\n",
+                o->num_workers, o->workers_max);
+        return 2;
+    }
     if (o->workers_min > o->num_workers) {
-        fprintf(stderr, "psctl local: --workers-min %ld is more than the %ld workers\n",
+        fprintf(stderr, "psctl local: --workers-min %ld is more than the %ld workers started "
+                        "(--workers)\n",
                 o->workers_min, o->num_workers);
         return 2;
     }

@@ -1,5 +1,6 @@
 /* psctl, the operator's tool: dispatches to its commands (`local` runs a whole cluster
- * on this machine; `checkpoint`, `shutdown` and `status` talk to the shards of a running
+ * on this machine; `scale` changes an elastic one's workers; `checkpoint`, `shutdown` and
+ * `status` talk to the shards of a running
  * job; `data` inspects, times and converts datasets; `keygen` makes CurveZMQ keys; `slurm-task` is each task of a Slurm job step). */
 #include "admin.h"
 #include "data_cmd.h"
@@ -7,6 +8,7 @@
 #include "lifetime.h"
 #include "local.h"
 #include "log.h"
+#include "scale.h"
 #include "slurm_task.h"
 
 #include <stdio.h>
@@ -22,6 +24,7 @@ static const command commands[] = {
     {"local", psctl_local_main, "run psd shards and workers on this machine until training ends"},
     {"checkpoint", psctl_checkpoint_main, "ask every psd shard of a job to write a checkpoint now"},
     {"shutdown", psctl_shutdown_main, "ask every psd shard of a job to stop"},
+    {"scale", psctl_scale_main, "change the number of workers of a running elastic psctl local job"},
     {"status", psctl_status_main, "show every psd shard's state and counters (or --json)"},
     {"data", psctl_data_main,
      "inspect, time or convert what psworker --data reads (image folders, TFRecord, ...)"},

@@ -5,6 +5,7 @@
 #include "supervisor_impl.h"
 
 #include "child_argv.h"
+#include "control.h"
 #include "lifetime.h"
 #include "log.h"
 #include "ring_job.h"
@@ -311,7 +312,7 @@ static int start_psd(sup *sv, child *c) {
 
 /* Starts (or restarts) worker c with the same command line and environment each time.
  * Returns 0 or a negative libuv error (printed). */
-static int start_worker(sup *sv, child *c) {
+int psctl__start_worker(sup *sv, child *c) {
     const psctl_local_opts *o = sv->job->opts;
     psctl_argv a = {0};
     int r = o->worker_cmd ? psctl_worker_cmd_argv(&a, o->worker_cmd)
@@ -348,7 +349,7 @@ static int start_worker(sup *sv, child *c) {
 }
 
 static int start_child(sup *sv, child *c) {
-    return c->kind == CHILD_PSD ? start_psd(sv, c) : start_worker(sv, c);
+    return c->kind == CHILD_PSD ? start_psd(sv, c) : psctl__start_worker(sv, c);
 }
 
 static void start_psds(sup *sv) {
@@ -393,13 +394,21 @@ void psctl__start_workers(sup *sv) {
                    o->strategy_name, o->num_workers, o->num_workers == 1 ? "" : "s", list,
                    used >= sizeof list - 16 ? ",..." : "", sv->job->ckpt_dir);
     }
+    sv->workers_active = (int)o->num_workers;
     for (int j = 0; j < o->num_workers; j++) {
         sv->children[sv->npsd + j].stop_sent = 0;
-        if (start_worker(sv, &sv->children[sv->npsd + j]) < 0) {
+        if (psctl__start_worker(sv, &sv->children[sv->npsd + j]) < 0) {
             psctl__abort_job(sv, 1, "worker %d could not be started; stopping", j);
             return;
         }
     }
+}
+
+void psctl__workers_maybe_done(sup *sv) {
+    if (sv->phase != PHASE_RUNNING || sv->workers_ok < sv->workers_active) return;
+    PS_DEBUG("all workers finished; stopping the psd shards");
+    sv->phase = PHASE_FINISHING;
+    arm_stop(sv, FINISH_GRACE_MS);
 }
 
 /* ---- restarts ----------------------------------------------------------------- */
@@ -538,7 +547,12 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
     switch (sv->phase) {
     case PHASE_STARTING:
     case PHASE_RUNNING:
-        if (c->kind == CHILD_PSD && sv->replicas > 1 && c->endpoint[0]) {
+        if (c->kind == CHILD_WORKER && c->scaled_down) { /* psctl scale stopped it */
+            describe_status(how, sizeof how, status, sig);
+            psctl__say(sv, "%s left the job (psctl scale; %s): %d worker%s", c->label, how,
+                       sv->workers_active, sv->workers_active == 1 ? "" : "s");
+            psctl__workers_maybe_done(sv);
+        } else if (c->kind == CHILD_PSD && sv->replicas > 1 && c->endpoint[0]) {
             replica_lost(sv, c, status, sig);
         } else if (!ok && sv->job->opts->allreduce) {
             psctl__ring_worker_failed(sv, c, status, sig);
@@ -552,10 +566,9 @@ static void on_child_exit(uv_process_t *p, int64_t status, int sig) {
                 psctl__describe_exit(how, sizeof how, c, "exited unexpectedly", status, sig);
                 psctl__abort_job(sv, 1, "%s", how);
             }
-        } else if (++sv->workers_ok == sv->job->opts->num_workers) {
-            PS_DEBUG("all workers finished; stopping the psd shards");
-            sv->phase = PHASE_FINISHING;
-            arm_stop(sv, FINISH_GRACE_MS);
+        } else {
+            sv->workers_ok++;
+            psctl__workers_maybe_done(sv);
         }
         break;
     case PHASE_REGROUPING:
@@ -778,7 +791,7 @@ static int setup(sup *sv, const psctl_job *job) {
     sv->stdout_tty = isatty(STDOUT_FILENO);
     sv->replicas = o->allreduce ? 1 : (int)o->psd_replicas;
     sv->npsd = (int)o->num_ps * sv->replicas;
-    int n = sv->npsd + (int)o->num_workers;
+    int n = sv->npsd + (int)psctl_local_slots(o);
     sv->children = calloc((size_t)n, sizeof *sv->children);
     sv->env = build_env();
     sv->psd_env = sv->env ? psctl_env_unset(sv->env, "TF_CONFIG") : NULL;
@@ -842,6 +855,19 @@ static int setup(sup *sv, const psctl_job *job) {
         if (r < 0) return r;
         uv_unref((uv_handle_t *)sigs[i]);
     }
+    if (psctl_local_elastic(o)) { /* psctl scale's way in */
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", job->run_dir, PSCTL_CONTROL_SOCKET);
+        int r = psctl__control_open(sv, path);
+        if (r < 0)
+            psctl__say(sv, "cannot listen on %s (%s): psctl scale cannot reach this job", path,
+                       uv_strerror(r));
+        else
+            psctl__say(sv, "elastic job: %ld of %ld worker slots, at least %ld live; psctl "
+                           "scale --workers K %s (or %ld, psctl's pid) changes their number",
+                       o->num_workers, psctl_local_slots(o), o->workers_min, job->run_dir,
+                       (long)getpid());
+    }
     return 0;
 }
 
@@ -860,6 +886,7 @@ static void close_all(sup *sv) {
     close_handle((uv_handle_t *)&sv->regroup_timer);
     close_handle((uv_handle_t *)&sv->sigint);
     close_handle((uv_handle_t *)&sv->sigterm);
+    psctl__control_close(sv);
 }
 
 static void free_all(sup *sv) {

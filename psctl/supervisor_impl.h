@@ -1,6 +1,7 @@
 /* psctl local's supervisor inside: the state of the job and its children, shared by
- * supervisor.c (start, relay, restart one process, stop) and regroup.c (an all-reduce
- * job's workers restart as one). Not an API: only these two files include it. */
+ * supervisor.c (start, relay, restart one process, stop), regroup.c (an all-reduce
+ * job's workers restart as one) and control.c (psctl scale's socket). Not an API: only
+ * these files include it. */
 #ifndef PSCTL_SUPERVISOR_IMPL_H
 #define PSCTL_SUPERVISOR_IMPL_H
 
@@ -69,6 +70,8 @@ typedef struct {
      * its ready file must report; "" otherwise */
     char addr[PSCTL_ENDPOINT_MAX];
     int gone; /* a replica that exited once up and is not restarted: its group goes on */
+    /* worker only: */
+    int scaled_down; /* psctl scale stopped it (SIGTERM): its exit is no failure, no restart */
 } child;
 
 typedef struct sup {
@@ -81,6 +84,9 @@ typedef struct sup {
     int replicas; /* psd processes per shard (--replicas) */
     char **peers; /* replicas > 1: each shard's addresses, "A,B,..." (owned); else NULL */
     int workers_ok; /* workers that exited 0 */
+    int workers_active; /* workers in the job: started, not stopped by psctl scale (the
+                           first workers_active slots); the job ends when all exited 0 */
+    struct psctl_control *control; /* psctl scale's socket (elastic jobs), or NULL */
     phase phase;
     phase end_phase; /* the phase the job was in when the last child exited */
     int exit_code;
@@ -123,6 +129,11 @@ void psctl__abort_job(sup *sv, int code, const char *fmt, ...)
 void psctl__check_done(sup *sv);
 /* Starts every worker (all-reduce: on fresh ring ports); phase RUNNING. */
 void psctl__start_workers(sup *sv);
+/* Starts (or restarts) worker c. Returns 0 or a negative libuv error (printed). */
+int psctl__start_worker(sup *sv, child *c);
+/* The workers' exits so far make the job finished: stops the shards (phase FINISHING)
+ * once every active worker exited 0. */
+void psctl__workers_maybe_done(sup *sv);
 /* SIGKILLs what still runs after grace_ms (the stop timer, kill stage 0). */
 void psctl__arm_kill_timer(sup *sv, int grace_ms);
 

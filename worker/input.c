@@ -190,7 +190,7 @@ static int open_pipeline(const ps_train_config *cfg, const ps_model *m, const ps
                          ps_source *src,
                          const size_t *recs, size_t n_recs, ps_prep *prep, bool training,
                          unsigned index, unsigned count, size_t shuffle, size_t batch,
-                         bool skip_bad, unsigned threads, ps_pipeline **out, char *err,
+                         size_t steps, bool skip_bad, unsigned threads, ps_pipeline **out, char *err,
                          size_t errlen) {
     ps_pipeline_cfg pc = {.src = src,
                           .prepare = prep ? ps_prep_run : NULL,
@@ -199,6 +199,7 @@ static int open_pipeline(const ps_train_config *cfg, const ps_model *m, const ps
                           .label_map = in->label_map_n ? in->label_map : NULL,
                           .label_map_n = in->label_map_n,
                           .batch = batch,
+                          .steps = steps,
                           .threads = threads,
                           .memory_bytes = cfg->input_memory,
                           .training = training,
@@ -335,8 +336,9 @@ int ps_input_open(ps_input *in, const ps_train_config *cfg, const ps_model *m, s
                  in->n_train_recs, cfg->workers);
         return PS_EINVAL;
     }
+    in->train_threads = threads;
     rc = open_pipeline(cfg, m, in, in->train_src, in->train_recs, in->n_train_recs, in->prep, true,
-                       cfg->index, cfg->workers, shuffle_of(cfg, &in->spec), batch,
+                       cfg->index, cfg->workers, shuffle_of(cfg, &in->spec), batch, 0,
                        in->spec.skip_bad, threads, &in->train_pl, err, errlen);
     if (rc != PS_OK) return rc;
     log_pipeline("training", in->train_pl, cfg, threads);
@@ -349,7 +351,7 @@ int ps_input_open(ps_input *in, const ps_train_config *cfg, const ps_model *m, s
     }
     if (in->val_src) {
         rc = open_pipeline(cfg, m, in, in->val_src, in->val_recs, in->n_val_recs, in->eval_prep,
-                           false, 0, 1, PS_ORDER_IN_ORDER, batch, in->spec.skip_bad,
+                           false, 0, 1, PS_ORDER_IN_ORDER, batch, 0, in->spec.skip_bad,
                            threads, &in->val_pl, err, errlen);
         if (rc != PS_OK) return rc;
     }
@@ -376,12 +378,22 @@ int ps_input_open(ps_input *in, const ps_train_config *cfg, const ps_model *m, s
             in->test_recs = tr, in->n_test_recs = nt;
             if (rc == PS_OK)
                 rc = open_pipeline(cfg, m, in, in->test_src, tr, nt, in->eval_prep, false, 0, 1,
-                                   PS_ORDER_IN_ORDER, batch, in->test_spec.skip_bad, threads,
+                                   PS_ORDER_IN_ORDER, batch, 0, in->test_spec.skip_bad, threads,
                                    &in->test_pl, err, errlen);
             if (rc != PS_OK) return rc;
         }
     }
     return PS_OK;
+}
+
+int ps_input_reshard(ps_input *in, const ps_train_config *cfg, const ps_model *m,
+                     unsigned rank, unsigned count, size_t batch, size_t steps, char *err,
+                     size_t errlen) {
+    ps_pipeline_close(in->train_pl);
+    in->train_pl = NULL;
+    return open_pipeline(cfg, m, in, in->train_src, in->train_recs, in->n_train_recs, in->prep,
+                         true, rank, count, shuffle_of(cfg, &in->spec), batch ? batch : 1, steps,
+                         in->spec.skip_bad, in->train_threads, &in->train_pl, err, errlen);
 }
 
 void ps_input_close(ps_input *in) {

@@ -34,6 +34,7 @@ typedef struct {
     bool have_test_spec;
     int32_t label_map[PS_LABELS_MAX]; /* streamed data relabelled: class -> label */
     size_t label_map_n;               /* 0: labels as they are */
+    unsigned train_threads;           /* the training pipeline's input threads */
 } ps_input;
 
 /* Opens everything for worker cfg->index of cfg->workers over model m (its
@@ -42,6 +43,14 @@ typedef struct {
 int ps_input_open(ps_input *in, const ps_train_config *cfg, const ps_model *m, size_t batch,
                   char *err, size_t errlen);
 void ps_input_close(ps_input *in);
+
+/* An elastic job's epoch (elastic.h): the training pipeline opened again for share
+ * `rank` of `count` of the same records, in batches of `batch` (steps 0), or spread over
+ * exactly `steps` batches (ps_pipeline_cfg.steps). The old pipeline is closed first; on
+ * an error there is none (in->train_pl NULL) and err says why. */
+int ps_input_reshard(ps_input *in, const ps_train_config *cfg, const ps_model *m,
+                     unsigned rank, unsigned count, size_t batch, size_t steps, char *err,
+                     size_t errlen);
 
 /* PS_OK for a source model m can train on: as many id columns as the model
  * has id inputs, float targets only for a loss that takes them; PS_EINVAL,

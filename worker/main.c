@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +60,7 @@ typedef struct {
     long checkpoint_every, checkpoint_every_steps, keep_checkpoints, perturb_at_step;
     long accumulate_steps, sync_every;
     char compression[64];
-    long dtype_policy, inject_overflow_at_step;
+    long dtype_policy, inject_overflow_at_step, elastic;
 } worker_opts;
 
 enum { PROGRESS_AUTO, PROGRESS_TTY, PROGRESS_PLAIN, PROGRESS_NONE };
@@ -394,6 +395,15 @@ static const ps_option table[] = {
      "doubled after 2000 good steps). spec: as the model says (default float32)",
      .doc = "On the CPU mixed precision is emulated (rounded values, float32 GEMMs) and slower "
             "than float32"},
+    {"elastic", PS_OPTION_CHOICE, F(elastic), 0, 0, "no", "no|yes", NULL,
+     "a job of workers that come and go (psd --workers-min; psctl local passes it): at each "
+     "epoch's start this worker asks psd 0 for the live workers and reads the share of its "
+     "rank among them (no: the share of --index of --workers, always)",
+     .doc = "An epoch keeps the full job's steps: a share of fewer live workers is spread over "
+            "them in larger batches (the global batch stays). A worker that joins mid-epoch "
+            "asks at once; workers that saw different live sets around a change may read some "
+            "samples of that epoch twice (docs/TRAINING.md, \"Workers that come and go\"). "
+            "parameter_server only; not with --accumulate-steps or --sync-every"},
     {"inject-overflow-at-step", PS_OPTION_LONG, F(inject_overflow_at_step), 0, 1L << 40, "0",
      NULL, "N",
      "for tests (mixed_float16): step N's gradient on this worker gets an inf, as an fp16 "
@@ -414,6 +424,8 @@ static const ps_exit_status exits[] = {
                 "variables diverged; the error names the worker and its address)"},
     {EXIT_LOST, "a shard lost the job's variables (restarted without a checkpoint to "
                 "restore): restarting the worker cannot help (see --recreate-lost-variables)"},
+    {143, "--elastic yes: stopped by SIGTERM between two steps, after telling the shards it "
+          "left (Goodbye); without --elastic SIGTERM ends the process at once"},
 };
 #define N_EXITS (sizeof exits / sizeof exits[0])
 
@@ -570,6 +582,26 @@ static int check_communication(const worker_opts *o, ps_train_config *cfg, char 
     return PS_OK;
 }
 
+/* --elastic: SIGTERM (psctl scale, an operator) asks the training loop to leave after
+ * its current step with a Goodbye, so psd drops this worker at once (not as a dead
+ * connection). A second SIGTERM, or 10 s without leaving, ends the process as before. */
+static volatile sig_atomic_t stop_requested;
+
+static void on_sigterm(int sig) {
+    (void)sig;
+    stop_requested = 1;
+    signal(SIGTERM, SIG_DFL);
+    alarm(10);
+}
+
+static void leave_on_sigterm(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigterm;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 int main(int argc, char **argv) {
     ps_ignore_sigpipe(); /* a closed stdout/stderr fails writes (EPIPE), it does not kill */
     worker_opts o = {0};
@@ -658,6 +690,7 @@ int main(int argc, char **argv) {
                         : o.dtype_policy == 2 ? "mixed_float16"
                                               : "mixed_bfloat16",
         .inject_overflow_at_step = (uint64_t)o.inject_overflow_at_step,
+        .elastic = o.elastic == 1,
     };
     ps_export_format export_format;
     if (cfg.export_path &&
@@ -823,6 +856,16 @@ int main(int argc, char **argv) {
         ps_cluster_free(&cl);
         return 2;
     }
+    const char *no_elastic = !cfg.elastic              ? NULL
+                             : allreduce || cfg.no_ps  ? "the parameter_server strategy only"
+                             : o.accumulate_steps > 1 ? "not with --accumulate-steps"
+                             : o.sync_every > 1       ? "not with --sync-every"
+                                                      : NULL;
+    if (no_elastic) {
+        fprintf(stderr, "psworker: --elastic yes: %s\n", no_elastic);
+        ps_cluster_free(&cl);
+        return 2;
+    }
 
     char tag[32];
     snprintf(tag, sizeof tag, cfg.index == 0 ? "chief" : "worker[%u]", cfg.index);
@@ -832,9 +875,17 @@ int main(int argc, char **argv) {
     ps_k_set_threads((int)o.blas_threads);
     if (on_cpu) warn_slow_blas();
 
+    if (cfg.elastic) {
+        cfg.stop = &stop_requested;
+        leave_on_sigterm();
+    }
     ps_train_result res;
     int rc = ps_train_run(&cfg, &res, err, sizeof err);
     ps_cluster_free(&cl);
+    if (rc == PS_ESHUTDOWN && stop_requested) {
+        PS_INFO("%s", err);
+        return 128 + SIGTERM;
+    }
     if (rc != PS_OK) {
         PS_ERROR("%s", err);
         if (rc == PS_ELOST) return EXIT_LOST;

@@ -10,6 +10,7 @@
 
 #include "accumulate.h"
 #include "data.h"
+#include "elastic.h"
 #include "emb_feed.h"
 #include "exchange.h"
 #include "export.h"
@@ -613,13 +614,24 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
     res->test_rmse = st.rmse;
     double train_secs = 0;
     size_t job_samples = 0;
+    int stopped = 0; /* cfg->stop was seen */
+    ps_elastic elastic = {.rank = cfg->index,
+                          .count = cfg->workers,
+                          .steps = micro_per_epoch,
+                          .batch = batch};
     for (unsigned epoch = first_epoch; rc == PS_OK && epoch < cfg->epochs; epoch++) {
         size_t s0 = epoch == first_epoch ? first_step : 0;
         /* skips what the job already did this epoch */
-        rc = ps_pipeline_start_epoch(st.in.train_pl, epoch, s0 * accum);
-        if (rc != PS_OK) {
-            snprintf(err, errlen, "the input pipeline: %s", ps_strerror(rc));
-            break;
+        if (cfg->elastic) {
+            rc = ps_elastic_start_epoch(&elastic, cfg, &st.in, st.model, &st.ex, epoch, s0,
+                                        err, errlen);
+            if (rc != PS_OK) break;
+        } else {
+            rc = ps_pipeline_start_epoch(st.in.train_pl, epoch, s0 * accum);
+            if (rc != PS_OK) {
+                snprintf(err, errlen, "the input pipeline: %s", ps_strerror(rc));
+                break;
+            }
         }
         ps_progress_begin_epoch(&prog, epoch, steps - s0);
         double te = now_s(), tb_t = te;
@@ -631,6 +643,13 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
             bool tb_step = tb_every && (clock + 1) % tb_every == 0;
             st.norm_armed = tb_step && !st.acc; /* accumulation: the sum is not this step's */
             st.grad_sumsq = 0;
+            if (cfg->stop && *cfg->stop) { /* before the step: none is left half done */
+                snprintf(err, errlen, "stopped by SIGTERM at step %llu of %llu: said goodbye",
+                         (unsigned long long)clock, (unsigned long long)total);
+                rc = PS_ESHUTDOWN;
+                stopped = 1;
+                break;
+            }
             rc = train_one(cfg, &st, clock, micro, &loss, &correct, &nb, err, errlen);
             if (rc != PS_OK) break;
             clock++;
@@ -699,7 +718,7 @@ int ps_train_run(const ps_train_config *cfg, ps_train_result *res, char *err, si
         rc = ps_export_model_from(st.model, cfg->model_path, cfg->export_path, err, errlen);
         if (rc == PS_OK) PS_INFO("exported the model to %s", cfg->export_path);
     }
-    if (rc == PS_OK) ps_exchange_finish(&st.ex);
+    if (rc == PS_OK || stopped) ps_exchange_finish(&st.ex);
     if (rc != PS_OK) res->peer_failed = ps_exchange_peer_failed(&st.ex);
     res->samples_per_sec = train_secs > 0 ? (double)job_samples / train_secs : 0;
     if (st.model) res->dtype_policy = (int)ps_model_dtype_policy(st.model);

@@ -6,6 +6,7 @@
 #ifndef PS_TRAIN_H
 #define PS_TRAIN_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -82,6 +83,9 @@ typedef struct {
     float topk_ratio;                 /* PS_COMPRESSION_TOPK: 0 < ratio <= 1 */
     const char *dtype_policy;         /* --dtype-policy: over the spec's; NULL: the spec's */
     uint64_t inject_overflow_at_step; /* tests: step N's gradient gets an inf (mixed_float16) */
+    int elastic; /* --elastic: the data re-sharded among the live workers each epoch (elastic.h) */
+    const volatile sig_atomic_t *stop; /* set (by a signal handler): leave after the current step with
+                                 a Goodbye, ps_train_run returns PS_ESHUTDOWN; NULL: none */
 } ps_train_config;
 
 /* How the workers combine gradients (psworker --strategy). */

@@ -110,7 +110,9 @@ class Stats(Structure):
                 + [("checkpoint_age_seconds", c_double)]
                 + [(n, _U64) for n in STATS_U64_FIELDS[2]]
                 + [("job_id", c_char_p), ("push_bytes", _U64),
-                   ("tables", POINTER(TableStats)), ("n_tables", c_size_t)])
+                   ("tables", POINTER(TableStats)), ("n_tables", c_size_t),
+                   ("live_set", POINTER(c_uint)), ("n_live_set", c_size_t),
+                   ("workers_min", c_uint)])
 
 
 class CheckpointInfo(Structure):

@@ -677,7 +677,7 @@ class Table:
 def _stats_dict(s: _lib.Stats) -> dict[str, Any]:
     d: dict[str, Any] = {}
     for name, _ in _lib.Stats._fields_:
-        if name in ("vars", "n_vars", "job_id", "tables", "n_tables"):
+        if name in ("vars", "n_vars", "job_id", "tables", "n_tables", "live_set", "n_live_set"):
             continue
         d[name] = getattr(s, name)
     d["mode"] = {0: "sync", 1: "async"}.get(s.mode, s.mode)
@@ -685,6 +685,7 @@ def _stats_dict(s: _lib.Stats) -> dict[str, Any]:
     d["vars"] = [{"name": s.vars[i].name.decode(), "numel": s.vars[i].numel,
                   "optimizer": (s.vars[i].optimizer or b"").decode()} for i in range(s.n_vars)]
     d["tables"] = [_table_stats_dict(s.tables[i]) for i in range(s.n_tables)]
+    d["live_set"] = [s.live_set[i] for i in range(s.n_live_set)]
     return d
 
 

@@ -131,6 +131,9 @@ int main(int argc, char **argv) {
     F(ps_stats, push_bytes);
     F(ps_stats, tables);
     F(ps_stats, n_tables);
+    F(ps_stats, live_set);
+    F(ps_stats, n_live_set);
+    F(ps_stats, workers_min);
     end();
 
     BEGIN(ps_table_stats);

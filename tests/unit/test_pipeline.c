@@ -256,6 +256,59 @@ START_TEST(threads_give_the_same_batches) {
 }
 END_TEST
 
+/* An elastic job's share (cfg.steps): the epoch's records spread over exactly `steps`
+ * batches, sizes one apart, in the order's order, with any number of threads; a restart
+ * at a batch reads from that batch's first record; more steps than records is refused. */
+START_TEST(spread_over_steps) {
+    ps_dataset d = make_data(211, 5);
+    ps_source *src;
+    char err[256];
+    ck_assert_int_eq(ps_source_memory(&d, "test", &src, err, sizeof err), PS_OK);
+    /* share 1 of 2: 105 records over 8 steps, batches of 13 and 14 */
+    ps_pipeline_cfg cfg = {.src = src, .out_h = 1, .out_w = 1, .out_c = 5, .batch = 1,
+                           .steps = 8, .index = 1, .count = 2, .seed = 42};
+    ps_pipeline_cfg plain = cfg;
+    plain.steps = 0, plain.batch = 105;
+    float *rx = malloc(105 * 5 * sizeof *rx), *x = malloc(105 * 5 * sizeof *x);
+    int32_t *ry = malloc(105 * sizeof *ry), *y = malloc(105 * sizeof *y);
+    ck_assert_uint_eq(run_epochs(plain, 1, 0, rx, ry), 105);
+    for (unsigned threads = 0; threads <= 3; threads += 3) {
+        cfg.threads = threads;
+        ps_pipeline *p;
+        ck_assert_msg(ps_pipeline_open(&p, &cfg, err, sizeof err) == PS_OK, "%s", err);
+        ck_assert_uint_eq(ps_pipeline_steps_per_epoch(p), 8);
+        ck_assert_int_eq(ps_pipeline_start_epoch(p, 0, 0), PS_OK);
+        size_t got = 0, batches = 0;
+        for (;;) {
+            float *bx;
+            int32_t *by;
+            size_t nb;
+            ck_assert_msg(ps_pipeline_next(p, &bx, &by, &nb, err, sizeof err) == PS_OK, "%s",
+                          err);
+            if (!nb) break;
+            ck_assert_msg(nb == 13 || nb == 14, "a batch of %zu", nb);
+            memcpy(x + got * 5, bx, nb * 5 * sizeof *bx);
+            memcpy(y + got, by, nb * sizeof *by);
+            got += nb, batches++;
+        }
+        ck_assert_uint_eq(batches, 8);
+        ck_assert_uint_eq(got, 105);
+        ck_assert_mem_eq(x, rx, 105 * 5 * sizeof *x); /* the same records, in order */
+        ck_assert_mem_eq(y, ry, 105 * sizeof *y);
+        ps_pipeline_close(p);
+    }
+    /* a restart at batch 3: floor(3 * 105 / 8) = 39 records in */
+    ck_assert_uint_eq(run_epochs(cfg, 1, 3, x, y), 105 - 39);
+    ck_assert_mem_eq(x, rx + 39 * 5, (105 - 39) * 5 * sizeof *x);
+    ps_pipeline *p;
+    cfg.steps = 106;
+    ck_assert_int_eq(ps_pipeline_open(&p, &cfg, err, sizeof err), PS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "105 records per epoch cannot fill 106 steps"));
+    ps_source_close(src);
+    free(rx), free(x), free(ry), free(y), free(d.x), free(d.y);
+}
+END_TEST
+
 START_TEST(depth_follows_the_budget) {
     ps_dataset d = make_data(1000, 100);
     ps_source *src;
@@ -383,6 +436,7 @@ static Suite *suite(void) {
     suite_add_tcase(s, tc);
     tc = tcase_create("pipeline");
     tcase_add_test(tc, threads_give_the_same_batches);
+    tcase_add_test(tc, spread_over_steps);
     tcase_add_test(tc, depth_follows_the_budget);
     tcase_add_test(tc, bad_records_fail_or_are_skipped);
     tcase_add_test(tc, shape_and_label_checks);

@@ -40,6 +40,7 @@ struct ps_pipeline {
     size_t *seq; /* the epoch's records, order.epoch_n */
     unsigned epoch;
     size_t batches;
+    size_t cap; /* records a slot holds: cfg.batch, or the spread batches' largest */
     slot *ring;
     size_t depth;
     bool over_budget;
@@ -49,6 +50,7 @@ struct ps_pipeline {
     pthread_cond_t work, ready;
     size_t claim;    /* next sample of the epoch to read */
     size_t cur;      /* next batch to hand out */
+    size_t first;    /* the epoch's first batch (ps_pipeline_start_epoch's skip) */
     size_t limit;    /* samples below this may be read (batches cur .. cur + depth - 1) */
     size_t in_flight;
     uint64_t generation;
@@ -60,9 +62,23 @@ struct ps_pipeline {
     char first_skipped[512];
 };
 
+/* The epoch's first record of batch b (b == batches: the end). Spread over
+ * cfg.steps batches, batch b starts at floor(b * n / steps). */
+static size_t batch_start(const ps_pipeline *p, size_t b) {
+    size_t n = p->order.epoch_n;
+    if (p->cfg.steps) return b >= p->batches ? n : (size_t)((uint64_t)b * n / p->batches);
+    return b * p->cfg.batch < n ? b * p->cfg.batch : n;
+}
+
+/* The batch holding the epoch's record k: the last b with batch_start(b) <= k. */
+static size_t batch_of(const ps_pipeline *p, size_t k) {
+    if (p->cfg.steps)
+        return (size_t)(((uint64_t)k + 1) * p->batches - 1) / p->order.epoch_n;
+    return k / p->cfg.batch;
+}
+
 static size_t batch_len(const ps_pipeline *p, size_t b) {
-    size_t n = p->order.epoch_n, lo = b * p->cfg.batch;
-    return n - lo < p->cfg.batch ? n - lo : p->cfg.batch;
+    return batch_start(p, b + 1) - batch_start(p, b);
 }
 
 static bool shape_fits(const ps_pipeline *p, const ps_sample *s) {
@@ -78,8 +94,9 @@ static int produce(ps_pipeline *p, worker *w, size_t k, unsigned epoch, const si
                    char *err, size_t errlen) {
     const ps_pipeline_cfg *c = &p->cfg;
     size_t rec = seq[k];
-    slot *sl = &p->ring[(k / c->batch) % p->depth];
-    size_t at = k % c->batch;
+    size_t b = batch_of(p, k);
+    slot *sl = &p->ring[b % p->depth];
+    size_t at = k - batch_start(p, b);
     float *out = sl->x + at * p->dim;
     char why[400] = "";
     int rc = ps_source_read(c->src, rec, &w->sample, why, sizeof why);
@@ -140,15 +157,16 @@ static bool skippable(const ps_pipeline *p, int rc) {
 
 /* Counts sample k in (under the lock). */
 static void settle(ps_pipeline *p, size_t k, int rc, const char *err) {
-    slot *sl = &p->ring[(k / p->cfg.batch) % p->depth];
-    sl->ok[k % p->cfg.batch] = rc == PS_OK;
+    size_t b = batch_of(p, k);
+    slot *sl = &p->ring[b % p->depth];
+    sl->ok[k - batch_start(p, b)] = rc == PS_OK;
     if (rc != PS_OK && skippable(p, rc)) {
         if (p->skipped++ == 0) snprintf(p->first_skipped, sizeof p->first_skipped, "%s", err);
     } else if (rc != PS_OK && p->rc == PS_OK) {
         p->rc = rc;
         snprintf(p->err, sizeof p->err, "%s", err);
     }
-    if (++sl->filled == batch_len(p, k / p->cfg.batch) || rc != PS_OK)
+    if (++sl->filled == batch_len(p, b) || rc != PS_OK)
         pthread_cond_broadcast(&p->ready);
 }
 
@@ -178,8 +196,7 @@ static void *run(void *arg) {
 }
 
 static void set_limit(ps_pipeline *p) {
-    size_t end = (p->cur + p->depth - (p->held ? 1 : 0)) * p->cfg.batch;
-    p->limit = end < p->order.epoch_n ? end : p->order.epoch_n;
+    p->limit = batch_start(p, p->cur + p->depth - (p->held ? 1 : 0));
 }
 
 int ps_pipeline_open(ps_pipeline **out, const ps_pipeline_cfg *cfg, char *err, size_t errlen) {
@@ -212,7 +229,18 @@ int ps_pipeline_open(ps_pipeline **out, const ps_pipeline_cfg *cfg, char *err, s
         return rc;
     }
     p->batches = (p->order.epoch_n + cfg->batch - 1) / cfg->batch;
-    size_t batch_bytes = cfg->batch * (p->dim * sizeof(float) + p->n_ids * sizeof(uint64_t) +
+    p->cap = cfg->batch;
+    if (cfg->steps) {
+        if (p->order.epoch_n < cfg->steps) {
+            snprintf(err, errlen, "%s: %zu records per epoch cannot fill %zu steps",
+                     cfg->src->desc, p->order.epoch_n, cfg->steps);
+            ps_pipeline_close(p);
+            return PS_EINVAL;
+        }
+        p->batches = cfg->steps;
+        p->cap = (p->order.epoch_n + cfg->steps - 1) / cfg->steps;
+    }
+    size_t batch_bytes = p->cap * (p->dim * sizeof(float) + p->n_ids * sizeof(uint64_t) +
                                        sizeof(int32_t) + sizeof(float) + 1);
     size_t budget = cfg->memory_bytes ? cfg->memory_bytes : PS_PIPELINE_MEMORY_DEFAULT;
     p->depth = budget / batch_bytes;
@@ -228,11 +256,11 @@ int ps_pipeline_open(ps_pipeline **out, const ps_pipeline_cfg *cfg, char *err, s
     rc = p->seq && p->ring && p->workers ? PS_OK : PS_ENOMEM;
     for (size_t i = 0; rc == PS_OK && i < p->depth; i++) {
         slot *s = &p->ring[i];
-        s->x = malloc((p->dim ? cfg->batch * p->dim : 1) * sizeof *s->x);
-        s->y = malloc(cfg->batch * sizeof *s->y);
-        s->t = malloc(cfg->batch * sizeof *s->t);
-        s->ids = p->n_ids ? malloc(cfg->batch * p->n_ids * sizeof *s->ids) : NULL;
-        s->ok = malloc(cfg->batch);
+        s->x = malloc((p->dim ? p->cap * p->dim : 1) * sizeof *s->x);
+        s->y = malloc(p->cap * sizeof *s->y);
+        s->t = malloc(p->cap * sizeof *s->t);
+        s->ids = p->n_ids ? malloc(p->cap * p->n_ids * sizeof *s->ids) : NULL;
+        s->ok = malloc(p->cap);
         if (!s->x || !s->y || !s->t || (p->n_ids && !s->ids) || !s->ok) rc = PS_ENOMEM;
     }
     for (size_t i = 0; rc == PS_OK && i < p->n_workers; i++) p->workers[i].p = p;
@@ -285,16 +313,29 @@ int ps_pipeline_start_epoch(ps_pipeline *p, unsigned epoch, size_t skip) {
     while (p->in_flight > 0) pthread_cond_wait(&p->ready, &p->mu);
     int rc = ps_order_epoch(&p->order, epoch, p->seq);
     p->epoch = epoch;
-    p->cur = skip < p->batches ? skip : p->batches;
+    p->cur = p->first = skip < p->batches ? skip : p->batches;
     p->held = false;
     for (size_t i = 0; i < p->depth; i++) p->ring[i].filled = 0;
     p->rc = rc;
     if (rc != PS_OK) snprintf(p->err, sizeof p->err, "input pipeline: out of memory");
-    p->claim = p->cur * p->cfg.batch;
+    p->claim = batch_start(p, p->cur);
     set_limit(p);
     pthread_cond_broadcast(&p->work);
     pthread_mutex_unlock(&p->mu);
     return rc;
+}
+
+uint64_t ps_pipeline_epoch_digest(ps_pipeline *p, size_t *n) {
+    pthread_mutex_lock(&p->mu);
+    uint64_t sum = 0;
+    size_t k0 = batch_start(p, p->first), k1 = p->order.epoch_n;
+    for (size_t k = k0; k < k1; k++) {
+        uint64_t st = p->seq[k];
+        sum += ps_order_rand(&st);
+    }
+    *n = k1 - k0;
+    pthread_mutex_unlock(&p->mu);
+    return sum;
 }
 
 /* Drops the skipped samples of a batch, keeping the order of the rest. */
@@ -336,7 +377,7 @@ int ps_pipeline_next_batch(ps_pipeline *p, ps_pipeline_batch *out, char *err, si
     slot *sl = &p->ring[b % p->depth];
     if (!p->cfg.threads) { /* on this thread: read the batch now */
         char e[512];
-        size_t k0 = b * p->cfg.batch;
+        size_t k0 = batch_start(p, b);
         sl->filled = 0;
         for (size_t k = k0; k < k0 + len && p->rc == PS_OK; k++) {
             pthread_mutex_unlock(&p->mu);

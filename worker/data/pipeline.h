@@ -41,6 +41,10 @@ typedef struct {
                                  float targets */
     size_t label_map_n;
     size_t batch;
+    size_t steps;            /* 0: batches of `batch`, the last short; else the epoch's
+                                records spread over exactly this many batches (sizes one
+                                apart at most, `batch` unused; an elastic job's share of the
+                                live workers, train.c); more steps than records: PS_EINVAL */
     unsigned threads;        /* 0: each batch read on the caller's thread when asked for */
     size_t memory_bytes;     /* batches in flight: this much at most (at least 2 batches) */
     bool training;           /* random augmentation on (the prepare step is told) */
@@ -76,6 +80,12 @@ uint64_t ps_pipeline_skipped(const ps_pipeline *p, char *first, size_t firstlen)
  * read to finish; the batch last handed out becomes invalid. Returns PS_OK
  * or PS_ENOMEM. */
 int ps_pipeline_start_epoch(ps_pipeline *p, unsigned epoch, size_t skip);
+
+/* The records this epoch reads from its first batch (ps_pipeline_start_epoch's skip) on:
+ * their count into *n, and the sum of ps_order_rand of each record number (order.h),
+ * so that the digests of shares that split a set add up to the set's own (a check of
+ * the elastic re-sharding, logged by psworker). */
+uint64_t ps_pipeline_epoch_digest(ps_pipeline *p, size_t *n);
 
 /* A batch handed out: its arrays point into the pipeline's ring, valid until
  * the next call of ps_pipeline_next(_batch) or ps_pipeline_start_epoch. */

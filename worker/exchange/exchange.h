@@ -103,6 +103,12 @@ typedef struct {
      * added to s as entries pointing into the strategy's buffers (worker_state.h:
      * the loop saves and loads them). PS_OK or PS_ENOMEM. NULL: none. */
     int (*state)(void *self, ps_wstate *s);
+    /* An elastic job (psworker --elastic): the live workers' indices as shard 0 knows
+     * them now, ascending, into ids (cap entries; *n: how many there are), and the
+     * fewest live workers its steps close with into *min (0: all expected). PS_OK or an
+     * error with err set. NULL: the strategy has no live set (only psd has). */
+    int (*live_workers)(void *self, unsigned *ids, size_t cap, size_t *n, unsigned *min,
+                        char *err, size_t errlen);
 } ps_exchange_ops;
 
 /* An exchange: the strategy's operations and its state (owned). Embedded in

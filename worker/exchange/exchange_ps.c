@@ -373,6 +373,23 @@ static int ps_reduce_metrics(void *self, ps_job_epoch *e, char *err, size_t errl
     return PS_OK;
 }
 
+static int ps_live_workers(void *self, unsigned *ids, size_t cap, size_t *n, unsigned *min,
+                           char *err, size_t errlen) {
+    ps_ex *x = self;
+    ps_stats st;
+    int rc = ps_client_stats(x->client, 0, &st);
+    if (rc != PS_OK) {
+        snprintf(err, errlen, "the live workers from psd 0: %s", ps_client_error(x->client));
+        return rc;
+    }
+    *n = st.n_live_set;
+    *min = st.workers_min;
+    for (size_t i = 0; i < st.n_live_set && i < cap; i++)
+        ids[i] = st.live_set[i];
+    ps_stats_free(&st);
+    return PS_OK;
+}
+
 static void ps_finish(void *self) {
     ps_ex *x = self;
     if (ps_client_goodbye(x->client) != PS_OK)
@@ -434,6 +451,7 @@ static const ps_exchange_ops push_pull_ops = {
     .bytes_sent = ps_bytes_sent,
     .state = ps_state,
     .reduce_metrics = ps_reduce_metrics,
+    .live_workers = ps_live_workers,
     .name = "psd (push-pull)",
     .join = ps_join,
     .step_begin = ps_pp_step_begin,
@@ -451,6 +469,7 @@ static const ps_exchange_ops separate_ops = {
     .bytes_sent = ps_bytes_sent,
     .state = ps_state,
     .reduce_metrics = ps_reduce_metrics,
+    .live_workers = ps_live_workers,
     .name = "psd (pull, push)",
     .join = ps_join,
     .step_begin = ps_step_begin,
