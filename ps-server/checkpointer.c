@@ -74,7 +74,7 @@ int ps__ckpt_restore(ps_server *s, char *err, size_t errlen) {
     return PS_OK;
 }
 
-static void meta_now(const ps_server *s, ps_ckpt_meta *m) {
+void ps__ckpt_meta_now(const ps_server *s, ps_ckpt_meta *m) {
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     *m = (ps_ckpt_meta){
@@ -130,7 +130,7 @@ static void answer(ps_server *s, ps_ckpt_waiter *w, size_t n, int rc, uint64_t v
  * outcome and the server stops. */
 static void final_then_stop(ps_server *s) {
     ps_ckpt_meta m;
-    meta_now(s, &m);
+    ps__ckpt_meta_now(s, &m);
     char path[1200], err[512];
     uint64_t bytes = 0, t0 = ps__now_ns(), pushes = s->shard.stats.pushes_applied;
     int rc = ps_ckpt_save(s->cfg.checkpoint_dir, (int)s->cfg.keep_checkpoints, &s->shard.store,
@@ -196,7 +196,7 @@ static int start(ps_server *s, ps_ckpt_waiter *w, size_t nw, char *err, size_t e
         return PS_ENOMEM;
     }
     ps_ckpt_meta m;
-    meta_now(s, &m);
+    ps__ckpt_meta_now(s, &m);
     j->start_ns = ps__now_ns();
     int rc = ps_ckpt_snapshot_take(&s->shard.store, &s->shard.tables, &m, 1, &j->snap);
     j->pause_ns = ps__now_ns() - j->start_ns;

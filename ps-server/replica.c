@@ -351,18 +351,8 @@ static int snapshot_bytes(ps_server *s, char *name, size_t name_len, unsigned ch
         snprintf(err, errlen, "cannot make a directory for the snapshot: %s", strerror(errno));
         return PS_EIO;
     }
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    ps_ckpt_meta m = {
-        .version = s->shard.step.version,
-        .updates_applied = s->shard.stats.updates_applied,
-        .shard = (uint64_t)s->cfg.shard,
-        .num_shards = (uint64_t)s->cfg.num_shards,
-        .mode = (uint64_t)s->cfg.mode,
-        .incarnation = s->incarnation,
-        .unix_ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u,
-    };
-    snprintf(m.job_id, sizeof m.job_id, "%s", s->shard.job_id);
+    ps_ckpt_meta m;
+    ps__ckpt_meta_now(s, &m);
     ps_ckpt_snapshot *snap = NULL;
     uint64_t bytes = 0;
     int rc = ps_ckpt_snapshot_take(&s->shard.store, &s->shard.tables, &m, 0, &snap);

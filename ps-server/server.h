@@ -9,6 +9,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "ckpt_file.h"
 #include "config.h"
 #include "monitor.h"
 #include "shard.h"
@@ -181,6 +182,8 @@ void ps__ckpt_periodic(ps_server *s);
 /* SIGTERM/SIGINT: the final checkpoint (on the loop, after any write in flight),
  * then ps_server_stop; final_ckpt_failed when it fails. */
 void ps__ckpt_stop_signal(ps_server *s);
+/* The meta of a checkpoint (or a backup's snapshot) taken now. */
+void ps__ckpt_meta_now(const ps_server *s, ps_ckpt_meta *m);
 /* Frees the requests still waiting (after the loop ended). */
 void ps__ckpt_free(ps_server *s);
 /* Reads requests now (a reply sent outside a turn may have taken ZMQ_FD's edge). */
